@@ -1,0 +1,159 @@
+"""The problem spec: what one attention-backward kernel set is compiled for. Importable without MLIR.
+
+Runtime sizes (batch, heads, sequence lengths, strides) are not part of the spec: the kernels take them
+as arguments. Everything here is a compile-time choice, validated into structured reasons before any IR
+is built (MLIR aborts the process on some invalid inputs, so nothing unchecked may reach it).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from .errors import Reason, SpecError
+from .target import Target, target_reasons, TARGETS
+
+DTYPES = ("f16", "bf16", "f32")
+MASK_KINDS = ("none", "causal_top_left", "causal_bottom_right", "sliding_window")
+BIAS_KINDS = ("none", "elementwise", "alibi")
+# The warp-distributed body gives each lane hdim / wave_size contiguous elements; past 8 per lane the
+# register cost of the loop-carried dQ slice outgrows what the body is built for.
+MAX_ELEMENTS_PER_LANE = 8
+
+_MASK_ALIASES = {
+    "none": "none", "no_mask": "none",
+    "causal": "causal_top_left", "top_left": "causal_top_left", "causal_top_left": "causal_top_left",
+    "tl": "causal_top_left",
+    "bottom_right": "causal_bottom_right", "causal_bottom_right": "causal_bottom_right", "br": "causal_bottom_right",
+}
+
+
+@dataclass(frozen=True)
+class Mask:
+    """Which keys each query row sees.
+
+    causal_top_left:     k <= q
+    causal_bottom_right: k <= q + (seqlen_k - seqlen_q)
+    sliding_window:      q + off - left <= k <= q + off + right with off = seqlen_k - seqlen_q
+                         (bottom-right aligned, as FlashAttention); a negative size means unbounded.
+    """
+
+    kind: str = "none"
+    window_left: int = -1
+    window_right: int = -1
+
+    @staticmethod
+    def parse(text: str) -> "Mask":
+        """'none', 'top_left', 'bottom_right' (and their long names) or 'window:LEFT,RIGHT'."""
+        text = text.strip()
+        if text.startswith(("window", "sliding_window")):
+            _, _, sizes = text.partition(":")
+            try:
+                left, right = (int(s) for s in sizes.split(","))
+            except ValueError:
+                raise SpecError([Reason("mask", f"cannot read window sizes from {text!r}",
+                                        "write window:LEFT,RIGHT, e.g. window:64,0")]) from None
+            return Mask("sliding_window", left, right)
+        if text not in _MASK_ALIASES:
+            raise SpecError([Reason("mask", f"unknown mask {text!r}",
+                                    "use none, top_left, bottom_right or window:LEFT,RIGHT")])
+        return Mask(_MASK_ALIASES[text])
+
+    def __str__(self) -> str:
+        if self.kind == "sliding_window":
+            return f"window:{self.window_left},{self.window_right}"
+        return self.kind
+
+    def visible(self, q, k, seqlen_q: int, seqlen_k: int):
+        """Visibility of key k to query q; works on ints and on broadcasting NumPy arrays."""
+        off = seqlen_k - seqlen_q
+        if self.kind == "none":
+            return (k >= 0) | True
+        if self.kind == "causal_top_left":
+            return k <= q
+        if self.kind == "causal_bottom_right":
+            return k <= q + off
+        lo_ok = (k >= q + off - self.window_left) if self.window_left >= 0 else (k >= 0)
+        hi_ok = (k <= q + off + self.window_right) if self.window_right >= 0 else (k >= 0)
+        return lo_ok & hi_ok
+
+    def reasons(self) -> list[Reason]:
+        if self.kind not in MASK_KINDS:
+            return [Reason("mask.kind", f"unknown mask kind {self.kind!r}", f"use one of {', '.join(MASK_KINDS)}")]
+        if self.kind != "sliding_window" and (self.window_left, self.window_right) != (-1, -1):
+            return [Reason("mask", f"window sizes given for mask {self.kind!r}",
+                           "window sizes apply to sliding_window only; leave them at -1")]
+        if self.kind == "sliding_window" and self.window_left < 0 and self.window_right < 0:
+            return [Reason("mask", "sliding window with both sides unbounded",
+                           "give at least one non-negative window size, or use mask none")]
+        return []
+
+
+@dataclass(frozen=True)
+class AttentionBwdSpec:
+    """Compile-time choices for one attention backward."""
+
+    dtype: str = "f16"
+    hdim_q: int = 128
+    hdim_v: int = 0            # 0: same as hdim_q
+    gqa_ratio: int = 1         # query heads per key/value head (1: MHA; heads_q: MQA)
+    mask: Mask = field(default_factory=Mask)
+    scale: float = 0.0         # softmax scale; 0: 1/sqrt(hdim_q)
+    bias: str = "none"         # reserved for the bias issue: elementwise | alibi
+    dbias: bool = False        # reserved for the bias issue
+    deterministic: bool = False  # reserved for the deterministic-mode issue
+
+    def __post_init__(self):
+        if self.hdim_v == 0:
+            object.__setattr__(self, "hdim_v", self.hdim_q)
+        if self.scale == 0.0 and isinstance(self.hdim_q, int) and self.hdim_q > 0:
+            object.__setattr__(self, "scale", 1.0 / math.sqrt(self.hdim_q))
+
+    @property
+    def kernel_prefix(self) -> str:
+        """A readable, unique-per-spec symbol prefix for the kernels."""
+        mask = {"none": "nomask", "causal_top_left": "tl", "causal_bottom_right": "br"}.get(
+            self.mask.kind, f"win{self.mask.window_left}_{self.mask.window_right}".replace("-", "m"))
+        return f"fmha_bwd_{self.dtype}_d{self.hdim_q}x{self.hdim_v}_g{self.gqa_ratio}_{mask}"
+
+    def reasons(self, target: Target | None = None) -> list[Reason]:
+        """Every reason this spec cannot be compiled (for `target`, when given); empty when valid."""
+        out: list[Reason] = []
+        if self.dtype not in DTYPES:
+            out.append(Reason("dtype", f"unsupported element type {self.dtype!r}", f"use one of {', '.join(DTYPES)}"))
+        for name in ("hdim_q", "hdim_v", "gqa_ratio"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                out.append(Reason(name, f"must be a positive integer (got {value!r})"))
+        if not (isinstance(self.scale, (int, float)) and math.isfinite(self.scale) and self.scale > 0):
+            out.append(Reason("scale", f"softmax scale must be finite and > 0 (got {self.scale!r})",
+                              "leave it 0 for 1/sqrt(hdim_q)"))
+        out += self.mask.reasons()
+        if self.bias not in BIAS_KINDS:
+            out.append(Reason("bias", f"unknown bias kind {self.bias!r}", f"use one of {', '.join(BIAS_KINDS)}"))
+        elif self.bias != "none" or self.dbias:
+            out.append(Reason("bias", "attention bias and dbias are not implemented yet", "use bias='none'"))
+        if self.deterministic:
+            out.append(Reason("deterministic", "deterministic mode is not implemented yet",
+                              "use deterministic=False"))
+        if target is not None and not out:
+            out += self._body_reasons(target)
+        return out
+
+    def _body_reasons(self, target: Target) -> list[Reason]:
+        """Limits of the warp-distributed body on `target`."""
+        out = []
+        w = target.wave_size
+        for name in ("hdim_q", "hdim_v"):
+            value = getattr(self, name)
+            if value % w or value // w > MAX_ELEMENTS_PER_LANE:
+                out.append(Reason(
+                    name, f"{value} is not supported by the warp body on {target.arch} (wave size {w})",
+                    f"use a multiple of {w} from {w} to {w * MAX_ELEMENTS_PER_LANE}"))
+        return out
+
+    def check(self, arch: str | None = None) -> None:
+        """Raise SpecError with every reason this spec (on `arch`) is invalid."""
+        reasons = target_reasons(arch) if arch is not None else []
+        reasons += self.reasons(TARGETS.get(arch) if arch else None)
+        if reasons:
+            raise SpecError(reasons)

@@ -1,0 +1,56 @@
+"""What every fmha pass is: a frozen dataclass whose fields are its textual options.
+
+A pass instance is a callable with the signature MLIR's PassManager.add expects, so the same object
+runs from `fmha-opt --pass-pipeline` and from a user's own PassManager. Failures are reported as
+located MLIR diagnostics (`PassFailure` carries the op to blame), never as Python tracebacks.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import ClassVar
+
+from fmha_mlir.mlir import ir
+
+
+class PassFailure(Exception):
+    """Raised inside a pass: the message is emitted as an error at `op`'s location."""
+
+    def __init__(self, message: str, op=None):
+        super().__init__(message)
+        self.op = op
+
+
+@dataclasses.dataclass(frozen=True)
+class FmhaPass:
+    NAME: ClassVar[str] = ""
+    DESCRIPTION: ClassVar[str] = ""
+
+    def run_on_module(self, module: "ir.Operation") -> None:
+        raise NotImplementedError
+
+    def __call__(self, op: "ir.Operation", pass_) -> None:
+        try:
+            self.run_on_module(op)
+        except PassFailure as failure:
+            where = failure.op.location if failure.op is not None else op.location
+            where.emit_error(f"{self.NAME}: {failure}")
+            pass_.signal_pass_failure()
+
+    def add_to(self, pm) -> None:
+        """Append this pass to an MLIR PassManager."""
+        pm.add(self, name=type(self).__name__, argument=self.NAME, description=self.DESCRIPTION)
+
+    def render(self) -> str:
+        """This pass as a pipeline element: name{opt=value ...}, options only where not default."""
+        opts = [
+            f"{f.name.replace('_', '-')}={_render_value(getattr(self, f.name))}"
+            for f in dataclasses.fields(self)
+            if getattr(self, f.name) != f.default
+        ]
+        return f"{self.NAME}{{{' '.join(opts)}}}" if opts else self.NAME
+
+
+def _render_value(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)

@@ -1,0 +1,124 @@
+"""The one table of fmha passes, and textual pipelines that mix them with upstream MLIR passes.
+
+`fmha-opt --pass-pipeline`, the compiler driver and users' own code all resolve pass names here.
+Passes are imported lazily so that listing them costs nothing.
+"""
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import typing
+
+from fmha_mlir.errors import PipelineError
+
+# name -> "module:Class" under fmha_mlir.passes; one pass per module.
+_TABLE: dict[str, str] = {
+    "fmha-decompose-bwd": "decompose_bwd:DecomposeBwd",
+    "fmha-stages-to-gpu": "stages_to_gpu:StagesToGpu",
+    "fmha-expand-warp-body": "expand_warp_body:ExpandWarpBody",
+    "convert-fmha-to-rocdl": "fmha_to_rocdl:ConvertFmhaToRocdl",
+    "convert-fmha-to-nvvm": "fmha_to_nvvm:ConvertFmhaToNvvm",
+    "fmha-hardware-atomics": "hardware_atomics:HardwareAtomics",
+}
+
+
+def pass_names() -> list[str]:
+    return sorted(_TABLE)
+
+
+def get_pass_class(name: str):
+    if name not in _TABLE:
+        raise PipelineError(f"unknown fmha pass {name!r}; known: {', '.join(pass_names())}")
+    module, cls = _TABLE[name].split(":")
+    return getattr(importlib.import_module(f"fmha_mlir.passes.{module}"), cls)
+
+
+def make_pass(name: str, options: dict[str, str] | None = None):
+    """Instantiate pass `name` from textual options (keys in dash or underscore form)."""
+    cls = get_pass_class(name)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    hints = typing.get_type_hints(cls)
+    kwargs = {}
+    for key, text in (options or {}).items():
+        field = key.replace("-", "_")
+        if field not in fields:
+            valid = ", ".join(f.replace("_", "-") for f in fields) or "none"
+            raise PipelineError(f"pass {name!r} has no option {key!r}; its options: {valid}")
+        kwargs[field] = _convert(name, key, text, hints[field])
+    try:
+        return cls(**kwargs)
+    except (ValueError, TypeError) as exc:
+        raise PipelineError(f"pass {name!r}: {exc}") from None
+
+
+def _convert(name: str, key: str, text: str, typ):
+    try:
+        if typ is bool:
+            if text.lower() not in ("true", "false", "1", "0"):
+                raise ValueError
+            return text.lower() in ("true", "1")
+        return typ(text)
+    except ValueError:
+        raise PipelineError(f"pass {name!r}: option {key}={text!r} is not a valid {typ.__name__}") from None
+
+
+def split_elements(text: str) -> list[str]:
+    """Split 'a{x=1},b(c,d),e' at top-level commas."""
+    out, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        if ch in "({":
+            depth += 1
+        elif ch in ")}":
+            depth -= 1
+            if depth < 0:
+                raise PipelineError(f"unbalanced '{ch}' at column {i + 1} of pipeline {text!r}")
+        elif ch == "," and depth == 0:
+            out.append(text[start:i].strip())
+            start = i + 1
+    if depth:
+        raise PipelineError(f"unbalanced brackets in pipeline {text!r}")
+    tail = text[start:].strip()
+    if tail:
+        out.append(tail)
+    return [e for e in out if e]
+
+
+def parse_element(element: str) -> tuple[str, dict[str, str]]:
+    """'name{a=1 b=x}' -> ('name', {'a': '1', 'b': 'x'})."""
+    name, brace, rest = element.partition("{")
+    options: dict[str, str] = {}
+    if brace:
+        if not rest.endswith("}"):
+            raise PipelineError(f"options of {name!r} must end with '}}': {element!r}")
+        for item in rest[:-1].split():
+            key, eq, value = item.partition("=")
+            if not eq:
+                raise PipelineError(f"option {item!r} of {name!r} must be key=value")
+            options[key] = value
+    return name.strip(), options
+
+
+def strip_anchor(pipeline: str) -> str:
+    """'builtin.module(a,b)' -> 'a,b'; a bare list is returned as is."""
+    pipeline = pipeline.strip()
+    if pipeline.startswith("builtin.module(") and pipeline.endswith(")"):
+        return pipeline[len("builtin.module("):-1]
+    return pipeline
+
+
+def build_pass_manager(pipeline: str, ctx):
+    """A PassManager on builtin.module running `pipeline`: our passes by name, the rest upstream."""
+    from fmha_mlir.mlir import passmanager
+
+    with ctx:
+        pm = passmanager.PassManager("builtin.module")
+        for element in split_elements(strip_anchor(pipeline)):
+            name, options = parse_element(element)
+            if name in _TABLE:
+                make_pass(name, options).add_to(pm)
+                continue
+            try:
+                pm.add(element)
+            except ValueError as exc:
+                raise PipelineError(f"bad pipeline element {element!r}: {str(exc).strip()}") from None
+    return pm
