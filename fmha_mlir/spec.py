@@ -18,6 +18,8 @@ BIAS_KINDS = ("none", "elementwise", "alibi")
 # The warp-distributed body gives each lane hdim / wave_size contiguous elements; past 8 per lane the
 # register cost of the loop-carried dQ slice outgrows what the body is built for.
 MAX_ELEMENTS_PER_LANE = 8
+# Sizes become 64-bit IR attributes and 32-bit kernel arithmetic; anything larger is a typo.
+MAX_INT_OPTION = 2**31 - 1
 
 _MASK_ALIASES = {
     "none": "none", "no_mask": "none",
@@ -77,6 +79,11 @@ class Mask:
         return lo_ok & hi_ok
 
     def reasons(self) -> list[Reason]:
+        for side in ("window_left", "window_right"):
+            value = getattr(self, side)
+            if not isinstance(value, int) or isinstance(value, bool) or not -1 <= value <= MAX_INT_OPTION:
+                return [Reason(f"mask.{side}", f"must be an integer from -1 (unbounded) to {MAX_INT_OPTION} "
+                                               f"(got {value!r})")]
         if self.kind not in MASK_KINDS:
             return [Reason("mask.kind", f"unknown mask kind {self.kind!r}", f"use one of {', '.join(MASK_KINDS)}")]
         if self.kind != "sliding_window" and (self.window_left, self.window_right) != (-1, -1):
@@ -113,7 +120,11 @@ class AttentionBwdSpec:
         """A readable, unique-per-spec symbol prefix for the kernels."""
         mask = {"none": "nomask", "causal_top_left": "tl", "causal_bottom_right": "br"}.get(
             self.mask.kind, f"win{self.mask.window_left}_{self.mask.window_right}".replace("-", "m"))
-        return f"fmha_bwd_{self.dtype}_d{self.hdim_q}x{self.hdim_v}_g{self.gqa_ratio}_{mask}"
+        name = f"fmha_bwd_{self.dtype}_d{self.hdim_q}x{self.hdim_v}_g{self.gqa_ratio}_{mask}"
+        if not math.isclose(self.scale, 1.0 / math.sqrt(self.hdim_q), rel_tol=1e-6):  # attributes hold f32
+            # The scale is compiled in: a non-default one must give distinct symbols.
+            name += "_s" + f"{self.scale:.6g}".replace(".", "p").replace("-", "m").replace("+", "")
+        return name
 
     def reasons(self, target: Target | None = None) -> list[Reason]:
         """Every reason this spec cannot be compiled (for `target`, when given); empty when valid."""
@@ -124,6 +135,8 @@ class AttentionBwdSpec:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 out.append(Reason(name, f"must be a positive integer (got {value!r})"))
+            elif value > MAX_INT_OPTION:
+                out.append(Reason(name, f"{value} is too large (at most {MAX_INT_OPTION})"))
         if not (isinstance(self.scale, (int, float)) and math.isfinite(self.scale) and self.scale > 0):
             out.append(Reason("scale", f"softmax scale must be finite and > 0 (got {self.scale!r})",
                               "leave it 0 for 1/sqrt(hdim_q)"))
@@ -136,18 +149,19 @@ class AttentionBwdSpec:
             out.append(Reason("deterministic", "deterministic mode is not implemented yet",
                               "use deterministic=False"))
         if target is not None and not out:
-            out += self._body_reasons(target)
+            out += self.body_reasons(target.wave_size, target.arch)
         return out
 
-    def _body_reasons(self, target: Target) -> list[Reason]:
-        """Limits of the warp-distributed body on `target`."""
+    def body_reasons(self, wave_size: int, where: str = "") -> list[Reason]:
+        """Limits of the warp-distributed body for waves of `wave_size` lanes (on `where`)."""
         out = []
-        w = target.wave_size
+        w = wave_size
+        on = f" on {where}" if where else ""
         for name in ("hdim_q", "hdim_v"):
             value = getattr(self, name)
             if value % w or value // w > MAX_ELEMENTS_PER_LANE:
                 out.append(Reason(
-                    name, f"{value} is not supported by the warp body on {target.arch} (wave size {w})",
+                    name, f"{value} is not supported by the warp body{on} (wave size {w})",
                     f"use a multiple of {w} from {w} to {w * MAX_ELEMENTS_PER_LANE}"))
         return out
 

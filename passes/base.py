@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 from typing import ClassVar
 
+from fmha_mlir.errors import FmhaError
 from fmha_mlir.mlir import ir
 
 
@@ -30,10 +31,17 @@ class FmhaPass:
 
     def __call__(self, op: "ir.Operation", pass_) -> None:
         try:
-            self.run_on_module(op)
+            with op.context:  # builders inside the pass need the context the pass manager runs in
+                self.run_on_module(op)
         except PassFailure as failure:
             where = failure.op.location if failure.op is not None else op.location
             where.emit_error(f"{self.NAME}: {failure}")
+            pass_.signal_pass_failure()
+        except FmhaError as exc:
+            op.location.emit_error(f"{self.NAME}: {exc}")
+            pass_.signal_pass_failure()
+        except Exception as exc:  # a bug in the pass: still a located diagnostic, never a traceback
+            op.location.emit_error(f"{self.NAME}: internal error: {type(exc).__name__}: {exc}")
             pass_.signal_pass_failure()
 
     def add_to(self, pm) -> None:

@@ -84,7 +84,9 @@ def split_elements(text: str) -> list[str]:
 
 
 def parse_element(element: str) -> tuple[str, dict[str, str]]:
-    """'name{a=1 b=x}' -> ('name', {'a': '1', 'b': 'x'})."""
+    """'name{a=1 b=x}' -> ('name', {'a': '1', 'b': 'x'}); a nested 'op(...)' pipeline is returned whole."""
+    if "(" in element and element.index("(") < element.find("{") % (len(element) + 1):
+        return element, {}
     name, brace, rest = element.partition("{")
     options: dict[str, str] = {}
     if brace:

@@ -1,0 +1,429 @@
+"""The `fmha` dialect: builders, readers and verifiers of its ops (docs/ir.md is the contract).
+
+The ops are generic (unregistered) operations, so MLIR checks nothing about them: `verify_op` does,
+and `verify_module` / `emit_verification_errors` apply it to a whole module. Builders create at the
+current `ir.InsertionPoint` and verify what they built, raising VerifyError instead of leaving a bad
+op in the IR.
+"""
+from __future__ import annotations
+
+import math
+from typing import ClassVar, Sequence
+
+from fmha_mlir.errors import FmhaError
+from fmha_mlir.mlir import ir
+from fmha_mlir.spec import AttentionBwdSpec, Mask
+
+from .fmha_attrs import f32, i32, mask_attributes, read_attribute, read_mask, read_spec, spec_attributes
+from .fmha_types import ROWS_RANK, TENSOR_RANK, TensorKind, tensor_problem
+
+__all__ = [
+    "OPERAND_NAMES", "GRADS", "WAVE_REDUCE_KINDS", "VerifyError", "spec_attributes", "spec_from_op",
+    "AttentionBwdOp", "DotDoOOp", "DqDkDvOp", "ConvertGradOp",
+    "WaveReduceOp", "Exp2Op", "MaskedScoreOp", "AtomicAddOp",
+    "STAGE_OPS", "OPS", "verify_op", "verify_module", "emit_verification_errors",
+]
+
+OPERAND_NAMES = ("q", "k", "v", "o", "do", "lse", "dq", "dk", "dv")  # of fmha.attention_bwd
+GRADS = ("dq", "dk", "dv")
+WAVE_REDUCE_KINDS = ("add",)
+WAVE_REDUCE_WIDTHS = (2, 4, 8, 16, 32, 64)
+
+
+class VerifyError(FmhaError):
+    """An fmha op (or the spec it would carry) breaks the IR contract."""
+
+
+def _operation(op) -> "ir.Operation":
+    """The ir.Operation behind an Operation or OpView."""
+    return op.operation if hasattr(op, "operation") else op
+
+
+def _raise_problems(name: str, problems: list[str]) -> None:
+    if problems:
+        raise VerifyError("\n".join(f"'{name}' op {p}" for p in problems))
+
+
+def spec_from_op(op) -> AttentionBwdSpec:
+    """The AttentionBwdSpec an op's spec attributes describe; VerifyError if they are malformed or invalid.
+
+    The scale comes back rounded to f32, as the attribute stores it.
+    """
+    op = _operation(op)
+    problems: list[str] = []
+    spec = _valid_spec(op, problems)
+    _raise_problems(op.name, problems)
+    return spec
+
+
+def _valid_spec(op: "ir.Operation", problems: list[str]) -> AttentionBwdSpec | None:
+    """`op`'s spec if its spec attributes are well formed and describe a valid spec; else None, with problems."""
+    spec = read_spec(op, problems)
+    reasons = [str(r) for r in spec.reasons()] if spec is not None else []
+    problems += reasons
+    return None if reasons else spec
+
+
+# ---------------------------------------------------------------------------------------------------
+# Problem and stage ops: operands are named memrefs, attributes are the spec attributes.
+
+
+def _tensor_kinds(spec: AttentionBwdSpec) -> dict[str, TensorKind]:
+    """What each named operand of the problem and stage ops must be, for `spec`."""
+    t, f = (spec.dtype,), ("f32",)
+    t_or_f32 = tuple(dict.fromkeys((spec.dtype, "f32")))  # an output a body may accumulate in f32
+    q_like, v_like = spec.hdim_q, spec.hdim_v
+    return {
+        "q": TensorKind(TENSOR_RANK, t, q_like), "k": TensorKind(TENSOR_RANK, t, q_like),
+        "v": TensorKind(TENSOR_RANK, t, v_like), "o": TensorKind(TENSOR_RANK, t, v_like),
+        "do": TensorKind(TENSOR_RANK, t, v_like),
+        "lse": TensorKind(ROWS_RANK, f), "d": TensorKind(ROWS_RANK, f),
+        "dq": TensorKind(TENSOR_RANK, t, q_like), "dk": TensorKind(TENSOR_RANK, t, q_like),
+        "dv": TensorKind(TENSOR_RANK, t, v_like),
+        "dq_out": TensorKind(TENSOR_RANK, t_or_f32, q_like), "dk_out": TensorKind(TENSOR_RANK, t_or_f32, q_like),
+        "dv_out": TensorKind(TENSOR_RANK, t_or_f32, v_like),
+    }
+
+
+class _SpecOp:
+    """An op whose operands are named memrefs and whose attributes are the spec attributes."""
+
+    NAME: ClassVar[str]
+    OPERANDS: ClassVar[tuple[str, ...]]
+
+    @classmethod
+    def build(cls, spec: AttentionBwdSpec, operands: Sequence["ir.Value"], *, loc=None) -> "ir.Operation":
+        """Create the op at the current insertion point; VerifyError if spec or operands break the contract."""
+        return cls._create(spec, operands, {}, loc)
+
+    @classmethod
+    def _create(cls, spec, operands, extra_attributes, loc) -> "ir.Operation":
+        # Check the spec before building attributes from it: MLIR aborts on some invalid values.
+        _raise_problems(cls.NAME, [str(r) for r in spec.reasons()])
+        attributes = {**spec_attributes(spec), **extra_attributes}
+        op = ir.Operation.create(cls.NAME, results=[], operands=list(operands), attributes=attributes, loc=loc)
+        problems = cls.problems(op)
+        if problems:
+            op.erase()
+            _raise_problems(cls.NAME, problems)
+        return op
+
+    @classmethod
+    def operand(cls, op, name: str) -> "ir.Value":
+        """The operand called `name` (one of OPERANDS)."""
+        if name not in cls.OPERANDS:
+            raise VerifyError(f"'{cls.NAME}' has no operand {name!r}; its operands: {', '.join(cls.OPERANDS)}")
+        return _operation(op).operands[cls.OPERANDS.index(name)]
+
+    @classmethod
+    def spec(cls, op) -> AttentionBwdSpec:
+        return spec_from_op(op)
+
+    @classmethod
+    def operand_kinds(cls, op: "ir.Operation", spec: AttentionBwdSpec) -> dict[str, TensorKind]:
+        kinds = _tensor_kinds(spec)
+        return {name: kinds[name] for name in cls.OPERANDS}
+
+    @classmethod
+    def problems(cls, op: "ir.Operation") -> list[str]:
+        """Every contract violation of `op`; operand types are checked only once the spec and count are right."""
+        problems: list[str] = []
+        spec = _valid_spec(op, problems)
+        if len(op.results):
+            problems.append(f"must have no results, got {len(op.results)}")
+        operands = list(op.operands)
+        if len(operands) != len(cls.OPERANDS):
+            problems.append(f"takes {len(cls.OPERANDS)} operands ({', '.join(cls.OPERANDS)}), got {len(operands)}")
+        elif spec is not None and not problems:
+            kinds = cls.operand_kinds(op, spec)
+            for index, (name, value) in enumerate(zip(cls.OPERANDS, operands)):
+                problem = tensor_problem(value.type, kinds[name])
+                if problem:
+                    problems.append(f"operand #{index} ('{name}'): {problem}")
+        return problems
+
+
+class AttentionBwdOp(_SpecOp):
+    """The whole backward: dq, dk, dv from q, k, v, o, do, lse."""
+
+    NAME = "fmha.attention_bwd"
+    OPERANDS = OPERAND_NAMES
+
+
+class DotDoOOp(_SpecOp):
+    """D = rowsum(dO * O), one f32 per query row."""
+
+    NAME = "fmha.dot_do_o"
+    OPERANDS = ("o", "do", "d")
+
+
+class DqDkDvOp(_SpecOp):
+    """The main stage; each output is T or an f32 accumulator, as the body chooses."""
+
+    NAME = "fmha.dq_dk_dv"
+    OPERANDS = ("q", "k", "v", "do", "lse", "d", "dq_out", "dk_out", "dv_out")
+
+
+class ConvertGradOp(_SpecOp):
+    """out (T) = acc (f32) for the gradient named by the `grad` attribute."""
+
+    NAME = "fmha.convert_grad"
+    OPERANDS = ("acc", "out")
+
+    @classmethod
+    def build(cls, spec, operands, *, grad: str | None = None, loc=None) -> "ir.Operation":
+        if grad not in GRADS:
+            raise VerifyError(f"'{cls.NAME}' needs grad= one of {', '.join(GRADS)} (got {grad!r})")
+        return cls._create(spec, operands, {"grad": ir.StringAttr.get(grad)}, loc)
+
+    @classmethod
+    def grad_of(cls, op) -> str:
+        problems: list[str] = []
+        grad = cls._read_grad(_operation(op), problems)
+        _raise_problems(cls.NAME, problems)
+        return grad
+
+    @classmethod
+    def _read_grad(cls, op, problems: list[str]) -> str | None:
+        grad = read_attribute(op, "grad", "string", problems)
+        if grad is not None and grad not in GRADS:
+            problems.append(f"attribute 'grad' must be one of {', '.join(GRADS)}, got {grad!r}")
+            return None
+        return grad
+
+    @classmethod
+    def operand_kinds(cls, op, spec):
+        grad = cls._read_grad(op, [])
+        like = _tensor_kinds(spec)[grad]
+        return {"acc": TensorKind(like.rank, ("f32",), like.hdim), "out": like}
+
+    @classmethod
+    def problems(cls, op) -> list[str]:
+        grad_problems: list[str] = []
+        cls._read_grad(op, grad_problems)
+        if grad_problems:  # the operand kinds depend on grad: check nothing else
+            return grad_problems
+        problems = super().problems(op)
+        if not problems:
+            acc, out = (ir.MemRefType(v.type) for v in op.operands)
+            if acc.shape != out.shape:
+                problems.append(f"operands 'acc' and 'out' must have the same shape, got {acc} and {out}")
+        return problems
+
+
+STAGE_OPS = (DotDoOOp, DqDkDvOp, ConvertGradOp)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Kernel-level ops (inside the warp body): scalars and f32 buffers.
+
+
+def _scalar_problems(op, operands: dict[str, str], result_type: str = "f32") -> list[str]:
+    """Operand / result count and type problems; `operands` maps names to type texts (f32, index)."""
+    problems = []
+    values = list(op.operands)
+    if len(values) != len(operands):
+        described = ", ".join(f"{name}: {typ}" for name, typ in operands.items())
+        problems.append(f"takes {len(operands)} operands ({described}), got {len(values)}")
+    else:
+        for index, (value, (name, want)) in enumerate(zip(values, operands.items())):
+            if str(value.type) != want:
+                problems.append(f"operand #{index} ('{name}') must be {want}, got {value.type}")
+    results = list(op.results)
+    if len(results) != 1 or str(results[0].type) != result_type:
+        got = ", ".join(str(r.type) for r in results) or "none"
+        problems.append(f"must have one {result_type} result, got {got}")
+    return problems
+
+
+def _create_value(name: str, problems_of, operands, attributes, loc) -> "ir.Value":
+    op = ir.Operation.create(name, results=[ir.F32Type.get()], operands=list(operands),
+                             attributes=attributes, loc=loc)
+    problems = problems_of(op)
+    if problems:
+        op.erase()
+        _raise_problems(name, problems)
+    return op.result
+
+
+class WaveReduceOp:
+    """An all-reduce of one f32 across `width` lanes (a butterfly)."""
+
+    NAME = "fmha.wave_reduce"
+
+    @classmethod
+    def build(cls, x: "ir.Value", width: int, kind: str = "add", loc=None) -> "ir.Value":
+        if width not in WAVE_REDUCE_WIDTHS:  # before i32() would silently wrap it
+            _raise_problems(cls.NAME, [f"attribute 'width' must be a power of two from 2 to 64, got {width}"])
+        attributes = {"kind": ir.StringAttr.get(kind), "width": i32(width)}
+        return _create_value(cls.NAME, cls.problems, [x], attributes, loc)
+
+    @classmethod
+    def width_of(cls, op) -> int:
+        return cls._read(op)[1]
+
+    @classmethod
+    def kind_of(cls, op) -> str:
+        return cls._read(op)[0]
+
+    @classmethod
+    def _read(cls, op) -> tuple[str, int]:
+        op = _operation(op)
+        problems: list[str] = []
+        values = cls._attributes(op, problems)
+        _raise_problems(cls.NAME, problems)
+        return values
+
+    @classmethod
+    def _attributes(cls, op, problems: list[str]):
+        kind = read_attribute(op, "kind", "string", problems)
+        if kind is not None and kind not in WAVE_REDUCE_KINDS:
+            problems.append(f"attribute 'kind' must be one of {', '.join(WAVE_REDUCE_KINDS)}, got {kind!r}")
+        width = read_attribute(op, "width", "i32", problems)
+        if width is not None and width not in WAVE_REDUCE_WIDTHS:
+            problems.append(f"attribute 'width' must be a power of two from 2 to 64, got {width}")
+        return kind, width
+
+    @classmethod
+    def problems(cls, op) -> list[str]:
+        problems = _scalar_problems(op, {"x": "f32"})
+        cls._attributes(op, problems)
+        return problems
+
+
+class Exp2Op:
+    """2^x of one f32; exp2(-inf) = 0."""
+
+    NAME = "fmha.exp2"
+
+    @classmethod
+    def build(cls, x: "ir.Value", loc=None) -> "ir.Value":
+        return _create_value(cls.NAME, cls.problems, [x], {}, loc)
+
+    @classmethod
+    def problems(cls, op) -> list[str]:
+        return _scalar_problems(op, {"x": "f32"})
+
+
+class MaskedScoreOp:
+    """dot * scale_log2 where key k_pos is visible to query q_pos under the mask, -inf where masked."""
+
+    NAME = "fmha.masked_score"
+    OPERANDS = ("dot", "q_pos", "k_pos", "seqlen_q", "seqlen_k")
+
+    @classmethod
+    def build(cls, dot, q_pos, k_pos, seqlen_q, seqlen_k, mask: Mask, scale_log2: float, loc=None) -> "ir.Value":
+        attributes = {**mask_attributes(mask), "scale_log2": f32(scale_log2)}
+        return _create_value(cls.NAME, cls.problems, [dot, q_pos, k_pos, seqlen_q, seqlen_k], attributes, loc)
+
+    @classmethod
+    def mask_of(cls, op) -> Mask:
+        problems: list[str] = []
+        mask = cls._mask(_operation(op), problems)
+        _raise_problems(cls.NAME, problems)
+        return mask
+
+    @classmethod
+    def scale_log2_of(cls, op) -> float:
+        problems: list[str] = []
+        scale = cls._scale_log2(_operation(op), problems)
+        _raise_problems(cls.NAME, problems)
+        return scale
+
+    @classmethod
+    def _mask(cls, op, problems: list[str]) -> Mask | None:
+        mask = read_mask(op, problems)
+        if mask is not None and mask.reasons():
+            problems += [str(r) for r in mask.reasons()]
+            return None
+        return mask
+
+    @classmethod
+    def _scale_log2(cls, op, problems: list[str]) -> float | None:
+        scale = read_attribute(op, "scale_log2", "f32", problems)
+        if scale is not None and not (math.isfinite(scale) and scale > 0):
+            problems.append(f"attribute 'scale_log2' must be finite and > 0, got {scale}")
+            return None
+        return scale
+
+    @classmethod
+    def problems(cls, op) -> list[str]:
+        problems = _scalar_problems(op, dict(zip(cls.OPERANDS, ("f32", "index", "index", "index", "index"))))
+        cls._mask(op, problems)
+        cls._scale_log2(op, problems)
+        return problems
+
+
+class AtomicAddOp:
+    """buffer[indices] += value: a relaxed, device-scope f32 add with no result."""
+
+    NAME = "fmha.atomic_add"
+
+    @classmethod
+    def build(cls, value: "ir.Value", buffer: "ir.Value", indices: Sequence["ir.Value"], loc=None) -> "ir.Operation":
+        op = ir.Operation.create(cls.NAME, results=[], operands=[value, buffer, *indices], loc=loc)
+        problems = cls.problems(op)
+        if problems:
+            op.erase()
+            _raise_problems(cls.NAME, problems)
+        return op
+
+    @classmethod
+    def problems(cls, op) -> list[str]:
+        operands = list(op.operands)
+        if len(op.results):
+            return [f"must have no results, got {len(op.results)}"]
+        if len(operands) < 2:
+            return [f"takes a value, a buffer and one index per buffer dim, got {len(operands)} operands"]
+        value, buffer, indices = operands[0], operands[1], operands[2:]
+        problems = []
+        if str(value.type) != "f32":
+            problems.append(f"operand #0 ('value') must be f32, got {value.type}")
+        if not isinstance(buffer.type, ir.MemRefType) or str(buffer.type.element_type) != "f32":
+            problems.append(f"operand #1 ('buffer') must be a ranked memref of f32, got {buffer.type}")
+            return problems
+        if len(indices) != buffer.type.rank:
+            problems.append(f"needs {buffer.type.rank} indices for {buffer.type}, got {len(indices)}")
+        for dim, value in enumerate(indices):
+            if str(value.type) != "index":
+                problems.append(f"operand #{dim + 2} (index of dim {dim}) must be index, got {value.type}")
+        return problems
+
+
+OPS = {cls.NAME: cls for cls in (AttentionBwdOp, *STAGE_OPS, WaveReduceOp, Exp2Op, MaskedScoreOp, AtomicAddOp)}
+
+
+# ---------------------------------------------------------------------------------------------------
+# Verification.
+
+
+def verify_op(op) -> list[str]:
+    """Messages for every contract violation of one fmha op; [] if it is fine or not an fmha op."""
+    op = _operation(op)
+    name = op.name
+    if not name.startswith("fmha."):
+        return []
+    if name not in OPS:
+        return [f"'{name}' is not an fmha op; known: {', '.join(sorted(OPS))}"]
+    return [f"'{name}' op {p}" for p in OPS[name].problems(op)]
+
+
+def verify_module(module_op) -> list[tuple["ir.Operation", str]]:
+    """(op, message) for every contract violation of every fmha op in `module_op`, in walk order."""
+    found: list[tuple[ir.Operation, str]] = []
+
+    def visit(op):
+        op = _operation(op)
+        found.extend((op, message) for message in verify_op(op))
+        return ir.WalkResult.ADVANCE
+
+    _operation(module_op).walk(visit, ir.WalkOrder.PRE_ORDER)
+    return found
+
+
+def emit_verification_errors(module_op) -> bool:
+    """Emit each violation as an MLIR error at its op's location; True when there is none."""
+    found = verify_module(module_op)
+    for op, message in found:
+        op.location.emit_error(message)
+    return not found

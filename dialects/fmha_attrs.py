@@ -1,0 +1,94 @@
+"""Builtin attributes of fmha ops: the spec attributes (docs/ir.md) and typed readers for them.
+
+Readers never raise: they append a readable problem to a list and return None, so a verifier can
+report every problem of an op at once.
+"""
+from __future__ import annotations
+
+import math
+
+from fmha_mlir.mlir import ir
+from fmha_mlir.spec import AttentionBwdSpec, Mask
+
+# Attribute name -> the kind of builtin attribute it holds, in the order docs/ir.md lists them.
+SPEC_ATTRIBUTES = {
+    "dtype": "string", "hdim_q": "i64", "hdim_v": "i64", "gqa_ratio": "i64",
+    "mask": "string", "window_left": "i64", "window_right": "i64",
+    "scale": "f32", "bias": "string", "dbias": "bool", "deterministic": "bool",
+}
+MASK_ATTRIBUTES = ("mask", "window_left", "window_right")
+
+
+def i64(value: int) -> "ir.IntegerAttr":
+    return ir.IntegerAttr.get(ir.IntegerType.get_signless(64), value)
+
+
+def i32(value: int) -> "ir.IntegerAttr":
+    return ir.IntegerAttr.get(ir.IntegerType.get_signless(32), value)
+
+
+def f32(value: float) -> "ir.FloatAttr":
+    return ir.FloatAttr.get_f32(value)
+
+
+def mask_attributes(mask: Mask) -> dict[str, "ir.Attribute"]:
+    return {"mask": ir.StringAttr.get(mask.kind), "window_left": i64(mask.window_left),
+            "window_right": i64(mask.window_right)}
+
+
+def spec_attributes(spec: AttentionBwdSpec) -> dict[str, "ir.Attribute"]:
+    """The spec attributes of `spec` (in the current context)."""
+    return {
+        "dtype": ir.StringAttr.get(spec.dtype),
+        "hdim_q": i64(spec.hdim_q), "hdim_v": i64(spec.hdim_v), "gqa_ratio": i64(spec.gqa_ratio),
+        **mask_attributes(spec.mask),
+        "scale": f32(spec.scale),
+        "bias": ir.StringAttr.get(spec.bias),
+        "dbias": ir.BoolAttr.get(spec.dbias), "deterministic": ir.BoolAttr.get(spec.deterministic),
+    }
+
+
+def read_attribute(op: "ir.Operation", name: str, kind: str, problems: list[str]):
+    """The Python value of attribute `name` of `kind` ('string', 'i64', 'i32', 'f32', 'bool'), or None."""
+    attributes = op.attributes
+    if name not in attributes:
+        problems.append(f"missing attribute '{name}' ({_KIND_TEXT[kind]})")
+        return None
+    attr = attributes[name]
+    if kind == "string" and isinstance(attr, ir.StringAttr):
+        return attr.value
+    if kind == "bool" and isinstance(attr, ir.BoolAttr):
+        return attr.value
+    if kind in ("i64", "i32") and isinstance(attr, ir.IntegerAttr) and str(attr.type) == kind:
+        return attr.value
+    if kind == "f32" and isinstance(attr, ir.FloatAttr) and str(attr.type) == "f32":
+        return attr.value
+    problems.append(f"attribute '{name}' must be {_KIND_TEXT[kind]}, got {attr}")
+    return None
+
+
+_KIND_TEXT = {"string": "a string", "i64": "an i64 integer", "i32": "an i32 integer",
+              "f32": "an f32 float", "bool": "a bool"}
+
+
+def read_mask(op: "ir.Operation", problems: list[str]) -> Mask | None:
+    """The Mask of `op`'s mask attributes (not yet checked for consistency), or None if malformed."""
+    values = [read_attribute(op, name, SPEC_ATTRIBUTES[name], problems) for name in MASK_ATTRIBUTES]
+    return None if None in values else Mask(*values)
+
+
+def read_spec(op: "ir.Operation", problems: list[str]) -> AttentionBwdSpec | None:
+    """The spec of `op`'s spec attributes when each is present and well typed, else None.
+
+    The spec's own validity (spec.reasons()) is left to the caller.
+    """
+    values = {name: read_attribute(op, name, kind, problems)
+              for name, kind in SPEC_ATTRIBUTES.items() if name not in MASK_ATTRIBUTES}
+    mask = read_mask(op, problems)
+    if mask is None or None in values.values():
+        return None
+    if not (math.isfinite(values["scale"]) and values["scale"] > 0):
+        # The spec would replace a zero scale by its default: report the attribute as written.
+        problems.append(f"attribute 'scale' must be finite and > 0, got {values['scale']}")
+        return None
+    return AttentionBwdSpec(mask=mask, **values)

@@ -1,0 +1,48 @@
+"""sm_90: NVVM, PTX; a cubin when the caller gave a ptxas inside a complete CUDA toolkit."""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import ClassVar
+
+from .base import Backend
+from .pipeline import render_pass
+
+# gpu-module-to-binary{format=bin toolkit=ROOT} runs ROOT/bin/ptxas and reports a missing libdevice as
+# an error even when it needs none; such an error aborts the process in these bindings, so a toolkit
+# is used only when both files are there.
+_TOOLKIT_FILES = ("bin/ptxas", "nvvm/libdevice/libdevice.10.bc")
+
+
+def cuda_toolkit(ptxas: str | None) -> Path | None:
+    """The CUDA root of `ptxas` (symlinks resolved) if it is a complete toolkit, else None."""
+    if ptxas is None:
+        return None
+    root = Path(ptxas).resolve().parent.parent
+    return root if all((root / name).is_file() for name in _TOOLKIT_FILES) else None
+
+
+@dataclasses.dataclass(frozen=True)
+class NvidiaBackend(Backend):
+    BACKEND: ClassVar[str] = "nvvm"
+    VENDOR: ClassVar[str] = "nvidia"
+    ISA_SUFFIX: ClassVar[str] = ".ptx"
+
+    ptxas: str | None = None    # None, or not in a complete toolkit: the PTX is the binary (the driver JITs it)
+
+    def kernel_passes(self) -> list[str]:
+        return ["convert-fmha-to-nvvm"]
+
+    def attach_target_pass(self) -> str:
+        return render_pass("nvvm-attach-target", chip=self.target.arch)
+
+    def gpu_to_llvm_passes(self) -> list[str]:
+        return ["convert-gpu-to-nvvm"]
+
+    def binary_options(self) -> dict | None:
+        toolkit = cuda_toolkit(self.ptxas)
+        return None if toolkit is None else {"format": "bin", "toolkit": toolkit}
+
+    @property
+    def binary_format(self) -> str:
+        return "ptx" if cuda_toolkit(self.ptxas) is None else "cubin"

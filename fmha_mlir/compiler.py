@@ -1,0 +1,261 @@
+"""The compiler driver: a spec (or any stage's IR file) -> kernels, ISA, binary and launch plan.
+
+Named stages, in order; each one's output is the next one's input and can be dumped and restarted from:
+
+  fmha    the problem module (frontend)          kernel  target kernel IR (backend; CPU interpreter input)
+  stages  fmha-decompose-bwd                     llvm    LLVM dialect inside gpu.module (backend)
+  gpu     fmha-stages-to-gpu + expand-warp-body  isa     assembly / PTX  (from the llvm stage)
+                                                 binary  hsaco / cubin / PTX (from the llvm stage)
+"""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from types import MappingProxyType
+from typing import Mapping
+
+from .backends import Backend, backend_for
+from .backends.pipeline import render_pass, render_pipeline
+from .dialects import fmha
+from .errors import CompileError, PipelineError
+from .launch_plan import build_manifest, host_function, kernel_metadata, read_launch_plan
+from .mlir import collect_diagnostics, gpu, ir, make_context, parse_module
+from .passes.registry import build_pass_manager
+from .spec import AttentionBwdSpec
+from .target import Target, get_target
+
+STAGES = ("fmha", "stages", "gpu", "kernel", "llvm", "isa", "binary")
+IR_STAGES = STAGES[:5]            # stages whose output is an MLIR module one can restart from
+INTERP_IR_FILE = "kernels.interp.mlir"
+BINARY_SUFFIX = {"hsaco": ".hsaco", "cubin": ".cubin", "ptx": ".ptx"}
+
+
+@dataclasses.dataclass(frozen=True)
+class CompiledKernels:
+    """Everything one compile produced. `stages` maps each IR stage that ran to its module text."""
+
+    spec: AttentionBwdSpec | None
+    target: Target
+    stages: Mapping[str, str]
+    isa: str
+    binary: bytes
+    binary_format: str          # hsaco, cubin or ptx
+    interp_ir: str              # generic form of the kernel stage's gpu.module
+    manifest: dict | None       # the launch plan; None for a module of kernels without a host function
+
+    @property
+    def kernel_names(self) -> list[str]:
+        """The launched kernels, in launch-plan order."""
+        return list(self.manifest["kernels"]) if self.manifest else []
+
+    @property
+    def isa_file(self) -> str:
+        return "kernels" + (".s" if self.target.backend == "rocdl" else ".ptx")
+
+    def bundle_files(self) -> dict[str, bytes]:
+        """The files the manifest names, plus the assembly, by file name."""
+        if self.manifest is None:
+            raise PipelineError("a module without a host function has no launch plan to bundle")
+        files = {self.manifest["binary"]["file"]: self.binary, INTERP_IR_FILE: self.interp_ir.encode()}
+        files.setdefault(self.isa_file, self.isa.encode())
+        return files
+
+
+@dataclasses.dataclass
+class Compiler:
+    """Compiles specs for targets, caching results in-process by (spec, target).
+
+    `ptxas`: the ptxas executable for NVIDIA cubins (None: the PTX is the binary). `amd_reduce`:
+    full-wave reduction strategy on AMD, dpp or shuffle.
+    """
+
+    ptxas: str | None = None
+    amd_reduce: str = "dpp"
+    _cache: dict = dataclasses.field(default_factory=dict, repr=False)
+
+    def compile_spec(self, spec: AttentionBwdSpec, target: Target | str,
+                     dump_dir: str | Path | None = None) -> CompiledKernels:
+        """Compile `spec` for `target`; SpecError before any IR when the spec is invalid there."""
+        target = _as_target(target)
+        spec.check(target.arch)
+        key = (spec, target.arch)
+        if key in self._cache and dump_dir is None:
+            return self._cache[key]
+        from .frontend import build_problem_module
+
+        ctx = make_context()
+        module = build_problem_module(spec, ctx)
+        result = _Run(self._backend(target), ctx, dump_dir, "fmha", "<spec>").compile(module, spec)
+        self._cache[key] = result
+        return result
+
+    def compile_module(self, text: str, start_stage: str, target: Target | str,
+                       dump_dir: str | Path | None = None, spec: AttentionBwdSpec | None = None,
+                       source_name: str = "<input>") -> CompiledKernels:
+        """Continue from `text`, the output of stage `start_stage`, through the later stages.
+
+        The spec comes from the IR while it still has spec-carrying ops (fmha, stages) or from `spec`.
+        """
+        if start_stage not in IR_STAGES:
+            raise PipelineError(f"cannot start from stage {start_stage!r}; use one of {', '.join(IR_STAGES)}")
+        target = _as_target(target)
+        ctx = make_context()
+        module = parse_module(text, ctx, source_name)
+        spec = spec or _spec_in(module)
+        return _Run(self._backend(target), ctx, dump_dir, start_stage, source_name).compile(module, spec)
+
+    def _backend(self, target: Target) -> Backend:
+        return backend_for(target, ptxas=self.ptxas, amd_reduce=self.amd_reduce)
+
+
+def compile_spec(spec: AttentionBwdSpec, target: Target | str, dump_dir: str | Path | None = None) -> CompiledKernels:
+    """One uncached compile with the default options (PTX as the NVIDIA binary)."""
+    return Compiler().compile_spec(spec, target, dump_dir)
+
+
+def compile_module(text: str, start_stage: str, target: Target | str, dump_dir: str | Path | None = None,
+                   spec: AttentionBwdSpec | None = None) -> CompiledKernels:
+    """Compiler().compile_module with the default options."""
+    return Compiler().compile_module(text, start_stage, target, dump_dir, spec)
+
+
+def stage_pipeline(stage: str, backend: Backend) -> str | None:
+    """The textual pipeline that produces `stage` from the previous stage's output."""
+    wave = backend.target.wave_size
+    if stage == "stages":
+        return render_pipeline(["fmha-decompose-bwd"])
+    if stage == "gpu":
+        return render_pipeline([render_pass("fmha-stages-to-gpu", wave_size=wave),
+                                render_pass("fmha-expand-warp-body", wave_size=wave)])
+    return backend.stage_pipeline(stage)
+
+
+class _Run:
+    """One compile: runs the stages, dumps them, turns failures into CompileErrors."""
+
+    def __init__(self, backend: Backend, ctx: "ir.Context", dump_dir, start_stage: str, source_name: str):
+        self.backend = backend
+        self.start_stage = start_stage
+        self.source_name = source_name
+        self.target = backend.target
+        self.ctx = ctx
+        self.dump_dir = Path(dump_dir) if dump_dir is not None else None
+        if self.dump_dir is not None:
+            self.dump_dir.mkdir(parents=True, exist_ok=True)
+        self.texts: dict[str, str] = {}
+        self.interp_ir = ""
+
+    def compile(self, module: "ir.Module", spec: AttentionBwdSpec | None) -> CompiledKernels:
+        start_stage = self.start_stage
+        if start_stage == "llvm":
+            raise PipelineError("the llvm stage has no kernel-level IR left for the interpreter; "
+                                "restart from the kernel stage or an earlier one")
+        self._record(start_stage, module)
+        for stage in IR_STAGES[IR_STAGES.index(start_stage) + 1:]:
+            self._run(stage, module.operation, self._input_name(stage))
+            self._record(stage, module)
+        # The backend stages rewrite only the gpu.module: the host function is still level 3. A module of
+        # kernels alone (a hand-written test input) has no plan.
+        with self.ctx:
+            plan = read_launch_plan(module.operation) if host_function(module.operation) is not None else None
+        isa = self._serialize("isa", module)
+        self._dump("isa", self.backend.ISA_SUFFIX, isa)
+        binary = isa if self.backend.stage_pipeline("binary") is None else self._serialize("binary", module)
+        self._dump("binary", BINARY_SUFFIX[self.backend.binary_format], binary)
+        return CompiledKernels(spec, self.target, MappingProxyType(dict(self.texts)), isa.decode(), binary,
+                               self.backend.binary_format, self.interp_ir, self._manifest(plan, spec, binary))
+
+    def _manifest(self, plan: dict | None, spec: AttentionBwdSpec | None, binary: bytes) -> dict | None:
+        if plan is None:
+            return None
+        binary_format = self.backend.binary_format
+        metadata = None
+        if binary_format == "hsaco":
+            from .runtime.hsaco_metadata import read_hsaco_metadata
+
+            metadata = kernel_metadata(read_hsaco_metadata(binary))
+        return build_manifest(plan, spec=spec, target=self.target, binary_file="kernels" + BINARY_SUFFIX[binary_format],
+                              binary_format=binary_format, interp_ir_file=INTERP_IR_FILE, metadata=metadata)
+
+    def _run(self, stage: str, module: "ir.Operation", input_name: str) -> None:
+        pipeline = stage_pipeline(stage, self.backend)
+        with collect_diagnostics(self.ctx) as emitted, self.ctx:
+            try:
+                build_pass_manager(pipeline, self.ctx).run(module)
+            except ir.MLIRError as exc:  # a pass failed; its diagnostics say why
+                raise CompileError(f"stage {stage} failed for {self.target.arch}",
+                                   self._diagnostics(exc, emitted) or (str(exc).strip(),), stage=stage,
+                                   repro=self._repro(input_name, pipeline)) from None
+
+    def _diagnostics(self, exc: "ir.MLIRError", emitted: list[str]) -> tuple[str, ...]:
+        from .tools.opt_diagnostics import from_mlir
+
+        records = [record for diag in exc.error_diagnostics for record in from_mlir(diag, self.source_name)]
+        return tuple(emitted) + tuple(record.format() for record in records)
+
+    def _repro(self, input_name: str, pipeline: str) -> str:
+        command = f"fmha-opt {input_name} --pass-pipeline='{pipeline}'"
+        if Path(input_name).is_file():
+            return command
+        return f"{command}   (write the stage files with dump_dir= / fmha-compile --dump-stages)"
+
+    def _serialize(self, stage: str, module: "ir.Module") -> bytes:
+        """Run gpu-module-to-binary on a copy of the llvm-stage module; the object's bytes."""
+        copy = module.operation.clone()
+        self._run(stage, copy, self._input_name(stage))
+        for op in copy.regions[0].blocks[0].operations:
+            if op.operation.name == "gpu.binary":
+                return gpu.ObjectAttr(op.operation.attributes["objects"][0]).object
+        raise CompileError("gpu-module-to-binary produced no gpu.binary", stage=stage)
+
+    def _record(self, stage: str, module: "ir.Module") -> None:
+        self.texts[stage] = str(module)
+        self._dump(stage, ".mlir", self.texts[stage].encode())
+        if stage == "kernel":
+            self.interp_ir = _generic_gpu_module(module)
+
+    def _dump(self, stage: str, suffix: str, data: bytes) -> None:
+        if self.dump_dir is not None:
+            (self.dump_dir / dump_name(stage, suffix)).write_bytes(data)
+
+    def _input_name(self, stage: str) -> str:
+        """The file a stage reads: the user's input, a dumped stage file, or the name it would have."""
+        previous = "llvm" if stage in ("isa", "binary") else STAGES[STAGES.index(stage) - 1]
+        if previous == self.start_stage and Path(self.source_name).is_file():
+            return self.source_name
+        name = dump_name(previous, ".mlir")
+        return str(self.dump_dir / name) if self.dump_dir is not None else name
+
+
+def _generic_gpu_module(module: "ir.Module") -> str:
+    for op in module.body.operations:
+        if op.operation.name == "gpu.module":
+            return op.operation.get_asm(print_generic_op_form=True)
+    raise CompileError("the kernel stage has no gpu.module", stage="kernel")
+
+
+def dump_name(stage: str, suffix: str) -> str:
+    return f"{STAGES.index(stage):02d}_{stage}{suffix}"
+
+
+def _as_target(target: Target | str) -> Target:
+    return target if isinstance(target, Target) else get_target(target)
+
+
+def _spec_in(module: "ir.Module") -> AttentionBwdSpec | None:
+    """The spec of the first spec-carrying fmha op in `module`, if any survives at this stage."""
+    names = {fmha.AttentionBwdOp.NAME, *(op.NAME for op in fmha.STAGE_OPS)}
+    found = []
+
+    def visit(op):
+        if op.name in names and not found:
+            found.append(op)
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    if not found:
+        return None
+    try:
+        return fmha.spec_from_op(found[0])
+    except fmha.VerifyError as exc:
+        raise CompileError(f"the input's spec attributes are invalid: {exc}", stage="parse") from None

@@ -1,0 +1,33 @@
+"""The frontend: an AttentionBwdSpec becomes a level-1 module (docs/ir.md), the pipeline's input."""
+from __future__ import annotations
+
+from fmha_mlir.dialects.fmha import OPERAND_NAMES, AttentionBwdOp
+from fmha_mlir.dialects.fmha_types import rows_type, tensor_type
+from fmha_mlir.mlir import func, ir
+from fmha_mlir.spec import AttentionBwdSpec
+
+
+def problem_types(spec: AttentionBwdSpec, ctx: "ir.Context") -> dict[str, "ir.Type"]:
+    """The memref type of each operand of fmha.attention_bwd, by operand name, in OPERAND_NAMES order."""
+    spec.check()
+    hdim = {"q": spec.hdim_q, "k": spec.hdim_q, "dq": spec.hdim_q, "dk": spec.hdim_q,
+            "v": spec.hdim_v, "o": spec.hdim_v, "do": spec.hdim_v, "dv": spec.hdim_v}
+    with ctx:
+        return {name: rows_type() if name == "lse" else tensor_type(spec.dtype, hdim[name])
+                for name in OPERAND_NAMES}
+
+
+def build_problem_module(spec: AttentionBwdSpec, ctx: "ir.Context") -> "ir.Module":
+    """A module with `func.func @<kernel_prefix>(q, k, v, o, do, lse, dq, dk, dv)` holding one
+    fmha.attention_bwd; SpecError (before any IR is built) when the spec is invalid."""
+    types = problem_types(spec, ctx)
+    with ctx, ir.Location.name(spec.kernel_prefix):
+        module = ir.Module.create()
+        with ir.InsertionPoint(module.body):
+            function = func.FuncOp(spec.kernel_prefix, (list(types.values()), []))
+            # Name each argument's location after its operand, so diagnostics say which tensor.
+            entry = function.add_entry_block([ir.Location.name(name) for name in types])
+            with ir.InsertionPoint(entry):
+                AttentionBwdOp.build(spec, list(entry.arguments))
+                func.ReturnOp([])
+    return module

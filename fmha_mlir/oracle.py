@@ -1,0 +1,298 @@
+"""NumPy oracles of attention forward and backward (numpy only: importable without MLIR).
+
+All functions take tensors in the logical layout of docs/ir.md (q [B,Hq,Sq,Dq], k [B,Hk,Sk,Dq],
+v [B,Hk,Sk,Dv], o/do [B,Hq,Sq,Dv], lse [B,Hq,Sq]) holding the values a kernel reads (already rounded to
+its dtype). The oracle computes in float64; `lowp_backward` models a low-precision kernel (f32
+accumulation, P / dS / outputs rounded to the dtype) for the tolerance policy.
+
+Scores are S = scale * Q K^T + bias, -inf where `mask` hides the key. A row that sees no key has
+lse = +inf, O = 0 and zero gradients (FlashAttention's convention), never NaN. The backward recomputes
+P = exp(S - lse) from lse, as the kernels do, then
+    D = rowsum(dO * O),  dS = P * (dO V^T - D)   (dS is the gradient of L wrt S, so dbias = dS)
+    dQ = scale * dS K,   dK = scale * dS^T Q,   dV = P^T dO   (dK, dV summed over each GQA group).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from .dtypes import STORAGE, round_to
+from .errors import Reason, SpecError
+from .spec import Mask
+
+
+@dataclass(frozen=True, eq=False)
+class Forward:
+    o: np.ndarray     # [B, Hq, Sq, Dv]
+    p: np.ndarray     # [B, Hq, Sq, Sk] softmax probabilities, 0 where masked
+    lse: np.ndarray   # [B, Hq, Sq] natural log, +inf for a row that sees no key
+
+
+@dataclass(frozen=True, eq=False)
+class Gradients:
+    dq: np.ndarray
+    dk: np.ndarray
+    dv: np.ndarray
+    d: np.ndarray                     # [B, Hq, Sq] rowsum(dO * O), the dot_do_o stage's result
+    dbias: np.ndarray | None = None   # shaped like the bias; None without a bias
+
+    def named(self) -> dict[str, np.ndarray]:
+        """The gradients a kernel outputs, by buffer name (dbias only when there is one)."""
+        out = {"dq": self.dq, "dk": self.dk, "dv": self.dv}
+        if self.dbias is not None:
+            out["dbias"] = self.dbias
+        return out
+
+
+# ---------------------------------------------------------------------------------------------------
+# masks and biases
+
+def visible_matrix(mask: Mask, seqlen_q: int, seqlen_k: int) -> np.ndarray:
+    """[Sq, Sk] booleans: which keys each query row sees (spec.Mask.visible is the one definition)."""
+    rows = np.arange(seqlen_q).reshape(-1, 1)
+    cols = np.arange(seqlen_k).reshape(1, -1)
+    return np.broadcast_to(mask.visible(rows, cols, seqlen_q, seqlen_k), (seqlen_q, seqlen_k))
+
+
+def alibi_slopes(heads: int) -> np.ndarray:
+    """The usual geometric ALiBi slopes 2^(-8 (h+1) / heads), one per query head."""
+    return 2.0 ** (-8.0 * np.arange(1, heads + 1) / heads)
+
+
+def alibi_bias(slopes, seqlen_q: int, seqlen_k: int) -> np.ndarray:
+    """ALiBi as an elementwise bias: -slope * |i + Sk - Sq - j| (bottom-right aligned, as FlashAttention;
+    -slope * |i - j| when Sq == Sk). slopes [Hq] or [B, Hq] -> bias [Hq, Sq, Sk] or [B, Hq, Sq, Sk]."""
+    slopes = np.asarray(slopes, dtype=np.float64)
+    rows = np.arange(seqlen_q).reshape(-1, 1)
+    cols = np.arange(seqlen_k).reshape(1, -1)
+    distance = np.abs(rows + (seqlen_k - seqlen_q) - cols)
+    return -slopes[..., None, None] * distance
+
+
+# ---------------------------------------------------------------------------------------------------
+# validation
+
+def is_positive_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def _check_problem(q, k, v, *, mask: Mask, scale, gqa_ratio, o=None, do=None, lse=None, bias=None):
+    """Raise SpecError naming every tensor whose shape does not fit the others."""
+    reasons = list(mask.reasons())
+    if not (isinstance(scale, (int, float, np.number)) and np.isfinite(scale) and scale > 0):
+        reasons.append(Reason("scale", f"softmax scale must be finite and > 0 (got {scale!r})"))
+    if not is_positive_int(gqa_ratio):
+        reasons.append(Reason("gqa_ratio", f"must be a positive integer (got {gqa_ratio!r})"))
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        if np.ndim(x) != 4 or 0 in np.shape(x):
+            reasons.append(Reason(name, "must be rank 4 [batch, heads, seqlen, hdim] with no empty dimension "
+                                        f"(got shape {np.shape(x)})"))
+    if reasons:
+        raise SpecError(reasons)
+    (b, hq, sq, dq), (_, _, sk, _), dv = np.shape(q), np.shape(k), np.shape(v)[3]
+    expected = {
+        "k": (b, hq // gqa_ratio, sk, dq), "v": (b, hq // gqa_ratio, sk, dv),
+        "o": (b, hq, sq, dv), "do": (b, hq, sq, dv), "lse": (b, hq, sq),
+    }
+    if hq % gqa_ratio:
+        reasons.append(Reason("q", f"heads_q = {hq} is not a multiple of gqa_ratio = {gqa_ratio}",
+                              "use heads_q = heads_kv * gqa_ratio"))
+    for name, x in (("k", k), ("v", v), ("o", o), ("do", do), ("lse", lse)):
+        if x is not None and np.shape(x) != expected[name]:
+            reasons.append(Reason(name, f"has shape {np.shape(x)}, expected {expected[name]} "
+                                        f"from q {np.shape(q)}, v's hdim {dv} and gqa_ratio {gqa_ratio}"))
+    if bias is not None:
+        scores = (b, hq, sq, sk)
+        try:
+            fits = np.ndim(bias) <= 4 and np.broadcast_shapes(np.shape(bias), scores) == scores
+        except ValueError:
+            fits = False
+        if not fits:
+            reasons.append(Reason("bias", f"shape {np.shape(bias)} does not broadcast to the scores {scores}"))
+    if reasons:
+        raise SpecError(reasons)
+
+
+# ---------------------------------------------------------------------------------------------------
+# shared numerics
+
+@dataclass(frozen=True)
+class _Arithmetic:
+    """How a reference computes: its accumulation type, and the rounding a kernel applies to a value
+    it stores in the element type (P and dS before they meet T operands, and the outputs)."""
+
+    acc: type
+    store: Callable[[np.ndarray], np.ndarray]
+
+
+_EXACT = _Arithmetic(np.float64, lambda x: x)
+
+
+def _lowp_arithmetic(dtype: str) -> _Arithmetic:
+    if dtype not in STORAGE:
+        raise SpecError([Reason("dtype", f"unknown element type {dtype!r}", f"use one of {', '.join(STORAGE)}")])
+    return _Arithmetic(np.float32, lambda x: round_to(x, dtype).astype(np.float32))
+
+
+def _swap(x: np.ndarray) -> np.ndarray:
+    return np.swapaxes(x, -1, -2)
+
+
+def _expand_kv(x: np.ndarray, gqa_ratio: int) -> np.ndarray:
+    """kv heads -> query heads: query head h reads kv head h // gqa_ratio."""
+    return np.repeat(x, gqa_ratio, axis=1)
+
+
+def _reduce_kv(x: np.ndarray, gqa_ratio: int) -> np.ndarray:
+    """Sum a per-query-head gradient over each GQA group (the inverse of _expand_kv)."""
+    b, hq, s, d = x.shape
+    return x.reshape(b, hq // gqa_ratio, gqa_ratio, s, d).sum(axis=2)
+
+
+def _reduce_to_shape(x: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """Sum x over the dimensions that were broadcast from `shape` (the gradient of a broadcast)."""
+    x = x.sum(axis=tuple(range(x.ndim - len(shape))))
+    kept = tuple(i for i, n in enumerate(shape) if n == 1 and x.shape[i] != 1)
+    return x.sum(axis=kept, keepdims=True)
+
+
+def _scores(q, k_exp, *, mask: Mask, scale, bias, acc) -> np.ndarray:
+    """scale * Q K^T + bias in `acc`, -inf where the key is masked."""
+    s = (q @ _swap(k_exp)) * acc(scale)
+    if bias is not None:
+        s = s + np.asarray(bias, dtype=acc)
+    visible = visible_matrix(mask, q.shape[2], k_exp.shape[2])
+    return np.where(visible, s, acc(-np.inf))
+
+
+@dataclass(frozen=True, eq=False)
+class _Terms:
+    """The backward's per-score intermediates, shared by the full and the key-tiled dQ."""
+
+    q: np.ndarray
+    k_exp: np.ndarray   # k expanded to the query heads
+    do: np.ndarray
+    p: np.ndarray
+    ds: np.ndarray
+    d: np.ndarray
+
+
+def _backward_terms(q, k, v, o, do, lse, *, mask, scale, gqa_ratio, bias, arith: _Arithmetic) -> _Terms:
+    _check_problem(q, k, v, mask=mask, scale=scale, gqa_ratio=gqa_ratio, o=o, do=do, lse=lse, bias=bias)
+    q, k, v, o, do, lse = (np.asarray(x, dtype=arith.acc) for x in (q, k, v, o, do, lse))
+    k_exp = _expand_kv(k, gqa_ratio)
+    s = _scores(q, k_exp, mask=mask, scale=scale, bias=bias, acc=arith.acc)
+    # lse = +inf (row sees no key) and s = -inf (masked) both give exp(-inf) = 0: no NaN.
+    p = np.exp(s - lse[..., None])
+    d = np.sum(do * o, axis=-1)
+    dp = do @ _swap(_expand_kv(v, gqa_ratio))
+    ds = p * (dp - d[..., None])
+    return _Terms(q, k_exp, do, p, ds, d)
+
+
+def _gradients(terms: _Terms, *, scale, gqa_ratio, bias, arith: _Arithmetic) -> Gradients:
+    scale = arith.acc(scale)
+    p, ds = arith.store(terms.p), arith.store(terms.ds)
+    dq = (ds @ terms.k_exp) * scale
+    dk = _reduce_kv(_swap(ds) @ terms.q, gqa_ratio) * scale
+    dv = _reduce_kv(_swap(p) @ terms.do, gqa_ratio)
+    dbias = None if bias is None else arith.store(_reduce_to_shape(terms.ds, np.shape(bias)))
+    out = [None if g is None else arith.store(g).astype(np.float64) for g in (dq, dk, dv, dbias)]
+    return Gradients(out[0], out[1], out[2], terms.d, out[3])
+
+
+# ---------------------------------------------------------------------------------------------------
+# public oracles
+
+def forward(q, k, v, *, mask: Mask, scale: float, gqa_ratio: int, bias=None) -> Forward:
+    """Attention forward in float64: O, P and the natural-log lse (+inf for rows that see no key)."""
+    _check_problem(q, k, v, mask=mask, scale=scale, gqa_ratio=gqa_ratio, bias=bias)
+    q, k, v = (np.asarray(x, dtype=np.float64) for x in (q, k, v))
+    s = _scores(q, _expand_kv(k, gqa_ratio), mask=mask, scale=scale, bias=bias, acc=np.float64)
+    row_max = s.max(axis=-1)
+    empty = row_max == -np.inf
+    shift = np.where(empty, 0.0, row_max)
+    e = np.exp(s - shift[..., None])
+    total = np.where(empty, 1.0, e.sum(axis=-1))
+    p = e / total[..., None]
+    lse = np.where(empty, np.inf, shift + np.log(total))
+    return Forward(o=p @ _expand_kv(v, gqa_ratio), p=p, lse=lse)
+
+
+def backward(q, k, v, o, do, lse, *, mask: Mask, scale: float, gqa_ratio: int, bias=None) -> Gradients:
+    """dQ, dK, dV (and dbias, shaped like `bias`) in float64, with P recomputed from `lse`."""
+    args = dict(mask=mask, scale=scale, gqa_ratio=gqa_ratio, bias=bias)
+    terms = _backward_terms(q, k, v, o, do, lse, arith=_EXACT, **args)
+    return _gradients(terms, scale=scale, gqa_ratio=gqa_ratio, bias=bias, arith=_EXACT)
+
+
+def lowp_backward(q, k, v, o, do, lse, *, dtype: str, mask: Mask, scale: float, gqa_ratio: int,
+                  bias=None) -> Gradients:
+    """The backward as a `dtype` kernel computes it: f32 arithmetic and accumulation, P and dS rounded
+    to `dtype` before they multiply dtype operands, outputs rounded to `dtype` (values as float64).
+    The tolerance policy measures how far this lands from the float64 oracle."""
+    arith = _lowp_arithmetic(dtype)
+    args = dict(mask=mask, scale=scale, gqa_ratio=gqa_ratio, bias=bias)
+    terms = _backward_terms(q, k, v, o, do, lse, arith=arith, **args)
+    return _gradients(terms, scale=scale, gqa_ratio=gqa_ratio, bias=bias, arith=arith)
+
+
+def backward_deterministic_dq(q, k, v, o, do, lse, *, mask: Mask, scale: float, gqa_ratio: int,
+                              tile_k: int, bias=None) -> tuple[np.ndarray, np.ndarray]:
+    """dQ as a deterministic kernel builds it: key tile t (keys [t*tile_k, (t+1)*tile_k)) writes its own
+    buffer, then the buffers are summed in tile order. Returns (dq, buffers [n_tiles, B, Hq, Sq, Dq])."""
+    if not is_positive_int(tile_k):
+        raise SpecError([Reason("tile_k", f"must be a positive integer (got {tile_k!r})")])
+    terms = _backward_terms(q, k, v, o, do, lse, mask=mask, scale=scale, gqa_ratio=gqa_ratio, bias=bias,
+                            arith=_EXACT)
+    seqlen_k = terms.k_exp.shape[2]
+    buffers = np.stack([
+        (terms.ds[..., start:start + tile_k] @ terms.k_exp[:, :, start:start + tile_k]) * scale
+        for start in range(0, seqlen_k, tile_k)
+    ])
+    dq = np.zeros_like(buffers[0])
+    for buffer in buffers:  # a fixed summation order is the point of deterministic mode
+        dq += buffer
+    return dq, buffers
+
+
+def finite_difference_check(q, k, v, do, *, mask: Mask, scale: float, gqa_ratio: int, bias=None,
+                            samples: int = 6, eps: float = 1e-5, seed: int = 0) -> float:
+    """Max relative error of `backward` against central differences of L = sum(O * dO), over `samples`
+    random elements of each of q, k, v (and bias). The error of one element is
+    |analytic - numeric| / max(|analytic|, |numeric|, 1e-3 * max|gradient tensor|, 1e-6): the floor
+    keeps elements whose gradient is (near) zero from dividing round-off by zero."""
+    inputs = {"q": q, "k": k, "v": v}
+    if bias is not None:
+        inputs["bias"] = bias
+    inputs = {name: np.array(x, dtype=np.float64) for name, x in inputs.items()}
+    do = np.asarray(do, dtype=np.float64)
+
+    def loss(values: dict[str, np.ndarray]) -> float:
+        fwd = forward(values["q"], values["k"], values["v"], mask=mask, scale=scale, gqa_ratio=gqa_ratio,
+                      bias=values.get("bias"))
+        return float(np.sum(fwd.o * do))
+
+    fwd = forward(inputs["q"], inputs["k"], inputs["v"], mask=mask, scale=scale, gqa_ratio=gqa_ratio,
+                  bias=inputs.get("bias"))
+    grads = backward(inputs["q"], inputs["k"], inputs["v"], fwd.o, do, fwd.lse, mask=mask, scale=scale,
+                     gqa_ratio=gqa_ratio, bias=inputs.get("bias"))
+    analytic = {"q": grads.dq, "k": grads.dk, "v": grads.dv, "bias": grads.dbias}
+    rng = np.random.default_rng(seed)
+    worst = 0.0
+    for name, x in inputs.items():
+        floor = max(1e-3 * float(np.max(np.abs(analytic[name]))), 1e-6)
+        for flat in rng.choice(x.size, size=min(samples, x.size), replace=False):
+            index = np.unravel_index(flat, x.shape)
+            original = x[index]
+            x[index] = original + eps
+            plus = loss(inputs)
+            x[index] = original - eps
+            minus = loss(inputs)
+            x[index] = original
+            numeric = (plus - minus) / (2 * eps)
+            exact = float(analytic[name][index])
+            worst = max(worst, abs(exact - numeric) / max(abs(exact), abs(numeric), floor))
+    return worst

@@ -1,0 +1,147 @@
+"""Test problems: random inputs in a kernel's storage, their float64 values and the reference gradients.
+
+Numpy only (importable without MLIR). `make_problem(spec, size)` draws q, k, v, dO, rounds them to
+spec.dtype, runs the oracle forward for O (rounded to dtype) and lse (f32), and keeps both what the
+kernel reads (`Problem.tensors`) and the float64 values the oracle uses (`Problem.values`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from . import oracle
+from .dtypes import round_to, to_storage
+from .errors import Reason, SpecError
+from .spec import BIAS_KINDS, AttentionBwdSpec
+from .tolerance import GradCheck, check_gradients
+
+LAYOUTS = ("bhsd", "bshd")
+# Scores come out with standard deviation ~1 after the 1/sqrt(hdim) scale: a softmax that is neither
+# flat nor one-hot, so every term of the backward matters.
+QK_STD = 1.0
+VALUE_STD = 0.5   # v, dO and an elementwise bias
+
+
+@dataclass(frozen=True)
+class ProblemSize:
+    """Runtime sizes of one problem; heads_kv follows from the spec's gqa_ratio."""
+
+    batch: int
+    heads_q: int
+    seqlen_q: int
+    seqlen_k: int
+
+    def heads_kv(self, gqa_ratio: int) -> int:
+        return self.heads_q // gqa_ratio
+
+    def reasons(self, spec: AttentionBwdSpec) -> list[Reason]:
+        sizes = {name: getattr(self, name) for name in ("batch", "heads_q", "seqlen_q", "seqlen_k")}
+        out = [Reason(name, f"must be a positive integer (got {value!r})")
+               for name, value in sizes.items() if not oracle.is_positive_int(value)]
+        if not out and self.heads_q % spec.gqa_ratio:
+            out.append(Reason("heads_q", f"{self.heads_q} query heads are not a multiple of gqa_ratio "
+                                         f"{spec.gqa_ratio}", f"use a multiple of {spec.gqa_ratio}"))
+        return out
+
+
+@dataclass(frozen=True, eq=False)
+class Problem:
+    spec: AttentionBwdSpec
+    size: ProblemSize
+    layout: str
+    # What the kernel reads, by buffer name: q k v o do lse (plus bias / alibi_slopes with a bias), in
+    # logical BHSD shape and storage dtype (bf16 as uint16 bits; lse f32). For layout "bshd" the rank-4
+    # arrays are transposed views of contiguous BSHD storage.
+    tensors: dict[str, np.ndarray]
+    # The same tensors as float64 values, contiguous BHSD; "bias" is the bias the oracle adds (for
+    # alibi: the slopes expanded by oracle.alibi_bias).
+    values: dict[str, np.ndarray]
+    _cache: dict = field(default_factory=dict, init=False, repr=False)
+
+    @property
+    def hdim(self) -> int:
+        """The head dim the tolerance table keys on."""
+        return max(self.spec.hdim_q, self.spec.hdim_v)
+
+    def _inputs(self) -> tuple:
+        return tuple(self.values[n] for n in ("q", "k", "v", "o", "do", "lse"))
+
+    def _options(self) -> dict:
+        return dict(mask=self.spec.mask, scale=self.spec.scale, gqa_ratio=self.spec.gqa_ratio,
+                    bias=self.values.get("bias"))
+
+    def oracle_gradients(self) -> oracle.Gradients:
+        """float64 gradients (cached)."""
+        if "oracle" not in self._cache:
+            self._cache["oracle"] = oracle.backward(*self._inputs(), **self._options())
+        return self._cache["oracle"]
+
+    def lowp_gradients(self) -> oracle.Gradients:
+        """Gradients as a spec.dtype kernel computes them, for the tolerance policy (cached)."""
+        if "lowp" not in self._cache:
+            self._cache["lowp"] = oracle.lowp_backward(*self._inputs(), dtype=self.spec.dtype, **self._options())
+        return self._cache["lowp"]
+
+    def check(self, kernel: dict) -> list[GradCheck]:
+        """tolerance.check_gradients of a kernel's outputs against this problem's references."""
+        return check_gradients(kernel, self.oracle_gradients(), self.lowp_gradients(), self.spec.dtype, self.hdim)
+
+
+def _storage_view(values: np.ndarray, dtype: str, layout: str) -> np.ndarray:
+    """Values [B, H, S, D] -> the kernel's array in logical shape; for bshd a view of BSHD storage."""
+    if layout == "bhsd":
+        return np.ascontiguousarray(to_storage(values, dtype))
+    return np.ascontiguousarray(to_storage(values.transpose(0, 2, 1, 3), dtype)).transpose(0, 2, 1, 3)
+
+
+def _check(spec: AttentionBwdSpec, size: ProblemSize, layout: str) -> None:
+    # Bias and deterministic mode are reserved in the compiler's spec check, but the oracle has them.
+    reasons = replace(spec, bias="none", dbias=False, deterministic=False).reasons()
+    if spec.bias not in BIAS_KINDS:
+        reasons.append(Reason("bias", f"unknown bias kind {spec.bias!r}", f"use one of {', '.join(BIAS_KINDS)}"))
+    if not reasons:
+        reasons = size.reasons(spec)
+    if layout not in LAYOUTS:
+        reasons.append(Reason("layout", f"unknown layout {layout!r}", f"use one of {', '.join(LAYOUTS)}"))
+    if reasons:
+        raise SpecError(reasons)
+
+
+def make_problem(spec: AttentionBwdSpec, size: ProblemSize, seed: int = 0, layout: str = "bhsd") -> Problem:
+    """Random inputs for `spec` at `size` (the same seed gives the same problem), with O and lse from
+    the oracle forward. An elementwise bias is [heads_q, Sq, Sk] in spec.dtype; alibi gives f32 slopes
+    [heads_q] (both shapes provisional until docs/ir.md defines the bias operands)."""
+    _check(spec, size, layout)
+    rng = np.random.default_rng(seed)
+    b, hq, sq, sk = size.batch, size.heads_q, size.seqlen_q, size.seqlen_k
+    hk = size.heads_kv(spec.gqa_ratio)
+
+    def draw(shape, std):
+        return round_to(rng.standard_normal(shape) * std, spec.dtype)
+
+    values = {
+        "q": draw((b, hq, sq, spec.hdim_q), QK_STD),
+        "k": draw((b, hk, sk, spec.hdim_q), QK_STD),
+        "v": draw((b, hk, sk, spec.hdim_v), VALUE_STD),
+        "do": draw((b, hq, sq, spec.hdim_v), VALUE_STD),
+    }
+    extra_tensors = {}
+    if spec.bias == "elementwise":
+        values["bias"] = draw((hq, sq, sk), VALUE_STD)
+        extra_tensors["bias"] = to_storage(values["bias"], spec.dtype)
+    elif spec.bias == "alibi":
+        slopes = oracle.alibi_slopes(hq).astype(np.float32)
+        values["bias"] = oracle.alibi_bias(slopes, sq, sk)
+        extra_tensors["alibi_slopes"] = slopes
+
+    fwd = oracle.forward(values["q"], values["k"], values["v"], mask=spec.mask, scale=spec.scale,
+                         gqa_ratio=spec.gqa_ratio, bias=values.get("bias"))
+    values["o"] = round_to(fwd.o, spec.dtype)
+    lse = fwd.lse.astype(np.float32)
+    values["lse"] = lse.astype(np.float64)
+
+    tensors = {name: _storage_view(values[name], spec.dtype, layout) for name in ("q", "k", "v", "o", "do")}
+    tensors["lse"] = lse
+    tensors.update(extra_tensors)
+    return Problem(spec, size, layout, tensors, values)

@@ -1,0 +1,171 @@
+"""Kernel arguments: binding a launch to buffers, flattening memrefs, packing the kernarg blob.
+
+The ABI is upstream MLIR's default memref convention (docs/ir.md, Level 3): a rank-r memref argument is
+`allocated ptr, aligned ptr, offset i64, sizes[r] i64, strides[r] i64`, strides in elements. The blob
+places every field at its natural alignment, as the AMDGPU and NVPTX backends lay kernel parameters out;
+on AMD the result is checked against the code object's own metadata before a launch.
+"""
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import Mapping, Sequence, Union
+
+import numpy as np
+from numpy.lib.stride_tricks import as_strided
+
+from ..errors import RuntimeLaunchError
+
+# field type -> (struct format, size in bytes); each is aligned to its size.
+FIELD_TYPES = {"ptr": ("Q", 8), "i64": ("q", 8), "i32": ("i", 4), "f32": ("f", 4)}
+SCALAR_TYPES = ("i64", "i32", "f32")
+
+
+@dataclass(frozen=True)
+class DeviceBuffer:
+    """A tensor in device memory: its element 0 at `address`, strides in elements, offset 0."""
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+    address: int
+    allocation: object = None  # the executor's Allocation (the CPU executor reads through it)
+
+
+@dataclass(frozen=True)
+class ScalarArg:
+    name: str
+    type: str  # one of SCALAR_TYPES
+    value: Union[int, float]
+
+
+KernelArg = Union[DeviceBuffer, ScalarArg]
+
+
+def strided_view(flat: np.ndarray, shape: Sequence[int], strides: Sequence[int]) -> np.ndarray:
+    """The tensor a memref descriptor describes over `flat`, its elements from index 0 (strides in elements)."""
+    return as_strided(flat, tuple(shape), tuple(s * flat.itemsize for s in strides))
+
+
+@dataclass(frozen=True)
+class ArgField:
+    """One flattened kernel parameter at its byte offset in the kernarg blob."""
+
+    name: str  # e.g. "q.aligned", "q.sizes[2]"
+    type: str  # a FIELD_TYPES key
+    value: Union[int, float]
+    offset: int
+
+    @property
+    def size(self) -> int:
+        return FIELD_TYPES[self.type][1]
+
+    @property
+    def format(self) -> str:
+        return FIELD_TYPES[self.type][0]
+
+
+@dataclass(frozen=True)
+class PackedArgs:
+    fields: tuple[ArgField, ...]
+    blob: bytes
+
+    @property
+    def size(self) -> int:
+        return len(self.blob)
+
+
+def bind_args(kernel: str, kernel_args: Sequence[dict], names: Sequence[str],
+              buffers: Mapping[str, DeviceBuffer]) -> list[KernelArg]:
+    """The arguments of one launch: `names` (the step's buffers) checked against the manifest kernel's
+    parameter list (`{"buffer", "rank", "dtype"}` memrefs or `{"name", "type", "value"}` scalars)."""
+    memrefs = [a for a in kernel_args if "buffer" in a]
+    if len(memrefs) != len(names):
+        raise RuntimeLaunchError(f"kernel {kernel} takes {len(memrefs)} buffers but its launch step names "
+                                 f"{len(names)}: {list(names)}")
+    bound: list[KernelArg] = []
+    step_names = iter(names)
+    for index, param in enumerate(kernel_args):
+        if "buffer" not in param:
+            bound.append(_scalar(kernel, index, param))
+            continue
+        buf = buffers[next(step_names)]
+        if param.get("rank") != len(buf.shape) or param.get("dtype") != buf.dtype:
+            raise RuntimeLaunchError(
+                f"kernel {kernel} parameter {index} is a rank-{param.get('rank')} {param.get('dtype')} memref, "
+                f"but buffer {buf.name!r} is rank-{len(buf.shape)} {buf.dtype}")
+        bound.append(buf)
+    return bound
+
+
+def _scalar(kernel: str, index: int, param: dict) -> ScalarArg:
+    if param.get("type") not in SCALAR_TYPES or not isinstance(param.get("value"), (int, float)):
+        raise RuntimeLaunchError(f"kernel {kernel} parameter {index} ({param!r}) is neither a buffer nor a "
+                                 f"scalar {{\"type\": one of {SCALAR_TYPES}, \"value\": number}}")
+    return ScalarArg(param.get("name", f"arg{index}"), param["type"], param["value"])
+
+
+def flatten_args(args: Sequence[KernelArg]) -> list[tuple[str, str, Union[int, float]]]:
+    """(field name, field type, value) for every kernel parameter, memrefs expanded."""
+    flat = []
+    for arg in args:
+        if isinstance(arg, ScalarArg):
+            flat.append((arg.name, arg.type, arg.value))
+            continue
+        flat += [(f"{arg.name}.allocated", "ptr", arg.address), (f"{arg.name}.aligned", "ptr", arg.address),
+                 (f"{arg.name}.offset", "i64", 0)]
+        flat += [(f"{arg.name}.sizes[{d}]", "i64", n) for d, n in enumerate(arg.shape)]
+        flat += [(f"{arg.name}.strides[{d}]", "i64", s) for d, s in enumerate(arg.strides)]
+    return flat
+
+
+def pack_args(args: Sequence[KernelArg]) -> PackedArgs:
+    """Lay the flattened parameters out at natural alignment; the blob is padded to 8 bytes."""
+    fields, offset = [], 0
+    for name, kind, value in flatten_args(args):
+        size = FIELD_TYPES[kind][1]
+        offset = _align(offset, size)
+        fields.append(ArgField(name, kind, value, offset))
+        offset += size
+    blob = bytearray(_align(offset, 8))
+    for field in fields:
+        struct.pack_into("<" + field.format, blob, field.offset, field.value)
+    return PackedArgs(tuple(fields), bytes(blob))
+
+
+def _align(offset: int, alignment: int) -> int:
+    return -(-offset // alignment) * alignment
+
+
+def check_against_metadata(kernel: str, packed: PackedArgs, metadata: dict) -> None:
+    """Raise RuntimeLaunchError unless the code object lays the kernel's arguments out as `packed` does.
+
+    `metadata` is the kernel's entry of hsaco_metadata.read_hsaco_metadata: "args" (offset, size,
+    value_kind) and "kernarg_segment_size". Hidden arguments (value_kind hidden_*) follow the explicit
+    ones; the HIP runtime fills them.
+    """
+    args = metadata_field(metadata, "args", kernel)
+    explicit = [a for a in args if not str(metadata_field(a, "value_kind", kernel)).startswith("hidden")]
+    if len(explicit) != len(packed.fields):
+        raise RuntimeLaunchError(f"kernel {kernel}: the code object has {len(explicit)} explicit arguments, the "
+                                 f"runtime packs {len(packed.fields)} (the bundle and its binary disagree)")
+    for field, arg in zip(packed.fields, explicit):
+        got = tuple(metadata_field(arg, key, kernel) for key in ("offset", "size", "value_kind"))
+        expected_kind = "global_buffer" if field.type == "ptr" else "by_value"
+        if got != (field.offset, field.size, expected_kind):
+            raise RuntimeLaunchError(
+                f"kernel {kernel}: argument {field.name} is packed at offset {field.offset} size {field.size} "
+                f"({expected_kind}) but the code object expects offset {got[0]} size {got[1]} ({got[2]})")
+    segment = metadata_field(metadata, "kernarg_segment_size", kernel)
+    end = packed.fields[-1].offset + packed.fields[-1].size if packed.fields else 0
+    hidden = len(args) > len(explicit)
+    if end > segment or (not hidden and _align(segment, 8) != packed.size):
+        raise RuntimeLaunchError(f"kernel {kernel}: the code object's kernarg segment is {segment} bytes but "
+                                 f"the runtime packs {packed.size}")
+
+
+def metadata_field(metadata: dict, key: str, kernel: str):
+    if key not in metadata:
+        raise RuntimeLaunchError(f"kernel {kernel}: code-object metadata lacks {key!r}")
+    return metadata[key]

@@ -1,0 +1,200 @@
+"""A compiled kernel set on disk: `manifest.json` (the launch plan of docs/ir.md) plus the files it names.
+
+The compile side builds a Bundle and saves it; the runtime loads it on a machine without MLIR. Every
+manifest is validated when a Bundle is made, so a broken bundle fails at load with the key it lacks,
+not halfway through a launch.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import RuntimeLaunchError
+from ..spec import AttentionBwdSpec, Mask
+from ..target import TARGETS, Target
+
+FORMAT = "fmha-bundle/1"
+MANIFEST_FILE = "manifest.json"
+REQUIRED_KEYS = ("format", "spec", "target", "binary", "interp_ir", "buffers", "steps", "kernels")
+BUFFER_ROLES = ("input", "output", "workspace")
+BINARY_FORMATS = {"rocdl": ("hsaco",), "nvvm": ("ptx", "cubin")}  # by Target.backend
+
+
+def spec_to_json(spec: AttentionBwdSpec) -> dict:
+    """The manifest's "spec" object: the spec's fields, the mask as a nested object."""
+    return dataclasses.asdict(spec)
+
+
+def spec_from_json(data: dict) -> AttentionBwdSpec:
+    """Rebuild the spec from the manifest's "spec" object; RuntimeLaunchError if it is not a valid spec."""
+    if not isinstance(data, dict):
+        raise RuntimeLaunchError(f"manifest key 'spec' must be an object, got {type(data).__name__}")
+    fields = dict(data)
+    try:
+        mask = fields.pop("mask", {})
+        spec = AttentionBwdSpec(**fields, mask=Mask(**mask))
+    except (TypeError, ValueError) as exc:
+        raise RuntimeLaunchError(f"manifest key 'spec' does not describe a spec: {exc}") from None
+    reasons = spec.reasons()
+    if reasons:
+        raise RuntimeLaunchError("manifest key 'spec' is invalid: " + "; ".join(map(str, reasons)))
+    return spec
+
+
+@dataclass(frozen=True)
+class Bundle:
+    """The manifest (parsed JSON) and the contents of the files it names, by file name."""
+
+    manifest: dict
+    files: dict[str, bytes]
+
+    def __post_init__(self):
+        _validate_manifest(self.manifest, self.files)
+
+    # -- files ---------------------------------------------------------------------------------------
+
+    def save(self, directory) -> Path:
+        """Write manifest.json and every file into `directory` (created if missing); returns its path."""
+        path = Path(directory)
+        path.mkdir(parents=True, exist_ok=True)
+        (path / MANIFEST_FILE).write_text(json.dumps(self.manifest, indent=1) + "\n")
+        for name, data in self.files.items():
+            (path / name).write_bytes(data)
+        return path
+
+    @classmethod
+    def load(cls, directory) -> "Bundle":
+        """Read a bundle written by `save`; RuntimeLaunchError naming the file or key that is wrong."""
+        path = Path(directory)
+        manifest_path = path / MANIFEST_FILE
+        if not manifest_path.is_file():
+            raise RuntimeLaunchError(f"{manifest_path}: no bundle manifest here (build one with fmha-compile -o DIR)")
+        try:
+            manifest = json.loads(manifest_path.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise RuntimeLaunchError(f"{manifest_path}: not valid JSON: {exc}") from None
+        files = {f.name: f.read_bytes() for f in path.iterdir() if f.is_file() and f.name != MANIFEST_FILE}
+        try:
+            return cls(manifest, files)
+        except RuntimeLaunchError as exc:
+            raise RuntimeLaunchError(f"{manifest_path}: {exc}") from None
+
+    # -- accessors -----------------------------------------------------------------------------------
+
+    @property
+    def spec(self) -> AttentionBwdSpec:
+        return spec_from_json(self.manifest["spec"])
+
+    @property
+    def target(self) -> Target:
+        return TARGETS[self.manifest["target"]["arch"]]
+
+    @property
+    def binary(self) -> bytes:
+        return self.files[self.manifest["binary"]["file"]]
+
+    @property
+    def binary_format(self) -> str:
+        """'hsaco', 'cubin' or 'ptx'."""
+        return self.manifest["binary"]["format"]
+
+    @property
+    def interp_ir(self) -> str:
+        """The generic-form kernel IR the CPU interpreter runs."""
+        return self.files[self.manifest["interp_ir"]].decode()
+
+    @property
+    def kernels(self) -> dict:
+        return self.manifest["kernels"]
+
+    @property
+    def steps(self) -> list:
+        return self.manifest["steps"]
+
+    @property
+    def buffers(self) -> dict:
+        return self.manifest["buffers"]
+
+
+def _validate_manifest(manifest, files) -> None:
+    if not isinstance(manifest, dict):
+        raise RuntimeLaunchError(f"the manifest must be a JSON object, got {type(manifest).__name__}")
+    if manifest.get("format") != FORMAT:
+        raise RuntimeLaunchError(f"manifest key 'format' is {manifest.get('format')!r}; this runtime reads "
+                                 f"{FORMAT!r} (rebuild the bundle with this version's fmha-compile)")
+    missing = [key for key in REQUIRED_KEYS if key not in manifest]
+    if missing:
+        raise RuntimeLaunchError(f"manifest lacks key(s) {', '.join(map(repr, missing))}")
+    for name in files:
+        if not name or "/" in name or "\\" in name or name in (".", "..", MANIFEST_FILE):
+            raise RuntimeLaunchError(f"bundle file name {name!r} is not a plain file name")
+    spec_from_json(manifest["spec"])
+    _validate_target(manifest["target"])
+    binary = _require(manifest, "binary", dict)
+    _require_file(binary.get("file"), files, "binary.file")
+    allowed = BINARY_FORMATS[manifest["target"]["backend"]]
+    if binary.get("format") not in allowed:
+        raise RuntimeLaunchError(f"manifest key 'binary.format' is {binary.get('format')!r}; "
+                                 f"{manifest['target']['arch']} takes {' or '.join(allowed)}")
+    _require_file(manifest["interp_ir"], files, "interp_ir")
+    buffers = _require(manifest, "buffers", dict)
+    for name, buf in buffers.items():
+        if not isinstance(buf, dict) or buf.get("role") not in BUFFER_ROLES or "dtype" not in buf:
+            raise RuntimeLaunchError(f"manifest buffer {name!r} needs a 'role' in {BUFFER_ROLES} and a 'dtype'")
+        if buf["role"] == "workspace" and buf.get("like") not in buffers:
+            raise RuntimeLaunchError(f"manifest workspace {name!r} needs 'like': the name of another buffer")
+    kernels = _require(manifest, "kernels", dict)
+    for index, step in enumerate(_require(manifest, "steps", list)):
+        _validate_step(index, step, buffers, kernels)
+
+
+def _validate_target(target) -> None:
+    arch = target.get("arch") if isinstance(target, dict) else None
+    if arch not in TARGETS:
+        raise RuntimeLaunchError(f"manifest key 'target.arch' is {arch!r}; known: {', '.join(TARGETS)}")
+    known = TARGETS[arch]
+    for key in ("backend", "wave_size"):
+        if target.get(key) != getattr(known, key):
+            raise RuntimeLaunchError(f"manifest key 'target.{key}' is {target.get(key)!r}, but {arch} has "
+                                     f"{getattr(known, key)!r}")
+
+
+def _validate_step(index: int, step, buffers: dict, kernels: dict) -> None:
+    where = f"manifest step {index}"
+    op = step.get("op") if isinstance(step, dict) else None
+    if op == "zero":
+        if step.get("buffer") not in buffers:
+            raise RuntimeLaunchError(f"{where} (zero) names unknown buffer {step.get('buffer')!r}")
+        return
+    if op != "launch":
+        raise RuntimeLaunchError(f"{where} has op {op!r}; known ops: 'zero', 'launch'")
+    kernel = step.get("kernel")
+    if kernel not in kernels:
+        raise RuntimeLaunchError(f"{where} launches {kernel!r}, which is not under 'kernels'")
+    unknown = [a for a in step.get("args", ()) if a not in buffers]
+    if unknown or "args" not in step:
+        raise RuntimeLaunchError(f"{where} ({kernel}) needs 'args' naming buffers; unknown: {unknown}")
+    for key in ("grid", "block"):
+        dims = step.get(key)
+        if not isinstance(dims, list) or len(dims) != 3:
+            raise RuntimeLaunchError(f"{where} ({kernel}) needs '{key}' with 3 entries, got {dims!r}")
+    for dim in step["grid"]:
+        if not (isinstance(dim, dict) and dim.get("buffer") in buffers and isinstance(dim.get("dim"), int)):
+            raise RuntimeLaunchError(f"{where} ({kernel}) grid entry {dim!r} must be "
+                                     "{\"buffer\": <buffer name>, \"dim\": <int>}")
+    if not all(isinstance(b, int) and b > 0 for b in step["block"]):
+        raise RuntimeLaunchError(f"{where} ({kernel}) block {step['block']!r} must be 3 positive integers")
+
+
+def _require(manifest: dict, key: str, kind: type):
+    value = manifest[key]
+    if not isinstance(value, kind):
+        raise RuntimeLaunchError(f"manifest key {key!r} must be a JSON {kind.__name__}, got {type(value).__name__}")
+    return value
+
+
+def _require_file(name, files: dict, key: str) -> None:
+    if name not in files:
+        raise RuntimeLaunchError(f"manifest key {key!r} names file {name!r}, which is not in the bundle")

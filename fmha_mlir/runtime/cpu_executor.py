@@ -1,0 +1,73 @@
+"""The CPU executor: device memory is NumPy, kernels run in the SIMT interpreter on the bundle's IR.
+
+It runs bundles of every target (the interpreter executes the target kernel IR, not the binary), so it
+is the fallback where no GPU is present and the reference for atomic-order experiments.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from ..dtypes import STORAGE
+from ..errors import RuntimeLaunchError
+from .args import DeviceBuffer, KernelArg, strided_view
+from .executor import Allocation, Executor
+
+ATOMIC_ORDERS = ("sequential", "random")
+
+
+class CpuExecutor(Executor):
+    name = "cpu"
+    vendor = None
+
+    def __init__(self, atomic_order: str = "sequential", seed: int = 0):
+        if atomic_order not in ATOMIC_ORDERS:
+            raise RuntimeLaunchError(f"atomic_order must be one of {ATOMIC_ORDERS}, got {atomic_order!r}")
+        self.atomic_order = atomic_order
+        self.seed = seed
+        self._interpreter = None
+
+    @classmethod
+    def available(cls) -> tuple[bool, str]:
+        try:
+            from .interp import Interpreter  # noqa: F401
+        except ImportError as exc:
+            return False, f"the CPU interpreter cannot be imported: {exc}"
+        return True, "the NumPy SIMT interpreter"
+
+    def load(self, bundle) -> None:
+        from .interp import Interpreter  # imported on use: its parser is only needed here
+
+        self.check_bundle(bundle)
+        self._interpreter = Interpreter(bundle.interp_ir, bundle.target.wave_size,
+                                        atomic_order=self.atomic_order, seed=self.seed)
+
+    def alloc(self, nbytes: int) -> Allocation:
+        memory = np.zeros(nbytes, np.uint8)
+        return Allocation(memory.ctypes.data, nbytes, memory)
+
+    def upload(self, allocation: Allocation, host: np.ndarray) -> None:
+        allocation.native[:host.nbytes] = host.reshape(-1).view(np.uint8)
+
+    def download(self, allocation: Allocation, host: np.ndarray) -> None:
+        host.reshape(-1).view(np.uint8)[...] = allocation.native[:host.nbytes]
+
+    def zero(self, allocation: Allocation) -> None:
+        allocation.native[...] = 0
+
+    def launch(self, kernel: str, grid: Sequence[int], block: Sequence[int], args: Sequence[KernelArg],
+               shared_bytes: int = 0) -> None:
+        values = [device_view(arg) if isinstance(arg, DeviceBuffer) else arg.value for arg in args]
+        self._interpreter.run_kernel(kernel, values, tuple(grid), tuple(block))
+
+    def synchronize(self) -> None:
+        """The interpreter runs each launch to completion."""
+
+    def free(self, allocation: Allocation) -> None:
+        """NumPy memory goes with its last reference."""
+
+
+def device_view(buf: DeviceBuffer) -> np.ndarray:
+    """The NumPy view a kernel writes through: the buffer's logical tensor over its allocation."""
+    return strided_view(buf.allocation.native.view(STORAGE[buf.dtype]), buf.shape, buf.strides)

@@ -1,0 +1,140 @@
+"""The HIP executor: AMD GPUs through hip-python (imported on first use).
+
+Kernel arguments go to hipModuleLaunchKernel as one packed kernarg blob through `extra`
+(HIP_LAUNCH_PARAM_BUFFER_POINTER / _SIZE / _END). Before every launch the blob's layout is checked
+against the code object's own metadata (.args offsets and sizes, .kernarg_segment_size), so a bundle
+whose manifest and binary disagree fails with a message instead of reading garbage on the GPU.
+"""
+from __future__ import annotations
+
+import ctypes
+from typing import Sequence
+
+import numpy as np
+
+from ..errors import RuntimeLaunchError
+from .args import KernelArg, check_against_metadata, metadata_field, pack_args
+from .executor import Allocation, Executor
+
+INSTALL_HINT = "pip install hip-python==7.2.2.562.43"
+
+
+def _hip():
+    try:
+        from hip import hip
+    except ImportError:
+        raise RuntimeLaunchError(f"the HIP executor needs hip-python ({INSTALL_HINT})") from None
+    return hip
+
+
+def _check(result: tuple, what: str):
+    """Unpack a HIP call's (hipError_t, *values); a failure becomes RuntimeLaunchError with its name."""
+    err, *values = result
+    if int(err) != 0:  # hipSuccess
+        raise RuntimeLaunchError(f"{what} failed: {getattr(err, 'name', err)}")
+    return values[0] if len(values) == 1 else tuple(values)
+
+
+def code_object_kernels(bundle) -> dict[str, dict]:
+    """Kernel name -> its entry of the AMDGPU metadata note of the bundle's code object."""
+    from .hsaco_metadata import read_hsaco_metadata  # pyelftools + msgpack, needed on AMD machines only
+
+    metadata = read_hsaco_metadata(bundle.binary)
+    if metadata["arch"] != bundle.target.arch:
+        raise RuntimeLaunchError(f"the bundle's manifest says {bundle.target.arch} but its code object is for "
+                                 f"{metadata['arch']}: the bundle is inconsistent")
+    return metadata["kernels"]
+
+
+class HipExecutor(Executor):
+    name = "hip"
+    vendor = "amd"
+
+    def __init__(self, device_index: int = 0):
+        self._hip = _hip()
+        _check(self._hip.hipSetDevice(device_index), f"hipSetDevice({device_index})")
+        props = self._hip.hipDeviceProp_t()
+        _check(self._hip.hipGetDeviceProperties(props, device_index), "hipGetDeviceProperties")
+        # e.g. b"gfx942:sramecc+:xnack-": the chip, then target features
+        self.arch = props.gcnArchName.split(b"\0")[0].decode().split(":")[0]
+        self._module = None
+        self._functions: dict[str, object] = {}
+        self._metadata: dict[str, dict] = {}
+
+    @classmethod
+    def available(cls) -> tuple[bool, str]:
+        try:
+            hip = _hip()
+        except RuntimeLaunchError as exc:
+            return False, str(exc)
+        try:
+            count = _check(hip.hipGetDeviceCount(), "hipGetDeviceCount")
+        except (RuntimeLaunchError, RuntimeError) as exc:  # RuntimeError: hip-python cannot dlopen libamdhip64
+            return False, f"no usable HIP runtime: {exc}"
+        if count == 0:
+            return False, "the HIP runtime sees no device"
+        return True, f"{count} HIP device(s)"
+
+    def load(self, bundle) -> None:
+        self.check_bundle(bundle)
+        if bundle.target.arch != self.arch:
+            raise RuntimeLaunchError(f"the bundle's code object is for {bundle.target.arch}; this GPU is "
+                                     f"{self.arch}: rebuild the bundle for it")
+        self._unload()
+        self._metadata = code_object_kernels(bundle)
+        self._module = _check(self._hip.hipModuleLoadData(bundle.binary), "hipModuleLoadData")
+
+    def _function(self, kernel: str):
+        if self._module is None:
+            raise RuntimeLaunchError("no bundle is loaded: call load(bundle) before launch")
+        if kernel not in self._functions:
+            self._functions[kernel] = _check(self._hip.hipModuleGetFunction(self._module, kernel.encode()),
+                                             f"hipModuleGetFunction({kernel})")
+        return self._functions[kernel]
+
+    def alloc(self, nbytes: int) -> Allocation:
+        pointer = _check(self._hip.hipMalloc(max(nbytes, 1)), f"hipMalloc({nbytes})")
+        return Allocation(int(pointer), nbytes, pointer)
+
+    def upload(self, allocation: Allocation, host: np.ndarray) -> None:
+        _check(self._hip.hipMemcpy(allocation.native, host.ctypes.data, host.nbytes,
+                                   self._hip.hipMemcpyKind.hipMemcpyHostToDevice), "hipMemcpy (to device)")
+
+    def download(self, allocation: Allocation, host: np.ndarray) -> None:
+        _check(self._hip.hipMemcpy(host.ctypes.data, allocation.native, host.nbytes,
+                                   self._hip.hipMemcpyKind.hipMemcpyDeviceToHost), "hipMemcpy (to host)")
+
+    def zero(self, allocation: Allocation) -> None:
+        _check(self._hip.hipMemset(allocation.native, 0, allocation.nbytes), "hipMemset")
+
+    def launch(self, kernel: str, grid: Sequence[int], block: Sequence[int], args: Sequence[KernelArg],
+               shared_bytes: int = 0) -> None:
+        function = self._function(kernel)
+        if kernel not in self._metadata:
+            raise RuntimeLaunchError(f"kernel {kernel} is not in the code object's metadata")
+        packed = pack_args(args)
+        check_against_metadata(kernel, packed, self._metadata[kernel])
+        # Pad to the whole segment: the runtime fills any hidden arguments past the explicit ones.
+        segment = max(packed.size, metadata_field(self._metadata[kernel], "kernarg_segment_size", kernel))
+        blob = ctypes.create_string_buffer(packed.blob, segment)
+        size = ctypes.c_size_t(segment)
+        extra = (ctypes.c_void_p * 5)(self._hip.HIP_LAUNCH_PARAM_BUFFER_POINTER, ctypes.addressof(blob),
+                                      self._hip.HIP_LAUNCH_PARAM_BUFFER_SIZE, ctypes.addressof(size),
+                                      self._hip.HIP_LAUNCH_PARAM_END)
+        _check(self._hip.hipModuleLaunchKernel(function, *grid, *block, shared_bytes, None, None, extra),
+               f"hipModuleLaunchKernel({kernel}, grid={tuple(grid)}, block={tuple(block)})")
+
+    def synchronize(self) -> None:
+        _check(self._hip.hipDeviceSynchronize(), "hipDeviceSynchronize (a kernel failed)")
+
+    def free(self, allocation: Allocation) -> None:
+        _check(self._hip.hipFree(allocation.native), "hipFree")
+
+    def close(self) -> None:
+        self._unload()
+
+    def _unload(self) -> None:
+        if self._module is not None:
+            _check(self._hip.hipModuleUnload(self._module), "hipModuleUnload")
+        self._module = None
+        self._functions = {}

@@ -1,0 +1,158 @@
+"""Turns a parsed gpu.func into Python closures, one per op, so running a kernel never dispatches on
+op names: each closure reads its operands from a slot list, makes one NumPy call over all lanes and
+writes its results back.
+
+A closure is `run(state, mask)`: `mask` is None when every lane executes, else a bool array [lanes]
+(divergent control flow). Pure ops compute every lane regardless (cheaper than masking, and lanes
+that do not execute never observe the values); ops with effects (stores, atomics, cross-lane reads,
+errors) honour the mask.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from .errors import InterpreterError
+from .lanes import LaneGrid
+from .parser import Operation, ParsedModule, Region
+
+TERMINATORS = ("scf.yield", "scf.condition", "gpu.return", "func.return")
+
+
+class State:
+    """What the closures of one launch chunk share: the value slots, the lanes, the atomic order."""
+
+    __slots__ = ("env", "grid", "rng", "atomic_order")
+
+    def __init__(self, slots: int, grid: LaneGrid, rng: np.random.Generator, atomic_order: str):
+        self.env: list = [None] * slots
+        self.grid = grid
+        self.rng = rng
+        self.atomic_order = atomic_order
+
+    def atomic_permutation(self):
+        """The order lanes apply an atomic in: None for lane order, else a fresh random permutation."""
+        if self.atomic_order == "random":
+            return self.rng.permutation(self.grid.lanes)
+        return None
+
+
+Closure = Callable[[State, "np.ndarray | None"], None]
+
+
+@dataclass(frozen=True)
+class CompiledRegion:
+    ops: tuple                  # closures, in order
+    arg_slots: tuple            # the entry block's arguments
+    terminator: str             # op name of the terminator ('' when the block has none)
+    yield_slots: tuple          # the terminator's operands
+
+
+def run_region(region: CompiledRegion, state: State, mask) -> None:
+    for run in region.ops:
+        run(state, mask)
+
+
+class KernelCompiler:
+    """Compiles the ops of one function; owns the name -> slot map of its SSA values."""
+
+    def __init__(self, module: ParsedModule, handlers: dict[str, Callable]):
+        self.module = module
+        self.handlers = handlers
+        self.slots: dict[str, int] = {}
+        self.used: set[str] = set()
+
+    @property
+    def slot_count(self) -> int:
+        return len(self.slots)
+
+    def error(self, op: Operation, message: str) -> InterpreterError:
+        return InterpreterError(f"{self.describe(op)}: {message}")
+
+    def describe(self, op: Operation) -> str:
+        """'op.name (line N of the interpreter IR, "file":L:C)', the prefix of every message about op."""
+        return f"{op.name} ({self.module.location(op)})"
+
+    def define(self, name: str) -> int:
+        self.slots[name] = len(self.slots)
+        return self.slots[name]
+
+    def use(self, name: str, op: Operation) -> int:
+        if name not in self.slots:
+            raise self.error(op, f"uses {name}, which is not defined before it")
+        return self.slots[name]
+
+    def operands(self, op: Operation) -> list[int]:
+        return [self.use(name, op) for name in op.operands]
+
+    def results(self, op: Operation) -> list[int]:
+        return [self.define(name) for name in op.results]
+
+    def result(self, op: Operation) -> int:
+        if len(op.results) != 1:
+            raise self.error(op, f"expected one result, found {len(op.results)}")
+        return self.define(op.results[0])
+
+    def attr(self, op: Operation, name: str):
+        if name not in op.attributes:
+            raise self.error(op, f"missing attribute {name!r}")
+        return op.attributes[name]
+
+    def int_attr(self, op: Operation, name: str) -> int:
+        value = self.attr(op, name)
+        return int(getattr(value, "value", value))
+
+    def compile_function_body(self, region: Region, op: Operation) -> CompiledRegion:
+        self.used = {name for inner in _walk_region(region) for name in inner.operands}
+        return self.compile_region(region, op)
+
+    def compile_region(self, region: Region, op: Operation) -> CompiledRegion:
+        if not region.blocks:
+            return CompiledRegion((), (), "", ())
+        if len(region.blocks) > 1:
+            raise self.error(op, "has a region with several blocks: the interpreter runs structured (scf) "
+                                 "control flow only; interpret the IR before convert-scf-to-cf")
+        block = region.blocks[0]
+        arg_slots = tuple(self.define(name) for name, _ in block.args)
+        ops = block.ops
+        terminator, yields = "", ()
+        if ops and ops[-1].name in TERMINATORS:
+            terminator = ops[-1].name
+            ops = ops[:-1]
+        closures = tuple(self.compile_op(inner) for inner in ops)
+        if terminator:  # its operands are defined by the ops before it
+            yields = tuple(self.operands(block.ops[-1]))
+        return CompiledRegion(closures, arg_slots, terminator, yields)
+
+    def compile_op(self, op: Operation) -> Closure:
+        if op.name in TERMINATORS:
+            raise self.error(op, "a terminator in the middle of a block is not supported")
+        handler = self.handlers.get(op.name)
+        if handler is None:
+            raise self.error(op, "the CPU interpreter cannot run this op (see "
+                                 "fmha_mlir.runtime.interp.supported_ops())")
+        return _guard(handler(op, self), self.describe(op))
+
+
+def _walk_region(region: Region):
+    for block in region.blocks:
+        for op in block.ops:
+            yield op
+            for inner in op.regions:
+                yield from _walk_region(inner)
+
+
+def _guard(run: Closure, what: str) -> Closure:
+    """Report a NumPy failure inside an op as an InterpreterError naming the op."""
+
+    def guarded(state, mask):
+        try:
+            run(state, mask)
+        except InterpreterError:
+            raise
+        except (ValueError, IndexError, TypeError, OverflowError) as exc:
+            raise InterpreterError(f"{what}: {type(exc).__name__}: {exc}") from exc
+
+    return guarded

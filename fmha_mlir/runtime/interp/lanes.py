@@ -1,0 +1,61 @@
+"""Launch geometry: every thread of a chunk of work-groups is one lane of a flat NumPy axis.
+
+Lanes are ordered work-group by work-group (x fastest), and inside a work-group by the linear thread
+id (x fastest). Waves are consecutive groups of `wave_size` lanes inside a work-group; the last wave of
+a work-group is partial when the block size is not a multiple of the wave size.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class LaneGrid:
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    wave_size: int
+    first_group: int          # linear index of this chunk's first work-group
+    groups: int               # work-groups in this chunk
+
+    @property
+    def group_threads(self) -> int:
+        return self.block[0] * self.block[1] * self.block[2]
+
+    @property
+    def lanes(self) -> int:
+        return self.groups * self.group_threads
+
+    def __post_init__(self):
+        lane = np.arange(self.lanes, dtype=np.int64)
+        b = self.group_threads
+        thread = lane % b
+        group = self.first_group + lane // b
+        bx, by, _ = self.block
+        gx, gy, _ = self.grid
+        lane_in_wave = thread % self.wave_size
+        wave_start_thread = thread - lane_in_wave
+        derived = {
+            "lane_index": lane,
+            "thread_linear": thread,
+            "group_local": lane // b,
+            "thread_id": (thread % bx, (thread // bx) % by, thread // (bx * by)),
+            "block_id": (group % gx, (group // gx) % gy, group // (gx * gy)),
+            "lane_in_wave": lane_in_wave,
+            "wave_base": lane - lane_in_wave,
+            "wave_len": np.minimum(self.wave_size, b - wave_start_thread),
+            "wave_index": lane // b * (-(-b // self.wave_size)) + thread // self.wave_size,
+        }
+        for name, value in derived.items():
+            object.__setattr__(self, name, value)
+
+    @property
+    def full_waves(self) -> bool:
+        return self.group_threads % self.wave_size == 0
+
+    def describe(self, lane: int) -> str:
+        """'lane L (block (x, y, z), thread (x, y, z))' for error messages."""
+        block = tuple(int(a[lane]) for a in self.block_id)
+        thread = tuple(int(a[lane]) for a in self.thread_id)
+        return f"lane {self.first_group * self.group_threads + int(lane)} (block {block}, thread {thread})"

@@ -1,0 +1,210 @@
+"""memref and vector memory ops, and fmha.atomic_add: bounds-checked loads, stores and atomics."""
+from __future__ import annotations
+
+import numpy as np
+
+from .compiler import KernelCompiler
+from .errors import InterpreterError
+from .memory import allocate, atomic, load, store
+from .parser import Operation
+from .types import MemRefType, VectorType
+
+# memref.atomic_rmw's `kind` enum (arith::AtomicRMWKind), in its printed integer encoding.
+ATOMIC_KINDS = ("addf", "addi", "andi", "assign", "maximumf", "maxnumf", "maxs", "maxu", "minimumf",
+                "minnumf", "mins", "minu", "mulf", "muli", "ori", "xori")
+DYNAMIC = -(2 ** 63)  # ShapedType::kDynamic in static_offsets / static_sizes / static_strides
+
+
+def _vector_extent(op: Operation, cc: KernelCompiler, t) -> int:
+    if not isinstance(t, VectorType) or len(t.shape) != 1:
+        raise cc.error(op, f"only 1-D vectors can be loaded or stored (got {t})")
+    return t.shape[0]
+
+
+def compile_load(op: Operation, cc: KernelCompiler):
+    mem, *indices = cc.operands(op)
+    out = cc.result(op)
+    extent = _vector_extent(op, cc, op.result_types[0]) if op.name == "vector.load" else 0
+    what = cc.describe(op)
+
+    def run(st, mask):
+        env = st.env
+        env[out] = load(env[mem], [env[i] for i in indices], mask, st.grid, what, extent)
+
+    return run
+
+
+def compile_store(op: Operation, cc: KernelCompiler):
+    value, mem, *indices = cc.operands(op)
+    extent = _vector_extent(op, cc, op.operand_types[0]) if op.name == "vector.store" else 0
+    what = cc.describe(op)
+
+    def run(st, mask):
+        env = st.env
+        store(env[mem], [env[i] for i in indices], env[value], mask, st.grid, what, extent)
+
+    return run
+
+
+def _compile_atomic(op: Operation, cc: KernelCompiler, kind: str):
+    value, mem, *indices = cc.operands(op)
+    outs = cc.results(op)
+    want_old = bool(outs) and op.results[0] in cc.used
+    what = cc.describe(op)
+    if isinstance(op.operand_types[0], VectorType):
+        raise cc.error(op, "vector atomics are not supported")
+
+    def run(st, mask):
+        env = st.env
+        old = atomic(env[mem], [env[i] for i in indices], env[value], kind, mask, st.grid,
+                     st.atomic_permutation(), want_old, what)
+        if outs:
+            env[outs[0]] = old
+
+    return run
+
+
+def compile_atomic_rmw(op: Operation, cc: KernelCompiler):
+    code = cc.int_attr(op, "kind")
+    if not 0 <= code < len(ATOMIC_KINDS):
+        raise cc.error(op, f"unknown atomic kind {code}")
+    return _compile_atomic(op, cc, ATOMIC_KINDS[code])
+
+
+def compile_fmha_atomic_add(op: Operation, cc: KernelCompiler):
+    return _compile_atomic(op, cc, "addf")
+
+
+def compile_dim(op: Operation, cc: KernelCompiler):
+    mem, index = cc.operands(op)
+    out = cc.result(op)
+    what = cc.describe(op)
+
+    def run(st, mask):
+        m, d = st.env[mem], st.env[index]
+        if np.ndim(d) or not 0 <= int(d) < len(m.sizes):
+            raise InterpreterError(f"{what}: dimension {d} out of range for rank {len(m.sizes)}")
+        st.env[out] = m.sizes[int(d)]
+
+    return run
+
+
+def compile_cast(op: Operation, cc: KernelCompiler):
+    """memref.cast: same memory; a static size in the target type must match the runtime size."""
+    (mem,) = cc.operands(op)
+    out = cc.result(op)
+    target = op.result_types[0]
+    what = cc.describe(op)
+    if not isinstance(target, MemRefType):
+        raise cc.error(op, f"cannot cast to {target}")
+
+    def run(st, mask):
+        m = st.env[mem]
+        for d, (size, want) in enumerate(zip(m.sizes, target.shape)):
+            if want is not None and np.any(size != want):
+                raise InterpreterError(f"{what}: dimension {d} has size {size}, the cast requires {want}")
+        st.env[out] = m
+
+    return run
+
+
+def _mixed(op: Operation, cc: KernelCompiler, static_name: str, dynamic_slots: list[int]):
+    """A list mixing static ints and the slots of dynamic operands (marked DYNAMIC)."""
+    slots = iter(dynamic_slots)
+    return [("slot", next(slots)) if v == DYNAMIC else ("int", np.int64(v)) for v in cc.attr(op, static_name)]
+
+
+def _segments(op: Operation, cc: KernelCompiler):
+    slots = cc.operands(op)
+    sizes = cc.attr(op, "operandSegmentSizes")
+    out, start = [], 0
+    for n in sizes:
+        out.append(slots[start:start + n])
+        start += n
+    return out
+
+
+def _resolve(env, mixed):
+    return [env[v] if kind == "slot" else v for kind, v in mixed]
+
+
+def compile_subview(op: Operation, cc: KernelCompiler):
+    (src,), offs, sizes, strides = _segments(op, cc)
+    offs, sizes, strides = (_mixed(op, cc, "static_offsets", offs), _mixed(op, cc, "static_sizes", sizes),
+                            _mixed(op, cc, "static_strides", strides))
+    out = cc.result(op)
+    keep = _kept_dims([v for k, v in sizes], op.result_types[0].rank)
+
+    def run(st, mask):
+        env = st.env
+        m = env[src]
+        o, n, s = _resolve(env, offs), _resolve(env, sizes), _resolve(env, strides)
+        offset = m.offset + sum(oi * si for oi, si in zip(o, m.strides))
+        new_strides = [si * ki for si, ki in zip(m.strides, s)]
+        env[out] = m.with_layout(offset, [n[d] for d in keep], [new_strides[d] for d in keep])
+
+    return run
+
+
+def _kept_dims(sizes, rank: int) -> list[int]:
+    """Rank-reducing subviews drop unit dims (leftmost first) until the result rank is reached."""
+    keep, drop = [], len(sizes) - rank
+    for d, n in enumerate(sizes):
+        if drop and isinstance(n, np.integer) and n == 1:
+            drop -= 1
+        else:
+            keep.append(d)
+    return keep
+
+
+def compile_reinterpret_cast(op: Operation, cc: KernelCompiler):
+    (src,), offs, sizes, strides = _segments(op, cc)
+    offs, sizes, strides = (_mixed(op, cc, "static_offsets", offs), _mixed(op, cc, "static_sizes", sizes),
+                            _mixed(op, cc, "static_strides", strides))
+    out = cc.result(op)
+
+    def run(st, mask):
+        env = st.env
+        env[out] = env[src].with_layout(_resolve(env, offs)[0], _resolve(env, sizes), _resolve(env, strides))
+
+    return run
+
+
+def compile_alloca(op: Operation, cc: KernelCompiler):
+    """memref.alloca: private memory, one copy per lane, fresh each time the op runs."""
+    out = cc.result(op)
+    t = op.result_types[0]
+    what = cc.describe(op)
+
+    def run(st, mask):
+        st.env[out] = allocate(t, st.grid.lanes, st.grid.lane_index, what)
+
+    return run
+
+
+def compile_passthrough(op: Operation, cc: KernelCompiler):
+    """Ops that only annotate a memref (memref.assume_alignment)."""
+    ins = cc.operands(op)
+    outs = cc.results(op)
+
+    def run(st, mask):
+        for slot in outs:
+            st.env[slot] = st.env[ins[0]]
+
+    return run
+
+
+HANDLERS = {
+    "memref.load": compile_load,
+    "vector.load": compile_load,
+    "memref.store": compile_store,
+    "vector.store": compile_store,
+    "memref.atomic_rmw": compile_atomic_rmw,
+    "fmha.atomic_add": compile_fmha_atomic_add,
+    "memref.dim": compile_dim,
+    "memref.cast": compile_cast,
+    "memref.subview": compile_subview,
+    "memref.reinterpret_cast": compile_reinterpret_cast,
+    "memref.alloca": compile_alloca,
+    "memref.assume_alignment": compile_passthrough,
+}

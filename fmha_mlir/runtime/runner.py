@@ -1,0 +1,221 @@
+"""Run a bundle's launch plan on an executor: check the tensors, stage buffers, walk the steps.
+
+Tensors keep their strides on the device (BHSD and BSHD are both just strides), so a strided host view
+is copied into a staging array that covers its memory span with the same strides. Buffers the plan
+writes (outputs, workspaces) start out as NaN: an element no kernel writes shows up as NaN, not as a
+plausible zero.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping
+
+import numpy as np
+
+from ..dtypes import STORAGE, to_storage
+from ..errors import RuntimeLaunchError
+from ..spec import AttentionBwdSpec
+from .args import DeviceBuffer, bind_args, strided_view
+from .bundle import Bundle
+from .executor import Allocation, Executor
+
+# The logical dimension order of every problem tensor (docs/ir.md, "Tensors and layouts").
+TENSOR_DIMS = {
+    "q": ("batch", "heads_q", "seqlen_q", "hdim_q"),
+    "k": ("batch", "heads_kv", "seqlen_k", "hdim_q"),
+    "v": ("batch", "heads_kv", "seqlen_k", "hdim_v"),
+    "o": ("batch", "heads_q", "seqlen_q", "hdim_v"),
+    "do": ("batch", "heads_q", "seqlen_q", "hdim_v"),
+    "lse": ("batch", "heads_q", "seqlen_q"),
+    "dq": ("batch", "heads_q", "seqlen_q", "hdim_q"),
+    "dk": ("batch", "heads_kv", "seqlen_k", "hdim_q"),
+    "dv": ("batch", "heads_kv", "seqlen_k", "hdim_v"),
+}
+INPUTS = ("q", "k", "v", "o", "do", "lse")
+OUTPUTS = ("dq", "dk", "dv")
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where a buffer's elements sit in its allocation: strides in elements, element 0 first."""
+
+    dtype: str
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+
+    @classmethod
+    def contiguous(cls, dtype: str, shape: tuple[int, ...]) -> "Layout":
+        """Row-major in the logical order."""
+        strides, step = [], 1
+        for n in reversed(shape):
+            strides.append(step)
+            step *= n
+        return cls(dtype, tuple(shape), tuple(reversed(strides)))
+
+    @classmethod
+    def of(cls, dtype: str, array: np.ndarray) -> "Layout":
+        """The layout of a host array (byte strides that are whole elements)."""
+        return cls(dtype, array.shape, tuple(s // array.itemsize for s in array.strides))
+
+    @property
+    def storage(self) -> np.dtype:
+        return STORAGE[self.dtype]
+
+    @property
+    def span(self) -> int:
+        """Elements from the first to one past the last one the layout reaches."""
+        return 1 + sum((n - 1) * s for n, s in zip(self.shape, self.strides))
+
+    def view(self, flat: np.ndarray) -> np.ndarray:
+        """`flat` (span elements) seen as the logical tensor."""
+        return strided_view(flat, self.shape, self.strides)
+
+    def stage(self, host: np.ndarray) -> np.ndarray:
+        flat = np.zeros(self.span, self.storage)
+        self.view(flat)[...] = host
+        return flat
+
+
+def tensor_dtype(spec: AttentionBwdSpec, name: str) -> str:
+    return "f32" if name == "lse" else spec.dtype
+
+
+def check_tensors(spec: AttentionBwdSpec, tensors: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Validate the problem tensors against the spec; returns them with missing outputs allocated
+    (contiguous BHSD). Raises RuntimeLaunchError naming the tensor at fault."""
+    unknown = sorted(set(tensors) - set(TENSOR_DIMS))
+    missing = [name for name in INPUTS if name not in tensors]
+    if unknown or missing:
+        raise RuntimeLaunchError(f"tensors: unknown {unknown}, missing {missing}; give {', '.join(INPUTS)} "
+                                 f"and optionally {', '.join(OUTPUTS)}")
+    for name, array in tensors.items():
+        _check_array(spec, name, array)
+    sizes = {"batch": tensors["q"].shape[0], "heads_q": tensors["q"].shape[1], "seqlen_q": tensors["q"].shape[2],
+             "heads_kv": tensors["k"].shape[1], "seqlen_k": tensors["k"].shape[2],
+             "hdim_q": spec.hdim_q, "hdim_v": spec.hdim_v}
+    for name, value in sizes.items():
+        if value < 1:
+            raise RuntimeLaunchError(f"tensors: {name} is {value}; every size must be at least 1")
+    if sizes["heads_q"] != spec.gqa_ratio * sizes["heads_kv"]:
+        raise RuntimeLaunchError(f"tensors: q has {sizes['heads_q']} heads and k has {sizes['heads_kv']}, but the "
+                                 f"bundle's gqa_ratio is {spec.gqa_ratio} (heads_q must be gqa_ratio x heads_kv)")
+    for name, array in tensors.items():
+        expected = tuple(sizes[d] for d in TENSOR_DIMS[name])
+        if array.shape != expected:
+            raise RuntimeLaunchError(f"tensor {name!r} has shape {array.shape}; expected {expected} = "
+                                     f"[{', '.join(TENSOR_DIMS[name])}]")
+    full = dict(tensors)
+    for name in OUTPUTS:
+        if name not in full:
+            full[name] = np.empty(tuple(sizes[d] for d in TENSOR_DIMS[name]), STORAGE[spec.dtype])
+        elif _may_overlap(full[name]):
+            raise RuntimeLaunchError(f"output {name!r} has strides {full[name].strides} whose elements overlap; "
+                                     "pass an array whose elements are distinct (or none)")
+    return full
+
+
+def _check_array(spec: AttentionBwdSpec, name: str, array) -> None:
+    if not isinstance(array, np.ndarray):
+        raise RuntimeLaunchError(f"tensor {name!r} must be a NumPy array, got {type(array).__name__}")
+    dtype = tensor_dtype(spec, name)
+    if array.dtype != STORAGE[dtype]:
+        hint = " (bf16 travels as uint16 bit patterns: fmha_mlir.dtypes.bf16_bits)" if dtype == "bf16" else ""
+        raise RuntimeLaunchError(f"tensor {name!r} has dtype {array.dtype}; this bundle's {dtype} {name} is "
+                                 f"stored as {STORAGE[dtype]}{hint}")
+    if array.ndim != len(TENSOR_DIMS[name]):
+        raise RuntimeLaunchError(f"tensor {name!r} has rank {array.ndim}; expected [{', '.join(TENSOR_DIMS[name])}]")
+    if any(s < 0 or s % array.itemsize for s in array.strides):
+        raise RuntimeLaunchError(f"tensor {name!r} has byte strides {array.strides}; the kernels take "
+                                 "non-negative strides that are whole elements")
+    if array.shape[-1] > 1 and array.strides[-1] != array.itemsize:
+        raise RuntimeLaunchError(f"tensor {name!r}: its last dimension must be contiguous (stride 1 element), "
+                                 f"got byte strides {array.strides}")
+
+
+def _may_overlap(array: np.ndarray) -> bool:
+    """True unless each dimension's stride clears the span of all smaller-strided dimensions."""
+    reach = 1
+    for n, s in sorted(((n, s // array.itemsize) for n, s in zip(array.shape, array.strides) if n > 1),
+                       key=lambda d: d[1]):
+        if s < reach:
+            return True
+        reach += (n - 1) * s
+    return False
+
+
+def plan_layouts(bundle: Bundle, host: Mapping[str, np.ndarray]) -> dict[str, Layout]:
+    """Problem buffers keep the strides of their host arrays; workspaces are contiguous, shaped like
+    the buffer named by their 'like'."""
+    layouts: dict[str, Layout] = {}
+
+    def layout_of(name: str, seen: tuple[str, ...] = ()) -> Layout:
+        if name in layouts:
+            return layouts[name]
+        if name in seen:
+            raise RuntimeLaunchError(f"bundle workspaces {' -> '.join(seen + (name,))} are 'like' each other in a cycle")
+        buf = bundle.buffers[name]
+        if buf["role"] == "workspace":
+            layout = Layout.contiguous(buf["dtype"], layout_of(buf["like"], seen + (name,)).shape)
+        elif name not in host:
+            raise RuntimeLaunchError(f"bundle buffer {name!r} is not a problem tensor ({', '.join(TENSOR_DIMS)})")
+        else:
+            if buf["dtype"] != tensor_dtype(bundle.spec, name):
+                raise RuntimeLaunchError(f"bundle buffer {name!r} is {buf['dtype']} but its spec says "
+                                         f"{tensor_dtype(bundle.spec, name)}: the bundle is inconsistent")
+            layout = Layout.of(buf["dtype"], host[name])
+        layouts[name] = layout
+        return layout
+
+    absent = [name for name in TENSOR_DIMS if name not in bundle.buffers]
+    if absent:
+        raise RuntimeLaunchError(f"the bundle's buffers lack problem tensor(s) {absent}: the bundle is inconsistent")
+    for name in bundle.buffers:
+        layout_of(name)
+    return layouts
+
+
+def run_bundle(bundle: Bundle, device: Executor, tensors: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Run the bundle's steps on `device`; returns dq, dk, dv (the arrays passed in, when given)."""
+    device.check_bundle(bundle)
+    host = check_tensors(bundle.spec, tensors)
+    layouts = plan_layouts(bundle, host)
+    device.load(bundle)
+    allocations: dict[str, Allocation] = {}
+    try:
+        buffers = {}
+        for name, layout in layouts.items():
+            allocations[name] = device.alloc(layout.span * layout.storage.itemsize)
+            buffers[name] = DeviceBuffer(name, layout.dtype, layout.shape, layout.strides,
+                                         allocations[name].address, allocations[name])
+            role = bundle.buffers[name]["role"]
+            staged = layout.stage(host[name]) if role == "input" else np.full(
+                layout.span, to_storage(np.float32(np.nan), layout.dtype), layout.storage)
+            device.upload(allocations[name], staged)
+        for index, step in enumerate(bundle.steps):
+            _run_step(bundle, device, index, step, layouts, buffers)
+        device.synchronize()
+        for name in OUTPUTS:
+            flat = np.empty(layouts[name].span, layouts[name].storage)
+            device.download(allocations[name], flat)
+            host[name][...] = layouts[name].view(flat)
+    finally:
+        for allocation in allocations.values():
+            device.free(allocation)
+    return {name: host[name] for name in OUTPUTS}
+
+
+def _run_step(bundle: Bundle, device: Executor, index: int, step: dict, layouts: dict[str, Layout],
+              buffers: dict[str, DeviceBuffer]) -> None:
+    if step["op"] == "zero":
+        device.zero(buffers[step["buffer"]].allocation)
+        return
+    kernel = step["kernel"]
+    grid = []
+    for entry in step["grid"]:
+        shape = layouts[entry["buffer"]].shape
+        if not 0 <= entry["dim"] < len(shape):
+            raise RuntimeLaunchError(f"manifest step {index} ({kernel}): grid uses dim {entry['dim']} of "
+                                     f"{entry['buffer']!r}, which has rank {len(shape)}")
+        grid.append(shape[entry["dim"]])
+    args = bind_args(kernel, bundle.kernels[kernel]["args"], step["args"], buffers)
+    device.launch(kernel, grid, step["block"], args, step.get("shared_bytes", 0))

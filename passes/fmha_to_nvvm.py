@@ -1,0 +1,46 @@
+"""convert-fmha-to-nvvm: fmha kernel-level ops -> NVIDIA target ops (docs/ir.md level 5).
+
+wave_reduce is a gpu.shuffle xor butterfly (shfl.sync.bfly); exp2 calls the ex2.approx.ftz intrinsic
+directly, since math.exp2 would become a libdevice call and llvm.intr.exp2 is illegal for NVVM.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import ClassVar
+
+from fmha_mlir.dialects import fmha
+from fmha_mlir.mlir import ir
+from fmha_mlir.target import TARGETS
+
+from .base import FmhaPass
+from .kernel_op_lowering import create_op, lower_kernel_ops, reduce_width, shared_lowerings, shuffle_xor_reduce
+
+EX2_INTRINSIC = "llvm.nvvm.ex2.approx.ftz.f32"
+WARP_SIZE = TARGETS["sm_90"].wave_size
+
+
+@dataclasses.dataclass(frozen=True)
+class ConvertFmhaToNvvm(FmhaPass):
+    NAME: ClassVar[str] = "convert-fmha-to-nvvm"
+    DESCRIPTION: ClassVar[str] = "Lower fmha kernel-level ops to gpu/llvm/arith/memref ops for NVVM"
+
+    def run_on_module(self, module: "ir.Operation") -> None:
+        lowerings = shared_lowerings()
+        lowerings[fmha.WaveReduceOp.NAME] = lower_wave_reduce
+        lowerings[fmha.Exp2Op.NAME] = lower_exp2
+        lower_kernel_ops(module, lowerings)
+
+
+def lower_wave_reduce(op: "ir.Operation") -> "ir.Value":
+    return shuffle_xor_reduce(op.operands[0], reduce_width(op, WARP_SIZE), WARP_SIZE)
+
+
+def lower_exp2(op: "ir.Operation") -> "ir.Value":
+    """ex2.approx.ftz.f32: 2^x, and +0 for -inf (masked keys)."""
+    attributes = {
+        "intrin": ir.StringAttr.get(EX2_INTRINSIC),
+        "fastmathFlags": ir.Attribute.parse("#llvm.fastmath<none>"),
+        "op_bundle_sizes": ir.DenseI32ArrayAttr.get([]),
+        "operandSegmentSizes": ir.DenseI32ArrayAttr.get([1, 0]),
+    }
+    return create_op("llvm.call_intrinsic", ir.F32Type.get(), [op.operands[0]], attributes)

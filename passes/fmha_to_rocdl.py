@@ -1,0 +1,92 @@
+"""convert-fmha-to-rocdl: fmha kernel-level ops -> AMD target ops (docs/ir.md level 5).
+
+A full-wave reduction uses DPP by default: four in-row steps (quad_perm [1,0,3,2] and [2,3,0,1],
+row_half_mirror, row_mirror) leave every lane of each 16-lane row with that row's sum; row_bcast_15
+(rows 1, 3) and row_bcast_31 (rows 2, 3) then fold the rows so that lane 63 holds the sum of all 64
+lanes, and `rocdl.readlane` 63 gives it to every lane. No LDS traffic and no waits, against one
+ds_bpermute plus five ds_swizzle for the xor-shuffle butterfly (reduce=shuffle), which partial-wave
+reductions always use.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import ClassVar
+
+from fmha_mlir.dialects import fmha
+from fmha_mlir.mlir import arith, ir
+from fmha_mlir.target import TARGETS
+
+from .base import FmhaPass
+from .ir_builders import f32
+from .kernel_op_lowering import (
+    create_op, lower_kernel_ops, reduce_width, set_flat_work_group_size, shared_lowerings, shuffle_xor_reduce,
+)
+
+REDUCE_STRATEGIES = ("dpp", "shuffle")
+DPP_WAVE = 64
+
+# (permutation, its argument, row_mask): each step adds the permuted value to the running sum.
+# Rows left out of a row_mask keep `old` (0.0), so their sum is unchanged.
+_DPP_STEPS = (
+    ("quad_perm", (1, 0, 3, 2), 0xF),
+    ("quad_perm", (2, 3, 0, 1), 0xF),
+    ("row_half_mirror", None, 0xF),
+    ("row_mirror", None, 0xF),
+    ("row_bcast_15", None, 0xA),
+    ("row_bcast_31", None, 0xC),
+)
+
+
+def rocdl_chipsets() -> list[str]:
+    return [arch for arch, target in TARGETS.items() if target.backend == "rocdl"]
+
+
+@dataclasses.dataclass(frozen=True)
+class ConvertFmhaToRocdl(FmhaPass):
+    NAME: ClassVar[str] = "convert-fmha-to-rocdl"
+    DESCRIPTION: ClassVar[str] = "Lower fmha kernel-level ops to amdgpu/rocdl/arith/memref ops"
+
+    chipset: str = "gfx942"
+    reduce: str = "dpp"
+
+    def __post_init__(self):
+        if self.chipset not in rocdl_chipsets():
+            raise ValueError(f"unknown chipset {self.chipset!r}; use one of {', '.join(rocdl_chipsets())}")
+        if self.reduce not in REDUCE_STRATEGIES:
+            raise ValueError(f"unknown reduce strategy {self.reduce!r}; use dpp or shuffle")
+
+    def run_on_module(self, module: "ir.Operation") -> None:
+        lowerings = shared_lowerings()
+        lowerings[fmha.WaveReduceOp.NAME] = self._lower_wave_reduce
+        lowerings[fmha.Exp2Op.NAME] = lower_exp2
+        lower_kernel_ops(module, lowerings)
+        set_flat_work_group_size(module)
+
+    def _lower_wave_reduce(self, op: "ir.Operation") -> "ir.Value":
+        width = reduce_width(op, TARGETS[self.chipset].wave_size)
+        if self.reduce == "dpp" and width == DPP_WAVE:
+            return dpp_wave_sum(op.operands[0])
+        return shuffle_xor_reduce(op.operands[0], width, TARGETS[self.chipset].wave_size)
+
+
+def dpp_wave_sum(value: "ir.Value") -> "ir.Value":
+    """The sum of `value` over all 64 lanes, in every lane."""
+    f32_type = ir.F32Type.get()
+    i32 = ir.IntegerType.get_signless(32)
+    zero = f32(0.0)
+    for kind, argument, row_mask in _DPP_STEPS:
+        attributes = {
+            "kind": ir.Attribute.parse(f"#amdgpu<dpp_perm {kind}>"),
+            "row_mask": ir.IntegerAttr.get(i32, row_mask),
+            "bank_mask": ir.IntegerAttr.get(i32, 0xF),
+            "bound_ctrl": ir.BoolAttr.get(False),
+        }
+        if argument is not None:
+            attributes["permArgument"] = ir.ArrayAttr.get([ir.IntegerAttr.get(i32, a) for a in argument])
+        value = arith.addf(value, create_op("amdgpu.dpp", f32_type, [zero, value], attributes))
+    return create_op("rocdl.readlane", f32_type, [value, arith.constant(i32, DPP_WAVE - 1)])
+
+
+def lower_exp2(op: "ir.Operation") -> "ir.Value":
+    """v_exp_f32: 2^x, and 0 for -inf (masked keys)."""
+    return create_op("rocdl.exp2", ir.F32Type.get(), [op.operands[0]])

@@ -1,0 +1,75 @@
+"""fmha-hardware-atomics: make lowered float atomic adds relaxed, device-scope hardware atomics.
+
+`memref.atomic_rmw addf` lowers to an acq_rel, system-scope `llvm.atomicrmw fadd`: a compare-and-swap
+loop on gfx942/gfx950 and `atom.acq_rel.sys` on sm_90. Gradient accumulation needs neither ordering
+nor system scope, so after convert-gpu-to-rocdl/-nvvm this pass rewrites every f32 (and packed
+vector<2xbf16>) fadd inside a gpu.module to monotonic ordering at agent (AMD) / device (NVIDIA) scope.
+On AMD the op also gets `rocdl.no_fine_grained_memory`: without it the backend must assume the address
+may be fine-grained host memory and keeps the CAS loop (global_atomic_add_f32 needs coarse memory).
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import ClassVar
+
+from fmha_mlir.mlir import ir
+
+from .base import FmhaPass
+
+# llvm dialect enum values, stored as i64 attributes (see TOOLCHAIN.md, "Float atomics").
+ATOMIC_BIN_OP_FADD = 11
+ATOMIC_ORDERING_MONOTONIC = 2
+SYNC_SCOPES = {"amd": "agent", "nvidia": "device"}
+NO_FINE_GRAINED_MEMORY = "rocdl.no_fine_grained_memory"
+
+
+@dataclasses.dataclass(frozen=True)
+class HardwareAtomics(FmhaPass):
+    NAME: ClassVar[str] = "fmha-hardware-atomics"
+    DESCRIPTION: ClassVar[str] = "Relax float atomic adds in gpu.modules to device-scope monotonic hardware atomics"
+
+    target: str = "amd"
+
+    def __post_init__(self):
+        if self.target not in SYNC_SCOPES:
+            raise ValueError(f"unknown target {self.target!r}; use amd or nvidia")
+
+    def run_on_module(self, module: "ir.Operation") -> None:
+        i64 = ir.IntegerType.get_signless(64, context=module.context)
+        for op in float_atomic_adds(module):
+            op.attributes["ordering"] = ir.IntegerAttr.get(i64, ATOMIC_ORDERING_MONOTONIC)
+            op.attributes["syncscope"] = ir.StringAttr.get(SYNC_SCOPES[self.target], context=module.context)
+            if self.target == "amd":
+                op.attributes[NO_FINE_GRAINED_MEMORY] = ir.UnitAttr.get(module.context)
+
+
+def float_atomic_adds(module: "ir.Operation") -> list["ir.Operation"]:
+    """The `llvm.atomicrmw fadd` ops on f32 or vector<2xbf16> inside gpu.modules."""
+    found: list[ir.Operation] = []
+
+    def visit(op):
+        if op.name == "llvm.atomicrmw" and _is_hardware_fadd(op) and _inside_gpu_module(op):
+            found.append(op)
+        return ir.WalkResult.ADVANCE
+
+    module.walk(visit)
+    return found
+
+
+def _is_hardware_fadd(op: "ir.Operation") -> bool:
+    if ir.IntegerAttr(op.attributes["bin_op"]).value != ATOMIC_BIN_OP_FADD:
+        return False
+    value_type = op.operands[1].type
+    if isinstance(value_type, ir.F32Type):
+        return True
+    return (isinstance(value_type, ir.VectorType) and ir.VectorType(value_type).shape == [2]
+            and isinstance(ir.VectorType(value_type).element_type, ir.BF16Type))
+
+
+def _inside_gpu_module(op: "ir.Operation") -> bool:
+    parent = op.parent
+    while parent is not None:
+        if parent.name == "gpu.module":
+            return True
+        parent = parent.parent
+    return False

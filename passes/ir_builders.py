@@ -1,0 +1,52 @@
+"""Small IR-building helpers shared by the fmha lowering passes.
+
+Every helper builds at the current insertion point and location (callers open
+`ir.InsertionPoint` / `ir.Location` contexts), so the passes read like the IR they emit.
+"""
+from __future__ import annotations
+
+from fmha_mlir.mlir import arith, ir, memref
+
+
+def collect_ops(root: "ir.Operation", names) -> list["ir.Operation"]:
+    """Every op under `root` (itself excluded) whose name is in `names`, in pre-order.
+
+    Collected up front so callers can rewrite them without disturbing the walk.
+    """
+    names = frozenset(names)
+    found: list[ir.Operation] = []
+
+    def visit(op):
+        if op.name in names and op != root:
+            found.append(op)
+        return ir.WalkResult.ADVANCE
+
+    root.walk(visit, ir.WalkOrder.PRE_ORDER)
+    return found
+
+
+def enclosing_op(op: "ir.Operation", name: str):
+    """The nearest ancestor of `op` named `name`, or None."""
+    parent = op.parent
+    while parent is not None:
+        if parent.name == name:
+            return parent
+        parent = parent.parent
+    return None
+
+
+def index(value: int) -> "ir.Value":
+    return arith.constant(ir.IndexType.get(), value)
+
+
+def f32(value: float) -> "ir.Value":
+    return arith.constant(ir.F32Type.get(), value)
+
+
+def dims(value: "ir.Value", positions) -> list["ir.Value"]:
+    """memref.dim of `value` at each of `positions`."""
+    return [memref.dim(value, index(p)) for p in positions]
+
+
+def memref_type(value: "ir.Value") -> "ir.MemRefType":
+    return ir.MemRefType(value.type)

@@ -1,0 +1,144 @@
+"""What convert-fmha-to-rocdl and convert-fmha-to-nvvm share.
+
+Both passes replace the four kernel-level ops of docs/ir.md level 4 inside gpu.func bodies. masked_score
+and atomic_add lower to the same target-neutral ops on every target, and the xor-shuffle butterfly is
+the NVIDIA reduction as well as the AMD one for partial waves. Each target pass supplies only its own
+wave_reduce and exp2 lowering through `lower_kernel_ops`.
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+from fmha_mlir.dialects import fmha
+from fmha_mlir.mlir import arith, gpu, ir, memref
+from fmha_mlir.spec import Mask
+
+from .base import PassFailure
+from .ir_builders import collect_ops, enclosing_op, f32, index
+
+KERNEL_OPS = (fmha.WaveReduceOp.NAME, fmha.Exp2Op.NAME, fmha.MaskedScoreOp.NAME, fmha.AtomicAddOp.NAME)
+
+# A lowering builds the replacement at the op (insertion point and location already set) and returns
+# the value that replaces the op's result, or None for ops without results.
+Lowering = Callable[["ir.Operation"], "ir.Value | None"]
+
+
+def lower_kernel_ops(module: "ir.Operation", lowerings: dict[str, Lowering]) -> None:
+    """Replace each kernel-level op under `module` with what its lowering in `lowerings` builds.
+
+    Every op is verified first (the fmha ops are unregistered: MLIR checked nothing about them).
+    """
+    for op in collect_ops(module, KERNEL_OPS):
+        problems = fmha.verify_op(op)
+        if problems:
+            raise PassFailure("invalid op: " + "; ".join(problems), op)
+        if enclosing_op(op, "gpu.func") is None:
+            raise PassFailure(f"'{op.name}' must be inside a gpu.func (run fmha-stages-to-gpu first)", op)
+        with op.location, ir.InsertionPoint(op):
+            replacement = lowerings[op.name](op)
+        if replacement is not None:
+            op.results[0].replace_all_uses_with(replacement)
+        op.erase()
+
+
+def shared_lowerings() -> dict[str, Lowering]:
+    """The lowerings that are the same on every target."""
+    return {fmha.MaskedScoreOp.NAME: lower_masked_score, fmha.AtomicAddOp.NAME: lower_atomic_add}
+
+
+def set_flat_work_group_size(module: "ir.Operation") -> None:
+    """Give every kernel with known_block_size the matching `rocdl.flat_work_group_size` ("N,N")."""
+    for func in collect_ops(module, ["gpu.func"]):
+        if "known_block_size" not in func.attributes:
+            continue
+        threads = math.prod(ir.DenseI32ArrayAttr(func.attributes["known_block_size"]))
+        func.attributes["rocdl.flat_work_group_size"] = ir.StringAttr.get(f"{threads},{threads}", module.context)
+
+
+# --- fmha.wave_reduce -------------------------------------------------------------------------------
+
+
+def reduce_width(op: "ir.Operation", wave_size: int) -> int:
+    """The lane count of a (verified) wave_reduce, checked against the target's wave."""
+    width = fmha.WaveReduceOp.width_of(op)
+    if width > wave_size:
+        raise PassFailure(f"wave_reduce width {width} exceeds the wave size {wave_size} of this target", op)
+    return width
+
+
+def shuffle_xor_reduce(value: "ir.Value", width: int, wave_size: int) -> "ir.Value":
+    """Butterfly sum over each aligned group of `width` lanes; every lane ends with its group's sum.
+
+    Offsets below `width` never leave the group, so the shuffles span the whole wave: upstream's
+    `width` operand means "active lanes" on NVVM (a partial member mask) but "segment" on ROCDL.
+    Lane l and lane l^o add the same two numbers each step, so all lanes get bit-identical results.
+    """
+    i32 = ir.IntegerType.get_signless(32)
+    wave = arith.constant(i32, wave_size)
+    offset = 1
+    while offset < width:
+        partner, _valid = gpu.shuffle(value, arith.constant(i32, offset), wave, gpu.ShuffleMode.XOR)
+        value = arith.addf(value, partner)
+        offset *= 2
+    return value
+
+
+# --- fmha.masked_score ------------------------------------------------------------------------------
+
+
+def lower_masked_score(op: "ir.Operation") -> "ir.Value":
+    """dot * scale_log2 where the key is visible (fmha_mlir.spec.Mask.visible), -inf where it is not."""
+    dot, q_pos, k_pos, seqlen_q, seqlen_k = op.operands
+    score = arith.mulf(dot, f32(fmha.MaskedScoreOp.scale_log2_of(op)))
+    visible = _visibility(fmha.MaskedScoreOp.mask_of(op), q_pos, k_pos, seqlen_q, seqlen_k)
+    if visible is None:
+        return score
+    return arith.select(visible, score, f32(float("-inf")))
+
+
+def _visibility(mask: Mask, q_pos, k_pos, seqlen_q, seqlen_k) -> "ir.Value | None":
+    """The i1 'key visible' condition of a (valid) mask, or None when every key is visible."""
+    if mask.kind == "none":
+        return None
+    if mask.kind == "causal_top_left":
+        return _cmp("sle", k_pos, q_pos)
+    # Bottom-right aligned masks shift the diagonal by seqlen_k - seqlen_q (signed).
+    diagonal = arith.addi(q_pos, arith.subi(seqlen_k, seqlen_q))
+    if mask.kind == "causal_bottom_right":
+        return _cmp("sle", k_pos, diagonal)
+    conditions = []
+    if mask.window_left >= 0:
+        conditions.append(_cmp("sge", k_pos, _shifted(diagonal, -mask.window_left)))
+    if mask.window_right >= 0:
+        conditions.append(_cmp("sle", k_pos, _shifted(diagonal, mask.window_right)))
+    return conditions[0] if len(conditions) == 1 else arith.andi(*conditions)
+
+
+def _cmp(predicate: str, lhs, rhs) -> "ir.Value":
+    return arith.cmpi(getattr(arith.CmpIPredicate, predicate), lhs, rhs)
+
+
+def _shifted(position: "ir.Value", amount: int) -> "ir.Value":
+    if amount == 0:
+        return position
+    return arith.addi(position, index(amount))
+
+
+# --- fmha.atomic_add --------------------------------------------------------------------------------
+
+
+def lower_atomic_add(op: "ir.Operation") -> None:
+    """memref.atomic_rmw addf; fmha-hardware-atomics later relaxes it to a device-scope hardware add."""
+    value, buffer, *indices = op.operands
+    memref.atomic_rmw(arith.AtomicRMWKind.addf, value, buffer, indices)
+    return None
+
+
+# --- helpers ----------------------------------------------------------------------------------------
+
+
+def create_op(name: str, result_type: "ir.Type", operands: list, attributes: dict | None = None) -> "ir.Value":
+    """A one-result op of a dialect these bindings have no Python builders for (amdgpu, parts of rocdl)."""
+    return ir.Operation.create(name, results=[result_type], operands=operands,
+                               attributes=attributes or {}).result

@@ -1,0 +1,124 @@
+"""fmha-stages-to-gpu: each stage op -> a gpu.func kernel plus a host gpu.launch_func (docs/ir.md level 3).
+
+The kernel's arguments are the stage op's operands and its body is the stage op itself, so the
+warp-body expansion later works on one kernel at a time. Grid sizes are memref.dim of a launch
+operand, which lets the compile tool read the launch plan back from the IR.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from fmha_mlir.dialects import fmha
+from fmha_mlir.mlir import gpu, ir
+
+from .base import FmhaPass, PassFailure
+from .ir_builders import collect_ops, dims, enclosing_op, index
+from .verify import check_wave_size, verified_spec
+
+KERNEL_MODULE = "fmha_kernels"
+# Grid (x, y, z) = (seqlen, heads, batch) of the stage's first operand (o, q or the accumulator).
+_GRID_DIMS = (2, 1, 0)
+
+
+@dataclasses.dataclass(frozen=True)
+class StagesToGpu(FmhaPass):
+    NAME = "fmha-stages-to-gpu"
+    DESCRIPTION = "Outline each fmha stage op into a gpu.func kernel launched by gpu.launch_func"
+
+    wave_size: int = 64
+
+    def __post_init__(self):
+        check_wave_size(self.wave_size)
+
+    def run_on_module(self, module: "ir.Operation") -> None:
+        stages = [op for op in collect_ops(module, [stage.NAME for stage in fmha.STAGE_OPS])
+                  if enclosing_op(op, "gpu.module") is None]
+        if not stages:
+            return
+        module.attributes["gpu.container_module"] = ir.UnitAttr.get(module.context)
+        kernels = _kernel_module(module)
+        for op in stages:
+            spec = verified_spec(op)
+            name = f"{spec.kernel_prefix}_{_stage_name(op)}"
+            _ensure_kernel(kernels, name, op, self.wave_size)
+            with ir.InsertionPoint(op), op.location:
+                one = index(1)
+                block = [index(self.wave_size), one, one]
+                gpu.LaunchFuncOp([KERNEL_MODULE, name], dims(op.operands[0], _GRID_DIMS), block,
+                                 list(op.operands))
+            op.erase()
+
+
+def _kernel_module(module: "ir.Operation") -> "ir.Operation":
+    """The module's `gpu.module @fmha_kernels`, created at the end of the module if absent."""
+    body = module.regions[0].blocks[0]
+    for op in body.operations:
+        if op.operation.name == "gpu.module" and _symbol(op.operation) == KERNEL_MODULE:
+            return op.operation
+    with ir.InsertionPoint(body), module.location:
+        kernels = gpu.GPUModuleOp(KERNEL_MODULE)
+        kernels.bodyRegion.blocks.append()
+    return kernels.operation
+
+
+def _ensure_kernel(kernels: "ir.Operation", name: str, stage: "ir.Operation", wave_size: int) -> None:
+    """Add `gpu.func @name` wrapping a copy of `stage` unless the same kernel is already there."""
+    body = kernels.regions[0].blocks[0]
+    operand_types = [value.type for value in stage.operands]
+    for op in body.operations:
+        if op.operation.name == "gpu.func" and _symbol(op.operation) == name:
+            _check_same_kernel(op.operation, name, stage, operand_types)
+            return
+    with ir.InsertionPoint(body), stage.location:
+        kernel = gpu.GPUFuncOp(ir.FunctionType.get(operand_types, []), sym_name=name,
+                               known_block_size=[wave_size, 1, 1])
+        # Not the builder's kernel=True: it adds a discardable `gpu.kernel` attribute next to the
+        # `kernel` property, and convert-gpu-to-rocdl/-nvvm then abort on the duplicate.
+        kernel.operation.attributes["kernel"] = ir.UnitAttr.get()
+        entry = kernel.body.blocks.append(*operand_types, arg_locs=[stage.location] * len(operand_types))
+    with ir.InsertionPoint(entry), stage.location:
+        copy = stage.clone()
+        for i, arg in enumerate(entry.arguments):
+            copy.operands[i] = arg
+        gpu.return_([])
+
+
+def _check_same_kernel(kernel: "ir.Operation", name: str, stage: "ir.Operation", operand_types: list) -> None:
+    """PassFailure unless the existing `kernel` computes exactly what `stage` asks for.
+
+    Kernel symbols name the spec, but a module may already hold a kernel of that symbol (a user's, or
+    one built from other operand layouts) that computes something else.
+    """
+    existing = list(ir.FunctionType(ir.TypeAttr(kernel.attributes["function_type"]).value).inputs)
+    if existing != operand_types:
+        raise PassFailure(
+            f"kernel @{name} already exists with argument types ({_types(existing)}), but this stage has "
+            f"operand types ({_types(operand_types)}); give the two problems the same operand types", stage)
+    first = kernel.regions[0].blocks[0].operations[0].operation
+    if first.name != stage.name:  # already expanded: nothing left to compare but the types
+        return
+    theirs, ours = _attributes(first), _attributes(stage)
+    differing = [f"{key} = {ours.get(key)} here, {theirs.get(key)} there"
+                 for key in sorted(set(theirs) | set(ours)) if theirs.get(key) != ours.get(key)]
+    if differing:
+        raise PassFailure(f"kernel @{name} already exists for other attributes ({'; '.join(differing)}); "
+                          f"its symbol cannot tell the two apart", stage)
+
+
+def _types(types: list) -> str:
+    return ", ".join(str(t) for t in types)
+
+
+def _attributes(op: "ir.Operation") -> dict[str, str]:
+    return {name: str(op.attributes[name]) for name in op.attributes}
+
+
+def _stage_name(op: "ir.Operation") -> str:
+    """dot_do_o, dq_dk_dv, convert_dk, convert_dv (docs/ir.md kernel symbols)."""
+    if op.name == fmha.ConvertGradOp.NAME:
+        return f"convert_{fmha.ConvertGradOp.grad_of(op)}"
+    return op.name.removeprefix("fmha.")
+
+
+def _symbol(op: "ir.Operation") -> str:
+    return ir.StringAttr(op.attributes["sym_name"]).value

@@ -1,0 +1,47 @@
+// RUN: fmha-opt %s --split-input-file --verify-diagnostics --pass-pipeline='builtin.module(fmha-stages-to-gpu)'
+
+// One spec and stage, two operand layouts: both would be the same kernel symbol.
+
+!strided = memref<?x?x?x64xf32, strided<[?, ?, ?, 1]>>
+!dense = memref<?x?x?x64xf32>
+!rows = memref<?x?x?xf32, strided<[?, ?, 1]>>
+
+func.func @clash(%o: !strided, %do: !strided, %d: !rows, %o2: !dense, %do2: !dense) {
+  "fmha.dot_do_o"(%o, %do, %d) {
+      dtype = "f32", hdim_q = 64 : i64, hdim_v = 64 : i64, gqa_ratio = 1 : i64,
+      mask = "none", window_left = -1 : i64, window_right = -1 : i64, scale = 0.125 : f32,
+      bias = "none", dbias = false, deterministic = false} : (!strided, !strided, !rows) -> ()
+  // expected-error @+1 {{kernel @fmha_bwd_f32_d64x64_g1_nomask_dot_do_o already exists with argument types}}
+  "fmha.dot_do_o"(%o2, %do2, %d) {
+      dtype = "f32", hdim_q = 64 : i64, hdim_v = 64 : i64, gqa_ratio = 1 : i64,
+      mask = "none", window_left = -1 : i64, window_right = -1 : i64, scale = 0.125 : f32,
+      bias = "none", dbias = false, deterministic = false} : (!dense, !dense, !rows) -> ()
+  return
+}
+
+// -----
+
+// A module that already holds a kernel of this symbol computing something else (here: another scale).
+
+!t = memref<?x?x?x64xf32, strided<[?, ?, ?, 1]>>
+!rows = memref<?x?x?xf32, strided<[?, ?, 1]>>
+
+module attributes {gpu.container_module} {
+  gpu.module @fmha_kernels {
+    gpu.func @fmha_bwd_f32_d64x64_g1_nomask_s0p5_dq_dk_dv(%q: !t, %k: !t, %v: !t, %do: !t, %lse: !rows, %d: !rows, %dq: !t, %dk: !t, %dv: !t) kernel {
+      "fmha.dq_dk_dv"(%q, %k, %v, %do, %lse, %d, %dq, %dk, %dv) {
+          dtype = "f32", hdim_q = 64 : i64, hdim_v = 64 : i64, gqa_ratio = 1 : i64,
+          mask = "none", window_left = -1 : i64, window_right = -1 : i64, scale = 0.25 : f32,
+          bias = "none", dbias = false, deterministic = false} : (!t, !t, !t, !t, !rows, !rows, !t, !t, !t) -> ()
+      gpu.return
+    }
+  }
+  func.func @other_scale(%q: !t, %k: !t, %v: !t, %do: !t, %lse: !rows, %d: !rows, %dq: !t, %dk: !t, %dv: !t) {
+    // expected-error @+1 {{kernel @fmha_bwd_f32_d64x64_g1_nomask_s0p5_dq_dk_dv already exists for other attributes}}
+    "fmha.dq_dk_dv"(%q, %k, %v, %do, %lse, %d, %dq, %dk, %dv) {
+        dtype = "f32", hdim_q = 64 : i64, hdim_v = 64 : i64, gqa_ratio = 1 : i64,
+        mask = "none", window_left = -1 : i64, window_right = -1 : i64, scale = 0.5 : f32,
+        bias = "none", dbias = false, deterministic = false} : (!t, !t, !t, !t, !rows, !rows, !t, !t, !t) -> ()
+    return
+  }
+}

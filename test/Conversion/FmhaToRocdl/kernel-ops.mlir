@@ -1,0 +1,135 @@
+// RUN: fmha-opt %s --split-input-file --pass-pipeline='builtin.module(convert-fmha-to-rocdl{chipset=gfx942})' | FileCheck %s
+
+// exp2 is v_exp_f32; masked_score is arith (the same lowering as convert-fmha-to-nvvm).
+
+gpu.module @kernels {
+  // CHECK-LABEL: gpu.func @exp2
+  gpu.func @exp2(%x: f32, %out: memref<f32>) kernel {
+    // CHECK: %[[E:.*]] = rocdl.exp2 %{{.*}} f32 -> f32
+    // CHECK-NEXT: memref.store %[[E]]
+    %e = "fmha.exp2"(%x) : (f32) -> f32
+    memref.store %e, %out[] : memref<f32>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @kernels {
+  // CHECK-LABEL: gpu.func @no_mask
+  gpu.func @no_mask(%dot: f32, %q: index, %k: index, %sq: index, %sk: index, %out: memref<f32>) kernel {
+    // CHECK: %[[SCALE:.*]] = arith.constant 1.250000e-01 : f32
+    // CHECK-NEXT: %[[S:.*]] = arith.mulf %{{.*}}, %[[SCALE]] : f32
+    // CHECK-NOT: arith.select
+    // CHECK-NEXT: memref.store %[[S]]
+    %s = "fmha.masked_score"(%dot, %q, %k, %sq, %sk) {mask = "none", window_left = -1 : i64, window_right = -1 : i64,
+        scale_log2 = 0.125 : f32} : (f32, index, index, index, index) -> f32
+    memref.store %s, %out[] : memref<f32>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @kernels {
+  // CHECK-LABEL: gpu.func @top_left
+  // CHECK-SAME: (%{{.*}}: f32, %[[Q:[^:]*]]: index, %[[K:[^:]*]]: index,
+  gpu.func @top_left(%dot: f32, %q: index, %k: index, %sq: index, %sk: index, %out: memref<f32>) kernel {
+    // CHECK: %[[S:.*]] = arith.mulf
+    // CHECK-NEXT: %[[VISIBLE:.*]] = arith.cmpi sle, %[[K]], %[[Q]] : index
+    // CHECK-NEXT: %[[NEG_INF:.*]] = arith.constant 0xFF800000 : f32
+    // CHECK-NEXT: arith.select %[[VISIBLE]], %[[S]], %[[NEG_INF]] : f32
+    %s = "fmha.masked_score"(%dot, %q, %k, %sq, %sk) {mask = "causal_top_left", window_left = -1 : i64,
+        window_right = -1 : i64, scale_log2 = 0.125 : f32} : (f32, index, index, index, index) -> f32
+    memref.store %s, %out[] : memref<f32>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @kernels {
+  // CHECK-LABEL: gpu.func @bottom_right
+  // CHECK-SAME: (%{{.*}}: f32, %[[Q:[^:]*]]: index, %[[K:[^:]*]]: index, %[[SQ:[^:]*]]: index, %[[SK:[^:]*]]: index,
+  gpu.func @bottom_right(%dot: f32, %q: index, %k: index, %sq: index, %sk: index, %out: memref<f32>) kernel {
+    // CHECK: %[[OFF:.*]] = arith.subi %[[SK]], %[[SQ]] : index
+    // CHECK-NEXT: %[[DIAG:.*]] = arith.addi %[[Q]], %[[OFF]] : index
+    // CHECK-NEXT: %[[VISIBLE:.*]] = arith.cmpi sle, %[[K]], %[[DIAG]] : index
+    // CHECK: arith.select %[[VISIBLE]]
+    %s = "fmha.masked_score"(%dot, %q, %k, %sq, %sk) {mask = "causal_bottom_right", window_left = -1 : i64,
+        window_right = -1 : i64, scale_log2 = 0.125 : f32} : (f32, index, index, index, index) -> f32
+    memref.store %s, %out[] : memref<f32>
+    gpu.return
+  }
+}
+
+// -----
+
+// q + off - 16 <= k <= q + off + 2 (bottom-right aligned).
+
+gpu.module @kernels {
+  // CHECK-LABEL: gpu.func @window
+  // CHECK-SAME: (%{{.*}}: f32, %[[Q:[^:]*]]: index, %[[K:[^:]*]]: index, %[[SQ:[^:]*]]: index, %[[SK:[^:]*]]: index,
+  gpu.func @window(%dot: f32, %q: index, %k: index, %sq: index, %sk: index, %out: memref<f32>) kernel {
+    // CHECK: %[[OFF:.*]] = arith.subi %[[SK]], %[[SQ]] : index
+    // CHECK-NEXT: %[[DIAG:.*]] = arith.addi %[[Q]], %[[OFF]] : index
+    // CHECK-NEXT: %[[LEFT:.*]] = arith.constant -16 : index
+    // CHECK-NEXT: %[[LO:.*]] = arith.addi %[[DIAG]], %[[LEFT]] : index
+    // CHECK-NEXT: %[[LO_OK:.*]] = arith.cmpi sge, %[[K]], %[[LO]] : index
+    // CHECK-NEXT: %[[RIGHT:.*]] = arith.constant 2 : index
+    // CHECK-NEXT: %[[HI:.*]] = arith.addi %[[DIAG]], %[[RIGHT]] : index
+    // CHECK-NEXT: %[[HI_OK:.*]] = arith.cmpi sle, %[[K]], %[[HI]] : index
+    // CHECK-NEXT: %[[VISIBLE:.*]] = arith.andi %[[LO_OK]], %[[HI_OK]] : i1
+    // CHECK: arith.select %[[VISIBLE]]
+    %s = "fmha.masked_score"(%dot, %q, %k, %sq, %sk) {mask = "sliding_window", window_left = 16 : i64,
+        window_right = 2 : i64, scale_log2 = 0.125 : f32} : (f32, index, index, index, index) -> f32
+    memref.store %s, %out[] : memref<f32>
+    gpu.return
+  }
+}
+
+// -----
+
+// A window unbounded on the right and one of width 0 on the right: only the bounded sides compare.
+
+gpu.module @kernels {
+  // CHECK-LABEL: gpu.func @left_only
+  // CHECK-SAME: (%{{.*}}: f32, %[[Q:[^:]*]]: index, %[[K:[^:]*]]: index,
+  gpu.func @left_only(%dot: f32, %q: index, %k: index, %sq: index, %sk: index, %out: memref<f32>) kernel {
+    // CHECK: %[[DIAG:.*]] = arith.addi %[[Q]]
+    // CHECK: %[[VISIBLE:.*]] = arith.cmpi sge, %[[K]]
+    // CHECK-NOT: arith.cmpi
+    // CHECK-NOT: arith.andi
+    // CHECK: arith.select %[[VISIBLE]]
+    %s = "fmha.masked_score"(%dot, %q, %k, %sq, %sk) {mask = "sliding_window", window_left = 4 : i64,
+        window_right = -1 : i64, scale_log2 = 0.125 : f32} : (f32, index, index, index, index) -> f32
+    memref.store %s, %out[] : memref<f32>
+    gpu.return
+  }
+
+  // CHECK-LABEL: gpu.func @right_zero
+  // CHECK-SAME: (%{{.*}}: f32, %[[Q:[^:]*]]: index, %[[K:[^:]*]]: index,
+  gpu.func @right_zero(%dot: f32, %q: index, %k: index, %sq: index, %sk: index, %out: memref<f32>) kernel {
+    // CHECK: %[[DIAG:.*]] = arith.addi %[[Q]]
+    // CHECK-NEXT: %[[VISIBLE:.*]] = arith.cmpi sle, %[[K]], %[[DIAG]] : index
+    // CHECK-NEXT: arith.constant 0xFF800000
+    // CHECK-NEXT: arith.select %[[VISIBLE]]
+    %s = "fmha.masked_score"(%dot, %q, %k, %sq, %sk) {mask = "sliding_window", window_left = -1 : i64,
+        window_right = 0 : i64, scale_log2 = 0.125 : f32} : (f32, index, index, index, index) -> f32
+    memref.store %s, %out[] : memref<f32>
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @kernels {
+  // CHECK-LABEL: gpu.func @atomic_add
+  // CHECK-SAME: (%[[V:[^:]*]]: f32, %[[BUF:[^:]*]]: memref<?x?x?x64xf32, strided<[?, ?, ?, 1]>>, %[[I:[^:]*]]: index)
+  gpu.func @atomic_add(%v: f32, %buf: memref<?x?x?x64xf32, strided<[?, ?, ?, 1]>>, %i: index) kernel {
+    // CHECK: memref.atomic_rmw addf %[[V]], %[[BUF]][%[[I]], %[[I]], %[[I]], %[[I]]] : (f32, memref<?x?x?x64xf32, strided<[?, ?, ?, 1]>>) -> f32
+    // CHECK-NOT: fmha.atomic_add
+    "fmha.atomic_add"(%v, %buf, %i, %i, %i, %i) : (f32, memref<?x?x?x64xf32, strided<[?, ?, ?, 1]>>, index, index, index, index) -> ()
+    gpu.return
+  }
+}

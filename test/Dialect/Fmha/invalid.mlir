@@ -1,0 +1,629 @@
+// Each chunk breaks one rule of the fmha verifier (docs/ir.md) and expects its message.
+// RUN: fmha-opt %s -split-input-file -verify-diagnostics
+
+// operand_count
+func.func @operand_count(%t: memref<1x2x8x64xf16>, %l: memref<1x2x8xf32>) {
+  // expected-error @+1 {{'fmha.attention_bwd' op takes 9 operands (q, k, v, o, do, lse, dq, dk, dv), got 8}}
+  "fmha.attention_bwd"(%t, %t, %t, %t, %t, %l, %t, %t) {dtype = "f16", hdim_q = 64 : i64, hdim_v = 64 : i64, gqa_ratio = 1 : i64, mask = "none", window_left = -1 : i64, window_right = -1 : i64, scale = 0.125 : f32, bias = "none", dbias = false, deterministic = false}
+      : (memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8xf32>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>) -> ()
+  return
+}
+
+// -----
+
+// element_type
+func.func @element_type(%t: memref<1x2x8x64xf16>, %l: memref<1x2x8xf32>, %x: memref<1x2x8x64xf32>) {
+  // expected-error @+1 {{'fmha.attention_bwd' op operand #0 ('q'): expected element type f16, got f32}}
+  "fmha.attention_bwd"(%x, %t, %t, %t, %t, %l, %t, %t, %t) {dtype = "f16", hdim_q = 64 : i64, hdim_v = 64 : i64, gqa_ratio = 1 : i64, mask = "none", window_left = -1 : i64, window_right = -1 : i64, scale = 0.125 : f32, bias = "none", dbias = false, deterministic = false}
+      : (memref<1x2x8x64xf32>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8xf32>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>) -> ()
+  return
+}
+
+// -----
+
+// lse_element_type
+func.func @lse_element_type(%t: memref<1x2x8x64xf16>, %l: memref<1x2x8xf32>, %x: memref<1x2x8xf16>) {
+  // expected-error @+1 {{operand #5 ('lse'): expected element type f32, got f16}}
+  "fmha.attention_bwd"(%t, %t, %t, %t, %t, %x, %t, %t, %t) {dtype = "f16", hdim_q = 64 : i64, hdim_v = 64 : i64, gqa_ratio = 1 : i64, mask = "none", window_left = -1 : i64, window_right = -1 : i64, scale = 0.125 : f32, bias = "none", dbias = false, deterministic = false}
+      : (memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>) -> ()
+  return
+}
+
+// -----
+
+// rank
+func.func @rank(%t: memref<1x2x8x64xf16>, %l: memref<1x2x8xf32>, %x: memref<2x8x64xf16>) {
+  // expected-error @+1 {{operand #1 ('k'): expected rank 4, got memref<2x8x64xf16> (rank 3)}}
+  "fmha.attention_bwd"(%t, %x, %t, %t, %t, %l, %t, %t, %t) {dtype = "f16", hdim_q = 64 : i64, hdim_v = 64 : i64, gqa_ratio = 1 : i64, mask = "none", window_left = -1 : i64, window_right = -1 : i64, scale = 0.125 : f32, bias = "none", dbias = false, deterministic = false}
+      : (memref<1x2x8x64xf16>, memref<2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8xf32>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>) -> ()
+  return
+}
+
+// -----
+
+// lse_rank
+func.func @lse_rank(%t: memref<1x2x8x64xf16>, %l: memref<1x2x8xf32>, %x: memref<1x2x8x1xf32>) {
+  // expected-error @+1 {{operand #5 ('lse'): expected rank 3, got memref<1x2x8x1xf32> (rank 4)}}
+  "fmha.attention_bwd"(%t, %t, %t, %t, %t, %x, %t, %t, %t) {dtype = "f16", hdim_q = 64 : i64, hdim_v = 64 : i64, gqa_ratio = 1 : i64, mask = "none", window_left = -1 : i64, window_right = -1 : i64, scale = 0.125 : f32, bias = "none", dbias = false, deterministic = false}
+      : (memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x1xf32>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>) -> ()
+  return
+}
+
+// -----
+
+// hdim_q
+func.func @hdim_q(%t: memref<1x2x8x64xf16>, %l: memref<1x2x8xf32>, %x: memref<1x2x8x128xf16>) {
+  // expected-error @+1 {{operand #7 ('dk'): expected a static innermost dim of 64, got 128}}
+  "fmha.attention_bwd"(%t, %t, %t, %t, %t, %l, %t, %x, %t) {dtype = "f16", hdim_q = 64 : i64, hdim_v = 64 : i64, gqa_ratio = 1 : i64, mask = "none", window_left = -1 : i64, window_right = -1 : i64, scale = 0.125 : f32, bias = "none", dbias = false, deterministic = false}
+      : (memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8xf32>, memref<1x2x8x64xf16>, memref<1x2x8x128xf16>, memref<1x2x8x64xf16>) -> ()
+  return
+}
+
+// -----
+
+// hdim_v
+func.func @hdim_v(%t: memref<1x2x8x64xf16>, %l: memref<1x2x8xf32>) {
+  // expected-error @+4 {{operand #2 ('v'): expected a static innermost dim of 32, got 64}}
+  // expected-error @+3 {{operand #3 ('o'): expected a static innermost dim of 32, got 64}}
+  // expected-error @+2 {{operand #4 ('do'): expected a static innermost dim of 32, got 64}}
+  // expected-error @+1 {{operand #8 ('dv'): expected a static innermost dim of 32, got 64}}
+  "fmha.attention_bwd"(%t, %t, %t, %t, %t, %l, %t, %t, %t) {dtype = "f16", hdim_q = 64 : i64, hdim_v = 32 : i64, gqa_ratio = 1 : i64, mask = "none", window_left = -1 : i64, window_right = -1 : i64, scale = 0.125 : f32, bias = "none", dbias = false, deterministic = false}
+      : (memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8xf32>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>) -> ()
+  return
+}
+
+// -----
+
+// dynamic_hdim
+func.func @dynamic_hdim(%t: memref<1x2x8x64xf16>, %l: memref<1x2x8xf32>, %x: memref<?x?x?x?xf16>) {
+  // expected-error @+1 {{operand #3 ('o'): expected a static innermost dim of 64, got ?}}
+  "fmha.attention_bwd"(%t, %t, %t, %x, %t, %l, %t, %t, %t) {dtype = "f16", hdim_q = 64 : i64, hdim_v = 64 : i64, gqa_ratio = 1 : i64, mask = "none", window_left = -1 : i64, window_right = -1 : i64, scale = 0.125 : f32, bias = "none", dbias = false, deterministic = false}
+      : (memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<?x?x?x?xf16>, memref<1x2x8x64xf16>, memref<1x2x8xf32>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>) -> ()
+  return
+}
+
+// -----
+
+// inner_stride
+func.func @inner_stride(%t: memref<1x2x8x64xf16>, %l: memref<1x2x8xf32>, %x: memref<1x2x8x64xf16, strided<[?, ?, 1, ?]>>) {
+  // expected-error @+1 {{operand #4 ('do'): expected the innermost dim contiguous (stride 1)}}
+  "fmha.attention_bwd"(%t, %t, %t, %t, %x, %l, %t, %t, %t) {dtype = "f16", hdim_q = 64 : i64, hdim_v = 64 : i64, gqa_ratio = 1 : i64, mask = "none", window_left = -1 : i64, window_right = -1 : i64, scale = 0.125 : f32, bias = "none", dbias = false, deterministic = false}
+      : (memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16, strided<[?, ?, 1, ?]>>, memref<1x2x8xf32>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>) -> ()
+  return
+}
+
+// -----
+
+// offset
+func.func @offset(%t: memref<1x2x8x64xf16>, %l: memref<1x2x8xf32>, %x: memref<1x2x8x64xf16, strided<[?, ?, ?, 1], offset: ?>>) {
+  // expected-error @+1 {{operand #6 ('dq'): expected offset 0}}
+  "fmha.attention_bwd"(%t, %t, %t, %t, %t, %l, %x, %t, %t) {dtype = "f16", hdim_q = 64 : i64, hdim_v = 64 : i64, gqa_ratio = 1 : i64, mask = "none", window_left = -1 : i64, window_right = -1 : i64, scale = 0.125 : f32, bias = "none", dbias = false, deterministic = false}
+      : (memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8xf32>, memref<1x2x8x64xf16, strided<[?, ?, ?, 1], offset: ?>>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>) -> ()
+  return
+}
+
+// -----
+
+// layout
+func.func @layout(%t: memref<1x2x8x64xf16>, %l: memref<1x2x8xf32>, %x: memref<1x2x8x64xf16, affine_map<(a, b, c, d) -> (b, a, c, d)>>) {
+  // expected-error @+1 {{operand #8 ('dv'): expected a strided or identity layout}}
+  "fmha.attention_bwd"(%t, %t, %t, %t, %t, %l, %t, %t, %x) {dtype = "f16", hdim_q = 64 : i64, hdim_v = 64 : i64, gqa_ratio = 1 : i64, mask = "none", window_left = -1 : i64, window_right = -1 : i64, scale = 0.125 : f32, bias = "none", dbias = false, deterministic = false}
+      : (memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8xf32>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16, affine_map<(a, b, c, d) -> (b, a, c, d)>>) -> ()
+  return
+}
+
+// -----
+
+// not_memref
+func.func @not_memref(%t: memref<1x2x8x64xf16>, %l: memref<1x2x8xf32>, %x: tensor<1x2x8x64xf16>) {
+  // expected-error @+1 {{operand #0 ('q'): expected a rank-4 memref of f16, innermost dim 64, got tensor<1x2x8x64xf16>}}
+  "fmha.attention_bwd"(%x, %t, %t, %t, %t, %l, %t, %t, %t) {dtype = "f16", hdim_q = 64 : i64, hdim_v = 64 : i64, gqa_ratio = 1 : i64, mask = "none", window_left = -1 : i64, window_right = -1 : i64, scale = 0.125 : f32, bias = "none", dbias = false, deterministic = false}
+      : (tensor<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8xf32>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>) -> ()
+  return
+}
+
+// -----
+
+// missing_attribute
+func.func @missing_attribute(%t: memref<1x2x8x64xf16>, %l: memref<1x2x8xf32>) {
+  // expected-error @+1 {{missing attribute 'scale' (an f32 float)}}
+  "fmha.attention_bwd"(%t, %t, %t, %t, %t, %l, %t, %t, %t) {dtype = "f16", hdim_q = 64 : i64, hdim_v = 64 : i64, gqa_ratio = 1 : i64, mask = "none", window_left = -1 : i64, window_right = -1 : i64, bias = "none", dbias = false, deterministic = false}
+      : (memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8xf32>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>) -> ()
+  return
+}
+
+// -----
+
+// integer_width
+func.func @integer_width(%t: memref<1x2x8x64xf16>, %l: memref<1x2x8xf32>) {
+  // expected-error @+1 {{attribute 'hdim_q' must be an i64 integer, got 64 : i32}}
+  "fmha.attention_bwd"(%t, %t, %t, %t, %t, %l, %t, %t, %t) {dtype = "f16", hdim_q = 64 : i32, hdim_v = 64 : i64, gqa_ratio = 1 : i64, mask = "none", window_left = -1 : i64, window_right = -1 : i64, scale = 0.125 : f32, bias = "none", dbias = false, deterministic = false}
+      : (memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8xf32>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>) -> ()
+  return
+}
+
+// -----
+
+// string_attribute
+func.func @string_attribute(%t: memref<1x2x8x64xf16>, %l: memref<1x2x8xf32>) {
+  // expected-error @+1 {{attribute 'dtype' must be a string, got 16 : i64}}
+  "fmha.attention_bwd"(%t, %t, %t, %t, %t, %l, %t, %t, %t) {dtype = 16 : i64, hdim_q = 64 : i64, hdim_v = 64 : i64, gqa_ratio = 1 : i64, mask = "none", window_left = -1 : i64, window_right = -1 : i64, scale = 0.125 : f32, bias = "none", dbias = false, deterministic = false}
+      : (memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8xf32>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>) -> ()
+  return
+}
+
+// -----
+
+// bool_attribute
+func.func @bool_attribute(%t: memref<1x2x8x64xf16>, %l: memref<1x2x8xf32>) {
+  // expected-error @+1 {{attribute 'dbias' must be a bool, got 0 : i64}}
+  "fmha.attention_bwd"(%t, %t, %t, %t, %t, %l, %t, %t, %t) {dtype = "f16", hdim_q = 64 : i64, hdim_v = 64 : i64, gqa_ratio = 1 : i64, mask = "none", window_left = -1 : i64, window_right = -1 : i64, scale = 0.125 : f32, bias = "none", dbias = 0 : i64, deterministic = false}
+      : (memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8xf32>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>) -> ()
+  return
+}
+
+// -----
+
+// float_attribute
+func.func @float_attribute(%t: memref<1x2x8x64xf16>, %l: memref<1x2x8xf32>) {
+  // expected-error @+1 {{attribute 'scale' must be an f32 float, got 1.250000e-01 : f64}}
+  "fmha.attention_bwd"(%t, %t, %t, %t, %t, %l, %t, %t, %t) {dtype = "f16", hdim_q = 64 : i64, hdim_v = 64 : i64, gqa_ratio = 1 : i64, mask = "none", window_left = -1 : i64, window_right = -1 : i64, scale = 0.125 : f64, bias = "none", dbias = false, deterministic = false}
+      : (memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8xf32>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>) -> ()
+  return
+}
+
+// -----
+
+// dtype
+func.func @dtype(%t: memref<1x2x8x64xf16>, %l: memref<1x2x8xf32>) {
+  // expected-error @+1 {{dtype: unsupported element type 'f64'}}
+  "fmha.attention_bwd"(%t, %t, %t, %t, %t, %l, %t, %t, %t) {dtype = "f64", hdim_q = 64 : i64, hdim_v = 64 : i64, gqa_ratio = 1 : i64, mask = "none", window_left = -1 : i64, window_right = -1 : i64, scale = 0.125 : f32, bias = "none", dbias = false, deterministic = false}
+      : (memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8xf32>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>) -> ()
+  return
+}
+
+// -----
+
+// mask_kind
+func.func @mask_kind(%t: memref<1x2x8x64xf16>, %l: memref<1x2x8xf32>) {
+  // expected-error @+1 {{mask.kind: unknown mask kind 'causal'}}
+  "fmha.attention_bwd"(%t, %t, %t, %t, %t, %l, %t, %t, %t) {dtype = "f16", hdim_q = 64 : i64, hdim_v = 64 : i64, gqa_ratio = 1 : i64, mask = "causal", window_left = -1 : i64, window_right = -1 : i64, scale = 0.125 : f32, bias = "none", dbias = false, deterministic = false}
+      : (memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8xf32>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>) -> ()
+  return
+}
+
+// -----
+
+// window_without_sliding
+func.func @window_without_sliding(%t: memref<1x2x8x64xf16>, %l: memref<1x2x8xf32>) {
+  // expected-error @+1 {{mask: window sizes given for mask 'causal_top_left'}}
+  "fmha.attention_bwd"(%t, %t, %t, %t, %t, %l, %t, %t, %t) {dtype = "f16", hdim_q = 64 : i64, hdim_v = 64 : i64, gqa_ratio = 1 : i64, mask = "causal_top_left", window_left = 8 : i64, window_right = -1 : i64, scale = 0.125 : f32, bias = "none", dbias = false, deterministic = false}
+      : (memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8xf32>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>) -> ()
+  return
+}
+
+// -----
+
+// window_unbounded
+func.func @window_unbounded(%t: memref<1x2x8x64xf16>, %l: memref<1x2x8xf32>) {
+  // expected-error @+1 {{mask: sliding window with both sides unbounded}}
+  "fmha.attention_bwd"(%t, %t, %t, %t, %t, %l, %t, %t, %t) {dtype = "f16", hdim_q = 64 : i64, hdim_v = 64 : i64, gqa_ratio = 1 : i64, mask = "sliding_window", window_left = -1 : i64, window_right = -1 : i64, scale = 0.125 : f32, bias = "none", dbias = false, deterministic = false}
+      : (memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8xf32>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>) -> ()
+  return
+}
+
+// -----
+
+// gqa_ratio
+func.func @gqa_ratio(%t: memref<1x2x8x64xf16>, %l: memref<1x2x8xf32>) {
+  // expected-error @+1 {{gqa_ratio: must be a positive integer (got 0)}}
+  "fmha.attention_bwd"(%t, %t, %t, %t, %t, %l, %t, %t, %t) {dtype = "f16", hdim_q = 64 : i64, hdim_v = 64 : i64, gqa_ratio = 0 : i64, mask = "none", window_left = -1 : i64, window_right = -1 : i64, scale = 0.125 : f32, bias = "none", dbias = false, deterministic = false}
+      : (memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8xf32>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>) -> ()
+  return
+}
+
+// -----
+
+// hdim_zero
+func.func @hdim_zero(%t: memref<1x2x8x64xf16>, %l: memref<1x2x8xf32>) {
+  // expected-error @+1 {{hdim_q: must be a positive integer (got 0)}}
+  "fmha.attention_bwd"(%t, %t, %t, %t, %t, %l, %t, %t, %t) {dtype = "f16", hdim_q = 0 : i64, hdim_v = 64 : i64, gqa_ratio = 1 : i64, mask = "none", window_left = -1 : i64, window_right = -1 : i64, scale = 0.125 : f32, bias = "none", dbias = false, deterministic = false}
+      : (memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8xf32>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>) -> ()
+  return
+}
+
+// -----
+
+// scale_negative
+func.func @scale_negative(%t: memref<1x2x8x64xf16>, %l: memref<1x2x8xf32>) {
+  // expected-error @+1 {{attribute 'scale' must be finite and > 0, got -0.125}}
+  "fmha.attention_bwd"(%t, %t, %t, %t, %t, %l, %t, %t, %t) {dtype = "f16", hdim_q = 64 : i64, hdim_v = 64 : i64, gqa_ratio = 1 : i64, mask = "none", window_left = -1 : i64, window_right = -1 : i64, scale = -0.125 : f32, bias = "none", dbias = false, deterministic = false}
+      : (memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8xf32>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>) -> ()
+  return
+}
+
+// -----
+
+// scale_zero
+func.func @scale_zero(%t: memref<1x2x8x64xf16>, %l: memref<1x2x8xf32>) {
+  // expected-error @+1 {{attribute 'scale' must be finite and > 0, got 0.0}}
+  "fmha.attention_bwd"(%t, %t, %t, %t, %t, %l, %t, %t, %t) {dtype = "f16", hdim_q = 64 : i64, hdim_v = 64 : i64, gqa_ratio = 1 : i64, mask = "none", window_left = -1 : i64, window_right = -1 : i64, scale = 0.0 : f32, bias = "none", dbias = false, deterministic = false}
+      : (memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8xf32>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>) -> ()
+  return
+}
+
+// -----
+
+// scale_inf
+func.func @scale_inf(%t: memref<1x2x8x64xf16>, %l: memref<1x2x8xf32>) {
+  // expected-error @+1 {{attribute 'scale' must be finite and > 0, got inf}}
+  "fmha.attention_bwd"(%t, %t, %t, %t, %t, %l, %t, %t, %t) {dtype = "f16", hdim_q = 64 : i64, hdim_v = 64 : i64, gqa_ratio = 1 : i64, mask = "none", window_left = -1 : i64, window_right = -1 : i64, scale = 0x7F800000 : f32, bias = "none", dbias = false, deterministic = false}
+      : (memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8xf32>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>) -> ()
+  return
+}
+
+// -----
+
+// bias
+func.func @bias(%t: memref<1x2x8x64xf16>, %l: memref<1x2x8xf32>) {
+  // expected-error @+1 {{bias: attention bias and dbias are not implemented yet}}
+  "fmha.attention_bwd"(%t, %t, %t, %t, %t, %l, %t, %t, %t) {dtype = "f16", hdim_q = 64 : i64, hdim_v = 64 : i64, gqa_ratio = 1 : i64, mask = "none", window_left = -1 : i64, window_right = -1 : i64, scale = 0.125 : f32, bias = "alibi", dbias = false, deterministic = false}
+      : (memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8xf32>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>) -> ()
+  return
+}
+
+// -----
+
+// bias_kind
+func.func @bias_kind(%t: memref<1x2x8x64xf16>, %l: memref<1x2x8xf32>) {
+  // expected-error @+1 {{bias: unknown bias kind 'relative'}}
+  "fmha.attention_bwd"(%t, %t, %t, %t, %t, %l, %t, %t, %t) {dtype = "f16", hdim_q = 64 : i64, hdim_v = 64 : i64, gqa_ratio = 1 : i64, mask = "none", window_left = -1 : i64, window_right = -1 : i64, scale = 0.125 : f32, bias = "relative", dbias = false, deterministic = false}
+      : (memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8xf32>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>) -> ()
+  return
+}
+
+// -----
+
+// dbias
+func.func @dbias(%t: memref<1x2x8x64xf16>, %l: memref<1x2x8xf32>) {
+  // expected-error @+1 {{bias: attention bias and dbias are not implemented yet}}
+  "fmha.attention_bwd"(%t, %t, %t, %t, %t, %l, %t, %t, %t) {dtype = "f16", hdim_q = 64 : i64, hdim_v = 64 : i64, gqa_ratio = 1 : i64, mask = "none", window_left = -1 : i64, window_right = -1 : i64, scale = 0.125 : f32, bias = "none", dbias = true, deterministic = false}
+      : (memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8xf32>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>) -> ()
+  return
+}
+
+// -----
+
+// deterministic
+func.func @deterministic(%t: memref<1x2x8x64xf16>, %l: memref<1x2x8xf32>) {
+  // expected-error @+1 {{deterministic: deterministic mode is not implemented yet}}
+  "fmha.attention_bwd"(%t, %t, %t, %t, %t, %l, %t, %t, %t) {dtype = "f16", hdim_q = 64 : i64, hdim_v = 64 : i64, gqa_ratio = 1 : i64, mask = "none", window_left = -1 : i64, window_right = -1 : i64, scale = 0.125 : f32, bias = "none", dbias = false, deterministic = true}
+      : (memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8xf32>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>) -> ()
+  return
+}
+
+// -----
+
+// results
+func.func @results(%t: memref<1x2x8x64xf16>, %l: memref<1x2x8xf32>) {
+  // expected-error @+1 {{'fmha.attention_bwd' op must have no results, got 1}}
+  %r = "fmha.attention_bwd"(%t, %t, %t, %t, %t, %l, %t, %t, %t) {dtype = "f16", hdim_q = 64 : i64, hdim_v = 64 : i64, gqa_ratio = 1 : i64, mask = "none", window_left = -1 : i64, window_right = -1 : i64, scale = 0.125 : f32, bias = "none", dbias = false, deterministic = false}
+      : (memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8xf32>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>) -> i32
+  return
+}
+
+// -----
+
+// unknown_op
+func.func @unknown_op() {
+  // expected-error @+1 {{'fmha.forward' is not an fmha op; known: fmha.atomic_add}}
+  "fmha.forward"() : () -> ()
+  return
+}
+
+// -----
+
+// dot_do_o_d
+func.func @dot_do_o_d(%t: memref<1x2x8x64xf16>, %d: memref<1x2x8xf16>) {
+  // expected-error @+1 {{'fmha.dot_do_o' op operand #2 ('d'): expected element type f32, got f16}}
+  "fmha.dot_do_o"(%t, %t, %d) {dtype = "f16", hdim_q = 64 : i64, hdim_v = 64 : i64, gqa_ratio = 1 : i64, mask = "none", window_left = -1 : i64, window_right = -1 : i64, scale = 0.125 : f32, bias = "none", dbias = false, deterministic = false} : (memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8xf16>) -> ()
+  return
+}
+
+// -----
+
+// dot_do_o_count
+func.func @dot_do_o_count(%t: memref<1x2x8x64xf16>, %l: memref<1x2x8xf32>) {
+  // expected-error @+1 {{'fmha.dot_do_o' op takes 3 operands (o, do, d), got 4}}
+  "fmha.dot_do_o"(%t, %t, %l, %l) {dtype = "f16", hdim_q = 64 : i64, hdim_v = 64 : i64, gqa_ratio = 1 : i64, mask = "none", window_left = -1 : i64, window_right = -1 : i64, scale = 0.125 : f32, bias = "none", dbias = false, deterministic = false} : (memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8xf32>, memref<1x2x8xf32>) -> ()
+  return
+}
+
+// -----
+
+// dq_dk_dv_accumulator
+func.func @dq_dk_dv_accumulator(%t: memref<1x2x8x64xf16>, %l: memref<1x2x8xf32>, %acc: memref<1x2x8x64xf32>, %b: memref<1x2x8x64xbf16>) {
+  // expected-error @+1 {{'fmha.dq_dk_dv' op operand #8 ('dv_out'): expected element type f16 or f32, got bf16}}
+  "fmha.dq_dk_dv"(%t, %t, %t, %t, %l, %l, %t, %acc, %b) {dtype = "f16", hdim_q = 64 : i64, hdim_v = 64 : i64, gqa_ratio = 1 : i64, mask = "none", window_left = -1 : i64, window_right = -1 : i64, scale = 0.125 : f32, bias = "none", dbias = false, deterministic = false}
+      : (memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8xf32>, memref<1x2x8xf32>, memref<1x2x8x64xf16>, memref<1x2x8x64xf32>, memref<1x2x8x64xbf16>) -> ()
+  return
+}
+
+// -----
+
+// convert_grad_missing_grad
+func.func @convert_grad_missing_grad(%acc: memref<1x2x8x64xf32>, %out: memref<1x2x8x64xf16>) {
+  // expected-error @+1 {{'fmha.convert_grad' op missing attribute 'grad' (a string)}}
+  "fmha.convert_grad"(%acc, %out) {dtype = "f16", hdim_q = 64 : i64, hdim_v = 64 : i64, gqa_ratio = 1 : i64, mask = "none", window_left = -1 : i64, window_right = -1 : i64, scale = 0.125 : f32, bias = "none", dbias = false, deterministic = false} : (memref<1x2x8x64xf32>, memref<1x2x8x64xf16>) -> ()
+  return
+}
+
+// -----
+
+// convert_grad_unknown_grad
+func.func @convert_grad_unknown_grad(%acc: memref<1x2x8x64xf32>, %out: memref<1x2x8x64xf16>) {
+  // expected-error @+1 {{attribute 'grad' must be one of dq, dk, dv, got 'dlse'}}
+  "fmha.convert_grad"(%acc, %out) {dtype = "f16", hdim_q = 64 : i64, hdim_v = 64 : i64, gqa_ratio = 1 : i64, mask = "none", window_left = -1 : i64, window_right = -1 : i64, scale = 0.125 : f32, bias = "none", dbias = false, deterministic = false, grad = "dlse"} : (memref<1x2x8x64xf32>, memref<1x2x8x64xf16>) -> ()
+  return
+}
+
+// -----
+
+// convert_grad_acc_type
+func.func @convert_grad_acc_type(%acc: memref<1x2x8x64xf16>, %out: memref<1x2x8x64xf16>) {
+  // expected-error @+1 {{operand #0 ('acc'): expected element type f32, got f16}}
+  "fmha.convert_grad"(%acc, %out) {dtype = "f16", hdim_q = 64 : i64, hdim_v = 64 : i64, gqa_ratio = 1 : i64, mask = "none", window_left = -1 : i64, window_right = -1 : i64, scale = 0.125 : f32, bias = "none", dbias = false, deterministic = false, grad = "dk"} : (memref<1x2x8x64xf16>, memref<1x2x8x64xf16>) -> ()
+  return
+}
+
+// -----
+
+// convert_grad_out_type
+func.func @convert_grad_out_type(%acc: memref<1x2x8x64xf32>, %out: memref<1x2x8x64xf32>) {
+  // expected-error @+1 {{operand #1 ('out'): expected element type f16, got f32}}
+  "fmha.convert_grad"(%acc, %out) {dtype = "f16", hdim_q = 64 : i64, hdim_v = 64 : i64, gqa_ratio = 1 : i64, mask = "none", window_left = -1 : i64, window_right = -1 : i64, scale = 0.125 : f32, bias = "none", dbias = false, deterministic = false, grad = "dk"} : (memref<1x2x8x64xf32>, memref<1x2x8x64xf32>) -> ()
+  return
+}
+
+// -----
+
+// convert_grad_hdim
+func.func @convert_grad_hdim(%acc: memref<1x2x8x64xf32>, %out: memref<1x2x8x128xf16>) {
+  // expected-error @+1 {{operand #0 ('acc'): expected a static innermost dim of 128, got 64}}
+  "fmha.convert_grad"(%acc, %out) {dtype = "f16", hdim_q = 64 : i64, hdim_v = 128 : i64, gqa_ratio = 1 : i64, mask = "none", window_left = -1 : i64, window_right = -1 : i64, scale = 0.125 : f32, bias = "none", dbias = false, deterministic = false, grad = "dv"} : (memref<1x2x8x64xf32>, memref<1x2x8x128xf16>) -> ()
+  return
+}
+
+// -----
+
+// convert_grad_shape
+func.func @convert_grad_shape(%acc: memref<1x2x8x64xf32>, %out: memref<1x2x4x64xf16>) {
+  // expected-error @+1 {{operands 'acc' and 'out' must have the same shape, got memref<1x2x8x64xf32> and memref<1x2x4x64xf16>}}
+  "fmha.convert_grad"(%acc, %out) {dtype = "f16", hdim_q = 64 : i64, hdim_v = 64 : i64, gqa_ratio = 1 : i64, mask = "none", window_left = -1 : i64, window_right = -1 : i64, scale = 0.125 : f32, bias = "none", dbias = false, deterministic = false, grad = "dk"} : (memref<1x2x8x64xf32>, memref<1x2x4x64xf16>) -> ()
+  return
+}
+
+// -----
+
+// wave_reduce_width
+func.func @wave_reduce_width(%x: f32) {
+  // expected-error @+1 {{'fmha.wave_reduce' op attribute 'width' must be a power of two from 2 to 64, got 48}}
+  %r = "fmha.wave_reduce"(%x) {kind = "add", width = 48 : i32} : (f32) -> f32
+  return
+}
+
+// -----
+
+// wave_reduce_wide
+func.func @wave_reduce_wide(%x: f32) {
+  // expected-error @+1 {{attribute 'width' must be a power of two from 2 to 64, got 128}}
+  %r = "fmha.wave_reduce"(%x) {kind = "add", width = 128 : i32} : (f32) -> f32
+  return
+}
+
+// -----
+
+// wave_reduce_one
+func.func @wave_reduce_one(%x: f32) {
+  // expected-error @+1 {{attribute 'width' must be a power of two from 2 to 64, got 1}}
+  %r = "fmha.wave_reduce"(%x) {kind = "add", width = 1 : i32} : (f32) -> f32
+  return
+}
+
+// -----
+
+// wave_reduce_width_type
+func.func @wave_reduce_width_type(%x: f32) {
+  // expected-error @+1 {{attribute 'width' must be an i32 integer, got 64 : i64}}
+  %r = "fmha.wave_reduce"(%x) {kind = "add", width = 64 : i64} : (f32) -> f32
+  return
+}
+
+// -----
+
+// wave_reduce_kind
+func.func @wave_reduce_kind(%x: f32) {
+  // expected-error @+1 {{attribute 'kind' must be one of add, got 'max'}}
+  %r = "fmha.wave_reduce"(%x) {kind = "max", width = 64 : i32} : (f32) -> f32
+  return
+}
+
+// -----
+
+// wave_reduce_missing_kind
+func.func @wave_reduce_missing_kind(%x: f32) {
+  // expected-error @+1 {{missing attribute 'kind' (a string)}}
+  %r = "fmha.wave_reduce"(%x) {width = 64 : i32} : (f32) -> f32
+  return
+}
+
+// -----
+
+// wave_reduce_operand
+func.func @wave_reduce_operand(%x: f16) {
+  // expected-error @+1 {{'fmha.wave_reduce' op operand #0 ('x') must be f32, got f16}}
+  %r = "fmha.wave_reduce"(%x) {kind = "add", width = 64 : i32} : (f16) -> f32
+  return
+}
+
+// -----
+
+// wave_reduce_result
+func.func @wave_reduce_result(%x: f32) {
+  // expected-error @+1 {{must have one f32 result, got f16}}
+  %r = "fmha.wave_reduce"(%x) {kind = "add", width = 64 : i32} : (f32) -> f16
+  return
+}
+
+// -----
+
+// exp2_operand
+func.func @exp2_operand(%x: f64) {
+  // expected-error @+1 {{'fmha.exp2' op operand #0 ('x') must be f32, got f64}}
+  %r = "fmha.exp2"(%x) : (f64) -> f32
+  return
+}
+
+// -----
+
+// exp2_count
+func.func @exp2_count(%x: f32) {
+  // expected-error @+1 {{'fmha.exp2' op takes 1 operands (x: f32), got 2}}
+  %r = "fmha.exp2"(%x, %x) : (f32, f32) -> f32
+  return
+}
+
+// -----
+
+// masked_score_dot
+func.func @masked_score_dot(%x: f32, %i: index) {
+  // expected-error @+1 {{'fmha.masked_score' op operand #0 ('dot') must be f32, got index}}
+  %s = "fmha.masked_score"(%i, %i, %i, %i, %i) {mask = "causal_top_left", window_left = -1 : i64, window_right = -1 : i64, scale_log2 = 0.18 : f32} : (index, index, index, index, index) -> f32
+  return
+}
+
+// -----
+
+// masked_score_position
+func.func @masked_score_position(%x: f32, %i: index, %n: i32) {
+  // expected-error @+1 {{operand #2 ('k_pos') must be index, got i32}}
+  %s = "fmha.masked_score"(%x, %i, %n, %i, %i) {mask = "causal_top_left", window_left = -1 : i64, window_right = -1 : i64, scale_log2 = 0.18 : f32} : (f32, index, i32, index, index) -> f32
+  return
+}
+
+// -----
+
+// masked_score_count
+func.func @masked_score_count(%x: f32, %i: index) {
+  // expected-error @+1 {{takes 5 operands (dot: f32, q_pos: index, k_pos: index, seqlen_q: index, seqlen_k: index), got 4}}
+  %s = "fmha.masked_score"(%x, %i, %i, %i) {mask = "causal_top_left", window_left = -1 : i64, window_right = -1 : i64, scale_log2 = 0.18 : f32} : (f32, index, index, index) -> f32
+  return
+}
+
+// -----
+
+// masked_score_mask
+func.func @masked_score_mask(%x: f32, %i: index) {
+  // expected-error @+1 {{mask.kind: unknown mask kind 'diagonal'}}
+  %s = "fmha.masked_score"(%x, %i, %i, %i, %i) {mask = "diagonal", window_left = -1 : i64, window_right = -1 : i64, scale_log2 = 0.18 : f32} : (f32, index, index, index, index) -> f32
+  return
+}
+
+// -----
+
+// masked_score_window
+func.func @masked_score_window(%x: f32, %i: index) {
+  // expected-error @+1 {{mask: window sizes given for mask 'causal_top_left'}}
+  %s = "fmha.masked_score"(%x, %i, %i, %i, %i) {mask = "causal_top_left", window_left = -1 : i64, window_right = 4 : i64, scale_log2 = 0.18 : f32} : (f32, index, index, index, index) -> f32
+  return
+}
+
+// -----
+
+// masked_score_scale
+func.func @masked_score_scale(%x: f32, %i: index) {
+  // expected-error @+1 {{attribute 'scale_log2' must be finite and > 0, got -1.0}}
+  %s = "fmha.masked_score"(%x, %i, %i, %i, %i) {mask = "causal_top_left", window_left = -1 : i64, window_right = -1 : i64, scale_log2 = -1.0 : f32} : (f32, index, index, index, index) -> f32
+  return
+}
+
+// -----
+
+// masked_score_missing_scale
+func.func @masked_score_missing_scale(%x: f32, %i: index) {
+  // expected-error @+1 {{missing attribute 'scale_log2' (an f32 float)}}
+  %s = "fmha.masked_score"(%x, %i, %i, %i, %i) {mask = "causal_top_left", window_left = -1 : i64, window_right = -1 : i64} : (f32, index, index, index, index) -> f32
+  return
+}
+
+// -----
+
+// masked_score_window_type
+func.func @masked_score_window_type(%x: f32, %i: index) {
+  // expected-error @+1 {{attribute 'window_left' must be an i64 integer, got -1 : i32}}
+  %s = "fmha.masked_score"(%x, %i, %i, %i, %i) {mask = "causal_top_left", window_left = -1 : i32, window_right = -1 : i64, scale_log2 = 0.18 : f32} : (f32, index, index, index, index) -> f32
+  return
+}
+
+// -----
+
+// atomic_add_value
+func.func @atomic_add_value(%h: f16, %b: memref<?x?xf32>, %i: index) {
+  // expected-error @+1 {{'fmha.atomic_add' op operand #0 ('value') must be f32, got f16}}
+  "fmha.atomic_add"(%h, %b, %i, %i) : (f16, memref<?x?xf32>, index, index) -> ()
+  return
+}
+
+// -----
+
+// atomic_add_buffer
+func.func @atomic_add_buffer(%v: f32, %b: memref<?x?xf16>, %i: index) {
+  // expected-error @+1 {{operand #1 ('buffer') must be a ranked memref of f32, got memref<?x?xf16>}}
+  "fmha.atomic_add"(%v, %b, %i, %i) : (f32, memref<?x?xf16>, index, index) -> ()
+  return
+}
+
+// -----
+
+// atomic_add_not_memref
+func.func @atomic_add_not_memref(%v: f32, %b: memref<?x?xf32>, %i: index) {
+  // expected-error @+1 {{operand #1 ('buffer') must be a ranked memref of f32, got f32}}
+  "fmha.atomic_add"(%v, %v, %i) : (f32, f32, index) -> ()
+  return
+}
+
+// -----
+
+// atomic_add_index_count
+func.func @atomic_add_index_count(%v: f32, %b: memref<?x?xf32>, %i: index) {
+  // expected-error @+1 {{needs 2 indices for memref<?x?xf32>, got 3}}
+  "fmha.atomic_add"(%v, %b, %i, %i, %i) : (f32, memref<?x?xf32>, index, index, index) -> ()
+  return
+}
+
+// -----
+
+// atomic_add_index_type
+func.func @atomic_add_index_type(%v: f32, %b: memref<?x?xf32>, %i: index, %n: i64) {
+  // expected-error @+1 {{operand #3 (index of dim 1) must be index, got i64}}
+  "fmha.atomic_add"(%v, %b, %i, %n) : (f32, memref<?x?xf32>, index, i64) -> ()
+  return
+}
+
+// -----
+
+// atomic_add_too_few
+func.func @atomic_add_too_few(%v: f32, %b: memref<?x?xf32>, %i: index) {
+  // expected-error @+1 {{takes a value, a buffer and one index per buffer dim, got 1 operands}}
+  "fmha.atomic_add"(%v) : (f32) -> ()
+  return
+}
+
+// -----
+
+// atomic_add_result
+func.func @atomic_add_result(%v: f32, %b: memref<?x?xf32>, %i: index) {
+  // expected-error @+1 {{'fmha.atomic_add' op must have no results, got 1}}
+  %r = "fmha.atomic_add"(%v, %b, %i, %i) : (f32, memref<?x?xf32>, index, index) -> f32
+  return
+}

@@ -1,0 +1,94 @@
+// Every fmha op parses, passes the fmha verifier and prints back unchanged (also from generic form).
+// RUN: fmha-opt %s | fmha-opt | FileCheck %s
+// RUN: fmha-opt %s --mlir-print-op-generic | fmha-opt | FileCheck %s
+
+!t64 = memref<?x?x?x64xf16, strided<[?, ?, ?, 1]>>
+!t128 = memref<?x?x?x128xf16, strided<[?, ?, ?, 1]>>
+!rows = memref<?x?x?xf32, strided<[?, ?, 1]>>
+!acc64 = memref<?x?x?x64xf32, strided<[?, ?, ?, 1]>>
+!acc128 = memref<?x?x?x128xf32, strided<[?, ?, ?, 1]>>
+
+// CHECK-LABEL: func.func @attention_bwd
+// CHECK-SAME: (%[[Q:[^:]*]]: memref<?x?x?x64xf16, strided<[?, ?, ?, 1]>>, %[[K:[^:]*]]:
+// CHECK: "fmha.attention_bwd"(%[[Q]], %[[K]], %{{.*}}) {bias = "none", dbias = false, deterministic = false, dtype = "f16", gqa_ratio = 4 : i64, hdim_q = 64 : i64, hdim_v = 128 : i64, mask = "sliding_window", scale = 1.250000e-01 : f32, window_left = 64 : i64, window_right = 0 : i64}
+// CHECK-SAME: : (memref<?x?x?x64xf16, strided<[?, ?, ?, 1]>>, memref<?x?x?x64xf16, strided<[?, ?, ?, 1]>>, memref<?x?x?x128xf16, strided<[?, ?, ?, 1]>>, memref<?x?x?x128xf16, strided<[?, ?, ?, 1]>>, memref<?x?x?x128xf16, strided<[?, ?, ?, 1]>>, memref<?x?x?xf32, strided<[?, ?, 1]>>, memref<?x?x?x64xf16, strided<[?, ?, ?, 1]>>, memref<?x?x?x64xf16, strided<[?, ?, ?, 1]>>, memref<?x?x?x128xf16, strided<[?, ?, ?, 1]>>) -> ()
+func.func @attention_bwd(%q: !t64, %k: !t64, %v: !t128, %o: !t128, %do: !t128, %lse: !rows,
+                         %dq: !t64, %dk: !t64, %dv: !t128) {
+  "fmha.attention_bwd"(%q, %k, %v, %o, %do, %lse, %dq, %dk, %dv) {
+      dtype = "f16", hdim_q = 64 : i64, hdim_v = 128 : i64, gqa_ratio = 4 : i64,
+      mask = "sliding_window", window_left = 64 : i64, window_right = 0 : i64,
+      scale = 0.125 : f32, bias = "none", dbias = false, deterministic = false}
+      : (!t64, !t64, !t128, !t128, !t128, !rows, !t64, !t64, !t128) -> ()
+  return
+}
+
+// The identity layout and static sizes satisfy the contract too.
+// CHECK-LABEL: func.func @attention_bwd_identity_layout
+// CHECK: "fmha.attention_bwd"({{.*}}) {{{.*}}dtype = "f32"{{.*}}mask = "causal_bottom_right"{{.*}}} : (memref<2x4x16x64xf32>,
+func.func @attention_bwd_identity_layout(%t: memref<2x4x16x64xf32>, %lse: memref<2x4x16xf32>) {
+  "fmha.attention_bwd"(%t, %t, %t, %t, %t, %lse, %t, %t, %t) {
+      dtype = "f32", hdim_q = 64 : i64, hdim_v = 64 : i64, gqa_ratio = 1 : i64,
+      mask = "causal_bottom_right", window_left = -1 : i64, window_right = -1 : i64,
+      scale = 0.125 : f32, bias = "none", dbias = false, deterministic = false}
+      : (memref<2x4x16x64xf32>, memref<2x4x16x64xf32>, memref<2x4x16x64xf32>, memref<2x4x16x64xf32>,
+         memref<2x4x16x64xf32>, memref<2x4x16xf32>, memref<2x4x16x64xf32>, memref<2x4x16x64xf32>,
+         memref<2x4x16x64xf32>) -> ()
+  return
+}
+
+// CHECK-LABEL: func.func @stages
+// CHECK: "fmha.dot_do_o"(%{{.*}}, %{{.*}}, %{{.*}}) {{{.*}}mask = "causal_top_left"{{.*}}} : (memref<?x?x?x128xf16, strided<[?, ?, ?, 1]>>, memref<?x?x?x128xf16, strided<[?, ?, ?, 1]>>, memref<?x?x?xf32, strided<[?, ?, 1]>>) -> ()
+// CHECK: "fmha.dq_dk_dv"({{.*}}) {{{.*}}} : ({{.*}}, memref<?x?x?x64xf16, strided<[?, ?, ?, 1]>>, memref<?x?x?x64xf32, strided<[?, ?, ?, 1]>>, memref<?x?x?x128xf32, strided<[?, ?, ?, 1]>>) -> ()
+// CHECK: "fmha.convert_grad"(%{{.*}}, %{{.*}}) {{{.*}}grad = "dk"{{.*}}} : (memref<?x?x?x64xf32, strided<[?, ?, ?, 1]>>, memref<?x?x?x64xf16, strided<[?, ?, ?, 1]>>) -> ()
+// CHECK: "fmha.convert_grad"(%{{.*}}, %{{.*}}) {{{.*}}grad = "dv"{{.*}}} : (memref<?x?x?x128xf32, strided<[?, ?, ?, 1]>>, memref<?x?x?x128xf16, strided<[?, ?, ?, 1]>>) -> ()
+func.func @stages(%q: !t64, %k: !t64, %v: !t128, %o: !t128, %do: !t128, %lse: !rows, %d: !rows,
+                  %dq: !t64, %dk: !t64, %dv: !t128, %dk_acc: !acc64, %dv_acc: !acc128) {
+  "fmha.dot_do_o"(%o, %do, %d) {
+      dtype = "f16", hdim_q = 64 : i64, hdim_v = 128 : i64, gqa_ratio = 1 : i64,
+      mask = "causal_top_left", window_left = -1 : i64, window_right = -1 : i64,
+      scale = 0.125 : f32, bias = "none", dbias = false, deterministic = false}
+      : (!t128, !t128, !rows) -> ()
+  "fmha.dq_dk_dv"(%q, %k, %v, %do, %lse, %d, %dq, %dk_acc, %dv_acc) {
+      dtype = "f16", hdim_q = 64 : i64, hdim_v = 128 : i64, gqa_ratio = 1 : i64,
+      mask = "causal_top_left", window_left = -1 : i64, window_right = -1 : i64,
+      scale = 0.125 : f32, bias = "none", dbias = false, deterministic = false}
+      : (!t64, !t64, !t128, !t128, !rows, !rows, !t64, !acc64, !acc128) -> ()
+  "fmha.convert_grad"(%dk_acc, %dk) {
+      dtype = "f16", hdim_q = 64 : i64, hdim_v = 128 : i64, gqa_ratio = 1 : i64,
+      mask = "causal_top_left", window_left = -1 : i64, window_right = -1 : i64,
+      scale = 0.125 : f32, bias = "none", dbias = false, deterministic = false, grad = "dk"}
+      : (!acc64, !t64) -> ()
+  "fmha.convert_grad"(%dv_acc, %dv) {
+      dtype = "f16", hdim_q = 64 : i64, hdim_v = 128 : i64, gqa_ratio = 1 : i64,
+      mask = "causal_top_left", window_left = -1 : i64, window_right = -1 : i64,
+      scale = 0.125 : f32, bias = "none", dbias = false, deterministic = false, grad = "dv"}
+      : (!acc128, !t128) -> ()
+  return
+}
+
+// CHECK-LABEL: func.func @kernel_ops
+// CHECK-SAME: (%[[X:[^:]*]]: f32, %[[I:[^:]*]]: index, %[[J:[^:]*]]: index, %[[N:[^:]*]]: index, %[[BUF:[^:]*]]: memref<?x?x?x?xf32, strided<[?, ?, ?, 1]>>)
+// CHECK: %[[R:[^ ]*]] = "fmha.wave_reduce"(%[[X]]) {kind = "add", width = 64 : i32} : (f32) -> f32
+// CHECK: %[[E:[^ ]*]] = "fmha.exp2"(%[[R]]) : (f32) -> f32
+// CHECK: %[[S:[^ ]*]] = "fmha.masked_score"(%[[E]], %[[I]], %[[J]], %[[N]], %[[N]]) {mask = "causal_bottom_right", scale_log2 = 1.275000e-01 : f32, window_left = -1 : i64, window_right = -1 : i64} : (f32, index, index, index, index) -> f32
+// CHECK: "fmha.atomic_add"(%[[S]], %[[BUF]], %[[I]], %[[J]], %[[I]], %[[J]]) : (f32, memref<?x?x?x?xf32, strided<[?, ?, ?, 1]>>, index, index, index, index) -> ()
+func.func @kernel_ops(%x: f32, %i: index, %j: index, %n: index, %buf: memref<?x?x?x?xf32, strided<[?, ?, ?, 1]>>) {
+  %r = "fmha.wave_reduce"(%x) {kind = "add", width = 64 : i32} : (f32) -> f32
+  %e = "fmha.exp2"(%r) : (f32) -> f32
+  %s = "fmha.masked_score"(%e, %i, %j, %n, %n)
+      {mask = "causal_bottom_right", window_left = -1 : i64, window_right = -1 : i64, scale_log2 = 0.1275 : f32}
+      : (f32, index, index, index, index) -> f32
+  "fmha.atomic_add"(%s, %buf, %i, %j, %i, %j) : (f32, memref<?x?x?x?xf32, strided<[?, ?, ?, 1]>>, index, index, index, index) -> ()
+  return
+}
+
+// CHECK-LABEL: func.func @sliding_window_score
+// CHECK: "fmha.masked_score"({{.*}}) {mask = "sliding_window", scale_log2 = 2.500000e-01 : f32, window_left = 16 : i64, window_right = -1 : i64}
+// CHECK: "fmha.wave_reduce"({{.*}}) {kind = "add", width = 2 : i32}
+func.func @sliding_window_score(%x: f32, %i: index) -> f32 {
+  %s = "fmha.masked_score"(%x, %i, %i, %i, %i)
+      {mask = "sliding_window", window_left = 16 : i64, window_right = -1 : i64, scale_log2 = 0.25 : f32}
+      : (f32, index, index, index, index) -> f32
+  %r = "fmha.wave_reduce"(%s) {kind = "add", width = 2 : i32} : (f32) -> f32
+  return %r : f32
+}

@@ -1,0 +1,34 @@
+"""Shared helpers of the interpreter tests: readable MLIR -> generic form (through the bindings) -> run."""
+from __future__ import annotations
+
+from fmha_mlir.mlir import ir, make_context
+from fmha_mlir.runtime.interp import Interpreter
+
+
+def generic(source: str, debug_info: bool = False) -> str:
+    """The generic op form of readable MLIR, as the bundle carries it."""
+    ctx = make_context()
+    with ctx:
+        module = ir.Module.parse(source)
+        return module.operation.get_asm(print_generic_op_form=True, enable_debug_info=debug_info)
+
+
+def kernel_module(body: str, args: str, name: str = "k", workgroup: str = "") -> str:
+    """Readable MLIR of one gpu.func kernel `name` with arguments `args` and the given body."""
+    attribution = f" workgroup({workgroup})" if workgroup else ""
+    return f"""
+gpu.module @m {{
+  gpu.func @{name}({args}){attribution} kernel {{
+{body}
+    gpu.return
+  }}
+}}
+"""
+
+
+def run(body: str, args: str, values: list, grid=(1, 1, 1), block=(64, 1, 1), wave_size: int = 64,
+        workgroup: str = "", **options) -> Interpreter:
+    """Build, convert and run one kernel; returns the interpreter (arrays in `values` are updated)."""
+    interp = Interpreter(generic(kernel_module(body, args, workgroup=workgroup)), wave_size, **options)
+    interp.run_kernel("k", values, grid, block)
+    return interp

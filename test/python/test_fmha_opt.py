@@ -1,0 +1,147 @@
+"""fmha-opt's pieces: input splitting, the expected-diagnostic checker, and main() run in process."""
+from __future__ import annotations
+
+import dataclasses
+from typing import ClassVar
+
+import pytest
+
+from fmha_mlir.dialects.fmha import VerifyError
+from fmha_mlir.passes import registry
+from fmha_mlir.passes.base import FmhaPass
+from fmha_mlir.tools import diagnostic_verifier
+from fmha_mlir.tools.fmha_opt import main, split_chunks
+from fmha_mlir.tools.opt_diagnostics import Diagnostic, Position
+
+
+def _diag(severity: str, message: str, line: int | None, file: str = "t.mlir") -> Diagnostic:
+    position = None if line is None else Position(file, line, 3)
+    return Diagnostic(severity, message, position, "loc(unknown)")
+
+
+def _check(text: str, diagnostics: list[Diagnostic]) -> list[str]:
+    expectations, problems = diagnostic_verifier.parse_expectations(text, "t.mlir")
+    problems += diagnostic_verifier.verify(expectations, diagnostics, "t.mlir")
+    return [p.format() for p in problems]
+
+
+def test_split_chunks_records_where_each_chunk_starts():
+    chunks = split_chunks("a\nb\n// -----\nc\n  // -----  \n\nd\n")
+    assert [(c.first_line, c.text) for c in chunks] == [(1, "a\nb\n"), (4, "c\n"), (6, "\nd\n")]
+
+
+def test_every_designator_and_severity_matches():
+    text = "\n".join([
+        "op1 // expected-warning {{same line}}",
+        "// expected-remark @+1 {{next}}",
+        "op3",
+        "op4",
+        "// expected-note @-1 {{previous}}",
+        "// expected-error @above {{above}}",
+        "// expected-error @below {{below}}",
+        "// expected-note @below {{below too}}",
+        "op9",
+        "// expected-error @unknown {{nowhere}}",
+        "// expected-error-re @+1 {{got {{[0-9]+}} values}}",
+        "op12",
+    ])
+    diagnostics = [
+        _diag("warning", "x same line y", 1), _diag("remark", "next", 3), _diag("note", "previous", 4),
+        _diag("error", "above", 4), _diag("error", "below", 9), _diag("note", "below too", 9),
+        _diag("error", "nowhere", None), _diag("error", "got 42 values", 12),
+    ]
+    assert _check(text, diagnostics) == []
+
+
+def test_mismatches_are_reported_in_file_order():
+    text = "op1\n// expected-error @-1 {{wanted}}\nop3\n"
+    diagnostics = [_diag("error", "surprise", 3), _diag("warning", "wanted", 1), _diag("error", "elsewhere", 1, "x.mlir")]
+    assert _check(text, diagnostics) == [
+        't.mlir:1:3: error: unexpected warning: wanted',
+        't.mlir:2:4: error: expected error "wanted" was not produced',
+        't.mlir:3:3: error: unexpected error: surprise',
+        'x.mlir:1:3: error: unexpected error: elsewhere',
+    ]
+
+
+def test_regex_expectations_keep_their_literal_parts_literal():
+    text = "// expected-error-re @+1 {{a.b {{[0-9]+}}}}\nop\n"
+    assert _check(text, [_diag("error", "a.b 7", 2)]) == []
+    assert len(_check(text, [_diag("error", "axb 7", 2)])) == 2
+
+
+def test_expectations_that_point_nowhere_are_errors():
+    assert _check("// expected-error @-3 {{x}}\n", []) == [
+        "t.mlir:1:4: error: expected error points to line -2, before the file"]
+    assert _check("op\n// expected-error @below {{x}}\n", []) == [
+        "t.mlir:2:4: error: expected error @below has no line below it"]
+
+
+def test_main_reports_located_errors_and_keeps_other_chunks(tmp_path, capsys):
+    source = tmp_path / "in.mlir"
+    source.write_text("func.func @bad() {\n  return %x : f32\n}\n// -----\nfunc.func @good() {\n  return\n}\n")
+    assert main([str(source), "--split-input-file"]) == 1
+    out, err = capsys.readouterr()
+    assert err == f"{source}:2:10: error: use of undeclared SSA value name\n"
+    assert "func.func @good" in out and "@bad" not in out
+
+
+def test_main_writes_the_output_file(tmp_path, capsys):
+    source, result = tmp_path / "in.mlir", tmp_path / "out.mlir"
+    source.write_text('func.func @f(%x: f32) -> f32 {\n  %e = "fmha.exp2"(%x) : (f32) -> f32\n  return %e : f32\n}\n')
+    assert main([str(source), "-o", str(result)]) == 0
+    assert '"fmha.exp2"(%arg0) : (f32) -> f32' in result.read_text()
+    assert capsys.readouterr() == ("", "")
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--pass-pipeline=builtin.module(fmha-nope)"], "fmha-opt: error: invalid --pass-pipeline: bad pipeline element"),
+    (["--pass-pipeline", "builtin.module(fmha-expand-warp-body{wave-size=abc})"],
+     "fmha-opt: error: invalid --pass-pipeline: pass 'fmha-expand-warp-body': option wave-size='abc' is not a valid int"),
+])
+def test_main_rejects_bad_pipelines_without_a_traceback(tmp_path, capsys, argv, message):
+    source = tmp_path / "in.mlir"
+    source.write_text("")
+    assert main([str(source), *argv]) == 1
+    assert capsys.readouterr().err.startswith(message)
+
+
+@dataclasses.dataclass(frozen=True)
+class _FailingPass(FmhaPass):
+    """Fails the way a pass may: a project error escaping it, or a failure signalled without a word."""
+
+    NAME: ClassVar[str] = "fmha-test-failing"
+    how: str = "escape"
+
+    def run_on_module(self, module):
+        if self.how == "escape":
+            raise VerifyError("'fmha.exp2' op is broken")
+        if self.how == "crash":
+            1 / 0
+
+    def __call__(self, op, pass_):
+        if self.how == "silent":
+            pass_.signal_pass_failure()
+            return
+        super().__call__(op, pass_)
+
+
+@pytest.fixture
+def failing_pass(monkeypatch):
+    monkeypatch.setitem(registry._TABLE, _FailingPass.NAME, "unused:Unused")
+    real = registry.get_pass_class
+    monkeypatch.setattr(registry, "get_pass_class", lambda name: _FailingPass if name == _FailingPass.NAME else real(name))
+
+
+@pytest.mark.parametrize("how,message", [
+    ("escape", "error: fmha-test-failing: 'fmha.exp2' op is broken"),
+    ("crash", "error: fmha-test-failing: internal error: ZeroDivisionError: division by zero"),
+    ("silent", "error: pass pipeline failed: Failure while executing pass pipeline"),
+])
+def test_main_turns_pass_failures_into_located_errors(tmp_path, capsys, failing_pass, how, message):
+    source = tmp_path / "in.mlir"
+    source.write_text("func.func @f() {\n  return\n}\n")
+    assert main([str(source), f"--pass-pipeline=builtin.module({_FailingPass.NAME}{{how={how}}})"]) == 1
+    out, err = capsys.readouterr()
+    # Located at the (implicit) module, which MLIR puts at line 0.
+    assert out == "" and err == f"{source}:0:0: {message}\n"

@@ -1,0 +1,93 @@
+"""Atomics: sequential (lane order) and random order, old values, kinds, fmha.atomic_add."""
+import numpy as np
+import pytest
+
+from interp_support import run
+
+ADD_BODY = """
+    %t = gpu.thread_id x
+    %g = gpu.block_id x
+    %bd = gpu.block_dim x
+    %base = arith.muli %g, %bd : index
+    %i = arith.addi %base, %t : index
+    %x = memref.load %vals[%i] : memref<?xf32>
+    %c4 = arith.constant 4 : index
+    %slot = arith.remui %i, %c4 : index
+    {atomic}"""
+ARGS = "%vals: memref<?xf32>, %acc: memref<4xf32>"
+RMW = "%old = memref.atomic_rmw addf %x, %acc[%slot] : (f32, memref<4xf32>) -> f32"
+FMHA = '"fmha.atomic_add"(%x, %acc, %slot) : (f32, memref<4xf32>, index) -> ()'
+
+
+def sequential_sums(vals):
+    acc = np.zeros(4, np.float32)
+    for i, v in enumerate(vals):
+        acc[i % 4] += v
+    return acc
+
+
+@pytest.mark.parametrize("atomic", [RMW, FMHA])
+def test_sequential_order_is_lane_order(atomic):
+    vals = np.random.default_rng(0).standard_normal(256).astype(np.float32)
+    acc = np.zeros(4, np.float32)
+    run(ADD_BODY.format(atomic=atomic), ARGS, [vals, acc], grid=(4, 1, 1))
+    np.testing.assert_array_equal(acc, sequential_sums(vals))
+
+
+def test_random_order_keeps_the_sum_and_shows_in_the_bits():
+    # adversarial: large values that cancel, small ones that get absorbed depending on the order
+    vals = np.tile(np.array([1e8, 1.0, -1e8, 3.0, 0.5, 1e-3, 2.0, -0.25], np.float32), 32)
+    exact = vals.astype(np.float64).reshape(-1, 4).sum(axis=0)
+    seen = set()
+    for seed in range(6):
+        acc = np.zeros(4, np.float32)
+        run(ADD_BODY.format(atomic=FMHA), ARGS, [vals, acc], grid=(4, 1, 1), atomic_order="random", seed=seed)
+        np.testing.assert_allclose(acc, exact, atol=64 * 8)  # rounding of terms of magnitude 1e8
+        seen.add(acc.tobytes())
+    assert len(seen) > 1, "random atomic order produced identical bits every time"
+
+
+def test_old_values_follow_the_order():
+    vals = np.arange(1, 129, dtype=np.float32)
+    acc = np.zeros(4, np.float32)
+    olds = np.zeros(128, np.float32)
+    body = ADD_BODY.format(atomic=RMW) + "\n    memref.store %old, %olds[%i] : memref<?xf32>"
+    run(body, ARGS + ", %olds: memref<?xf32>", [vals, acc, olds], grid=(2, 1, 1))
+    per_slot = vals.reshape(-1, 4)
+    expected = np.cumsum(per_slot, axis=0) - per_slot  # lane order: exclusive prefix sums per address
+    np.testing.assert_array_equal(olds, expected.reshape(-1))
+    np.testing.assert_array_equal(acc, per_slot.sum(axis=0))
+
+
+def test_old_values_in_random_order_are_a_permutation_of_prefix_sums():
+    vals = np.ones(64, np.float32)
+    acc = np.zeros(4, np.float32)
+    olds = np.zeros(64, np.float32)
+    body = ADD_BODY.format(atomic=RMW) + "\n    memref.store %old, %olds[%i] : memref<?xf32>"
+    run(body, ARGS + ", %olds: memref<?xf32>", [vals, acc, olds], atomic_order="random", seed=3)
+    for slot in range(4):
+        assert sorted(olds[slot::4]) == list(range(16))
+    assert not np.array_equal(olds, np.repeat(np.arange(16, dtype=np.float32), 4))
+
+
+@pytest.mark.parametrize("kind,reduce", [("maximumf", np.max), ("minnumf", np.min), ("assign", None)])
+def test_other_kinds(kind, reduce):
+    vals = np.random.default_rng(2).standard_normal(64).astype(np.float32)
+    acc = np.zeros(4, np.float32)
+    atomic = f"%old = memref.atomic_rmw {kind} %x, %acc[%slot] : (f32, memref<4xf32>) -> f32"
+    run(ADD_BODY.format(atomic=atomic), ARGS, [vals, acc])
+    by_slot = vals.reshape(-1, 4)
+    want = by_slot[-1] if reduce is None else reduce(np.vstack([by_slot, np.zeros((1, 4), np.float32)]), axis=0)
+    np.testing.assert_array_equal(acc, want)
+
+
+def test_atomics_only_from_executing_lanes():
+    vals = np.ones(64, np.float32)
+    acc = np.zeros(4, np.float32)
+    atomic = f"""%c10 = arith.constant 10 : index
+    %run = arith.cmpi ult, %t, %c10 : index
+    scf.if %run {{
+      {FMHA}
+    }}"""
+    run(ADD_BODY.format(atomic=atomic), ARGS, [vals, acc])
+    np.testing.assert_array_equal(acc, [3, 3, 2, 2])

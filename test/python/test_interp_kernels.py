@@ -1,0 +1,321 @@
+"""Small kernels run by the interpreter, compared with NumPy: memory, control flow, types, errors."""
+import numpy as np
+import pytest
+
+from fmha_mlir.dtypes import bf16_bits, bf16_value
+from fmha_mlir.runtime.interp import Interpreter, InterpreterError
+
+from interp_support import generic, kernel_module, run
+
+STRIDED = "memref<?x?xf32, strided<[?, 1]>>"
+
+
+def test_vector_add_with_strides():
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((3, 64)).astype(np.float32)
+    b_storage = rng.standard_normal((6, 64)).astype(np.float32)
+    b = b_storage[::2]                       # row stride 128 elements
+    c_storage = np.zeros((3, 96), np.float32)
+    c = c_storage[:, 16:80]                  # row stride 96, offset 16
+    body = f"""
+    %t = gpu.thread_id x
+    %g = gpu.block_id x
+    %x = memref.load %a[%g, %t] : {STRIDED}
+    %y = memref.load %b[%g, %t] : {STRIDED}
+    %s = arith.addf %x, %y : f32
+    memref.store %s, %c[%g, %t] : {STRIDED}"""
+    run(body, f"%a: {STRIDED}, %b: {STRIDED}, %c: {STRIDED}", [a, b, c], grid=(3, 1, 1))
+    np.testing.assert_array_equal(c, a + b)
+    assert not c_storage[:, :16].any() and not c_storage[:, 80:].any()
+
+
+def test_for_with_iter_args_uniform_and_per_lane_bounds():
+    # uniform loop: sum of 0..n-1; per-lane loop: lane t sums 0..t-1, then keeps its iteration count
+    out = np.zeros((2, 64), np.int32)
+    body = """
+    %t = gpu.thread_id x
+    %c0 = arith.constant 0 : index
+    %c1 = arith.constant 1 : index
+    %zero = arith.constant 0 : i32
+    %r = scf.for %i = %c0 to %n step %c1 iter_args(%acc = %zero) -> (i32) {
+      %ii = arith.index_cast %i : index to i32
+      %s = arith.addi %acc, %ii : i32
+      scf.yield %s : i32
+    }
+    %p, %cnt = scf.for %i = %c0 to %t step %c1 iter_args(%acc = %zero, %k = %zero) -> (i32, i32) {
+      %ii = arith.index_cast %i : index to i32
+      %s = arith.addi %acc, %ii : i32
+      %one = arith.constant 1 : i32
+      %k1 = arith.addi %k, %one : i32
+      scf.yield %s, %k1 : i32, i32
+    }
+    %sum = arith.addi %r, %p : i32
+    memref.store %sum, %out[%c0, %t] : memref<2x64xi32>
+    memref.store %cnt, %out[%c1, %t] : memref<2x64xi32>"""
+    run(body, "%out: memref<2x64xi32>, %n: index", [out, 10])
+    t = np.arange(64)
+    np.testing.assert_array_equal(out[0], 45 + t * (t - 1) // 2)
+    np.testing.assert_array_equal(out[1], t)
+
+
+def test_if_divergence_merges_results_and_masks_stores():
+    out = np.full(64, -1.0, np.float32)
+    flags = np.zeros(64, np.int32)
+    body = """
+    %t = gpu.thread_id x
+    %c3 = arith.constant 3 : index
+    %c0 = arith.constant 0 : index
+    %rem = arith.remui %t, %c3 : index
+    %is0 = arith.cmpi eq, %rem, %c0 : index
+    %f = arith.index_cast %t : index to i32
+    %x = arith.sitofp %f : i32 to f32
+    %y = scf.if %is0 -> f32 {
+      %one = arith.constant 1 : i32
+      memref.store %one, %flags[%t] : memref<64xi32>
+      %n = arith.negf %x : f32
+      scf.yield %n : f32
+    } else {
+      %two = arith.constant 2.0 : f32
+      %m = arith.mulf %x, %two : f32
+      scf.yield %m : f32
+    }
+    memref.store %y, %out[%t] : memref<64xf32>"""
+    run(body, "%out: memref<64xf32>, %flags: memref<64xi32>", [out, flags])
+    t = np.arange(64)
+    np.testing.assert_array_equal(out, np.where(t % 3 == 0, -t, 2 * t).astype(np.float32))
+    np.testing.assert_array_equal(flags, (t % 3 == 0).astype(np.int32))
+
+
+def test_while_with_per_lane_trip_counts():
+    out = np.zeros(64, np.int64)
+    body = """
+    %t = gpu.thread_id x
+    %c1 = arith.constant 1 : index
+    %c7 = arith.constant 7 : index
+    %lim = arith.remui %t, %c7 : index
+    %r:2 = scf.while (%i = %c1, %steps = %t) : (index, index) -> (index, index) {
+      %go = arith.cmpi ule, %i, %lim : index
+      scf.condition(%go) %i, %steps : index, index
+    } do {
+    ^bb0(%j: index, %s: index):
+      %j2 = arith.addi %j, %j : index
+      %s1 = arith.addi %s, %c1 : index
+      scf.yield %j2, %s1 : index, index
+    }
+    %v = arith.addi %r#0, %r#1 : index
+    memref.store %v, %out[%t] : memref<64xindex>"""
+    run(body, "%out: memref<64xindex>", [out])
+    expected = []
+    for t in range(64):
+        i, steps = 1, t
+        while i <= t % 7:
+            i, steps = 2 * i, steps + 1
+        expected.append(i + steps)
+    np.testing.assert_array_equal(out, expected)
+
+
+def test_bf16_and_f16_loads_stores_and_rounding():
+    values = np.array([1.0, 1.00390625, 1.01171875, -3.5, 300.0, 1e-8] * 11, np.float32)[:64]
+    src_bf16 = bf16_bits(values)
+    out_bf16 = np.zeros(64, np.uint16)
+    src_f32 = values + np.float32(2.0 ** -9)  # between bf16 neighbours: the truncf must round
+    out_trunc = np.zeros(64, np.uint16)
+    out_f16 = np.zeros(64, np.float16)
+    body = """
+    %t = gpu.thread_id x
+    %b = memref.load %in_bf16[%t] : memref<64xbf16>
+    %w = arith.extf %b : bf16 to f32
+    %two = arith.constant 2.0 : f32
+    %d = arith.mulf %w, %two : f32
+    %db = arith.truncf %d : f32 to bf16
+    memref.store %db, %out_bf16[%t] : memref<64xbf16>
+    %x = memref.load %in_f32[%t] : memref<64xf32>
+    %xb = arith.truncf %x : f32 to bf16
+    memref.store %xb, %out_trunc[%t] : memref<64xbf16>
+    %h = arith.truncf %x : f32 to f16
+    %h2 = arith.addf %h, %h : f16
+    memref.store %h2, %out_f16[%t] : memref<64xf16>"""
+    run(body, "%in_bf16: memref<64xbf16>, %out_bf16: memref<64xbf16>, %in_f32: memref<64xf32>, "
+              "%out_trunc: memref<64xbf16>, %out_f16: memref<64xf16>",
+        [src_bf16, out_bf16, src_f32, out_trunc, out_f16])
+    np.testing.assert_array_equal(out_bf16, bf16_bits(bf16_value(src_bf16) * 2))
+    np.testing.assert_array_equal(out_trunc, bf16_bits(src_f32))
+    np.testing.assert_array_equal(out_f16, src_f32.astype(np.float16) + src_f32.astype(np.float16))
+
+
+def test_vector_ops():
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((64, 4)).astype(np.float32)
+    out = np.zeros((64, 4), np.float32)
+    sums = np.zeros(64, np.float32)
+    body = """
+    %t = gpu.thread_id x
+    %c0 = arith.constant 0 : index
+    %v = vector.load %a[%t, %c0] : memref<64x4xf32>, vector<4xf32>
+    %e2 = vector.extract %v[2] : f32 from vector<4xf32>
+    %b = vector.broadcast %e2 : f32 to vector<4xf32>
+    %f = vector.fma %v, %v, %b : vector<4xf32>
+    %e0 = vector.extract %f[0] : f32 from vector<4xf32>
+    %ins = vector.insert %e0, %f[3] : f32 into vector<4xf32>
+    %c1 = arith.constant 1 : index
+    %dyn = vector.extract %v[%c1] : f32 from vector<4xf32>
+    %pair = vector.from_elements %dyn, %e2 : vector<2xf32>
+    %s = vector.reduction <add>, %ins : vector<4xf32> into f32
+    %p = vector.reduction <add>, %pair, %s : vector<2xf32> into f32
+    vector.store %ins, %out[%t, %c0] : memref<64x4xf32>, vector<4xf32>
+    memref.store %p, %sums[%t] : memref<64xf32>"""
+    run(body, "%a: memref<64x4xf32>, %out: memref<64x4xf32>, %sums: memref<64xf32>", [a, out, sums])
+    f = (a.astype(np.float64) * a + a[:, 2:3]).astype(np.float32)
+    f[:, 3] = f[:, 0]
+    np.testing.assert_array_equal(out, f)
+    s = ((f[:, 0] + f[:, 1]) + f[:, 2]) + f[:, 3]
+    np.testing.assert_array_equal(sums, (s + a[:, 1]) + a[:, 2])
+
+
+def test_integer_semantics():
+    a = np.array([7, -7, 7, -7, 0, -2147483648, 5, -1] * 8, np.int32)
+    b = np.array([2, 2, -2, -2, 3, -1, 5, 3] * 8, np.int32)
+    out = np.zeros((6, 64), np.int32)
+    ops = ["arith.divsi", "arith.remsi", "arith.floordivsi", "arith.ceildivsi", "arith.divui", "arith.shrui"]
+    lines = []
+    for row, name in enumerate(ops):
+        lines.append(f"%r{row} = {name} %x, %y : i32\n    %c{row} = arith.constant {row} : index\n"
+                     f"    memref.store %r{row}, %out[%c{row}, %t] : memref<6x64xi32>")
+    body = """
+    %t = gpu.thread_id x
+    %x = memref.load %a[%t] : memref<64xi32>
+    %y0 = memref.load %b[%t] : memref<64xi32>
+    %false = arith.constant false
+    %never = arith.constant 0 : i32
+    %y = arith.select %false, %never, %y0 : i32
+    """ + "\n    ".join(lines)
+    run(body, "%a: memref<64xi32>, %b: memref<64xi32>, %out: memref<6x64xi32>", [a, b, out])
+    ia, ib = a.astype(np.int64), b.astype(np.int64)
+    trunc = np.array([int(x / y) if y else 0 for x, y in zip(ia, ib)])
+    wrap = lambda v: np.asarray(v).astype(np.int64).astype(np.int32)  # noqa: E731
+    np.testing.assert_array_equal(out[0], wrap(trunc))
+    np.testing.assert_array_equal(out[1], wrap(ia - ib * trunc))
+    np.testing.assert_array_equal(out[2], wrap(ia // ib))
+    np.testing.assert_array_equal(out[3], wrap(-(-ia // ib)))
+    ua, ub = a.view(np.uint32).astype(np.int64), b.view(np.uint32).astype(np.int64)
+    np.testing.assert_array_equal(out[4], wrap(ua // ub))
+    defined = ub < 32  # a shift by >= 32 bits is poison
+    np.testing.assert_array_equal(out[5][defined], wrap(ua[defined] >> ub[defined]))
+
+
+def test_workgroup_memory_barrier_and_private_alloca():
+    data = np.arange(128, dtype=np.float32)
+    out = np.zeros(128, np.float32)
+    body = """
+    %t = gpu.thread_id x
+    %g = gpu.block_id x
+    %c64 = arith.constant 64 : index
+    %c63 = arith.constant 63 : index
+    %c0 = arith.constant 0 : index
+    %base = arith.muli %g, %c64 : index
+    %i = arith.addi %base, %t : index
+    %x = memref.load %in[%i] : memref<128xf32>
+    %p = memref.alloca() : memref<1xf32>
+    memref.store %x, %p[%c0] : memref<1xf32>
+    memref.store %x, %wg[%t] : memref<64xf32, 3>
+    gpu.barrier
+    %r = arith.subi %c63, %t : index
+    %y = memref.load %wg[%r] : memref<64xf32, 3>
+    %mine = memref.load %p[%c0] : memref<1xf32>
+    %s = arith.addf %y, %mine : f32
+    memref.store %s, %out[%i] : memref<128xf32>"""
+    run(body, "%in: memref<128xf32>, %out: memref<128xf32>", [data, out], grid=(2, 1, 1),
+        workgroup="%wg: memref<64xf32, 3>")
+    expected = data.reshape(2, 64)[:, ::-1] + data.reshape(2, 64)
+    np.testing.assert_array_equal(out, expected.reshape(-1))
+
+
+def test_divergent_barrier_is_an_error():
+    body = """
+    %t = gpu.thread_id x
+    %c32 = arith.constant 32 : index
+    %low = arith.cmpi ult, %t, %c32 : index
+    scf.if %low {
+      gpu.barrier
+    }"""
+    with pytest.raises(InterpreterError, match=r"gpu.barrier .*divergent barrier.*lane 32"):
+        run(body, "%unused: index", [0])
+
+
+def test_out_of_bounds_errors_name_op_lane_index_and_shape():
+    a = np.zeros((2, 8), np.float32)
+    load = """
+    %t = gpu.thread_id x
+    %c1 = arith.constant 1 : index
+    %x = memref.load %a[%c1, %t] : memref<2x8xf32>"""
+    with pytest.raises(InterpreterError, match=r"memref.load \(line \d+ .*\): lane 8 \(block \(0, 0, 0\), "
+                                               r"thread \(8, 0, 0\)\) accesses index \(1, 8\), out of bounds "
+                                               r"for a memref of shape \(2, 8\)"):
+        run(load, "%a: memref<2x8xf32>", [a])
+    store_vec = """
+    %t = gpu.thread_id x
+    %c6 = arith.constant 6 : index
+    %v = arith.constant dense<1.0> : vector<4xf32>
+    vector.store %v, %a[%t, %c6] : memref<2x8xf32>, vector<4xf32>"""
+    with pytest.raises(InterpreterError, match=r"vector.store .*lane 0 .*index \(0, 6\) \(a vector of 4 "
+                                               r"elements\)"):
+        run(store_vec, "%a: memref<2x8xf32>", [a], block=(2, 1, 1))
+    assert not a.any()
+
+
+def test_out_of_bounds_in_lanes_that_do_not_execute_is_fine():
+    a = np.arange(8, dtype=np.float32)
+    out = np.zeros(64, np.float32)
+    body = """
+    %t = gpu.thread_id x
+    %c8 = arith.constant 8 : index
+    %in = arith.cmpi ult, %t, %c8 : index
+    scf.if %in {
+      %x = memref.load %a[%t] : memref<8xf32>
+      memref.store %x, %out[%t] : memref<64xf32>
+    }"""
+    run(body, "%a: memref<8xf32>, %out: memref<64xf32>", [a, out])
+    np.testing.assert_array_equal(out[:8], a)
+    assert not out[8:].any()
+
+
+def test_unknown_op_is_reported_with_its_location():
+    text = generic(kernel_module("""
+    %c0 = arith.constant 0 : index
+    %x = "mystery.op"(%c0) : (index) -> index""", "%unused: index"), debug_info=True)
+    interp = Interpreter(text, 64)
+    with pytest.raises(InterpreterError, match=r"mystery.op \(line \d+ of the interpreter IR, \"-\":\d+:\d+\): "
+                                               r"the CPU interpreter cannot run this op"):
+        interp.run_kernel("k", [0], (1, 1, 1), (64, 1, 1))
+
+
+def test_argument_checks():
+    interp = Interpreter(generic(kernel_module("", "%a: memref<8xbf16>, %n: index")), 64)
+    with pytest.raises(InterpreterError, match=r"argument 0: array dtype float32 .*uint16 bit patterns"):
+        interp.run_kernel("k", [np.zeros(8, np.float32), 1], (1, 1, 1), (64, 1, 1))
+    with pytest.raises(InterpreterError, match=r"takes 2 arguments, got 1"):
+        interp.run_kernel("k", [np.zeros(8, np.uint16)], (1, 1, 1), (64, 1, 1))
+    with pytest.raises(InterpreterError, match=r"no kernel named 'nope'; the module has: k"):
+        interp.run_kernel("nope", [], (1, 1, 1), (64, 1, 1))
+    with pytest.raises(InterpreterError, match=r"dimension 0 has size 9"):
+        interp.run_kernel("k", [np.zeros(9, np.uint16), 1], (1, 1, 1), (64, 1, 1))
+
+
+def test_known_block_size_is_enforced():
+    text = generic("""
+    gpu.module @m {
+      gpu.func @k() kernel attributes {known_block_size = array<i32: 64, 1, 1>} { gpu.return }
+    }""")
+    with pytest.raises(InterpreterError, match=r"compiled for block size \(64, 1, 1\).*\(32, 1, 1\)"):
+        Interpreter(text, 64).run_kernel("k", [], (1, 1, 1), (32, 1, 1))
+
+
+def test_large_grids_run_in_chunks():
+    out = np.zeros((300, 64), np.int32)
+    body = """
+    %t = gpu.thread_id x
+    %g = gpu.block_id x
+    %gi = arith.index_cast %g : index to i32
+    memref.store %gi, %out[%g, %t] : memref<300x64xi32>"""
+    run(body, "%out: memref<300x64xi32>", [out], grid=(300, 1, 1), max_lanes=1000)
+    np.testing.assert_array_equal(out, np.repeat(np.arange(300, dtype=np.int32)[:, None], 64, axis=1))

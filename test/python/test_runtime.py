@@ -1,0 +1,557 @@
+"""The runtime without a GPU: bundles, argument packing (also against real hsaco metadata), tensor
+validation, the runner on NumPy stand-in kernels, executor selection, the HIP launch path on a fake
+hip module, and the CPU executor on real bundles when the interpreter is there."""
+from __future__ import annotations
+
+import copy
+import ctypes
+import enum
+import json
+import struct
+import sys
+import types
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))  # runtime_probe, whatever the import mode
+
+import runtime_probe  # noqa: E402
+from fmha_mlir.errors import RuntimeLaunchError  # noqa: E402
+from fmha_mlir.runtime import cpu_executor, cuda_executor, hip_executor  # noqa: E402
+from fmha_mlir.runtime.args import (DeviceBuffer, ScalarArg, bind_args, check_against_metadata,  # noqa: E402
+                                    flatten_args, pack_args)
+from fmha_mlir.runtime.bundle import FORMAT, Bundle, spec_from_json, spec_to_json  # noqa: E402
+from fmha_mlir.runtime.cpu_executor import CpuExecutor, device_view  # noqa: E402
+from fmha_mlir.runtime.executor import get_executor  # noqa: E402
+from fmha_mlir.runtime.runner import check_tensors, run_bundle  # noqa: E402
+from fmha_mlir.spec import AttentionBwdSpec, Mask  # noqa: E402
+from fmha_mlir.target import TARGETS  # noqa: E402
+
+SPEC = AttentionBwdSpec(dtype="f16", hdim_q=64, hdim_v=128, gqa_ratio=2, mask=Mask("sliding_window", 8, 0))
+PREFIX = "k"
+
+
+def attention_manifest(spec: AttentionBwdSpec = SPEC, arch: str = "gfx942") -> dict:
+    """A launch plan shaped like the compile side's (docs/ir.md), for kernels named k_<stage>."""
+    target = TARGETS[arch]
+    rank4 = lambda role, dtype=spec.dtype, **kw: {"role": role, "dtype": dtype, "rank": 4, **kw}  # noqa: E731
+    buffers = {**{n: rank4("input") for n in ("q", "k", "v", "o", "do")},
+               "lse": {"role": "input", "dtype": "f32", "rank": 3},
+               **{n: rank4("output") for n in ("dq", "dk", "dv")},
+               "d": {"role": "workspace", "dtype": "f32", "rank": 3, "like": "lse"},
+               "dk_acc": rank4("workspace", "f32", like="dk"), "dv_acc": rank4("workspace", "f32", like="dv")}
+
+    def launch(stage, args, grid_buffer):
+        return {"op": "launch", "kernel": f"{PREFIX}_{stage}", "args": args,
+                "grid": [{"buffer": grid_buffer, "dim": d} for d in (2, 1, 0)],
+                "block": [target.wave_size, 1, 1], "shared_bytes": 0}
+
+    steps = [launch("dot_do_o", ["o", "do", "d"], "o"), {"op": "zero", "buffer": "dk_acc"},
+             {"op": "zero", "buffer": "dv_acc"},
+             launch("dq_dk_dv", ["q", "k", "v", "do", "lse", "d", "dq", "dk_acc", "dv_acc"], "q"),
+             launch("convert_dk", ["dk_acc", "dk"], "dk_acc"), launch("convert_dv", ["dv_acc", "dv"], "dv_acc")]
+    kernels = {s["kernel"]: {"args": [{"buffer": a, "rank": buffers[a]["rank"], "dtype": buffers[a]["dtype"]}
+                                      for a in s["args"]]} for s in steps if s["op"] == "launch"}
+    binary = "kernels.hsaco" if target.backend == "rocdl" else "kernels.ptx"
+    return {"format": FORMAT, "spec": spec_to_json(spec),
+            "target": {"arch": arch, "backend": target.backend, "wave_size": target.wave_size},
+            "binary": {"file": binary, "format": binary.rsplit(".", 1)[1]}, "interp_ir": "kernels.interp.mlir",
+            "buffers": buffers, "steps": steps, "kernels": kernels}
+
+
+def attention_bundle(manifest: dict | None = None) -> Bundle:
+    manifest = manifest or attention_manifest()
+    binary = "kernels.ptx" if manifest["target"]["backend"] == "nvvm" else "kernels.hsaco"
+    return Bundle(manifest, {binary: b"\x7fELF fake", "kernels.interp.mlir": b"module {}"})
+
+
+# -- bundles ----------------------------------------------------------------------------------------
+
+
+def test_bundle_round_trip(tmp_path):
+    bundle = attention_bundle()
+    bundle.save(tmp_path / "b")
+    assert sorted(p.name for p in (tmp_path / "b").iterdir()) == ["kernels.hsaco", "kernels.interp.mlir",
+                                                                   "manifest.json"]
+    loaded = Bundle.load(tmp_path / "b")
+    assert loaded.manifest == bundle.manifest and loaded.files == bundle.files
+    assert loaded.spec == SPEC
+    assert loaded.target is TARGETS["gfx942"]
+    assert (loaded.binary, loaded.binary_format, loaded.interp_ir) == (b"\x7fELF fake", "hsaco", "module {}")
+    assert [s["op"] for s in loaded.steps][:3] == ["launch", "zero", "zero"]
+    assert set(loaded.kernels) == {f"{PREFIX}_{s}" for s in ("dot_do_o", "dq_dk_dv", "convert_dk", "convert_dv")}
+    assert loaded.buffers["dk_acc"]["like"] == "dk"
+
+
+def test_spec_json_round_trip_keeps_the_mask():
+    assert spec_from_json(json.loads(json.dumps(spec_to_json(SPEC)))) == SPEC
+
+
+def _mutate(path: str, value):
+    """A manifest with key path 'a.b.0.c' set to value (or deleted when value is DELETE)."""
+    manifest = attention_manifest()
+    *parents, last = path.split(".")
+    node = manifest
+    for key in parents:
+        node = node[int(key)] if isinstance(node, list) else node[key]
+    if value is DELETE:
+        del node[last]
+    else:
+        node[int(last) if isinstance(node, list) else last] = value
+    return manifest
+
+
+DELETE = object()
+
+
+@pytest.mark.parametrize("path, value, message", [
+    ("format", "fmha-bundle/0", "'format' is 'fmha-bundle/0'"),
+    ("steps", DELETE, "lacks key(s) 'steps'"),
+    ("spec.hdim_q", -8, "'spec' is invalid: hdim_q"),
+    ("spec.colour", "red", "'spec' does not describe a spec"),
+    ("target.arch", "gfx90a", "'target.arch' is 'gfx90a'"),
+    ("target.wave_size", 32, "'target.wave_size' is 32, but gfx942 has 64"),
+    ("binary.file", "other.hsaco", "names file 'other.hsaco', which is not in the bundle"),
+    ("binary.format", "ptx", "gfx942 takes hsaco"),
+    ("buffers.d.like", "nothing", "workspace 'd' needs 'like'"),
+    ("buffers.q.role", "weights", "buffer 'q' needs a 'role'"),
+    ("steps.1.op", "copy", "step 1 has op 'copy'"),
+    ("steps.1.buffer", "acc", "step 1 (zero) names unknown buffer 'acc'"),
+    ("steps.0.kernel", "k_missing", "launches 'k_missing', which is not under 'kernels'"),
+    ("steps.0.args", ["o", "do", "e"], "unknown: ['e']"),
+    ("steps.0.grid", [{"buffer": "o", "dim": 2}], "needs 'grid' with 3 entries"),
+    ("steps.0.grid.0", {"buffer": "o"}, "grid entry {'buffer': 'o'} must be"),
+    ("steps.0.block", [64, 0, 1], "block [64, 0, 1] must be 3 positive integers"),
+])
+def test_bad_manifest_is_refused_naming_the_key(tmp_path, path, value, message):
+    manifest = _mutate(path, value)
+    with pytest.raises(RuntimeLaunchError) as caught:
+        attention_bundle(manifest)
+    assert message in str(caught.value)
+    # Loading names the file too.
+    directory = tmp_path / "b"
+    directory.mkdir()
+    (directory / "manifest.json").write_text(json.dumps(manifest))
+    for name in ("kernels.hsaco", "kernels.interp.mlir"):
+        (directory / name).write_bytes(b"x")
+    with pytest.raises(RuntimeLaunchError) as caught:
+        Bundle.load(directory)
+    assert str(caught.value).startswith(str(directory / "manifest.json")) and message in str(caught.value)
+
+
+def test_load_without_manifest_or_with_broken_json(tmp_path):
+    with pytest.raises(RuntimeLaunchError, match="no bundle manifest here"):
+        Bundle.load(tmp_path)
+    (tmp_path / "manifest.json").write_text("{not json")
+    with pytest.raises(RuntimeLaunchError, match="manifest.json: not valid JSON"):
+        Bundle.load(tmp_path)
+
+
+def test_bundle_refuses_file_names_with_paths():
+    with pytest.raises(RuntimeLaunchError, match="'../x' is not a plain file name"):
+        Bundle(attention_manifest(), {**attention_bundle().files, "../x": b""})
+
+
+# -- argument packing -------------------------------------------------------------------------------
+
+
+def test_pack_args_natural_alignment_by_hand():
+    lse = DeviceBuffer("lse", "f32", (2, 3, 5), (15, 5, 1), 0x1000)
+    q = DeviceBuffer("q", "f16", (2, 3, 5, 64), (960, 64, 192, 1), 0x2000)
+    args = [ScalarArg("n", "i32", 7), lse, ScalarArg("s", "f32", 0.25), ScalarArg("m", "i32", -2), q,
+            ScalarArg("t", "i64", 1 << 40)]
+    packed = pack_args(args)
+    offsets = {f.name: f.offset for f in packed.fields}
+    # i32 at 0, then lse's pointers need 8-byte alignment: 8; lse = 2 ptr + offset + 3 sizes + 3 strides.
+    assert offsets["n"] == 0 and offsets["lse.allocated"] == 8 and offsets["lse.strides[2]"] == 8 + 8 * 8
+    assert offsets["s"] == 80 and offsets["m"] == 84 and offsets["q.allocated"] == 88
+    assert offsets["q.strides[3]"] == 88 + 10 * 8 and offsets["t"] == 176 and packed.size == 184
+    assert [name for name, _, _ in flatten_args([q])] == [
+        "q.allocated", "q.aligned", "q.offset", *[f"q.sizes[{d}]" for d in range(4)],
+        *[f"q.strides[{d}]" for d in range(4)]]
+    blob = packed.blob
+    assert struct.unpack_from("<i", blob, 0)[0] == 7
+    assert struct.unpack_from("<QQq3q3q", blob, 8) == (0x1000, 0x1000, 0, 2, 3, 5, 15, 5, 1)
+    assert struct.unpack_from("<fi", blob, 80) == (0.25, -2)
+    assert struct.unpack_from("<QQq4q4q", blob, 88) == (0x2000, 0x2000, 0, 2, 3, 5, 64, 960, 64, 192, 1)
+    assert struct.unpack_from("<q", blob, 176)[0] == 1 << 40
+
+
+def test_bind_args_checks_rank_and_dtype():
+    q = DeviceBuffer("q", "f16", (1, 1, 1, 64), (64, 64, 64, 1), 0)
+    params = [{"buffer": "q", "rank": 4, "dtype": "bf16"}]
+    with pytest.raises(RuntimeLaunchError, match="rank-4 bf16 memref, but buffer 'q' is rank-4 f16"):
+        bind_args("kern", params, ["q"], {"q": q})
+    with pytest.raises(RuntimeLaunchError, match="takes 1 buffers but its launch step names 2"):
+        bind_args("kern", params, ["q", "q"], {"q": q})
+    with pytest.raises(RuntimeLaunchError, match="neither a buffer nor a scalar"):
+        bind_args("kern", [{"type": "f64", "value": 1.0}], [], {})
+
+
+def _metadata_cases():
+    """(kernel name, its code-object metadata, the DeviceBuffers its launch binds) for real hsaco."""
+    from fmha_mlir.compiler import compile_spec
+    from fmha_mlir.runtime.hsaco_metadata import read_hsaco_metadata
+
+    cases = []
+    for arch in ("gfx942", "gfx950"):
+        probe = runtime_probe.build_probe_bundle(arch)
+        bundles = [probe] + [Bundle(c.manifest, c.bundle_files()) for c in (compile_spec(SPEC, arch),)]
+        for bundle in bundles:
+            metadata = read_hsaco_metadata(bundle.binary)["kernels"]
+            for step in (s for s in bundle.steps if s["op"] == "launch"):
+                buffers = {name: DeviceBuffer(name, bundle.buffers[name]["dtype"], (2,) * bundle.buffers[name]["rank"],
+                                              (1,) * bundle.buffers[name]["rank"], 0x1000 * (i + 1))
+                           for i, name in enumerate(step["args"])}
+                args = bind_args(step["kernel"], bundle.kernels[step["kernel"]]["args"], step["args"], buffers)
+                cases.append((step["kernel"], metadata[step["kernel"]], args))
+    return cases
+
+
+@pytest.fixture(scope="module")
+def metadata_cases():
+    pytest.importorskip("fmha_mlir.mlir", reason="building hsaco needs MLIR")
+    return _metadata_cases()
+
+
+def test_packing_matches_real_hsaco_metadata(metadata_cases):
+    assert len(metadata_cases) == 2 * (1 + 4)  # the probe and 4 attention kernels on each AMD chip
+    for kernel, metadata, args in metadata_cases:
+        packed = pack_args(args)
+        check_against_metadata(kernel, packed, metadata)
+        assert [(a["offset"], a["size"]) for a in metadata["args"]] == [(f.offset, f.size) for f in packed.fields]
+        assert metadata["kernarg_segment_size"] == packed.size
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda m: m["args"][3].update(offset=m["args"][3]["offset"] + 4), "expects offset"),
+    (lambda m: m["args"][2].update(size=4), "expects offset 16 size 4"),
+    (lambda m: m["args"][0].update(value_kind="by_value"), "(global_buffer) but the code object expects"),
+    (lambda m: m["args"].pop(), "explicit arguments, the runtime packs"),
+    (lambda m: m.update(kernarg_segment_size=m["kernarg_segment_size"] + 8), "kernarg segment is"),
+    (lambda m: m.pop("args"), "metadata lacks 'args'"),
+])
+def test_metadata_mismatch_is_refused(metadata_cases, change, message):
+    kernel, metadata, args = metadata_cases[0]
+    metadata = copy.deepcopy(metadata)
+    change(metadata)
+    with pytest.raises(RuntimeLaunchError, match=f"kernel {kernel}: ") as caught:
+        check_against_metadata(kernel, pack_args(args), metadata)
+    assert message in str(caught.value)
+
+
+def test_hidden_arguments_may_follow_the_explicit_ones(metadata_cases):
+    kernel, metadata, args = metadata_cases[0]
+    metadata = copy.deepcopy(metadata)
+    end = metadata["kernarg_segment_size"]
+    metadata["args"].append({"offset": end, "size": 4, "value_kind": "hidden_block_count_x"})
+    metadata["kernarg_segment_size"] = end + 256
+    check_against_metadata(kernel, pack_args(args), metadata)
+
+
+# -- tensor validation ------------------------------------------------------------------------------
+
+
+def problem_tensors(spec: AttentionBwdSpec = SPEC, batch=2, heads_q=4, seqlen_q=5, seqlen_k=7, seed=0) -> dict:
+    rng = np.random.default_rng(seed)
+    heads_kv = heads_q // spec.gqa_ratio
+
+    def draw(*shape):
+        return rng.standard_normal(shape).astype(np.float16)
+
+    return {"q": draw(batch, heads_q, seqlen_q, spec.hdim_q), "k": draw(batch, heads_kv, seqlen_k, spec.hdim_q),
+            "v": draw(batch, heads_kv, seqlen_k, spec.hdim_v), "o": draw(batch, heads_q, seqlen_q, spec.hdim_v),
+            "do": draw(batch, heads_q, seqlen_q, spec.hdim_v),
+            "lse": rng.standard_normal((batch, heads_q, seqlen_q)).astype(np.float32)}
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda t: t.pop("lse"), "missing ['lse']"),
+    (lambda t: t.update(bias=t["q"]), "unknown ['bias']"),
+    (lambda t: t.update(q=t["q"].astype(np.float32)), "tensor 'q' has dtype float32; this bundle's f16 q"),
+    (lambda t: t.update(lse=t["lse"].astype(np.float16)), "tensor 'lse' has dtype float16"),
+    (lambda t: t.update(k=t["k"][0]), "tensor 'k' has rank 3; expected [batch, heads_kv, seqlen_k, hdim_q]"),
+    (lambda t: t.update(v=t["v"][..., :64]), "tensor 'v' has shape (2, 2, 7, 64); expected (2, 2, 7, 128)"),
+    (lambda t: t.update(o=t["o"][:1]), "tensor 'o' has shape (1, 4, 5, 128)"),
+    (lambda t: t.update(k=t["k"][:, :1], v=t["v"][:, :1]), "q has 4 heads and k has 1, but the bundle's gqa_ratio is 2"),
+    (lambda t: t.update(q=t["q"][:, :, ::-1]), "tensor 'q' has byte strides"),
+    (lambda t: t.update(q=np.repeat(t["q"], 2, axis=3)[..., ::2]), "tensor 'q': its last dimension must be contiguous"),
+    (lambda t: t.update(q=t["q"][:, :, :0], o=t["o"][:, :, :0], do=t["do"][:, :, :0], lse=t["lse"][:, :, :0]),
+     "seqlen_q is 0"),
+    (lambda t: t.update(q=[[1.0]]), "tensor 'q' must be a NumPy array"),
+    (lambda t: t.update(dq=np.lib.stride_tricks.as_strided(t["q"].copy(), strides=(0, 128, 128, 2))),
+     "output 'dq' has strides (0, 128, 128, 2) whose elements overlap"),
+])
+def test_bad_tensors_are_refused_naming_the_tensor(change, message):
+    tensors = problem_tensors()
+    change(tensors)
+    with pytest.raises(RuntimeLaunchError) as caught:
+        check_tensors(SPEC, tensors)
+    assert message in str(caught.value)
+
+
+def test_bf16_dtype_error_explains_the_storage():
+    spec = AttentionBwdSpec(dtype="bf16", hdim_q=64)
+    with pytest.raises(RuntimeLaunchError, match="stored as uint16 .*bf16_bits"):
+        check_tensors(spec, problem_tensors(spec, heads_q=2))
+
+
+def test_missing_outputs_are_allocated_contiguous_bhsd():
+    full = check_tensors(SPEC, problem_tensors())
+    assert full["dq"].shape == (2, 4, 5, 64) and full["dq"].flags.c_contiguous and full["dq"].dtype == np.float16
+    assert full["dv"].shape == (2, 2, 7, 128)
+
+
+# -- the runner on NumPy stand-in kernels -----------------------------------------------------------
+
+
+class NumpyKernels(CpuExecutor):
+    """The CPU executor's memory with NumPy stand-ins for the kernels: simple functions of their inputs
+    that need every buffer staged, zeroed and read back at the right strides."""
+
+    def load(self, bundle):
+        self.check_bundle(bundle)
+        self.launches = []
+
+    def launch(self, kernel, grid, block, args, shared_bytes=0):
+        self.launches.append((kernel, tuple(grid), tuple(block)))
+        getattr(self, kernel.removeprefix(PREFIX + "_"))(*(device_view(a) for a in args))
+
+    @staticmethod
+    def dot_do_o(o, do, d):
+        d[...] = (o.astype(np.float32) * do.astype(np.float32)).sum(-1)
+
+    @staticmethod
+    def dq_dk_dv(q, k, v, do, lse, d, dq, dk_acc, dv_acc):
+        dq[...] = q.astype(np.float32) + d[..., None] + lse[..., None]
+        dk_acc += k
+        dv_acc += v
+
+    @staticmethod
+    def convert_dk(acc, out):
+        out[...] = acc
+
+    convert_dv = convert_dk
+
+
+def expected_gradients(t: dict) -> dict:
+    d = (t["o"].astype(np.float32) * t["do"].astype(np.float32)).sum(-1)
+    return {"dq": (t["q"].astype(np.float32) + d[..., None] + t["lse"][..., None]).astype(np.float16),
+            "dk": t["k"], "dv": t["v"]}
+
+
+def bshd(array: np.ndarray) -> np.ndarray:
+    """The same values as a view of BSHD storage."""
+    return np.ascontiguousarray(array.transpose(0, 2, 1, 3)).transpose(0, 2, 1, 3)
+
+
+def test_runner_walks_the_steps_with_grids_from_buffer_dims():
+    tensors = problem_tensors()
+    device = NumpyKernels()
+    result = run_bundle(attention_bundle(), device, tensors)
+    for name, want in expected_gradients(tensors).items():
+        np.testing.assert_array_equal(result[name], want, err_msg=name)
+        assert result[name].flags.c_contiguous
+    assert device.launches == [("k_dot_do_o", (5, 4, 2), (64, 1, 1)), ("k_dq_dk_dv", (5, 4, 2), (64, 1, 1)),
+                               ("k_convert_dk", (7, 2, 2), (64, 1, 1)), ("k_convert_dv", (7, 2, 2), (64, 1, 1))]
+
+
+def test_runner_keeps_strides_of_inputs_and_given_outputs():
+    tensors = {name: bshd(a) if a.ndim == 4 else a[:, :, ::1] for name, a in problem_tensors().items()}
+    tensors["lse"] = np.ascontiguousarray(tensors["lse"].transpose(0, 2, 1)).transpose(0, 2, 1)  # [B, S, H] storage
+    with pytest.raises(RuntimeLaunchError, match="tensor 'lse': its last dimension must be contiguous"):
+        run_bundle(attention_bundle(), NumpyKernels(), tensors)
+    tensors["lse"] = problem_tensors()["lse"][:, :, :]
+    outputs = {name: bshd(np.zeros_like(a)) for name, a in expected_gradients(tensors).items()}
+    result = run_bundle(attention_bundle(), NumpyKernels(), {**tensors, **outputs})
+    for name, want in expected_gradients(tensors).items():
+        assert result[name] is outputs[name]
+        np.testing.assert_array_equal(result[name], want, err_msg=name)
+
+
+def test_a_buffer_no_step_writes_comes_back_nan():
+    manifest = attention_manifest()
+    manifest["steps"] = [s for s in manifest["steps"] if s.get("kernel") != "k_convert_dv"]
+    result = run_bundle(attention_bundle(manifest), NumpyKernels(), problem_tensors())
+    assert np.isnan(result["dv"]).all() and not np.isnan(result["dk"]).any()
+
+
+def test_a_missing_zero_step_shows_in_the_accumulators():
+    manifest = attention_manifest()
+    manifest["steps"] = [s for s in manifest["steps"] if s != {"op": "zero", "buffer": "dk_acc"}]
+    result = run_bundle(attention_bundle(manifest), NumpyKernels(), problem_tensors())
+    assert np.isnan(result["dk"]).all()
+
+
+def test_runner_refuses_inconsistent_bundles():
+    manifest = attention_manifest()
+    del manifest["buffers"]["dv"]
+    manifest["buffers"]["dv_acc"]["like"] = "v"
+    manifest["steps"] = manifest["steps"][:-1]
+    manifest["kernels"].pop("k_convert_dv")
+    with pytest.raises(RuntimeLaunchError, match=r"lack problem tensor\(s\) \['dv'\]"):
+        run_bundle(attention_bundle(manifest), NumpyKernels(), problem_tensors())
+    manifest = attention_manifest()
+    manifest["steps"][0]["grid"][0]["dim"] = 5
+    with pytest.raises(RuntimeLaunchError, match="grid uses dim 5 of 'o', which has rank 4"):
+        run_bundle(attention_bundle(manifest), NumpyKernels(), problem_tensors())
+
+
+# -- executors --------------------------------------------------------------------------------------
+
+
+def _force_available(monkeypatch, **usable):
+    for name, module, cls in (("cuda", cuda_executor, "CudaExecutor"), ("hip", hip_executor, "HipExecutor"),
+                              ("cpu", cpu_executor, "CpuExecutor")):
+        if name in usable:
+            verdict = (usable[name], "forced by the test")
+            monkeypatch.setattr(getattr(module, cls), "available", classmethod(lambda c, v=verdict: v))
+
+
+def test_get_executor_by_name_and_automatically(monkeypatch):
+    with pytest.raises(RuntimeLaunchError, match="unknown executor 'tpu'; choose one of cuda, hip, cpu"):
+        get_executor("tpu")
+    with pytest.raises(RuntimeLaunchError, match="unknown vendor 'intel'"):
+        get_executor(vendor="intel")
+    _force_available(monkeypatch, cuda=False, hip=False, cpu=True)
+    with pytest.raises(RuntimeLaunchError, match="executor 'cuda' is not available: forced by the test"):
+        get_executor("cuda")
+    assert isinstance(get_executor(vendor="nvidia"), CpuExecutor)
+    assert isinstance(get_executor(), CpuExecutor)
+    _force_available(monkeypatch, cpu=False)
+    with pytest.raises(RuntimeLaunchError, match="no executor is available"):
+        get_executor(vendor="amd")
+
+
+def test_unavailable_gpu_executors_say_why():
+    for cls in (cuda_executor.CudaExecutor, hip_executor.HipExecutor):
+        usable, reason = cls.available()
+        assert isinstance(usable, bool) and reason
+
+
+def test_gpu_executor_refuses_a_bundle_of_the_other_vendor():
+    class AmdOnly(NumpyKernels):
+        name, vendor = "hip", "amd"
+
+    with pytest.raises(RuntimeLaunchError, match="is for sm_90 .nvidia.; the hip executor runs amd binaries only: "
+                                                 "use executor 'cuda' or 'cpu'"):
+        run_bundle(attention_bundle(attention_manifest(arch="sm_90")), AmdOnly(), problem_tensors())
+
+
+class CUresult(enum.IntEnum):
+    CUDA_ERROR_NO_DEVICE = 100
+
+
+class hipError_t(enum.IntEnum):  # noqa: N801 - hip-python's name
+    hipErrorNoDevice = 100
+
+
+def test_driver_error_codes_make_executors_unavailable_with_their_name(monkeypatch):
+    monkeypatch.setattr(cuda_executor, "_driver", lambda: types.SimpleNamespace(
+        cuInit=lambda flags: (CUresult.CUDA_ERROR_NO_DEVICE,)))
+    assert cuda_executor.CudaExecutor.available() == (
+        False, "no usable CUDA driver: cuInit failed: CUDA_ERROR_NO_DEVICE")
+    monkeypatch.setattr(hip_executor, "_hip", lambda: types.SimpleNamespace(
+        hipGetDeviceCount=lambda: (hipError_t.hipErrorNoDevice, 0)))
+    assert hip_executor.HipExecutor.available() == (
+        False, "no usable HIP runtime: hipGetDeviceCount failed: hipErrorNoDevice")
+
+
+def test_cuda_compute_capability_of_arch():
+    assert cuda_executor.compute_capability("sm_90") == (9, 0)
+    assert cuda_executor.compute_capability("sm_100a") == (10, 0)
+
+
+class FakeHip:
+    """Enough of hip-python's `hip` module to drive HipExecutor: records the launch's kernarg buffer."""
+
+    HIP_LAUNCH_PARAM_BUFFER_POINTER, HIP_LAUNCH_PARAM_BUFFER_SIZE, HIP_LAUNCH_PARAM_END = 1, 2, 3
+    hipMemcpyKind = types.SimpleNamespace(hipMemcpyHostToDevice=1, hipMemcpyDeviceToHost=2)
+
+    def __init__(self):
+        self.launches = []
+        self.memory = {}
+
+    def hipSetDevice(self, index):
+        return (0,)
+
+    def hipGetDeviceProperties(self, props, index):
+        props.gcnArchName = b"gfx942:sramecc+:xnack-\0\0"
+        return (0,)
+
+    def hipDeviceProp_t(self):
+        return types.SimpleNamespace()
+
+    def hipModuleLoadData(self, image):
+        return 0, "module"
+
+    def hipModuleGetFunction(self, module, name):
+        return 0, name.decode()
+
+    def hipModuleLaunchKernel(self, function, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
+        config = list(extra)
+        assert config[0::2] == [1, 2, 3] and params is None
+        size = ctypes.c_size_t.from_address(config[3]).value
+        self.launches.append((function, (gx, gy, gz), (bx, by, bz), ctypes.string_at(config[1], size)))
+        return (0,)
+
+
+def test_hip_launch_passes_the_checked_blob_through_extra(monkeypatch, metadata_cases):
+    kernel, metadata, args = next(c for c in metadata_cases if c[0] == runtime_probe.KERNEL)
+    fake = FakeHip()
+    monkeypatch.setattr(hip_executor, "_hip", lambda: fake)
+    executor = hip_executor.HipExecutor()
+    assert executor.arch == "gfx942"
+    executor.load(runtime_probe.build_probe_bundle("gfx942"))
+    executor.launch(kernel, (5, 3, 2), (4, 1, 1), args)
+    assert fake.launches == [(kernel, (5, 3, 2), (4, 1, 1), pack_args(args).blob)]
+    with pytest.raises(RuntimeLaunchError, match="this GPU is gfx942"):
+        executor.load(runtime_probe.build_probe_bundle("gfx950"))
+
+
+# -- the CPU executor on real bundles (needs the interpreter) ---------------------------------------
+
+
+@pytest.fixture(scope="module")
+def interpreter_ready():
+    usable, reason = CpuExecutor.available()
+    if not usable:
+        pytest.skip(reason)
+
+
+@pytest.mark.parametrize("arch", ["gfx942", "sm_90"])
+def test_cpu_executor_runs_the_probe(interpreter_ready, arch):
+    pytest.importorskip("fmha_mlir.mlir", reason="building the probe needs MLIR")
+    x = runtime_probe.probe_input()
+    got = runtime_probe.run_probe(CpuExecutor(), runtime_probe.build_probe_bundle(arch), x)
+    np.testing.assert_array_equal(got, runtime_probe.expected_output(x))
+
+
+@pytest.mark.parametrize("arch", ["gfx942", "sm_90"])
+def test_cpu_executor_runs_an_attention_bundle_within_tolerance(interpreter_ready, arch):
+    pytest.importorskip("fmha_mlir.mlir", reason="compiling needs MLIR")
+    from fmha_mlir.compiler import compile_spec
+    from fmha_mlir.problem import ProblemSize, make_problem
+
+    compiled = compile_spec(SPEC, arch)
+    problem = make_problem(SPEC, ProblemSize(batch=1, heads_q=2, seqlen_q=9, seqlen_k=13), seed=3, layout="bshd")
+    result = run_bundle(Bundle(compiled.manifest, compiled.bundle_files()), CpuExecutor(atomic_order="random"),
+                        problem.tensors)
+    checks = problem.check(result)
+    assert all(c.passed for c in checks), "\n".join(map(str, checks))
+
+
+def test_runtime_imports_without_mlir_or_vendor_bindings():
+    """The GPU machines have no MLIR: the runtime must import (and pick an executor) with NumPy alone."""
+    import subprocess
+
+    code = ("import sys\n"
+            "for blocked in ('flydsl', 'cuda', 'hip', 'elftools', 'msgpack'): sys.modules[blocked] = None\n"
+            "import fmha_mlir.runtime.runner, fmha_mlir.runtime.cpu_executor, fmha_mlir.runtime.cuda_executor\n"
+            "import fmha_mlir.runtime.hip_executor, fmha_mlir.runtime.hsaco_metadata\n"
+            "from fmha_mlir.runtime.executor import executor_class\n"
+            "print(executor_class('cuda').available()[1]); print(executor_class('hip').available()[1])\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert "needs cuda-bindings" in out and "needs hip-python" in out

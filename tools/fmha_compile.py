@@ -1,0 +1,141 @@
+"""fmha-compile: compile an attention-backward spec (or a stage's IR file) to a bundle or one artifact.
+
+    fmha-compile --dtype bf16 --mask top_left --hdim 128 --target gfx942 -o out/       # bundle
+    fmha-compile --dtype f16 --target sm_90 --emit isa                                 # PTX to stdout
+    fmha-compile 02_gpu.mlir --from-stage gpu --target gfx950 --emit isa               # restart
+
+--from-stage names the stage whose output the input file is (the NN_<stage>.mlir dumps); compilation
+continues with the next stage. Exit status: 0 ok, 1 compile failure, 2 bad spec or usage.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+from pathlib import Path
+
+from fmha_mlir.compiler import IR_STAGES, CompiledKernels, Compiler
+from fmha_mlir.errors import FmhaError, PipelineError, SpecError
+from fmha_mlir.spec import AttentionBwdSpec, Mask
+from fmha_mlir.target import TARGETS, get_target
+
+EMITS = ("fmha", "stages", "gpu", "kernel", "llvm", "isa", "metadata", "manifest")
+STAGES_DIR = "stages"
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="fmha-compile", allow_abbrev=False,
+                                     description="Compile the fused attention backward for gfx942, gfx950, sm_90.")
+    parser.add_argument("input", nargs="?", help="an IR file to restart from (with --from-stage); '-': stdin")
+    parser.add_argument("--from-stage", choices=IR_STAGES, help="the stage whose output the input file is")
+    spec = parser.add_argument_group("spec (the default when no input file is given)")
+    spec.add_argument("--dtype", choices=("f16", "bf16", "f32"))
+    spec.add_argument("--hdim", type=int, help="head dim of q and k (default 128)")
+    spec.add_argument("--hdim-v", type=int, help="head dim of v (default: --hdim)")
+    spec.add_argument("--gqa", type=int, help="query heads per key/value head (default 1)")
+    spec.add_argument("--mask", help="none, top_left, bottom_right or window:LEFT,RIGHT (default none)")
+    spec.add_argument("--scale", type=float, help="softmax scale (default 1/sqrt(hdim))")
+    parser.add_argument("--target", default="gfx942", choices=(*TARGETS, "all"))
+    parser.add_argument("-o", dest="output", help="write the bundle (manifest.json, binary, interp IR, assembly) "
+                                                  "here; with --target all, one folder per target")
+    parser.add_argument("--dump-stages", action="store_true", help=f"also write every stage under -o DIR/{STAGES_DIR}")
+    parser.add_argument("--emit", choices=EMITS, help="print one artifact to stdout")
+    parser.add_argument("--reduce", choices=("dpp", "shuffle"), default="dpp", help="AMD full-wave reduction")
+    parser.add_argument("--ptxas", default="auto",
+                        help="ptxas for sm_90 cubins: a path, 'auto' (look on PATH) or 'none' (the PTX is the binary)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if (args.input is None) != (args.from_stage is None):
+        parser.error("an input file and --from-stage go together")
+    if args.dump_stages and not args.output:
+        parser.error("--dump-stages writes under -o DIR: give -o")
+    if not args.output and not args.emit:
+        parser.error("nothing to do: give -o DIR and/or --emit ARTIFACT")
+    compiler = Compiler(ptxas=_ptxas(args.ptxas), amd_reduce=args.reduce)
+    targets = list(TARGETS) if args.target == "all" else [args.target]
+    try:
+        spec = _spec(args)
+        text = _read_input(args.input) if args.input else None
+        for arch in targets:
+            out_dir = Path(args.output) / arch if args.output and len(targets) > 1 else args.output
+            dump_dir = Path(out_dir) / STAGES_DIR if args.dump_stages else None
+            if text is None:
+                result = compiler.compile_spec(spec, get_target(arch), dump_dir)
+            else:
+                result = compiler.compile_module(text, args.from_stage, get_target(arch), dump_dir, spec,
+                                                 source_name=args.input)
+            if out_dir:
+                _save_bundle(result, Path(out_dir))
+            if args.emit:
+                if len(targets) > 1:
+                    print(f"// ----- target {arch}")
+                sys.stdout.write(_artifact(result, args.emit))
+    except (SpecError, PipelineError) as exc:
+        print(f"fmha-compile: {exc}", file=sys.stderr)
+        return 2
+    except (FmhaError, OSError) as exc:
+        print(f"fmha-compile: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _spec(args) -> AttentionBwdSpec | None:
+    """The spec from the flags; None for an input file without spec flags (the IR may carry one)."""
+    flags = (args.dtype, args.hdim, args.hdim_v, args.gqa, args.mask, args.scale)
+    if args.input and all(flag is None for flag in flags):
+        return None
+    return AttentionBwdSpec(
+        dtype=_given(args.dtype, "f16"), hdim_q=_given(args.hdim, 128), hdim_v=_given(args.hdim_v, 0),
+        gqa_ratio=_given(args.gqa, 1), mask=Mask.parse(_given(args.mask, "none")), scale=_given(args.scale, 0.0))
+
+
+def _given(value, default):
+    return default if value is None else value
+
+
+def _ptxas(choice: str) -> str | None:
+    if choice == "none":
+        return None
+    if choice == "auto":
+        return shutil.which("ptxas")
+    return choice
+
+
+def _read_input(path: str) -> str:
+    return sys.stdin.read() if path == "-" else Path(path).read_text()
+
+
+def _artifact(result: CompiledKernels, emit: str) -> str:
+    if emit == "isa":
+        return result.isa
+    if emit == "metadata":
+        if result.binary_format != "hsaco":
+            raise PipelineError(f"--emit metadata: {result.target.arch} binaries carry no code-object metadata")
+        from fmha_mlir.runtime.hsaco_metadata import read_hsaco_metadata
+
+        return json.dumps(read_hsaco_metadata(result.binary), indent=1, sort_keys=True) + "\n"
+    if emit == "manifest":
+        if result.manifest is None:
+            raise PipelineError("--emit manifest: the input has no host function, so no launch plan")
+        return json.dumps(result.manifest, indent=1) + "\n"
+    if emit not in result.stages:
+        raise PipelineError(f"stage {emit!r} did not run: the input starts after it")
+    return result.stages[emit]
+
+
+def _save_bundle(result: CompiledKernels, directory: Path) -> None:
+    from fmha_mlir.runtime.bundle import Bundle
+
+    if result.spec is None:
+        raise PipelineError("the input carries no spec any more (it is past the stages stage): give the spec "
+                            "flags (--dtype, --hdim, --mask, ...) so the bundle can record it")
+    Bundle(result.manifest, result.bundle_files()).save(directory)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,92 @@
+"""fmha-bwd: the main job. Compile the backward for one problem, run it, check it against the oracle.
+
+With no GPU the kernels run in the CPU SIMT interpreter (the target's own kernel IR: DPP reductions and
+wave64 on AMD, shuffles and wave32 on NVIDIA). Prints one row per gradient and exits 1 on any FAIL.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from fmha_mlir.api import AttentionBackward
+from fmha_mlir.errors import FmhaError
+from fmha_mlir.problem import LAYOUTS, ProblemSize, make_problem
+from fmha_mlir.spec import DTYPES, AttentionBwdSpec, Mask
+from fmha_mlir.target import TARGETS
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(prog="fmha-bwd", description=__doc__.splitlines()[0])
+    p.add_argument("--target", default="auto",
+                   help=f"{', '.join(TARGETS)}, all, or auto (the GPU's arch, else gfx942 on the CPU)")
+    p.add_argument("--executor", default="auto", choices=("auto", "cpu", "cuda", "hip"))
+    p.add_argument("--dtype", default="f16", choices=DTYPES)
+    p.add_argument("--hdim", type=int, default=64, help="head dim of q and k")
+    p.add_argument("--hdim-v", type=int, default=0, help="head dim of v (default: --hdim)")
+    p.add_argument("--mask", default="causal_bottom_right", help="none, top_left, bottom_right or window:L,R")
+    p.add_argument("--gqa", type=int, default=2, help="query heads per key/value head")
+    p.add_argument("--batch", type=int, default=2)
+    p.add_argument("--heads", type=int, default=4, help="query heads")
+    p.add_argument("--seqlen-q", type=int, default=37)
+    p.add_argument("--seqlen-k", type=int, default=53)
+    p.add_argument("--layout", default="bshd", choices=LAYOUTS, help="storage order of q, k, v, o, dO")
+    p.add_argument("--atomic-order", default="random", choices=("sequential", "random"),
+                   help="order the CPU interpreter applies atomics in")
+    p.add_argument("--bundle-dir", help="prebuilt bundles (<dir>/<arch>/<kernel>/) to run instead of compiling")
+    p.add_argument("--seed", type=int, default=0)
+    return p.parse_args(argv)
+
+
+def targets_of(args) -> list[str | None]:
+    if args.target == "all":
+        return list(TARGETS)
+    if args.target == "auto":
+        return [None]
+    if args.target not in TARGETS:
+        raise SystemExit(f"fmha-bwd: unknown target {args.target!r}; use {', '.join(TARGETS)}, all or auto")
+    return [args.target]
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    try:
+        spec = AttentionBwdSpec(dtype=args.dtype, hdim_q=args.hdim, hdim_v=args.hdim_v, gqa_ratio=args.gqa,
+                                mask=Mask.parse(args.mask))
+        size = ProblemSize(args.batch, args.heads, args.seqlen_q, args.seqlen_k)
+        problem = make_problem(spec, size, seed=args.seed, layout=args.layout)
+        oracle, lowp = problem.oracle_gradients(), problem.lowp_gradients()
+        targets = targets_of(args)
+        print(f"fmha-bwd: {spec.dtype} hdim {spec.hdim_q}x{spec.hdim_v} mask {spec.mask} gqa {spec.gqa_ratio} | "
+              f"B{size.batch} Hq{size.heads_q} Hkv{size.heads_kv(spec.gqa_ratio)} Sq{size.seqlen_q} "
+              f"Sk{size.seqlen_k} {args.layout}")
+        print(f"{'target':<8} {'executor':<9} {'compile':>8} {'run':>8}  {'grad':<5} {'max|err|':>10} "
+              f"{'allowed':>10}  status")
+        failed = False
+        for index, arch in enumerate(targets, 1):
+            runner = AttentionBackward(executor=None if args.executor == "auto" else args.executor,
+                                       arch=arch, bundle_dir=args.bundle_dir, atomic_order=args.atomic_order)
+            label = arch or "auto"
+            print(f"[{index}/{len(targets)}] {label}: compiling ...", file=sys.stderr, flush=True)
+            start = time.perf_counter()
+            runner.bundle(spec)
+            compiled = time.perf_counter()
+            print(f"[{index}/{len(targets)}] {runner.arch}: running on {runner.device().name} ...",
+                  file=sys.stderr, flush=True)
+            t = problem.tensors
+            dq, dk, dv = runner(t["q"], t["k"], t["v"], t["o"], t["do"], t["lse"], mask=spec.mask,
+                                dtype=spec.dtype)
+            ran = time.perf_counter()
+            for check in problem.check({"dq": dq, "dk": dk, "dv": dv}):
+                failed |= not check.passed
+                print(f"{runner.arch:<8} {runner.device().name:<9} {compiled - start:>7.2f}s {ran - compiled:>7.2f}s  "
+                      f"{check.name:<5} {check.max_abs_err:>10.3e} {check.allowed:>10.3e}  "
+                      f"{'PASS' if check.passed else 'FAIL'}")
+        return 1 if failed else 0
+    except FmhaError as exc:
+        print(f"fmha-bwd: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
