@@ -20,6 +20,7 @@ from .dialects import fmha
 from .errors import CompileError, PipelineError
 from .launch_plan import build_manifest, host_function, kernel_metadata, read_launch_plan
 from .mlir import collect_diagnostics, gpu, ir, make_context, parse_module
+from .passes.ir_builders import collect_ops
 from .passes.registry import build_pass_manager
 from .spec import AttentionBwdSpec
 from .target import Target, get_target
@@ -108,7 +109,8 @@ class Compiler:
         return backend_for(target, ptxas=self.ptxas, amd_reduce=self.amd_reduce)
 
 
-def compile_spec(spec: AttentionBwdSpec, target: Target | str, dump_dir: str | Path | None = None) -> CompiledKernels:
+def compile_spec(spec: AttentionBwdSpec, target: Target | str,
+                 dump_dir: str | Path | None = None) -> CompiledKernels:
     """One uncached compile with the default options (PTX as the NVIDIA binary)."""
     return Compiler().compile_spec(spec, target, dump_dir)
 
@@ -174,8 +176,9 @@ class _Run:
             from .runtime.hsaco_metadata import read_hsaco_metadata
 
             metadata = kernel_metadata(read_hsaco_metadata(binary))
-        return build_manifest(plan, spec=spec, target=self.target, binary_file="kernels" + BINARY_SUFFIX[binary_format],
-                              binary_format=binary_format, interp_ir_file=INTERP_IR_FILE, metadata=metadata)
+        return build_manifest(plan, spec=spec, target=self.target, binary_format=binary_format,
+                              binary_file="kernels" + BINARY_SUFFIX[binary_format], interp_ir_file=INTERP_IR_FILE,
+                              metadata=metadata)
 
     def _run(self, stage: str, module: "ir.Operation", input_name: str) -> None:
         pipeline = stage_pipeline(stage, self.backend)
@@ -244,15 +247,7 @@ def _as_target(target: Target | str) -> Target:
 
 def _spec_in(module: "ir.Module") -> AttentionBwdSpec | None:
     """The spec of the first spec-carrying fmha op in `module`, if any survives at this stage."""
-    names = {fmha.AttentionBwdOp.NAME, *(op.NAME for op in fmha.STAGE_OPS)}
-    found = []
-
-    def visit(op):
-        if op.name in names and not found:
-            found.append(op)
-        return ir.WalkResult.ADVANCE
-
-    module.operation.walk(visit)
+    found = collect_ops(module.operation, [fmha.AttentionBwdOp.NAME, *(op.NAME for op in fmha.STAGE_OPS)])
     if not found:
         return None
     try:

@@ -7,21 +7,18 @@ use-def chains and writes the JSON plan the runtime executes; nothing about the 
 """
 from __future__ import annotations
 
-import dataclasses
-
 from .dialects.fmha import GRADS, OPERAND_NAMES
 from .errors import CompileError
 from .mlir import ir
-from .spec import AttentionBwdSpec
+from .runtime.bundle import FORMAT, spec_to_json
+from .spec import DTYPES, AttentionBwdSpec
 from .target import Target
 
-FORMAT = "fmha-bundle/1"
 INPUTS = ("q", "k", "v", "o", "do", "lse")
 # Code-object facts copied into each kernel's "metadata" on AMD (hsaco_metadata field names).
 HSACO_FIELDS = ("vgpr_count", "sgpr_count", "agpr_count", "group_segment_fixed_size",
                 "private_segment_fixed_size", "kernarg_segment_size", "kernarg_segment_align",
                 "wavefront_size", "max_flat_workgroup_size", "vgpr_spill_count", "sgpr_spill_count")
-_ELEMENT_TYPES = {"f16": "f16", "bf16": "bf16", "f32": "f32"}
 
 
 class PlanError(CompileError):
@@ -59,7 +56,7 @@ def build_manifest(plan: dict, *, spec: AttentionBwdSpec | None, target: Target,
         kernels[name]["metadata"] = facts
     return {
         "format": FORMAT,
-        "spec": dataclasses.asdict(spec) if spec is not None else None,
+        "spec": spec_to_json(spec) if spec is not None else None,
         "target": {"arch": target.arch, "backend": target.backend, "wave_size": target.wave_size},
         "binary": {"file": binary_file, "format": binary_format},
         "interp_ir": interp_ir_file,
@@ -143,8 +140,10 @@ class _PlanReader:
             "op": "launch",
             "kernel": kernel.value[-1],
             "args": [self._buffer(value, op) for value in launch.kernelOperands],
-            "grid": [self._grid_dim(value, op) for value in (launch.gridSizeX, launch.gridSizeY, launch.gridSizeZ)],
-            "block": [_constant(value, op) for value in (launch.blockSizeX, launch.blockSizeY, launch.blockSizeZ)],
+            "grid": [self._grid_dim(value, op)
+                     for value in (launch.gridSizeX, launch.gridSizeY, launch.gridSizeZ)],
+            "block": [_constant(value, op)
+                      for value in (launch.blockSizeX, launch.blockSizeY, launch.blockSizeZ)],
             "shared_bytes": 0 if shared is None else _constant(shared, op),
         }
 
@@ -192,7 +191,7 @@ def _check_zero(memset: "ir.Operation") -> None:
 
 def _memref_facts(memref_type: "ir.Type", op: "ir.Operation") -> dict:
     memref_type = ir.MemRefType(memref_type)
-    dtype = _ELEMENT_TYPES.get(str(memref_type.element_type))
-    if dtype is None:
+    dtype = str(memref_type.element_type)
+    if dtype not in DTYPES:
         raise PlanError(f"buffer element type {memref_type.element_type} is none of f16, bf16, f32", op)
     return {"dtype": dtype, "rank": memref_type.rank}

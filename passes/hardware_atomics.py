@@ -26,7 +26,7 @@ NO_FINE_GRAINED_MEMORY = "rocdl.no_fine_grained_memory"
 @dataclasses.dataclass(frozen=True)
 class HardwareAtomics(FmhaPass):
     NAME: ClassVar[str] = "fmha-hardware-atomics"
-    DESCRIPTION: ClassVar[str] = "Relax float atomic adds in gpu.modules to device-scope monotonic hardware atomics"
+    DESCRIPTION: ClassVar[str] = "Relax float atomic adds in gpu.modules to device-scope monotonic atomics"
 
     target: str = "amd"
 

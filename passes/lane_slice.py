@@ -93,4 +93,5 @@ def _vector_shape(value_type: "ir.Type") -> list[int]:
 
 
 def _alignment(element: "ir.Type", width: int) -> int:
-    return BYTES[str(element)] * width
+    """Bytes of the largest power-of-two run of elements every slice start is a multiple of."""
+    return BYTES[str(element)] * (width & -width)

@@ -37,13 +37,14 @@ def _parser() -> argparse.ArgumentParser:
     spec.add_argument("--mask", help="none, top_left, bottom_right or window:LEFT,RIGHT (default none)")
     spec.add_argument("--scale", type=float, help="softmax scale (default 1/sqrt(hdim))")
     parser.add_argument("--target", default="gfx942", choices=(*TARGETS, "all"))
-    parser.add_argument("-o", dest="output", help="write the bundle (manifest.json, binary, interp IR, assembly) "
-                                                  "here; with --target all, one folder per target")
-    parser.add_argument("--dump-stages", action="store_true", help=f"also write every stage under -o DIR/{STAGES_DIR}")
+    parser.add_argument("-o", dest="output", help="write the bundle (manifest.json, binary, interp IR, "
+                                                  "assembly) here; with --target all, one folder per target")
+    parser.add_argument("--dump-stages", action="store_true",
+                        help=f"also write every stage under -o DIR/{STAGES_DIR}")
     parser.add_argument("--emit", choices=EMITS, help="print one artifact to stdout")
     parser.add_argument("--reduce", choices=("dpp", "shuffle"), default="dpp", help="AMD full-wave reduction")
     parser.add_argument("--ptxas", default="auto",
-                        help="ptxas for sm_90 cubins: a path, 'auto' (look on PATH) or 'none' (the PTX is the binary)")
+                        help="ptxas for sm_90 cubins: a path, auto (look on PATH) or none (PTX is the binary)")
     return parser
 
 

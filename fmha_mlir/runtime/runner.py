@@ -132,6 +132,22 @@ def _check_array(spec: AttentionBwdSpec, name: str, array) -> None:
                                  f"got byte strides {array.strides}")
 
 
+def check_slice_alignment(bundle: Bundle, host: Mapping[str, np.ndarray]) -> None:
+    """The warp body loads a lane's hdim / wave_size contiguous elements as one vector that claims the
+    alignment of its largest power-of-two run (passes/lane_slice.py): every stride must keep it."""
+    for name, array in host.items():
+        if array.ndim != 4:
+            continue
+        per_lane = array.shape[-1] // bundle.target.wave_size
+        run = per_lane & -per_lane if per_lane else 1
+        strides = [s // array.itemsize for s in array.strides[:-1]]
+        if any(s % run for s in strides):
+            raise RuntimeLaunchError(
+                f"tensor {name!r} has element strides {strides}; the {bundle.target.arch} kernels load {run} "
+                f"elements per lane as one aligned vector, so every stride must be a multiple of {run} "
+                "(copy the tensor to a contiguous layout)")
+
+
 def _may_overlap(array: np.ndarray) -> bool:
     """True unless each dimension's stride clears the span of all smaller-strided dimensions."""
     reach = 1
@@ -178,6 +194,7 @@ def run_bundle(bundle: Bundle, device: Executor, tensors: Mapping[str, np.ndarra
     """Run the bundle's steps on `device`; returns dq, dk, dv (the arrays passed in, when given)."""
     device.check_bundle(bundle)
     host = check_tensors(bundle.spec, tensors)
+    check_slice_alignment(bundle, host)
     layouts = plan_layouts(bundle, host)
     device.load(bundle)
     allocations: dict[str, Allocation] = {}

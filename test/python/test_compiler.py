@@ -184,3 +184,33 @@ def test_compile_errors_carry_stage_diagnostics_and_repro(stage, tmp_path):
         failed_input = tmp_path / dump_name(STAGES[STAGES.index(stage) - 1] if stage != "isa" else "llvm", ".mlir")
         assert error.repro.startswith(f"fmha-opt {failed_input} --pass-pipeline='builtin.module(")
         assert failed_input.is_file()
+
+
+_HOST_WITH_CONSTANT_GRID = """
+module attributes {gpu.container_module} {
+  func.func @host(%q: memref<?xf32>, %k: memref<?xf32>, %v: memref<?xf32>, %o: memref<?xf32>, %do: memref<?xf32>,
+                  %lse: memref<?xf32>, %dq: memref<?xf32>, %dk: memref<?xf32>, %dv: memref<?xf32>) {
+    %c1 = arith.constant 1 : index
+    %c64 = arith.constant 64 : index
+    gpu.launch_func @fmha_kernels::@k blocks in (%c64, %c1, %c1) threads in (%c64, %c1, %c1) args(%o : memref<?xf32>)
+    return
+  }
+  gpu.module @fmha_kernels {
+    gpu.func @k(%o: memref<?xf32>) kernel attributes {known_block_size = array<i32: 64, 1, 1>} {
+      gpu.return
+    }
+  }
+}
+"""
+
+
+def test_a_host_function_off_the_contract_is_a_plan_error():
+    with pytest.raises(CompileError, match="a grid or workspace size must be a memref.dim of a buffer") as caught:
+        Compiler().compile_module(_HOST_WITH_CONSTANT_GRID, "gpu", "gfx942")
+    assert caught.value.stage == "plan"
+    fixed = _HOST_WITH_CONSTANT_GRID.replace(
+        "%c64 = arith.constant 64 : index", "%c64 = arith.constant 64 : index\n    %n = memref.dim %o, %c0 : memref<?xf32>"
+    ).replace("%c1 = arith.constant 1 : index", "%c1 = arith.constant 1 : index\n    %c0 = arith.constant 0 : index"
+              ).replace("blocks in (%c64, %c1, %c1)", "blocks in (%n, %n, %n)")
+    step = Compiler().compile_module(fixed, "gpu", "gfx942").manifest["steps"][0]
+    assert step["grid"] == [{"buffer": "o", "dim": 0}] * 3 and step["args"] == ["o"]

@@ -319,3 +319,131 @@ def test_large_grids_run_in_chunks():
     memref.store %gi, %out[%g, %t] : memref<300x64xi32>"""
     run(body, "%out: memref<300x64xi32>", [out], grid=(300, 1, 1), max_lanes=1000)
     np.testing.assert_array_equal(out, np.repeat(np.arange(300, dtype=np.int32)[:, None], 64, axis=1))
+
+
+def test_thread_block_and_lane_ids():
+    # block (16, 4, 1) in waves of 32: lanes are numbered x fastest, waves cut the linear thread id
+    out = np.zeros((2, 3, 4, 16, 6), np.int32)
+    body = """
+    %tx = gpu.thread_id x
+    %ty = gpu.thread_id y
+    %bx = gpu.block_id x
+    %by = gpu.block_id y
+    %lane = gpu.lane_id
+    %rx = rocdl.workitem.id.x : i32
+    %ry = rocdl.workgroup.id.y : i32
+    %nx = gpu.block_dim y
+    %gx = gpu.grid_dim x
+    %sg = gpu.subgroup_id : index
+    %c0 = arith.constant 0 : index
+    %c1 = arith.constant 1 : index
+    %c2 = arith.constant 2 : index
+    %c3 = arith.constant 3 : index
+    %c4 = arith.constant 4 : index
+    %c5 = arith.constant 5 : index
+    %li = arith.index_cast %lane : index to i32
+    %sgi = arith.index_cast %sg : index to i32
+    %prod = arith.muli %nx, %gx : index
+    %pi = arith.index_cast %prod : index to i32
+    %byi = arith.index_cast %by : index to i32
+    %bxi = arith.index_cast %bx : index to i32
+    %tyi = arith.index_cast %ty : index to i32
+    memref.store %li, %out[%bx, %by, %ty, %tx, %c0] : memref<2x3x4x16x6xi32>
+    memref.store %sgi, %out[%bx, %by, %ty, %tx, %c1] : memref<2x3x4x16x6xi32>
+    memref.store %rx, %out[%bx, %by, %ty, %tx, %c2] : memref<2x3x4x16x6xi32>
+    memref.store %ry, %out[%bx, %by, %ty, %tx, %c3] : memref<2x3x4x16x6xi32>
+    memref.store %pi, %out[%bx, %by, %ty, %tx, %c4] : memref<2x3x4x16x6xi32>
+    memref.store %tyi, %out[%bx, %by, %ty, %tx, %c5] : memref<2x3x4x16x6xi32>"""
+    run(body, "%out: memref<2x3x4x16x6xi32>", [out], grid=(2, 3, 1), block=(16, 4, 1), wave_size=32)
+    linear = np.arange(4)[:, None] * 16 + np.arange(16)[None, :]
+    np.testing.assert_array_equal(out[..., 0], np.broadcast_to(linear % 32, (2, 3, 4, 16)))
+    np.testing.assert_array_equal(out[..., 1], np.broadcast_to(linear // 32, (2, 3, 4, 16)))
+    np.testing.assert_array_equal(out[..., 2], np.broadcast_to(np.arange(16), (2, 3, 4, 16)))
+    np.testing.assert_array_equal(out[..., 3], np.broadcast_to(np.arange(3)[None, :, None, None], (2, 3, 4, 16)))
+    assert (out[..., 4] == 8).all()
+    np.testing.assert_array_equal(out[..., 5], np.broadcast_to(np.arange(4)[:, None], (2, 3, 4, 16)))
+
+
+def test_subview_reinterpret_cast_and_cast():
+    a = np.arange(48, dtype=np.float32).reshape(6, 8)
+    out = np.zeros((3, 64), np.float32)
+    body = """
+    %t = gpu.thread_id x
+    %c0 = arith.constant 0 : index
+    %c1 = arith.constant 1 : index
+    %c2 = arith.constant 2 : index
+    %c8 = arith.constant 8 : index
+    %i = arith.remui %t, %c2 : index
+    %j = arith.divui %t, %c2 : index
+    %jj = arith.remui %j, %c2 : index
+    %sub = memref.subview %a[%c1, 2] [2, 2] [2, 3] : memref<6x8xf32> to memref<2x2xf32, strided<[16, 3], offset: ?>>
+    %x = memref.load %sub[%i, %jj] : memref<2x2xf32, strided<[16, 3], offset: ?>>
+    %flat = memref.reinterpret_cast %a to offset: [%c8], sizes: [40], strides: [1] : memref<6x8xf32> to memref<40xf32, strided<[1], offset: ?>>
+    %k = arith.remui %t, %c8 : index
+    %y = memref.load %flat[%k] : memref<40xf32, strided<[1], offset: ?>>
+    %dyn = memref.cast %a : memref<6x8xf32> to memref<?x8xf32>
+    %rows = memref.dim %dyn, %c0 : memref<?x8xf32>
+    %z = arith.index_cast %rows : index to i32
+    %zf = arith.sitofp %z : i32 to f32
+    memref.store %x, %out[%c0, %t] : memref<3x64xf32>
+    memref.store %y, %out[%c1, %t] : memref<3x64xf32>
+    memref.store %zf, %out[%c2, %t] : memref<3x64xf32>"""
+    run(body, "%a: memref<6x8xf32>, %out: memref<3x64xf32>", [a, out])
+    t = np.arange(64)
+    np.testing.assert_array_equal(out[0], a[1::2, 2::3][t % 2, (t // 2) % 2])
+    np.testing.assert_array_equal(out[1], a.reshape(-1)[8 + t % 8])
+    assert (out[2] == 6).all()
+
+
+def test_float_compare_predicates_bitcast_and_unsigned_conversions():
+    x = np.array([1.0, np.nan, -2.0, 0.0] * 16, np.float32)
+    y = np.array([1.0, 1.0, 3.0, np.nan] * 16, np.float32)
+    preds = ["oeq", "ogt", "oge", "olt", "ole", "one", "ord", "ueq", "ugt", "uge", "ult", "ule", "une", "uno"]
+    out = np.zeros((len(preds) + 2, 64), np.int32)
+    lines = [f"""%p{n} = arith.cmpf {p}, %x, %y : f32
+    %e{n} = arith.extui %p{n} : i1 to i32
+    %r{n} = arith.constant {n} : index
+    memref.store %e{n}, %out[%r{n}, %t] : memref<{len(preds) + 2}x64xi32>""" for n, p in enumerate(preds)]
+    body = f"""
+    %t = gpu.thread_id x
+    %x = memref.load %xs[%t] : memref<64xf32>
+    %y = memref.load %ys[%t] : memref<64xf32>
+    %bits = arith.bitcast %x : f32 to i32
+    %rb = arith.constant {len(preds)} : index
+    memref.store %bits, %out[%rb, %t] : memref<{len(preds) + 2}x64xi32>
+    %m1 = arith.constant -1 : i32
+    %u = arith.uitofp %m1 : i32 to f32
+    %scale = arith.constant 65536.0 : f32
+    %q = arith.divf %u, %scale : f32
+    %ui = arith.fptosi %q : f32 to i32
+    %ru = arith.constant {len(preds) + 1} : index
+    memref.store %ui, %out[%ru, %t] : memref<{len(preds) + 2}x64xi32>
+    """ + "\n    ".join(lines)
+    run(body, f"%xs: memref<64xf32>, %ys: memref<64xf32>, %out: memref<{len(preds) + 2}x64xi32>", [x, y, out])
+    unordered = np.isnan(x) | np.isnan(y)
+    expected = {"oeq": x == y, "ogt": x > y, "oge": x >= y, "olt": x < y, "ole": x <= y,
+                "one": (x != y) & ~unordered, "ord": ~unordered, "ueq": (x == y) | unordered,
+                "ugt": (x > y) | unordered, "uge": (x >= y) | unordered, "ult": (x < y) | unordered,
+                "ule": (x <= y) | unordered, "une": (x != y) | unordered, "uno": unordered}
+    for n, p in enumerate(preds):
+        np.testing.assert_array_equal(out[n].astype(bool), expected[p], err_msg=p)
+    np.testing.assert_array_equal(out[len(preds)], x.view(np.int32))
+    assert (out[len(preds) + 1] == 65536).all()  # -1 read as unsigned: 2^32 - 1, rounded to 2^32 in f32
+
+
+def test_negative_and_zero_strides_through_dynamic_layouts():
+    base = np.arange(64, dtype=np.float32)
+    reversed_view = base[::-1]                               # stride -1
+    broadcast = np.lib.stride_tricks.as_strided(np.float32([5.0]), shape=(64,), strides=(0,), writeable=False)
+    out = np.zeros(64, np.float32)
+    layout = "memref<?xf32, strided<[?]>>"
+    body = f"""
+    %t = gpu.thread_id x
+    %x = memref.load %a[%t] : {layout}
+    %y = memref.load %b[%t] : {layout}
+    %s = arith.addf %x, %y : f32
+    memref.store %s, %a[%t] : {layout}
+    memref.store %s, %out[%t] : memref<64xf32>"""
+    run(body, f"%a: {layout}, %b: {layout}, %out: memref<64xf32>", [reversed_view, broadcast, out])
+    np.testing.assert_array_equal(out, np.arange(63, -1, -1, dtype=np.float32) + 5)
+    np.testing.assert_array_equal(base, np.arange(64, dtype=np.float32) + 5)  # written through the view

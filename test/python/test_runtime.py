@@ -555,3 +555,18 @@ def test_runtime_imports_without_mlir_or_vendor_bindings():
             "print(executor_class('cuda').available()[1]); print(executor_class('hip').available()[1])\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert "needs cuda-bindings" in out and "needs hip-python" in out
+
+
+def test_strides_that_break_vector_alignment_are_refused():
+    """A padded row stride (130 elements for hdim 128) would misalign the per-lane vector loads."""
+    from fmha_mlir.api import compile_bundle  # needs MLIR: this test compiles
+    from fmha_mlir.problem import ProblemSize, make_problem
+
+    spec = AttentionBwdSpec(dtype="f16", hdim_q=128)
+    bundle = compile_bundle(spec, "sm_90")
+    tensors = {n: a for n, a in make_problem(spec, ProblemSize(1, 1, 3, 3)).tensors.items()}
+    padded = np.zeros((1, 1, 3, 130), np.float16)
+    padded[..., :128] = tensors["q"]
+    tensors["q"] = padded[..., :128]
+    with pytest.raises(RuntimeLaunchError, match=r"tensor 'q' has element strides \[390, 390, 130\].*multiple of 4"):
+        run_bundle(bundle, CpuExecutor(), tensors)

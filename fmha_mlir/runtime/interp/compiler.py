@@ -22,15 +22,17 @@ TERMINATORS = ("scf.yield", "scf.condition", "gpu.return", "func.return")
 
 
 class State:
-    """What the closures of one launch chunk share: the value slots, the lanes, the atomic order."""
+    """What the closures of one launch chunk share: the value slots, the lanes, the atomic order, and a
+    cache for lane tables that depend only on the geometry (e.g. a DPP control's source lanes)."""
 
-    __slots__ = ("env", "grid", "rng", "atomic_order")
+    __slots__ = ("env", "grid", "rng", "atomic_order", "cache")
 
     def __init__(self, slots: int, grid: LaneGrid, rng: np.random.Generator, atomic_order: str):
         self.env: list = [None] * slots
         self.grid = grid
         self.rng = rng
         self.atomic_order = atomic_order
+        self.cache: dict = {}
 
     def atomic_permutation(self):
         """The order lanes apply an atomic in: None for lane order, else a fresh random permutation."""

@@ -50,10 +50,6 @@ class LaneGrid:
         for name, value in derived.items():
             object.__setattr__(self, name, value)
 
-    @property
-    def full_waves(self) -> bool:
-        return self.group_threads % self.wave_size == 0
-
     def describe(self, lane: int) -> str:
         """'lane L (block (x, y, z), thread (x, y, z))' for error messages."""
         block = tuple(int(a[lane]) for a in self.block_id)

@@ -54,7 +54,8 @@ def elementwise(fn, finish: bool = True):
 
 
 def typed(factory):
-    """A handler whose NumPy function depends on the op's types: factory(op) -> (fn, finish)."""
+    """A handler whose NumPy function depends on the op's types: factory(op, cc) -> fn (which brings
+    its result to the result type itself)."""
 
     def compile_op(op: Operation, cc: KernelCompiler):
         fn = factory(op, cc)

@@ -125,22 +125,35 @@ def compile_dpp(op: Operation, cc: KernelCompiler):
     bound_ctrl = bool(op.attributes.get("bound_ctrl", False))
     vrank = vector_rank(op.result_types[0])
 
-    def run(st, mask):
-        env = st.env
-        g = st.grid
+    key = object()  # this op's entry in the per-chunk cache
+
+    def tables(g, mask):
+        """Global source lane, 'takes the source' and 'gets zero' flags per lane (cached without a mask:
+        they depend on the geometry only)."""
         li = g.lane_in_wave
         source, in_range = _dpp_source(kind, arg, li)
         if isinstance(in_range, str):  # wave rotates wrap around the (possibly partial) wave
             source, in_range = source % g.wave_len, True
         valid = in_range & (source >= 0) & (source < g.wave_len)
+        gather = g.wave_base + np.where(valid, source, li)
         if mask is not None:  # reading a lane that does not execute is invalid too
-            valid = valid & mask[g.wave_base + np.clip(source, 0, g.wave_len - 1)]
-        enabled = ((row_mask >> (li // 16 % 4)) & 1).astype(bool) & ((bank_mask >> (li % 16 // 4)) & 1).astype(bool)
-        moved = gather_in_wave(g, env[src], source, valid, vrank)
-        old_value = to_lanes(env[old], g.lanes, vrank)
-        invalid_value = np.zeros_like(moved) if bound_ctrl else old_value
-        picked = np.where(lane_mask_for(valid, vrank), moved, invalid_value)
-        env[out] = np.where(lane_mask_for(enabled, vrank), picked, old_value)
+            valid = valid & mask[gather]
+        enabled = (((row_mask >> (li // 16 % 4)) & 1) & ((bank_mask >> (li % 16 // 4)) & 1)).astype(bool)
+        take = enabled & valid
+        zero = enabled & ~valid if bound_ctrl else None
+        return gather, lane_mask_for(take, vrank), None if zero is None else lane_mask_for(zero, vrank)
+
+    def run(st, mask):
+        env = st.env
+        g = st.grid
+        if mask is None:
+            if key not in st.cache:
+                st.cache[key] = tables(g, None)
+            gather, take, zero = st.cache[key]
+        else:
+            gather, take, zero = tables(g, mask)
+        result = np.where(take, to_lanes(env[src], g.lanes, vrank)[gather], env[old])
+        env[out] = result if zero is None else np.where(zero, np.zeros((), result.dtype), result)
 
     return run
 

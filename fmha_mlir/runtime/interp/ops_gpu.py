@@ -72,8 +72,9 @@ def compile_barrier(op: Operation, cc: KernelCompiler):
     return run
 
 
-def _ids(prefix: str, source: str, spelling=lambda d: d):
-    return {f"{prefix}.{spelling(d)}": _id_handler(source, i) for d, i in _DIMS.items()}
+def _ids(prefix: str, source: str):
+    """Handlers for the per-dimension spellings prefix.x / .y / .z of one id or size."""
+    return {f"{prefix}.{d}": _id_handler(source, i) for d, i in _DIMS.items()}
 
 
 HANDLERS = {

@@ -133,7 +133,6 @@ _BARE_ID = re.compile(r"[A-Za-z_][A-Za-z0-9_$.\-]*")
 _NUMBER = re.compile(r"[-+]?(?:0x[0-9A-Fa-f]+|\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|inf|nan)")
 _INT = re.compile(r"\d+")
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
-_DYNAMIC = None  # '?' in shapes and strides
 
 
 class _Parser:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...dtypes import bf16_bits, bf16_value
-from .types import ScalarType, VectorType, element_type, vector_rank
+from .types import VectorType, element_type
 
 
 def has_lanes(x, vrank: int) -> bool:
@@ -60,13 +60,10 @@ def finisher(t):
     return lambda x: np.asarray(x).astype(dtype, copy=False)
 
 
-def zeros_of(t, lanes: int | None = None):
-    """A zero value of type t (uniform when lanes is None)."""
-    elem = element_type(t)
+def zeros_of(t):
+    """A uniform zero value of type t."""
     shape = t.shape if isinstance(t, VectorType) else ()
-    if lanes is not None:
-        shape = (lanes,) + shape
-    return np.zeros(shape, dtype=elem.dtype)
+    return np.zeros(shape, dtype=element_type(t).dtype)
 
 
 def as_type(x, t):
@@ -76,6 +73,3 @@ def as_type(x, t):
         return round_bf16(np.asarray(x, dtype=np.float32))
     return np.asarray(x).astype(elem.dtype, copy=False)
 
-
-__all__ = ["has_lanes", "to_lanes", "lane_mask_for", "lane_select", "merge", "round_bf16", "finisher",
-           "zeros_of", "as_type", "vector_rank", "ScalarType"]

@@ -1,0 +1,78 @@
+"""The user-facing API and the main job: arrays in, gradients out, checked against the oracle."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fmha_mlir import AttentionBackward, AttentionBwdSpec, Mask, SpecError, attention_bwd
+from fmha_mlir.problem import ProblemSize, make_problem
+from fmha_mlir.tools import main_job
+
+
+def _run(spec, size, layout="bhsd", **kwargs):
+    problem = make_problem(spec, size, seed=3, layout=layout)
+    t = problem.tensors
+    grads = attention_bwd(t["q"], t["k"], t["v"], t["o"], t["do"], t["lse"], mask=spec.mask,
+                          dtype=spec.dtype, executor="cpu", **kwargs)
+    return problem.check(dict(zip(("dq", "dk", "dv"), grads)))
+
+
+@pytest.mark.parametrize("arch", ["gfx942", "sm_90"])
+@pytest.mark.parametrize("spec", [
+    AttentionBwdSpec(dtype="f32", hdim_q=64, mask=Mask("causal_top_left")),
+    AttentionBwdSpec(dtype="bf16", hdim_q=128, hdim_v=64, gqa_ratio=2, mask=Mask("sliding_window", 3, 2)),
+], ids=["f32-tl", "bf16-window-gqa2"])
+def test_attention_bwd_matches_the_oracle(arch, spec):
+    checks = _run(spec, ProblemSize(1, 2, 11, 7), layout="bshd", arch=arch)
+    assert [c.name for c in checks] == ["dq", "dk", "dv"]
+    assert all(c.passed for c in checks), [str(c) for c in checks]
+
+
+def test_three_elements_per_lane():
+    """hdim 96 on a wave of 32: each lane owns 3 elements, an access that is not a power of two."""
+    checks = _run(AttentionBwdSpec(dtype="f16", hdim_q=96), ProblemSize(1, 1, 5, 6), arch="sm_90")
+    assert all(c.passed for c in checks), [str(c) for c in checks]
+
+
+def test_dtype_is_taken_from_the_arrays_and_cached_bundles_are_reused():
+    spec = AttentionBwdSpec(dtype="f16", hdim_q=64)
+    problem = make_problem(spec, ProblemSize(1, 1, 4, 4))
+    t = problem.tensors
+    bwd = AttentionBackward(executor="cpu", arch="gfx950")
+    first = bwd(t["q"], t["k"], t["v"], t["o"], t["do"], t["lse"])
+    bundle = bwd.bundle(spec)
+    second = bwd(t["q"], t["k"], t["v"], t["o"], t["do"], t["lse"])
+    assert bwd.bundle(spec) is bundle
+    assert all(np.array_equal(a, b) for a, b in zip(first, second))
+    assert first[0].dtype == np.float16
+
+
+def test_uint16_arrays_need_an_explicit_bf16_dtype():
+    q = np.zeros((1, 1, 2, 64), np.uint16)
+    with pytest.raises(SpecError, match="dtype='bf16'"):
+        attention_bwd(q, q, q, q, q, np.zeros((1, 1, 2), np.float32), executor="cpu")
+
+
+def test_main_job_prints_pass_rows_and_exits_zero(capsys):
+    assert main_job.main(["--target", "sm_90", "--executor", "cpu", "--batch", "1", "--heads", "2",
+                          "--seqlen-q", "5", "--seqlen-k", "9"]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("sm_90 ")]
+    assert [row.split()[4] for row in rows] == ["dq", "dk", "dv"]
+    assert all(row.endswith("PASS") for row in rows)
+
+
+def test_main_job_reports_a_bad_spec_without_a_traceback(capsys):
+    assert main_job.main(["--target", "gfx942", "--hdim", "96"]) == 2
+    err = capsys.readouterr().err
+    assert "hdim_q: 96 is not supported by the warp body on gfx942" in err and "Traceback" not in err
+
+
+def test_main_job_exits_one_when_a_gradient_fails(capsys, monkeypatch):
+    """With a zero tolerance no rounded result can pass: the job must say FAIL and exit 1."""
+    from fmha_mlir import tolerance
+
+    monkeypatch.setattr(tolerance, "FACTOR", 0.0)
+    monkeypatch.setattr(tolerance, "floor_tolerance", lambda dtype, hdim: (0.0, 0.0))
+    assert main_job.main(["--target", "gfx942", "--executor", "cpu", "--batch", "1", "--heads", "2",
+                          "--seqlen-q", "4", "--seqlen-k", "4"]) == 1
+    assert "FAIL" in capsys.readouterr().out
