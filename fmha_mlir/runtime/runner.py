@@ -190,35 +190,62 @@ def plan_layouts(bundle: Bundle, host: Mapping[str, np.ndarray]) -> dict[str, La
     return layouts
 
 
+class PreparedRun:
+    """A bundle's buffers staged on `device`: `launch()` runs every step (as often as wanted, e.g. to
+    time it), `results()` downloads dq, dk, dv. Use it as a context manager to free the buffers."""
+
+    def __init__(self, bundle: Bundle, device: Executor, tensors: Mapping[str, np.ndarray]):
+        device.check_bundle(bundle)
+        self.bundle, self.device = bundle, device
+        self.host = check_tensors(bundle.spec, tensors)
+        check_slice_alignment(bundle, self.host)
+        self.layouts = plan_layouts(bundle, self.host)
+        device.load(bundle)
+        self.allocations: dict[str, Allocation] = {}
+        self.buffers: dict[str, DeviceBuffer] = {}
+        try:
+            for name, layout in self.layouts.items():
+                allocation = self.allocations[name] = device.alloc(layout.span * layout.storage.itemsize)
+                self.buffers[name] = DeviceBuffer(name, layout.dtype, layout.shape, layout.strides,
+                                                  allocation.address, allocation)
+                role = bundle.buffers[name]["role"]
+                staged = layout.stage(self.host[name]) if role == "input" else np.full(
+                    layout.span, to_storage(np.float32(np.nan), layout.dtype), layout.storage)
+                device.upload(allocation, staged)
+        except BaseException:
+            self.close()
+            raise
+
+    def launch(self) -> None:
+        for index, step in enumerate(self.bundle.steps):
+            _run_step(self.bundle, self.device, index, step, self.layouts, self.buffers)
+
+    def results(self) -> dict[str, np.ndarray]:
+        """dq, dk, dv (written into the output arrays passed in, when given)."""
+        self.device.synchronize()
+        for name in OUTPUTS:
+            flat = np.empty(self.layouts[name].span, self.layouts[name].storage)
+            self.device.download(self.allocations[name], flat)
+            self.host[name][...] = self.layouts[name].view(flat)
+        return {name: self.host[name] for name in OUTPUTS}
+
+    def close(self) -> None:
+        for allocation in self.allocations.values():
+            self.device.free(allocation)
+        self.allocations = {}
+
+    def __enter__(self) -> "PreparedRun":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
 def run_bundle(bundle: Bundle, device: Executor, tensors: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Run the bundle's steps on `device`; returns dq, dk, dv (the arrays passed in, when given)."""
-    device.check_bundle(bundle)
-    host = check_tensors(bundle.spec, tensors)
-    check_slice_alignment(bundle, host)
-    layouts = plan_layouts(bundle, host)
-    device.load(bundle)
-    allocations: dict[str, Allocation] = {}
-    try:
-        buffers = {}
-        for name, layout in layouts.items():
-            allocations[name] = device.alloc(layout.span * layout.storage.itemsize)
-            buffers[name] = DeviceBuffer(name, layout.dtype, layout.shape, layout.strides,
-                                         allocations[name].address, allocations[name])
-            role = bundle.buffers[name]["role"]
-            staged = layout.stage(host[name]) if role == "input" else np.full(
-                layout.span, to_storage(np.float32(np.nan), layout.dtype), layout.storage)
-            device.upload(allocations[name], staged)
-        for index, step in enumerate(bundle.steps):
-            _run_step(bundle, device, index, step, layouts, buffers)
-        device.synchronize()
-        for name in OUTPUTS:
-            flat = np.empty(layouts[name].span, layouts[name].storage)
-            device.download(allocations[name], flat)
-            host[name][...] = layouts[name].view(flat)
-    finally:
-        for allocation in allocations.values():
-            device.free(allocation)
-    return {name: host[name] for name in OUTPUTS}
+    with PreparedRun(bundle, device, tensors) as run:
+        run.launch()
+        return run.results()
 
 
 def _run_step(bundle: Bundle, device: Executor, index: int, step: dict, layouts: dict[str, Layout],
