@@ -44,16 +44,21 @@ def _raise_problems(name: str, problems: list[str]) -> None:
         raise VerifyError("\n".join(f"'{name}' op {p}" for p in problems))
 
 
+def _read_checked(reader, op):
+    """reader(op, problems) -> value, with any problem raised as one VerifyError."""
+    op = _operation(op)
+    problems: list[str] = []
+    value = reader(op, problems)
+    _raise_problems(op.name, problems)
+    return value
+
+
 def spec_from_op(op) -> AttentionBwdSpec:
     """The AttentionBwdSpec an op's spec attributes describe; VerifyError if they are malformed or invalid.
 
     The scale comes back rounded to f32, as the attribute stores it.
     """
-    op = _operation(op)
-    problems: list[str] = []
-    spec = _valid_spec(op, problems)
-    _raise_problems(op.name, problems)
-    return spec
+    return _read_checked(_valid_spec, op)
 
 
 def _valid_spec(op: "ir.Operation", problems: list[str]) -> AttentionBwdSpec | None:
@@ -178,10 +183,7 @@ class ConvertGradOp(_SpecOp):
 
     @classmethod
     def grad_of(cls, op) -> str:
-        problems: list[str] = []
-        grad = cls._read_grad(_operation(op), problems)
-        _raise_problems(cls.NAME, problems)
-        return grad
+        return _read_checked(cls._read_grad, op)
 
     @classmethod
     def _read_grad(cls, op, problems: list[str]) -> str | None:
@@ -268,11 +270,7 @@ class WaveReduceOp:
 
     @classmethod
     def _read(cls, op) -> tuple[str, int]:
-        op = _operation(op)
-        problems: list[str] = []
-        values = cls._attributes(op, problems)
-        _raise_problems(cls.NAME, problems)
-        return values
+        return _read_checked(cls._attributes, op)
 
     @classmethod
     def _attributes(cls, op, problems: list[str]):
@@ -318,17 +316,11 @@ class MaskedScoreOp:
 
     @classmethod
     def mask_of(cls, op) -> Mask:
-        problems: list[str] = []
-        mask = cls._mask(_operation(op), problems)
-        _raise_problems(cls.NAME, problems)
-        return mask
+        return _read_checked(cls._mask, op)
 
     @classmethod
     def scale_log2_of(cls, op) -> float:
-        problems: list[str] = []
-        scale = cls._scale_log2(_operation(op), problems)
-        _raise_problems(cls.NAME, problems)
-        return scale
+        return _read_checked(cls._scale_log2, op)
 
     @classmethod
     def _mask(cls, op, problems: list[str]) -> Mask | None:

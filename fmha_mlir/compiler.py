@@ -19,7 +19,8 @@ from .backends.pipeline import render_pass, render_pipeline
 from .dialects import fmha
 from .errors import CompileError, PipelineError
 from .launch_plan import build_manifest, host_function, kernel_metadata, read_launch_plan
-from .mlir import collect_diagnostics, gpu, ir, make_context, parse_module
+from .diagnostics import capture, from_mlir
+from .mlir import gpu, ir, make_context, parse_module
 from .passes.ir_builders import collect_ops
 from .passes.registry import build_pass_manager
 from .spec import AttentionBwdSpec
@@ -182,7 +183,7 @@ class _Run:
 
     def _run(self, stage: str, module: "ir.Operation", input_name: str) -> None:
         pipeline = stage_pipeline(stage, self.backend)
-        with collect_diagnostics(self.ctx) as emitted, self.ctx:
+        with capture(self.ctx, self.source_name) as emitted, self.ctx:
             try:
                 build_pass_manager(pipeline, self.ctx).run(module)
             except ir.MLIRError as exc:  # a pass failed; its diagnostics say why
@@ -190,11 +191,9 @@ class _Run:
                                    self._diagnostics(exc, emitted) or (str(exc).strip(),), stage=stage,
                                    repro=self._repro(input_name, pipeline)) from None
 
-    def _diagnostics(self, exc: "ir.MLIRError", emitted: list[str]) -> tuple[str, ...]:
-        from .tools.opt_diagnostics import from_mlir
-
-        records = [record for diag in exc.error_diagnostics for record in from_mlir(diag, self.source_name)]
-        return tuple(emitted) + tuple(record.format() for record in records)
+    def _diagnostics(self, exc: "ir.MLIRError", emitted: list) -> tuple[str, ...]:
+        records = emitted + [record for diag in exc.error_diagnostics for record in from_mlir(diag, self.source_name)]
+        return tuple(record.format() for record in records)
 
     def _repro(self, input_name: str, pipeline: str) -> str:
         command = f"fmha-opt {input_name} --pass-pipeline='{pipeline}'"

@@ -7,8 +7,6 @@ the GPU machines have no MLIR.
 """
 from __future__ import annotations
 
-from contextlib import contextmanager
-
 try:
     from flydsl._mlir import ir, passmanager, rewrite  # noqa: F401
     from flydsl._mlir.dialects import arith, func, gpu, llvm, math, memref, scf, vector  # noqa: F401
@@ -27,38 +25,13 @@ def make_context() -> "ir.Context":
     return ctx
 
 
-@contextmanager
-def collect_diagnostics(ctx: "ir.Context"):
-    """Collect every diagnostic MLIR emits in `ctx` (errors, warnings, notes) as located strings.
-
-    Yields the list being filled. Handlers that return True stop MLIR from printing to stderr.
-    """
-    messages: list[str] = []
-
-    def handler(diag) -> bool:
-        messages.append(format_diagnostic(diag))
-        return True
-
-    handle = ctx.attach_diagnostic_handler(handler)
-    try:
-        yield messages
-    finally:
-        handle.detach()
-
-
-def format_diagnostic(diag) -> str:
-    severity = str(diag.severity).rsplit(".", 1)[-1].lower()
-    text = f"{diag.location}: {severity}: {diag.message}"
-    for note in diag.notes:
-        text += "\n  " + format_diagnostic(note)
-    return text
-
-
 def parse_module(text: str, ctx: "ir.Context", source_name: str = "<input>") -> "ir.Module":
     """Parse MLIR text, turning MLIR's parse errors into a CompileError with located diagnostics."""
-    with collect_diagnostics(ctx) as diags:
+    from .diagnostics import from_mlir
+
+    with ctx:
         try:
-            with ctx:
-                return ir.Module.parse(text)
-        except Exception as exc:  # MLIRError carries the same diagnostics
-            raise CompileError(f"cannot parse {source_name}", tuple(diags) or (str(exc),), stage="parse") from None
+            return ir.Module.parse(text)
+        except ir.MLIRError as exc:
+            records = [r.format() for diag in exc.error_diagnostics for r in from_mlir(diag, source_name)]
+    raise CompileError(f"cannot parse {source_name}", tuple(records) or ("unparsable input",), stage="parse")

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from .opt_diagnostics import Diagnostic, Position, error
+from fmha_mlir.diagnostics import Diagnostic, Position, error
 
 _EXPECTED = re.compile(
     r"expected-(error|note|remark|warning)(-re)? *(@([+-][0-9]+|above|below|unknown))? *\{\{(.*)\}\}$")

@@ -19,7 +19,7 @@ from fmha_mlir.mlir import ir, make_context
 from fmha_mlir.passes import registry
 
 from . import diagnostic_verifier
-from .opt_diagnostics import Diagnostic, capture, error, from_mlir, position_of
+from fmha_mlir.diagnostics import Diagnostic, capture, error, from_mlir, position_of
 
 SPLIT_MARKER = "// -----"
 _SPLIT_LINE = re.compile(r"^\s*// -----\s*$")
@@ -121,7 +121,7 @@ def _pass_manager(args, ctx):
 def _process(chunk: Chunk, ctx, pass_manager, args, source_name: str, diagnostics: list[Diagnostic]) -> str | None:
     """Parse, verify and transform one chunk; its printed IR, or None (diagnostics say why)."""
     # Blank lines in front keep MLIR's line numbers those of the whole file. Module.parse (which wraps
-    # top-level ops in an implicit module, as mlir-opt does) names the buffer "-": opt_diagnostics
+    # top-level ops in an implicit module, as mlir-opt does) names the buffer "-": fmha_mlir.diagnostics
     # reports it under source_name.
     text = "\n" * (chunk.first_line - 1) + chunk.text
     with ctx, capture(ctx, source_name) as captured:

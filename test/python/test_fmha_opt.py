@@ -11,7 +11,7 @@ from fmha_mlir.passes import registry
 from fmha_mlir.passes.base import FmhaPass
 from fmha_mlir.tools import diagnostic_verifier
 from fmha_mlir.tools.fmha_opt import main, split_chunks
-from fmha_mlir.tools.opt_diagnostics import Diagnostic, Position
+from fmha_mlir.diagnostics import Diagnostic, Position
 
 
 def _diag(severity: str, message: str, line: int | None, file: str = "t.mlir") -> Diagnostic:

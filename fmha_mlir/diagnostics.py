@@ -8,7 +8,7 @@ from __future__ import annotations
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from fmha_mlir.mlir import ir
+from .mlir import ir
 
 # The name MLIR's text parser gives a buffer parsed from a string (Module.parse has no source name).
 PARSER_BUFFER_NAME = "-"
