@@ -18,7 +18,7 @@ from .fmha_attrs import f32, i32, mask_attributes, read_attribute, read_mask, re
 from .fmha_types import ROWS_RANK, TENSOR_RANK, TensorKind, tensor_problem
 
 __all__ = [
-    "OPERAND_NAMES", "GRADS", "WAVE_REDUCE_KINDS", "VerifyError", "spec_attributes", "spec_from_op",
+    "OPERAND_NAMES", "GRADS", "WAVE_REDUCE_KINDS", "VerifyError", "spec_attributes", "spec_from_op", "tensor_kinds",
     "AttentionBwdOp", "DotDoOOp", "DqDkDvOp", "ConvertGradOp",
     "WaveReduceOp", "Exp2Op", "MaskedScoreOp", "AtomicAddOp",
     "STAGE_OPS", "OPS", "verify_op", "verify_module", "emit_verification_errors",
@@ -53,6 +53,16 @@ def _read_checked(reader, op):
     return value
 
 
+def _create_checked(name: str, problems_of, results, operands, attributes, loc) -> "ir.Operation":
+    """Create op `name` at the current insertion point; erase it and raise VerifyError if it breaks the contract."""
+    op = ir.Operation.create(name, results=list(results), operands=list(operands), attributes=attributes, loc=loc)
+    problems = problems_of(op)
+    if problems:
+        op.erase()
+        _raise_problems(name, problems)
+    return op
+
+
 def spec_from_op(op) -> AttentionBwdSpec:
     """The AttentionBwdSpec an op's spec attributes describe; VerifyError if they are malformed or invalid.
 
@@ -73,7 +83,7 @@ def _valid_spec(op: "ir.Operation", problems: list[str]) -> AttentionBwdSpec | N
 # Problem and stage ops: operands are named memrefs, attributes are the spec attributes.
 
 
-def _tensor_kinds(spec: AttentionBwdSpec) -> dict[str, TensorKind]:
+def tensor_kinds(spec: AttentionBwdSpec) -> dict[str, TensorKind]:
     """What each named operand of the problem and stage ops must be, for `spec`."""
     t, f = (spec.dtype,), ("f32",)
     t_or_f32 = tuple(dict.fromkeys((spec.dtype, "f32")))  # an output a body may accumulate in f32
@@ -106,12 +116,7 @@ class _SpecOp:
         # Check the spec before building attributes from it: MLIR aborts on some invalid values.
         _raise_problems(cls.NAME, [str(r) for r in spec.reasons()])
         attributes = {**spec_attributes(spec), **extra_attributes}
-        op = ir.Operation.create(cls.NAME, results=[], operands=list(operands), attributes=attributes, loc=loc)
-        problems = cls.problems(op)
-        if problems:
-            op.erase()
-            _raise_problems(cls.NAME, problems)
-        return op
+        return _create_checked(cls.NAME, cls.problems, [], operands, attributes, loc)
 
     @classmethod
     def operand(cls, op, name: str) -> "ir.Value":
@@ -126,7 +131,7 @@ class _SpecOp:
 
     @classmethod
     def operand_kinds(cls, op: "ir.Operation", spec: AttentionBwdSpec) -> dict[str, TensorKind]:
-        kinds = _tensor_kinds(spec)
+        kinds = tensor_kinds(spec)
         return {name: kinds[name] for name in cls.OPERANDS}
 
     @classmethod
@@ -196,7 +201,7 @@ class ConvertGradOp(_SpecOp):
     @classmethod
     def operand_kinds(cls, op, spec):
         grad = cls._read_grad(op, [])
-        like = _tensor_kinds(spec)[grad]
+        like = tensor_kinds(spec)[grad]
         return {"acc": TensorKind(like.rank, ("f32",), like.hdim), "out": like}
 
     @classmethod
@@ -208,9 +213,15 @@ class ConvertGradOp(_SpecOp):
         problems = super().problems(op)
         if not problems:
             acc, out = (ir.MemRefType(v.type) for v in op.operands)
-            if acc.shape != out.shape:
+            if not _compatible_shapes(acc, out):
                 problems.append(f"operands 'acc' and 'out' must have the same shape, got {acc} and {out}")
         return problems
+
+
+def _compatible_shapes(a: "ir.MemRefType", b: "ir.MemRefType") -> bool:
+    """Same rank, and each dim equal where both are static (a dynamic dim may hold any size)."""
+    return a.rank == b.rank and all(
+        a.is_dynamic_dim(i) or b.is_dynamic_dim(i) or a.shape[i] == b.shape[i] for i in range(a.rank))
 
 
 STAGE_OPS = (DotDoOOp, DqDkDvOp, ConvertGradOp)
@@ -239,13 +250,8 @@ def _scalar_problems(op, operands: dict[str, str], result_type: str = "f32") -> 
 
 
 def _create_value(name: str, problems_of, operands, attributes, loc) -> "ir.Value":
-    op = ir.Operation.create(name, results=[ir.F32Type.get()], operands=list(operands),
-                             attributes=attributes, loc=loc)
-    problems = problems_of(op)
-    if problems:
-        op.erase()
-        _raise_problems(name, problems)
-    return op.result
+    """Build a one-f32-result kernel-level op; its result."""
+    return _create_checked(name, problems_of, [ir.F32Type.get()], operands, attributes, loc).result
 
 
 class WaveReduceOp:
@@ -353,12 +359,7 @@ class AtomicAddOp:
 
     @classmethod
     def build(cls, value: "ir.Value", buffer: "ir.Value", indices: Sequence["ir.Value"], loc=None) -> "ir.Operation":
-        op = ir.Operation.create(cls.NAME, results=[], operands=[value, buffer, *indices], loc=loc)
-        problems = cls.problems(op)
-        if problems:
-            op.erase()
-            _raise_problems(cls.NAME, problems)
-        return op
+        return _create_checked(cls.NAME, cls.problems, [], [value, buffer, *indices], {}, loc)
 
     @classmethod
     def problems(cls, op) -> list[str]:
@@ -397,7 +398,18 @@ def verify_op(op) -> list[str]:
         return []
     if name not in OPS:
         return [f"'{name}' is not an fmha op; known: {', '.join(sorted(OPS))}"]
-    return [f"'{name}' op {p}" for p in OPS[name].problems(op)]
+    return [f"'{name}' op {p}" for p in _structure_problems(op) + OPS[name].problems(op)]
+
+
+def _structure_problems(op: "ir.Operation") -> list[str]:
+    """Regions and successors, which no fmha op has: a lowering that erases the op would leave the ops
+    inside a region dangling (MLIR aborts on them), and a successor would make the op a terminator."""
+    problems = []
+    if len(op.regions):
+        problems.append(f"must have no regions, got {len(op.regions)}")
+    if len(op.successors):
+        problems.append(f"must have no successors, got {len(op.successors)}")
+    return problems
 
 
 def verify_module(module_op) -> list[tuple["ir.Operation", str]]:

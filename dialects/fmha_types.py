@@ -2,7 +2,8 @@
 
 A rank-4 tensor is `memref<?x?x?xDxT, strided<[?, ?, ?, 1]>>`; a per-row tensor (lse, d) is
 `memref<?x?x?xf32, strided<[?, ?, 1]>>`. The checks accept any memref that satisfies the contract
-(static sizes, any outer strides, the identity layout), not only these exact spellings.
+(static sizes, any outer strides, the identity layout; always the default memory space), not only
+these exact spellings.
 """
 from __future__ import annotations
 
@@ -58,6 +59,9 @@ def tensor_problem(value_type: "ir.Type", kind: TensorKind) -> str | None:
     if kind.hdim is not None and value_type.shape[-1] != kind.hdim:
         inner = "?" if value_type.is_dynamic_dim(kind.rank - 1) else value_type.shape[-1]
         return f"expected a static innermost dim of {kind.hdim}, got {inner} in {value_type}"
+    if value_type.memory_space is not None:
+        # The kernels take device-global buffers; another space would silently change what the pointers mean.
+        return f"expected the default memory space, got {value_type.memory_space} in {value_type}"
     return _layout_problem(value_type)
 
 

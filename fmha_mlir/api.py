@@ -16,6 +16,7 @@ import numpy as np
 
 from .errors import Reason, SpecError
 from .runtime.bundle import Bundle
+from .runtime.device_array import DeviceArray
 from .runtime.executor import Executor, get_executor
 from .runtime.runner import run_bundle
 from .spec import AttentionBwdSpec, Mask
@@ -104,14 +105,15 @@ class AttentionBackward:
     def __call__(self, q, k, v, o, do, lse, *, mask: str | Mask = "none", scale: float = 0.0,
                  dtype: str | None = None):
         torch_like = _is_torch(q)
-        arrays = [_to_numpy(t) for t in (q, k, v, o, do, lse)]
         spec = AttentionBwdSpec(
-            dtype=infer_dtype(arrays[0], dtype) if not torch_like else _torch_dtype(q),
-            hdim_q=arrays[0].shape[-1], hdim_v=arrays[2].shape[-1],
-            gqa_ratio=_gqa_ratio(arrays[0], arrays[1]),
+            dtype=_torch_dtype(q) if torch_like else infer_dtype(np.asarray(q), dtype),
+            hdim_q=q.shape[-1], hdim_v=v.shape[-1], gqa_ratio=_gqa_ratio(q, k),
             mask=mask if isinstance(mask, Mask) else Mask.parse(mask), scale=scale)
-        tensors = dict(zip(("q", "k", "v", "o", "do", "lse"), arrays))
-        grads = run_bundle(self.bundle(spec), self.device(), tensors)
+        bundle, device = self.bundle(spec), self.device()
+        if torch_like and q.is_cuda and device.name == "cuda":
+            return _run_in_place(bundle, device, (q, k, v, o, do, lse))
+        arrays = [_to_numpy(t) for t in (q, k, v, o, do, lse)]
+        grads = run_bundle(bundle, device, dict(zip(("q", "k", "v", "o", "do", "lse"), arrays)))
         out = tuple(grads[name] for name in ("dq", "dk", "dv"))
         return tuple(_like(q, g) for g in out) if torch_like else out
 
@@ -122,6 +124,29 @@ def attention_bwd(q, k, v, o, do, lse, *, mask: str | Mask = "none", scale: floa
     calls keep an AttentionBackward, which caches compiled bundles)."""
     return AttentionBackward(executor=executor, arch=arch)(q, k, v, o, do, lse, mask=mask, scale=scale,
                                                            dtype=dtype)
+
+
+def _run_in_place(bundle: Bundle, device: Executor, inputs: tuple):
+    """torch CUDA tensors on the CUDA executor: the kernels read and write GPU memory, no copies."""
+    import torch
+
+    q, k, v = inputs[:3]
+    outputs = tuple(torch.empty(t.shape, dtype=t.dtype, device=t.device) for t in (q, k, v))
+    # Our launches go to the legacy default stream: wait for whatever torch queued that made the inputs.
+    torch.cuda.synchronize(q.device)
+    tensors = dict(zip(("q", "k", "v", "o", "do", "lse", "dq", "dk", "dv"), map(_device_array, inputs + outputs)))
+    run_bundle(bundle, device, tensors)
+    return outputs
+
+
+def _device_array(t) -> DeviceArray:
+    import torch
+
+    storage = {torch.float16: np.float16, torch.bfloat16: np.uint16, torch.float32: np.float32}.get(t.dtype)
+    if storage is None:
+        raise SpecError([Reason("dtype", f"unsupported torch dtype {t.dtype}", "use float16, bfloat16 or float32")])
+    return DeviceArray(t.data_ptr(), tuple(t.shape), tuple(s * t.element_size() for s in t.stride()),
+                       np.dtype(storage), owner=t)
 
 
 def _gqa_ratio(q, k) -> int:

@@ -19,15 +19,17 @@ from .backends.pipeline import render_pass, render_pipeline
 from .dialects import fmha
 from .errors import CompileError, PipelineError
 from .launch_plan import build_manifest, host_function, kernel_metadata, read_launch_plan
-from .diagnostics import capture, from_mlir
+from .diagnostics import capture, error, from_mlir, position_of
 from .mlir import gpu, ir, make_context, parse_module
 from .passes.ir_builders import collect_ops
 from .passes.registry import build_pass_manager
+from .passes.verify import abort_traps
 from .spec import AttentionBwdSpec
 from .target import Target, get_target
 
 STAGES = ("fmha", "stages", "gpu", "kernel", "llvm", "isa", "binary")
-IR_STAGES = STAGES[:5]            # stages whose output is an MLIR module one can restart from
+IR_STAGES = STAGES[:5]            # stages whose output is an MLIR module
+RESTART_STAGES = IR_STAGES[:-1]   # those one can restart from: the llvm stage has no interpreter IR left
 INTERP_IR_FILE = "kernels.interp.mlir"
 BINARY_SUFFIX = {"hsaco": ".hsaco", "cubin": ".cubin", "ptx": ".ptx"}
 
@@ -80,14 +82,15 @@ class Compiler:
         """Compile `spec` for `target`; SpecError before any IR when the spec is invalid there."""
         target = _as_target(target)
         spec.check(target.arch)
-        key = (spec, target.arch)
+        backend = self._backend(target)
+        key = (spec, backend)  # the backend carries the options: ptxas and amd_reduce may change between calls
         if key in self._cache and dump_dir is None:
             return self._cache[key]
         from .frontend import build_problem_module
 
         ctx = make_context()
         module = build_problem_module(spec, ctx)
-        result = _Run(self._backend(target), ctx, dump_dir, "fmha", "<spec>").compile(module, spec)
+        result = _Run(backend, ctx, dump_dir, "fmha", "<spec>").compile(module, spec)
         self._cache[key] = result
         return result
 
@@ -98,11 +101,15 @@ class Compiler:
 
         The spec comes from the IR while it still has spec-carrying ops (fmha, stages) or from `spec`.
         """
-        if start_stage not in IR_STAGES:
-            raise PipelineError(f"cannot start from stage {start_stage!r}; use one of {', '.join(IR_STAGES)}")
+        if start_stage == "llvm":
+            raise PipelineError("the llvm stage has no kernel-level IR left for the interpreter; "
+                                "restart from the kernel stage or an earlier one")
+        if start_stage not in RESTART_STAGES:
+            raise PipelineError(f"cannot start from stage {start_stage!r}; use one of {', '.join(RESTART_STAGES)}")
         target = _as_target(target)
         ctx = make_context()
         module = parse_module(text, ctx, source_name)
+        _check_abort_traps(module, source_name)
         spec = spec or _spec_in(module)
         return _Run(self._backend(target), ctx, dump_dir, start_stage, source_name).compile(module, spec)
 
@@ -150,9 +157,6 @@ class _Run:
 
     def compile(self, module: "ir.Module", spec: AttentionBwdSpec | None) -> CompiledKernels:
         start_stage = self.start_stage
-        if start_stage == "llvm":
-            raise PipelineError("the llvm stage has no kernel-level IR left for the interpreter; "
-                                "restart from the kernel stage or an earlier one")
         self._record(start_stage, module)
         for stage in IR_STAGES[IR_STAGES.index(start_stage) + 1:]:
             self._run(stage, module.operation, self._input_name(stage))
@@ -160,7 +164,8 @@ class _Run:
         # The backend stages rewrite only the gpu.module: the host function is still level 3. A module of
         # kernels alone (a hand-written test input) has no plan.
         with self.ctx:
-            plan = read_launch_plan(module.operation) if host_function(module.operation) is not None else None
+            has_host = host_function(module.operation) is not None
+            plan = read_launch_plan(module.operation, self.source_name) if has_host else None
         isa = self._serialize("isa", module)
         self._dump("isa", self.backend.ISA_SUFFIX, isa)
         binary = isa if self.backend.stage_pipeline("binary") is None else self._serialize("binary", module)
@@ -205,10 +210,8 @@ class _Run:
         """Run gpu-module-to-binary on a copy of the llvm-stage module; the object's bytes."""
         copy = module.operation.clone()
         self._run(stage, copy, self._input_name(stage))
-        for op in copy.regions[0].blocks[0].operations:
-            if op.operation.name == "gpu.binary":
-                return gpu.ObjectAttr(op.operation.attributes["objects"][0]).object
-        raise CompileError("gpu-module-to-binary produced no gpu.binary", stage=stage)
+        binary = _only_top_level_op(copy, "gpu.binary", stage)
+        return gpu.ObjectAttr(binary.attributes["objects"][0]).object
 
     def _record(self, stage: str, module: "ir.Module") -> None:
         self.texts[stage] = str(module)
@@ -230,10 +233,17 @@ class _Run:
 
 
 def _generic_gpu_module(module: "ir.Module") -> str:
-    for op in module.body.operations:
-        if op.operation.name == "gpu.module":
-            return op.operation.get_asm(print_generic_op_form=True)
-    raise CompileError("the kernel stage has no gpu.module", stage="kernel")
+    return _only_top_level_op(module.operation, "gpu.module", "kernel").get_asm(print_generic_op_form=True)
+
+
+def _only_top_level_op(module: "ir.Operation", name: str, stage: str) -> "ir.Operation":
+    """The one op called `name` in `module`'s body. The bundle holds one code object and one interpreter
+    module (docs/ir.md: one gpu.module @fmha_kernels), so a second one would be silently dropped."""
+    found = [op.operation for op in module.regions[0].blocks[0].operations if op.operation.name == name]
+    if len(found) != 1:
+        raise CompileError(f"the {stage} stage has {len(found)} {name} ops; the bundle needs exactly one "
+                           "(docs/ir.md: all kernels live in gpu.module @fmha_kernels)", stage=stage)
+    return found[0]
 
 
 def dump_name(stage: str, suffix: str) -> str:
@@ -242,6 +252,15 @@ def dump_name(stage: str, suffix: str) -> str:
 
 def _as_target(target: Target | str) -> Target:
     return target if isinstance(target, Target) else get_target(target)
+
+
+def _check_abort_traps(module: "ir.Module", source_name: str) -> None:
+    """CompileError, located in the input, for IR an upstream pass would abort the process on."""
+    with module.context:
+        records = [error(message, position_of(op.location, source_name)).format()
+                   for op, message in abort_traps(module.operation)]
+    if records:
+        raise CompileError("the input holds IR that MLIR would abort on", tuple(records), stage="parse")
 
 
 def _spec_in(module: "ir.Module") -> AttentionBwdSpec | None:

@@ -1,8 +1,8 @@
 """The frontend: an AttentionBwdSpec becomes a level-1 module (docs/ir.md), the pipeline's input."""
 from __future__ import annotations
 
-from fmha_mlir.dialects.fmha import OPERAND_NAMES, AttentionBwdOp
-from fmha_mlir.dialects.fmha_types import rows_type, tensor_type
+from fmha_mlir.dialects.fmha import OPERAND_NAMES, AttentionBwdOp, tensor_kinds
+from fmha_mlir.dialects.fmha_types import ROWS_RANK, rows_type, tensor_type
 from fmha_mlir.mlir import func, ir
 from fmha_mlir.spec import AttentionBwdSpec
 
@@ -10,10 +10,9 @@ from fmha_mlir.spec import AttentionBwdSpec
 def problem_types(spec: AttentionBwdSpec, ctx: "ir.Context") -> dict[str, "ir.Type"]:
     """The memref type of each operand of fmha.attention_bwd, by operand name, in OPERAND_NAMES order."""
     spec.check()
-    hdim = {"q": spec.hdim_q, "k": spec.hdim_q, "dq": spec.hdim_q, "dk": spec.hdim_q,
-            "v": spec.hdim_v, "o": spec.hdim_v, "do": spec.hdim_v, "dv": spec.hdim_v}
+    kinds = tensor_kinds(spec)
     with ctx:
-        return {name: rows_type() if name == "lse" else tensor_type(spec.dtype, hdim[name])
+        return {name: rows_type() if kinds[name].rank == ROWS_RANK else tensor_type(spec.dtype, kinds[name].hdim)
                 for name in OPERAND_NAMES}
 
 

@@ -8,6 +8,7 @@ use-def chains and writes the JSON plan the runtime executes; nothing about the 
 from __future__ import annotations
 
 from .dialects.fmha import GRADS, OPERAND_NAMES
+from .diagnostics import position_of
 from .errors import CompileError
 from .mlir import ir
 from .runtime.bundle import FORMAT, spec_to_json
@@ -21,21 +22,37 @@ HSACO_FIELDS = ("vgpr_count", "sgpr_count", "agpr_count", "group_segment_fixed_s
                 "wavefront_size", "max_flat_workgroup_size", "vgpr_spill_count", "sgpr_spill_count")
 
 
+# Host ops that only compute what the steps refer to (sizes, casts) or free workspaces: no step of their own.
+_STEPLESS_OPS = frozenset({"arith.constant", "memref.dim", "memref.cast", "memref.dealloc", "func.return"})
+
+
 class PlanError(CompileError):
     """The host function does not have the shape docs/ir.md level 3 promises."""
 
-    def __init__(self, message: str, op=None):
-        where = f"{op.location}: " if op is not None else ""
-        super().__init__(where + message, stage="plan")
+    def __init__(self, message: str, op=None, source_name: str = "<input>"):
+        self.op, self.problem = op, message
+        super().__init__(_where(op, source_name) + message, stage="plan")
 
 
-def read_launch_plan(module: "ir.Operation") -> dict:
-    """{"buffers", "steps", "kernels"} of the module's host function (any stage from gpu on)."""
+def _where(op, source_name: str) -> str:
+    if op is None:
+        return ""
+    position = position_of(op.location, source_name)
+    return f"{op.location}: " if position is None else f"{position.file}:{position.line}:{position.col}: "
+
+
+def read_launch_plan(module: "ir.Operation", source_name: str = "<input>") -> dict:
+    """{"buffers", "steps", "kernels"} of the module's host function (any stage from gpu on).
+
+    `source_name` names the input file in the locations of errors."""
     host = host_function(module)
     if host is None:
         raise PlanError("the module has no host function with gpu.launch_func ops (the plan is read after "
                         "fmha-stages-to-gpu)")
-    return _PlanReader(host).read()
+    try:
+        return _PlanReader(host).read()
+    except PlanError as exc:  # raised deep in the reader, which does not know the file's name
+        raise PlanError(exc.problem, exc.op, source_name) from None
 
 
 def kernel_metadata(hsaco: dict) -> dict[str, dict]:
@@ -108,6 +125,10 @@ class _PlanReader:
                 kernels[step["kernel"]] = {"args": [{"buffer": name, "rank": self.buffers[name]["rank"],
                                                      "dtype": self.buffers[name]["dtype"]}
                                                     for name in step["args"]]}
+            elif op.name not in _STEPLESS_OPS:
+                # The runtime runs the steps alone: dropping this op would silently change the program.
+                raise PlanError(f"the launch plan cannot express a {op.name} in the host function; it may "
+                                  "hold only workspace allocs, gpu.memset zero fills and gpu.launch_func", op)
         return {"buffers": self.buffers, "steps": steps, "kernels": kernels}
 
     def _add_workspace(self, alloc: "ir.Operation") -> None:
@@ -194,4 +215,7 @@ def _memref_facts(memref_type: "ir.Type", op: "ir.Operation") -> dict:
     dtype = str(memref_type.element_type)
     if dtype not in DTYPES:
         raise PlanError(f"buffer element type {memref_type.element_type} is none of f16, bf16, f32", op)
+    if memref_type.memory_space is not None:
+        raise PlanError(f"buffer {memref_type} is not in the default memory space: the runtime passes "
+                        "device-global pointers", op)
     return {"dtype": dtype, "rank": memref_type.rank}

@@ -19,9 +19,15 @@ from .errors import CompileError
 
 
 def make_context() -> "ir.Context":
-    """A context that accepts our `fmha` ops, which are generic operations verified by our own code."""
+    """A context that accepts our `fmha` ops, which are generic operations verified by our own code.
+
+    Multithreading is off: MLIR verifies isolated ops (each gpu.module, each function) on worker
+    threads, and a diagnostic emitted there reaches a Python diagnostic handler without the GIL, which
+    aborts the process. Our modules hold one gpu.module, so nothing is lost.
+    """
     ctx = ir.Context()
     ctx.allow_unregistered_dialects = True
+    ctx.enable_multithreading(False)
     return ctx
 
 

@@ -200,7 +200,7 @@ def _gradients(terms: _Terms, *, scale, gqa_ratio, bias, arith: _Arithmetic) -> 
     dv = _reduce_kv(_swap(p) @ terms.do, gqa_ratio)
     dbias = None if bias is None else arith.store(_reduce_to_shape(terms.ds, np.shape(bias)))
     out = [None if g is None else arith.store(g).astype(np.float64) for g in (dq, dk, dv, dbias)]
-    return Gradients(out[0], out[1], out[2], terms.d, out[3])
+    return Gradients(out[0], out[1], out[2], terms.d.astype(np.float64), out[3])
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -18,6 +18,9 @@ BIAS_KINDS = ("none", "elementwise", "alibi")
 # The warp-distributed body gives each lane hdim / wave_size contiguous elements; past 8 per lane the
 # register cost of the loop-carried dQ slice outgrows what the body is built for.
 MAX_ELEMENTS_PER_LANE = 8
+# The scale is compiled in as an f32 attribute: it must survive the rounding, and not as a denormal.
+F32_MIN_NORMAL = 1.1754943508222875e-38
+F32_MAX = 3.4028234663852886e38
 # Sizes become 64-bit IR attributes and 32-bit kernel arithmetic; anything larger is a typo.
 MAX_INT_OPTION = 2**31 - 1
 
@@ -137,9 +140,9 @@ class AttentionBwdSpec:
                 out.append(Reason(name, f"must be a positive integer (got {value!r})"))
             elif value > MAX_INT_OPTION:
                 out.append(Reason(name, f"{value} is too large (at most {MAX_INT_OPTION})"))
-        if not (isinstance(self.scale, (int, float)) and math.isfinite(self.scale) and self.scale > 0):
-            out.append(Reason("scale", f"softmax scale must be finite and > 0 (got {self.scale!r})",
-                              "leave it 0 for 1/sqrt(hdim_q)"))
+        if not (isinstance(self.scale, (int, float)) and F32_MIN_NORMAL <= self.scale <= F32_MAX):
+            out.append(Reason("scale", f"softmax scale must be a positive f32 value, from {F32_MIN_NORMAL:.3g} "
+                                       f"to {F32_MAX:.3g} (got {self.scale!r})", "leave it 0 for 1/sqrt(hdim_q)"))
         out += self.mask.reasons()
         if self.bias not in BIAS_KINDS:
             out.append(Reason("bias", f"unknown bias kind {self.bias!r}", f"use one of {', '.join(BIAS_KINDS)}"))

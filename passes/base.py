@@ -6,9 +6,11 @@ located MLIR diagnostics (`PassFailure` carries the op to blame), never as Pytho
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from typing import ClassVar
 
+from fmha_mlir.backends.pipeline import render_pass
 from fmha_mlir.errors import FmhaError
 from fmha_mlir.mlir import ir
 
@@ -19,6 +21,17 @@ class PassFailure(Exception):
     def __init__(self, message: str, op=None):
         super().__init__(message)
         self.op = op
+
+
+@contextlib.contextmanager
+def rewriting(op: "ir.Operation"):
+    """Build in front of `op`, at its location; a project error raised meanwhile (an fmha builder's
+    VerifyError, say) is reported at `op` rather than at the module."""
+    try:
+        with ir.InsertionPoint(op), op.location:
+            yield
+    except FmhaError as exc:
+        raise PassFailure(str(exc), op) from None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,15 +63,6 @@ class FmhaPass:
 
     def render(self) -> str:
         """This pass as a pipeline element: name{opt=value ...}, options only where not default."""
-        opts = [
-            f"{f.name.replace('_', '-')}={_render_value(getattr(self, f.name))}"
-            for f in dataclasses.fields(self)
-            if getattr(self, f.name) != f.default
-        ]
-        return f"{self.NAME}{{{' '.join(opts)}}}" if opts else self.NAME
-
-
-def _render_value(value) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
+        changed = {f.name: getattr(self, f.name)
+                   for f in dataclasses.fields(self) if getattr(self, f.name) != f.default}
+        return render_pass(self.NAME, **changed)

@@ -15,7 +15,7 @@ from fmha_mlir.dialects.fmha_types import rows_type, tensor_type
 from fmha_mlir.mlir import gpu, ir, memref
 from fmha_mlir.spec import AttentionBwdSpec
 
-from .base import FmhaPass
+from .base import FmhaPass, rewriting
 from .ir_builders import collect_ops, dims, f32, memref_type
 from .verify import verified_spec
 
@@ -28,7 +28,7 @@ class DecomposeBwd(FmhaPass):
     def run_on_module(self, module: "ir.Operation") -> None:
         for op in collect_ops(module, [fmha.AttentionBwdOp.NAME]):
             spec = verified_spec(op)
-            with ir.InsertionPoint(op), op.location:
+            with rewriting(op):
                 _decompose(op, spec)
             op.erase()
 

@@ -11,7 +11,7 @@ from fmha_mlir.dialects import fmha
 from fmha_mlir.mlir import ir
 from fmha_mlir.spec import AttentionBwdSpec
 
-from .base import FmhaPass, PassFailure
+from .base import FmhaPass, PassFailure, rewriting
 from .ir_builders import collect_ops, enclosing_op
 from .verify import check_wave_size, verified_spec
 from .warp_body import BODIES, Wave
@@ -30,7 +30,7 @@ class ExpandWarpBody(FmhaPass):
     def run_on_module(self, module: "ir.Operation") -> None:
         for op in collect_ops(module, BODIES):
             spec = self._checked_spec(op)
-            with ir.InsertionPoint(op), op.location:
+            with rewriting(op):
                 BODIES[op.name](op, spec, Wave.current(self.wave_size))
             op.erase()
 

@@ -13,7 +13,8 @@ from fmha_mlir.mlir import ir
 from fmha_mlir.target import TARGETS
 
 from .base import FmhaPass
-from .kernel_op_lowering import create_op, lower_kernel_ops, reduce_width, shared_lowerings, shuffle_xor_reduce
+from .ir_builders import create_op
+from .kernel_op_lowering import lower_kernel_ops, reduce_width, shared_lowerings, shuffle_xor_reduce
 
 EX2_INTRINSIC = "llvm.nvvm.ex2.approx.ftz.f32"
 WARP_SIZE = TARGETS["sm_90"].wave_size

@@ -10,19 +10,18 @@ reductions always use.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import ClassVar
 
+from fmha_mlir.backends.amd import REDUCE_STRATEGIES
 from fmha_mlir.dialects import fmha
 from fmha_mlir.mlir import arith, ir
 from fmha_mlir.target import TARGETS
 
 from .base import FmhaPass
-from .ir_builders import f32
-from .kernel_op_lowering import (
-    create_op, lower_kernel_ops, reduce_width, set_flat_work_group_size, shared_lowerings, shuffle_xor_reduce,
-)
+from .ir_builders import collect_ops, create_op, f32
+from .kernel_op_lowering import lower_kernel_ops, reduce_width, shared_lowerings, shuffle_xor_reduce
 
-REDUCE_STRATEGIES = ("dpp", "shuffle")
 DPP_WAVE = 64
 
 # (permutation, its argument, row_mask): each step adds the permuted value to the running sum.
@@ -53,7 +52,7 @@ class ConvertFmhaToRocdl(FmhaPass):
         if self.chipset not in rocdl_chipsets():
             raise ValueError(f"unknown chipset {self.chipset!r}; use one of {', '.join(rocdl_chipsets())}")
         if self.reduce not in REDUCE_STRATEGIES:
-            raise ValueError(f"unknown reduce strategy {self.reduce!r}; use dpp or shuffle")
+            raise ValueError(f"unknown reduce strategy {self.reduce!r}; use {' or '.join(REDUCE_STRATEGIES)}")
 
     def run_on_module(self, module: "ir.Operation") -> None:
         lowerings = shared_lowerings()
@@ -67,6 +66,18 @@ class ConvertFmhaToRocdl(FmhaPass):
         if self.reduce == "dpp" and width == DPP_WAVE:
             return dpp_wave_sum(op.operands[0])
         return shuffle_xor_reduce(op.operands[0], width, TARGETS[self.chipset].wave_size)
+
+
+def set_flat_work_group_size(module: "ir.Operation") -> None:
+    """Give every kernel with known_block_size the matching `rocdl.flat_work_group_size` ("N,N").
+
+    Without it the code object says at most 256 work-items (TOOLCHAIN.md, "Traps") and the backend
+    cannot use the exact block size."""
+    for func in collect_ops(module, ["gpu.func"]):
+        if "known_block_size" not in func.attributes:
+            continue
+        threads = math.prod(ir.DenseI32ArrayAttr(func.attributes["known_block_size"]))
+        func.attributes["rocdl.flat_work_group_size"] = ir.StringAttr.get(f"{threads},{threads}", module.context)
 
 
 def dpp_wave_sum(value: "ir.Value") -> "ir.Value":

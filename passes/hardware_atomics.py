@@ -15,6 +15,7 @@ from typing import ClassVar
 from fmha_mlir.mlir import ir
 
 from .base import FmhaPass
+from .ir_builders import collect_ops, enclosing_op
 
 # llvm dialect enum values, stored as i64 attributes (see TOOLCHAIN.md, "Float atomics").
 ATOMIC_BIN_OP_FADD = 11
@@ -45,15 +46,8 @@ class HardwareAtomics(FmhaPass):
 
 def float_atomic_adds(module: "ir.Operation") -> list["ir.Operation"]:
     """The `llvm.atomicrmw fadd` ops on f32 or vector<2xbf16> inside gpu.modules."""
-    found: list[ir.Operation] = []
-
-    def visit(op):
-        if op.name == "llvm.atomicrmw" and _is_hardware_fadd(op) and _inside_gpu_module(op):
-            found.append(op)
-        return ir.WalkResult.ADVANCE
-
-    module.walk(visit)
-    return found
+    return [op for op in collect_ops(module, ["llvm.atomicrmw"])
+            if _is_hardware_fadd(op) and enclosing_op(op, "gpu.module") is not None]
 
 
 def _is_hardware_fadd(op: "ir.Operation") -> bool:
@@ -64,12 +58,3 @@ def _is_hardware_fadd(op: "ir.Operation") -> bool:
         return True
     return (isinstance(value_type, ir.VectorType) and ir.VectorType(value_type).shape == [2]
             and isinstance(ir.VectorType(value_type).element_type, ir.BF16Type))
-
-
-def _inside_gpu_module(op: "ir.Operation") -> bool:
-    parent = op.parent
-    while parent is not None:
-        if parent.name == "gpu.module":
-            return True
-        parent = parent.parent
-    return False

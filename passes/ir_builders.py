@@ -50,3 +50,9 @@ def dims(value: "ir.Value", positions) -> list["ir.Value"]:
 
 def memref_type(value: "ir.Value") -> "ir.MemRefType":
     return ir.MemRefType(value.type)
+
+
+def create_op(name: str, result_type: "ir.Type", operands: list, attributes: dict | None = None) -> "ir.Value":
+    """A one-result op of a dialect these bindings have no Python builders for (amdgpu, parts of rocdl)."""
+    return ir.Operation.create(name, results=[result_type], operands=operands,
+                               attributes=attributes or {}).result

@@ -7,15 +7,15 @@ wave_reduce and exp2 lowering through `lower_kernel_ops`.
 """
 from __future__ import annotations
 
-import math
 from typing import Callable
 
 from fmha_mlir.dialects import fmha
 from fmha_mlir.mlir import arith, gpu, ir, memref
 from fmha_mlir.spec import Mask
 
-from .base import PassFailure
+from .base import PassFailure, rewriting
 from .ir_builders import collect_ops, enclosing_op, f32, index
+from .key_range import diagonal
 
 KERNEL_OPS = (fmha.WaveReduceOp.NAME, fmha.Exp2Op.NAME, fmha.MaskedScoreOp.NAME, fmha.AtomicAddOp.NAME)
 
@@ -35,7 +35,7 @@ def lower_kernel_ops(module: "ir.Operation", lowerings: dict[str, Lowering]) -> 
             raise PassFailure("invalid op: " + "; ".join(problems), op)
         if enclosing_op(op, "gpu.func") is None:
             raise PassFailure(f"'{op.name}' must be inside a gpu.func (run fmha-stages-to-gpu first)", op)
-        with op.location, ir.InsertionPoint(op):
+        with rewriting(op):
             replacement = lowerings[op.name](op)
         if replacement is not None:
             op.results[0].replace_all_uses_with(replacement)
@@ -45,15 +45,6 @@ def lower_kernel_ops(module: "ir.Operation", lowerings: dict[str, Lowering]) -> 
 def shared_lowerings() -> dict[str, Lowering]:
     """The lowerings that are the same on every target."""
     return {fmha.MaskedScoreOp.NAME: lower_masked_score, fmha.AtomicAddOp.NAME: lower_atomic_add}
-
-
-def set_flat_work_group_size(module: "ir.Operation") -> None:
-    """Give every kernel with known_block_size the matching `rocdl.flat_work_group_size` ("N,N")."""
-    for func in collect_ops(module, ["gpu.func"]):
-        if "known_block_size" not in func.attributes:
-            continue
-        threads = math.prod(ir.DenseI32ArrayAttr(func.attributes["known_block_size"]))
-        func.attributes["rocdl.flat_work_group_size"] = ir.StringAttr.get(f"{threads},{threads}", module.context)
 
 
 # --- fmha.wave_reduce -------------------------------------------------------------------------------
@@ -104,14 +95,14 @@ def _visibility(mask: Mask, q_pos, k_pos, seqlen_q, seqlen_k) -> "ir.Value | Non
     if mask.kind == "causal_top_left":
         return _cmp("sle", k_pos, q_pos)
     # Bottom-right aligned masks shift the diagonal by seqlen_k - seqlen_q (signed).
-    diagonal = arith.addi(q_pos, arith.subi(seqlen_k, seqlen_q))
+    last = diagonal(q_pos, seqlen_q, seqlen_k)
     if mask.kind == "causal_bottom_right":
-        return _cmp("sle", k_pos, diagonal)
+        return _cmp("sle", k_pos, last)
     conditions = []
     if mask.window_left >= 0:
-        conditions.append(_cmp("sge", k_pos, _shifted(diagonal, -mask.window_left)))
+        conditions.append(_cmp("sge", k_pos, _shifted(last, -mask.window_left)))
     if mask.window_right >= 0:
-        conditions.append(_cmp("sle", k_pos, _shifted(diagonal, mask.window_right)))
+        conditions.append(_cmp("sle", k_pos, _shifted(last, mask.window_right)))
     return conditions[0] if len(conditions) == 1 else arith.andi(*conditions)
 
 
@@ -133,12 +124,3 @@ def lower_atomic_add(op: "ir.Operation") -> None:
     value, buffer, *indices = op.operands
     memref.atomic_rmw(arith.AtomicRMWKind.addf, value, buffer, indices)
     return None
-
-
-# --- helpers ----------------------------------------------------------------------------------------
-
-
-def create_op(name: str, result_type: "ir.Type", operands: list, attributes: dict | None = None) -> "ir.Value":
-    """A one-result op of a dialect these bindings have no Python builders for (amdgpu, parts of rocdl)."""
-    return ir.Operation.create(name, results=[result_type], operands=operands,
-                               attributes=attributes or {}).result

@@ -17,6 +17,11 @@ from fmha_mlir.spec import Mask
 from .ir_builders import index
 
 
+def diagonal(q: "ir.Value", seqlen_q: "ir.Value", seqlen_k: "ir.Value") -> "ir.Value":
+    """q + (seqlen_k - seqlen_q): the last key a bottom-right causal row sees (signed; may be negative)."""
+    return arith.addi(q, arith.subi(seqlen_k, seqlen_q))
+
+
 def key_range(mask: Mask, q: "ir.Value", seqlen_q: "ir.Value", seqlen_k: "ir.Value"):
     """(lo, hi) index values of the keys query row `q` sees."""
     zero = index(0)
@@ -24,14 +29,14 @@ def key_range(mask: Mask, q: "ir.Value", seqlen_q: "ir.Value", seqlen_k: "ir.Val
         return zero, seqlen_k
     if mask.kind == "causal_top_left":
         return zero, arith.minsi(seqlen_k, arith.addi(q, index(1)))
-    diagonal = arith.addi(q, arith.subi(seqlen_k, seqlen_q))  # the last key a bottom-right row sees
+    last = diagonal(q, seqlen_q, seqlen_k)
     if mask.kind == "causal_bottom_right":
-        hi = arith.addi(diagonal, index(1))
+        hi = arith.addi(last, index(1))
         return zero, arith.minsi(seqlen_k, arith.maxsi(hi, zero))
     lo = zero
     if mask.window_left >= 0:
-        lo = arith.maxsi(zero, arith.subi(diagonal, index(mask.window_left)))
+        lo = arith.maxsi(zero, arith.subi(last, index(mask.window_left)))
     hi = seqlen_k
     if mask.window_right >= 0:
-        hi = arith.minsi(seqlen_k, arith.addi(diagonal, index(mask.window_right + 1)))
+        hi = arith.minsi(seqlen_k, arith.addi(last, index(mask.window_right + 1)))
     return lo, hi

@@ -10,6 +10,7 @@ import importlib
 import typing
 
 from fmha_mlir.errors import PipelineError
+from fmha_mlir.target import TARGETS
 
 # name -> "module:Class" under fmha_mlir.passes; one pass per module.
 _TABLE: dict[str, str] = {
@@ -19,6 +20,14 @@ _TABLE: dict[str, str] = {
     "convert-fmha-to-rocdl": "fmha_to_rocdl:ConvertFmhaToRocdl",
     "convert-fmha-to-nvvm": "fmha_to_nvvm:ConvertFmhaToNvvm",
     "fmha-hardware-atomics": "hardware_atomics:HardwareAtomics",
+}
+
+# Upstream passes that take a chip name: (option, the Target.backend whose arches it accepts).
+_CHIP_OPTIONS: dict[str, tuple[str, str]] = {
+    "rocdl-attach-target": ("chip", "rocdl"),
+    "convert-gpu-to-rocdl": ("chipset", "rocdl"),
+    "convert-amdgpu-to-rocdl": ("chipset", "rocdl"),
+    "nvvm-attach-target": ("chip", "nvvm"),
 }
 
 
@@ -85,7 +94,7 @@ def split_elements(text: str) -> list[str]:
 
 def parse_element(element: str) -> tuple[str, dict[str, str]]:
     """'name{a=1 b=x}' -> ('name', {'a': '1', 'b': 'x'}); a nested 'op(...)' pipeline is returned whole."""
-    if "(" in element and element.index("(") < element.find("{") % (len(element) + 1):
+    if _is_nested(element):
         return element, {}
     name, brace, rest = element.partition("{")
     options: dict[str, str] = {}
@@ -98,6 +107,35 @@ def parse_element(element: str) -> tuple[str, dict[str, str]]:
                 raise PipelineError(f"option {item!r} of {name!r} must be key=value")
             options[key] = value
     return name.strip(), options
+
+
+def _is_nested(element: str) -> bool:
+    """'anchor(...)': a '(' that comes before any '{' (options may hold parentheses)."""
+    paren, brace = element.find("("), element.find("{")
+    return paren != -1 and (brace == -1 or paren < brace)
+
+
+def _check_upstream(element: str) -> None:
+    """Reject what MLIR would abort on, or silently miscompile, in an upstream element (nested ones too).
+
+    An fmha pass is a Python pass on builtin.module: MLIR cannot nest it. A chip MLIR does not know gets
+    through the target passes and aborts the process in instruction selection (TOOLCHAIN.md, "Traps").
+    """
+    if _is_nested(element):
+        if element.endswith(")"):  # otherwise MLIR reports the malformed pipeline itself
+            for inner in split_elements(element[element.index("(") + 1:-1]):
+                _check_upstream(inner)
+        return
+    name, options = parse_element(element)
+    if name in _TABLE:
+        raise PipelineError(f"fmha pass {name!r} runs on the top-level module only: put it at the top level of the "
+                            "pipeline, not inside an op anchor")
+    if name in _CHIP_OPTIONS:
+        option, backend = _CHIP_OPTIONS[name]
+        chips = [arch for arch, target in TARGETS.items() if target.backend == backend]
+        if option in options and options[option] not in chips:
+            raise PipelineError(f"{name}: {option}={options[option]!r} is not a supported chip; use one of "
+                                f"{', '.join(chips)}")
 
 
 def strip_anchor(pipeline: str) -> str:
@@ -119,6 +157,7 @@ def build_pass_manager(pipeline: str, ctx):
             if name in _TABLE:
                 make_pass(name, options).add_to(pm)
                 continue
+            _check_upstream(element)
             try:
                 pm.add(element)
             except ValueError as exc:

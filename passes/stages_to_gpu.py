@@ -11,7 +11,7 @@ import dataclasses
 from fmha_mlir.dialects import fmha
 from fmha_mlir.mlir import gpu, ir
 
-from .base import FmhaPass, PassFailure
+from .base import FmhaPass, PassFailure, rewriting
 from .ir_builders import collect_ops, dims, enclosing_op, index
 from .verify import check_wave_size, verified_spec
 
@@ -41,7 +41,7 @@ class StagesToGpu(FmhaPass):
             spec = verified_spec(op)
             name = f"{spec.kernel_prefix}_{_stage_name(op)}"
             _ensure_kernel(kernels, name, op, self.wave_size)
-            with ir.InsertionPoint(op), op.location:
+            with rewriting(op):
                 one = index(1)
                 block = [index(self.wave_size), one, one]
                 gpu.LaunchFuncOp([KERNEL_MODULE, name], dims(op.operands[0], _GRID_DIMS), block,
@@ -52,9 +52,12 @@ class StagesToGpu(FmhaPass):
 def _kernel_module(module: "ir.Operation") -> "ir.Operation":
     """The module's `gpu.module @fmha_kernels`, created at the end of the module if absent."""
     body = module.regions[0].blocks[0]
-    for op in body.operations:
-        if op.operation.name == "gpu.module" and _symbol(op.operation) == KERNEL_MODULE:
-            return op.operation
+    existing = _symbol_op(body, KERNEL_MODULE)
+    if existing is not None:
+        if existing.name != "gpu.module":
+            raise PassFailure(f"symbol @{KERNEL_MODULE} is taken by a {existing.name}; the kernels need it for "
+                              "their gpu.module: rename that op", existing)
+        return existing
     with ir.InsertionPoint(body), module.location:
         kernels = gpu.GPUModuleOp(KERNEL_MODULE)
         kernels.bodyRegion.blocks.append()
@@ -65,10 +68,13 @@ def _ensure_kernel(kernels: "ir.Operation", name: str, stage: "ir.Operation", wa
     """Add `gpu.func @name` wrapping a copy of `stage` unless the same kernel is already there."""
     body = kernels.regions[0].blocks[0]
     operand_types = [value.type for value in stage.operands]
-    for op in body.operations:
-        if op.operation.name == "gpu.func" and _symbol(op.operation) == name:
-            _check_same_kernel(op.operation, name, stage, operand_types)
-            return
+    existing = _symbol_op(body, name)
+    if existing is not None:
+        if existing.name != "gpu.func":
+            raise PassFailure(f"kernel symbol @{name} is taken by a {existing.name} in gpu.module "
+                              f"@{KERNEL_MODULE}: rename that op", stage)
+        _check_same_kernel(existing, name, stage, operand_types)
+        return
     with ir.InsertionPoint(body), stage.location:
         kernel = gpu.GPUFuncOp(ir.FunctionType.get(operand_types, []), sym_name=name,
                                known_block_size=[wave_size, 1, 1])
@@ -120,5 +126,10 @@ def _stage_name(op: "ir.Operation") -> str:
     return op.name.removeprefix("fmha.")
 
 
-def _symbol(op: "ir.Operation") -> str:
-    return ir.StringAttr(op.attributes["sym_name"]).value
+def _symbol_op(block: "ir.Block", name: str) -> "ir.Operation | None":
+    """The op of `block` that defines symbol `name`, whatever kind of op it is."""
+    for op in block.operations:
+        op = op.operation
+        if "sym_name" in op.attributes and ir.StringAttr(op.attributes["sym_name"]).value == name:
+            return op
+    return None

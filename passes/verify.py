@@ -1,4 +1,4 @@
-"""Checks the fmha lowering passes run before touching an op, so MLIR never sees invalid input."""
+"""Checks run before MLIR sees the IR: the fmha lowering passes' own, and upstream passes' abort traps."""
 from __future__ import annotations
 
 from fmha_mlir.dialects import fmha
@@ -6,6 +6,7 @@ from fmha_mlir.spec import AttentionBwdSpec
 from fmha_mlir.target import TARGETS
 
 from .base import PassFailure
+from .ir_builders import collect_ops
 
 WAVE_SIZES = tuple(sorted({t.wave_size for t in TARGETS.values()}))
 
@@ -23,3 +24,14 @@ def check_wave_size(wave_size: int) -> None:
     if wave_size not in WAVE_SIZES:
         raise ValueError(f"wave-size={wave_size} is not a wave size of any target; use one of "
                          f"{', '.join(map(str, WAVE_SIZES))}")
+
+
+def abort_traps(module) -> list[tuple["ir.Operation", str]]:
+    """(op, why) for IR that an upstream pass would abort the whole process on, instead of reporting it.
+
+    convert-gpu-to-rocdl / -nvvm add `gpu.kernel` to the llvm.func they make and assert on a duplicate
+    attribute when the gpu.func already carries one (a discardable copy of the `kernel` keyword).
+    """
+    return [(func, "gpu.func carries a 'gpu.kernel' attribute, which convert-gpu-to-rocdl/-nvvm would add a "
+                   "second time and abort on: drop it (write the `kernel` keyword instead)")
+            for func in collect_ops(module, ["gpu.func"]) if "gpu.kernel" in func.attributes]

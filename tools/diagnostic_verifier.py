@@ -56,7 +56,12 @@ def parse_expectations(text: str, source_name: str) -> tuple[list[Expectation], 
             continue
         severity, regex, _, offset, message = found.groups()
         written_at = Position(source_name, line_no, found.start() + 1)
-        expectation = Expectation(severity, message, _pattern(message, bool(regex)), written_at, line_no)
+        try:
+            pattern = _pattern(message, bool(regex))
+        except re.error as exc:
+            problems.append(error(f"invalid regex in expected-{severity}-re {{{{{message}}}}}: {exc}", written_at))
+            continue
+        expectation = Expectation(severity, message, pattern, written_at, line_no)
         if offset == "unknown":
             expectation.line = None
         elif offset == "above":

@@ -15,7 +15,9 @@ import shutil
 import sys
 from pathlib import Path
 
-from fmha_mlir.compiler import IR_STAGES, CompiledKernels, Compiler
+from fmha_mlir.backends.amd import REDUCE_STRATEGIES
+from fmha_mlir.backends.nvidia import cuda_toolkit
+from fmha_mlir.compiler import RESTART_STAGES, CompiledKernels, Compiler
 from fmha_mlir.errors import FmhaError, PipelineError, SpecError
 from fmha_mlir.spec import AttentionBwdSpec, Mask
 from fmha_mlir.target import TARGETS, get_target
@@ -28,7 +30,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fmha-compile", allow_abbrev=False,
                                      description="Compile the fused attention backward for gfx942, gfx950, sm_90.")
     parser.add_argument("input", nargs="?", help="an IR file to restart from (with --from-stage); '-': stdin")
-    parser.add_argument("--from-stage", choices=IR_STAGES, help="the stage whose output the input file is")
+    parser.add_argument("--from-stage", choices=RESTART_STAGES, help="the stage whose output the input file is")
     spec = parser.add_argument_group("spec (the default when no input file is given)")
     spec.add_argument("--dtype", choices=("f16", "bf16", "f32"))
     spec.add_argument("--hdim", type=int, help="head dim of q and k (default 128)")
@@ -42,7 +44,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--dump-stages", action="store_true",
                         help=f"also write every stage under -o DIR/{STAGES_DIR}")
     parser.add_argument("--emit", choices=EMITS, help="print one artifact to stdout")
-    parser.add_argument("--reduce", choices=("dpp", "shuffle"), default="dpp", help="AMD full-wave reduction")
+    parser.add_argument("--reduce", choices=REDUCE_STRATEGIES, default="dpp", help="AMD full-wave reduction")
     parser.add_argument("--ptxas", default="auto",
                         help="ptxas for sm_90 cubins: a path, auto (look on PATH) or none (PTX is the binary)")
     return parser
@@ -57,7 +59,12 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--dump-stages writes under -o DIR: give -o")
     if not args.output and not args.emit:
         parser.error("nothing to do: give -o DIR and/or --emit ARTIFACT")
-    compiler = Compiler(ptxas=_ptxas(args.ptxas), amd_reduce=args.reduce)
+    ptxas = _ptxas(args.ptxas)
+    if args.ptxas not in ("auto", "none") and cuda_toolkit(ptxas) is None:
+        # Without this the compiler would quietly ship PTX instead of the cubin asked for.
+        parser.error(f"--ptxas {args.ptxas}: not a ptxas inside a complete CUDA toolkit (bin/ptxas and "
+                     "nvvm/libdevice/libdevice.10.bc under one root); give such a ptxas, auto or none")
+    compiler = Compiler(ptxas=ptxas, amd_reduce=args.reduce)
     targets = list(TARGETS) if args.target == "all" else [args.target]
     try:
         spec = _spec(args)

@@ -13,13 +13,14 @@ import re
 import sys
 from dataclasses import dataclass
 
+from fmha_mlir.diagnostics import Diagnostic, capture, error, from_mlir, position_of
 from fmha_mlir.dialects.fmha import emit_verification_errors
 from fmha_mlir.errors import FmhaError, PipelineError
 from fmha_mlir.mlir import ir, make_context
 from fmha_mlir.passes import registry
+from fmha_mlir.passes.verify import abort_traps
 
 from . import diagnostic_verifier
-from fmha_mlir.diagnostics import Diagnostic, capture, error, from_mlir, position_of
 
 SPLIT_MARKER = "// -----"
 _SPLIT_LINE = re.compile(r"^\s*// -----\s*$")
@@ -128,7 +129,8 @@ def _process(chunk: Chunk, ctx, pass_manager, args, source_name: str, diagnostic
         try:
             module = ir.Module.parse(text)
             # The fmha ops are unregistered: MLIR's verifier checks nothing about them, ours does.
-            if emit_verification_errors(module.operation) and pass_manager is not None:
+            if emit_verification_errors(module.operation) and pass_manager is not None \
+                    and _emit_abort_traps(module.operation):
                 if _run(pass_manager, module, source_name, captured):
                     emit_verification_errors(module.operation)
             ok = not any(d.severity == "error" for d in captured)
@@ -140,6 +142,14 @@ def _process(chunk: Chunk, ctx, pass_manager, args, source_name: str, diagnostic
         return None
     return module.operation.get_asm(print_generic_op_form=args.mlir_print_op_generic,
                                     enable_debug_info=args.mlir_print_debuginfo)
+
+
+def _emit_abort_traps(module_op) -> bool:
+    """Emit an error at each op an upstream pass would abort the process on; True when there is none."""
+    traps = abort_traps(module_op)
+    for op, message in traps:
+        op.location.emit_error(message)
+    return not traps
 
 
 def _run(pass_manager, module, source_name: str, captured: list[Diagnostic]) -> bool:

@@ -8,6 +8,7 @@ from .base import Backend
 from .pipeline import render_pass
 from .toolkit import lld_toolkit
 
+# Full-wave reductions on AMD (convert-fmha-to-rocdl's reduce option): DPP row ops or the xor-shuffle butterfly.
 REDUCE_STRATEGIES = ("dpp", "shuffle")
 
 

@@ -173,9 +173,13 @@ def _validate_step(index: int, step, buffers: dict, kernels: dict) -> None:
     kernel = step.get("kernel")
     if kernel not in kernels:
         raise RuntimeLaunchError(f"{where} launches {kernel!r}, which is not under 'kernels'")
-    unknown = [a for a in step.get("args", ()) if a not in buffers]
-    if unknown or "args" not in step:
-        raise RuntimeLaunchError(f"{where} ({kernel}) needs 'args' naming buffers; unknown: {unknown}")
+    args = step.get("args")
+    unknown = [a for a in args if a not in buffers] if isinstance(args, list) else args
+    if unknown or not isinstance(args, list):
+        raise RuntimeLaunchError(f"{where} ({kernel}) needs 'args': a list naming buffers; unknown: {unknown!r}")
+    shared = step.get("shared_bytes", 0)
+    if not isinstance(shared, int) or isinstance(shared, bool) or shared < 0:
+        raise RuntimeLaunchError(f"{where} ({kernel}) has 'shared_bytes' {shared!r}; it must be an integer >= 0")
     for key in ("grid", "block"):
         dims = step.get(key)
         if not isinstance(dims, list) or len(dims) != 3:

@@ -14,14 +14,15 @@ from ..errors import RuntimeLaunchError
 from .args import DeviceBuffer, KernelArg, strided_view
 from .executor import Allocation, Executor
 
-ATOMIC_ORDERS = ("sequential", "random")
-
 
 class CpuExecutor(Executor):
     name = "cpu"
     vendor = None
 
     def __init__(self, atomic_order: str = "sequential", seed: int = 0):
+        # Imported lazily (here and in load), so that a broken interpreter only disables this executor.
+        from .interp.interpreter import ATOMIC_ORDERS
+
         if atomic_order not in ATOMIC_ORDERS:
             raise RuntimeLaunchError(f"atomic_order must be one of {ATOMIC_ORDERS}, got {atomic_order!r}")
         self.atomic_order = atomic_order
@@ -37,7 +38,7 @@ class CpuExecutor(Executor):
         return True, "the NumPy SIMT interpreter"
 
     def load(self, bundle) -> None:
-        from .interp import Interpreter  # imported on use: its parser is only needed here
+        from .interp import Interpreter
 
         self.check_bundle(bundle)
         self._interpreter = Interpreter(bundle.interp_ir, bundle.target.wave_size,
@@ -58,6 +59,8 @@ class CpuExecutor(Executor):
 
     def launch(self, kernel: str, grid: Sequence[int], block: Sequence[int], args: Sequence[KernelArg],
                shared_bytes: int = 0) -> None:
+        if self._interpreter is None:
+            raise RuntimeLaunchError("no bundle is loaded: call load(bundle) before launch")
         values = [device_view(arg) if isinstance(arg, DeviceBuffer) else arg.value for arg in args]
         self._interpreter.run_kernel(kernel, values, tuple(grid), tuple(block))
 

@@ -12,7 +12,7 @@ import numpy as np
 
 from ..errors import RuntimeLaunchError
 from .args import KernelArg, pack_args
-from .executor import Allocation, Executor
+from .executor import Allocation, Executor, check_status
 
 INSTALL_HINT = "pip install cuda-bindings==13.0.3"
 
@@ -23,14 +23,6 @@ def _driver():
     except ImportError:
         raise RuntimeLaunchError(f"the CUDA executor needs cuda-bindings ({INSTALL_HINT})") from None
     return driver
-
-
-def _check(result: tuple, what: str):
-    """Unpack a driver call's (CUresult, *values); a failure becomes RuntimeLaunchError with its name."""
-    err, *values = result
-    if int(err) != 0:  # CUDA_SUCCESS
-        raise RuntimeLaunchError(f"{what} failed: {getattr(err, 'name', err)}")
-    return values[0] if len(values) == 1 else tuple(values)
 
 
 def compute_capability(arch: str) -> tuple[int, int]:
@@ -45,12 +37,16 @@ class CudaExecutor(Executor):
 
     def __init__(self, device_index: int = 0):
         self._cu = _driver()
-        _check(self._cu.cuInit(0), "cuInit")
-        self._device = _check(self._cu.cuDeviceGet(device_index), f"cuDeviceGet({device_index})")
-        self._context = _check(self._cu.cuDevicePrimaryCtxRetain(self._device), "cuDevicePrimaryCtxRetain")
-        _check(self._cu.cuCtxSetCurrent(self._context), "cuCtxSetCurrent")
         self._module = None
         self._functions: dict[str, object] = {}
+        check_status(self._cu.cuInit(0), "cuInit")
+        self._device = check_status(self._cu.cuDeviceGet(device_index), f"cuDeviceGet({device_index})")
+        self._context = check_status(self._cu.cuDevicePrimaryCtxRetain(self._device), "cuDevicePrimaryCtxRetain")
+        try:
+            check_status(self._cu.cuCtxSetCurrent(self._context), "cuCtxSetCurrent")
+        except BaseException:
+            self.close()  # a half-made executor must not keep the primary context retained
+            raise
 
     @classmethod
     def available(cls) -> tuple[bool, str]:
@@ -59,11 +55,12 @@ class CudaExecutor(Executor):
         except RuntimeLaunchError as exc:
             return False, str(exc)
         try:
-            _check(cu.cuInit(0), "cuInit")
-            count = _check(cu.cuDeviceGetCount(), "cuDeviceGetCount")
+            check_status(cu.cuInit(0), "cuInit")
+            count = check_status(cu.cuDeviceGetCount(), "cuDeviceGetCount")
             if count == 0:
                 return False, "the CUDA driver sees no device"
-            name = _check(cu.cuDeviceGetName(256, _check(cu.cuDeviceGet(0), "cuDeviceGet")), "cuDeviceGetName")
+            device = check_status(cu.cuDeviceGet(0), "cuDeviceGet")
+            name = check_status(cu.cuDeviceGetName(256, device), "cuDeviceGetName")
         except (RuntimeLaunchError, RuntimeError) as exc:  # RuntimeError: cuda-bindings cannot dlopen libcuda
             return False, f"no usable CUDA driver: {exc}"
         return True, "CUDA device 0: " + name.split(b"\0")[0].decode()
@@ -73,12 +70,13 @@ class CudaExecutor(Executor):
         self._check_capability(bundle)
         self._unload()
         image = bundle.binary + (b"\0" if bundle.binary_format == "ptx" else b"")  # PTX text is NUL-terminated
-        self._module = _check(self._cu.cuModuleLoadData(image), f"cuModuleLoadData({bundle.binary_format})")
+        self._module = check_status(self._cu.cuModuleLoadData(image), f"cuModuleLoadData({bundle.binary_format})")
 
     def _check_capability(self, bundle) -> None:
         attr = self._cu.CUdevice_attribute
-        have = tuple(_check(self._cu.cuDeviceGetAttribute(a, self._device), "cuDeviceGetAttribute") for a in (
-            attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR))
+        have = tuple(check_status(self._cu.cuDeviceGetAttribute(a, self._device), "cuDeviceGetAttribute")
+                     for a in (attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
+                               attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR))
         need = compute_capability(bundle.target.arch)
         runs = have[0] == need[0] and have >= need if bundle.binary_format == "cubin" else have >= need
         if not runs:
@@ -89,22 +87,22 @@ class CudaExecutor(Executor):
         if self._module is None:
             raise RuntimeLaunchError("no bundle is loaded: call load(bundle) before launch")
         if kernel not in self._functions:
-            self._functions[kernel] = _check(self._cu.cuModuleGetFunction(self._module, kernel.encode()),
-                                             f"cuModuleGetFunction({kernel})")
+            self._functions[kernel] = check_status(self._cu.cuModuleGetFunction(self._module, kernel.encode()),
+                                                   f"cuModuleGetFunction({kernel})")
         return self._functions[kernel]
 
     def alloc(self, nbytes: int) -> Allocation:
-        pointer = _check(self._cu.cuMemAlloc(max(nbytes, 1)), f"cuMemAlloc({nbytes})")
+        pointer = check_status(self._cu.cuMemAlloc(max(nbytes, 1)), f"cuMemAlloc({nbytes})")
         return Allocation(int(pointer), nbytes, pointer)
 
     def upload(self, allocation: Allocation, host: np.ndarray) -> None:
-        _check(self._cu.cuMemcpyHtoD(allocation.native, host.ctypes.data, host.nbytes), "cuMemcpyHtoD")
+        check_status(self._cu.cuMemcpyHtoD(allocation.native, host.ctypes.data, host.nbytes), "cuMemcpyHtoD")
 
     def download(self, allocation: Allocation, host: np.ndarray) -> None:
-        _check(self._cu.cuMemcpyDtoH(host.ctypes.data, allocation.native, host.nbytes), "cuMemcpyDtoH")
+        check_status(self._cu.cuMemcpyDtoH(host.ctypes.data, allocation.native, host.nbytes), "cuMemcpyDtoH")
 
     def zero(self, allocation: Allocation) -> None:
-        _check(self._cu.cuMemsetD8(allocation.native, 0, allocation.nbytes), "cuMemsetD8")
+        check_status(self._cu.cuMemsetD8(allocation.native, 0, allocation.nbytes), "cuMemsetD8")
 
     def launch(self, kernel: str, grid: Sequence[int], block: Sequence[int], args: Sequence[KernelArg],
                shared_bytes: int = 0) -> None:
@@ -113,23 +111,28 @@ class CudaExecutor(Executor):
         blob = np.frombuffer(packed.blob, np.uint8).copy()
         params = np.array([blob.ctypes.data + f.offset for f in packed.fields], np.uint64)
         # The driver copies the parameter values during the call, so blob and params may go afterwards.
-        _check(self._cu.cuLaunchKernel(function, *grid, *block, shared_bytes, None, params.ctypes.data, 0),
-               f"cuLaunchKernel({kernel}, grid={tuple(grid)}, block={tuple(block)})")
+        check_status(self._cu.cuLaunchKernel(function, *grid, *block, shared_bytes, None, params.ctypes.data, 0),
+                     f"cuLaunchKernel({kernel}, grid={tuple(grid)}, block={tuple(block)})")
 
     def synchronize(self) -> None:
-        _check(self._cu.cuCtxSynchronize(), "cuCtxSynchronize (a kernel failed)")
+        check_status(self._cu.cuCtxSynchronize(), "cuCtxSynchronize (a kernel failed)")
+
+    def borrow(self, address: int, nbytes: int) -> Allocation:
+        return Allocation(address, nbytes, self._cu.CUdeviceptr(address))
 
     def free(self, allocation: Allocation) -> None:
-        _check(self._cu.cuMemFree(allocation.native), "cuMemFree")
+        check_status(self._cu.cuMemFree(allocation.native), "cuMemFree")
 
     def close(self) -> None:
-        self._unload()
-        if self._context is not None:
-            _check(self._cu.cuDevicePrimaryCtxRelease(self._device), "cuDevicePrimaryCtxRelease")
-        self._context = None
+        """Unload the module and release the primary context (once, even when unloading fails)."""
+        try:
+            self._unload()
+        finally:
+            if self._context is not None:
+                self._context = None
+                check_status(self._cu.cuDevicePrimaryCtxRelease(self._device), "cuDevicePrimaryCtxRelease")
 
     def _unload(self) -> None:
-        if self._module is not None:
-            _check(self._cu.cuModuleUnload(self._module), "cuModuleUnload")
-        self._module = None
-        self._functions = {}
+        module, self._module, self._functions = self._module, None, {}
+        if module is not None:
+            check_status(self._cu.cuModuleUnload(module), "cuModuleUnload")

@@ -36,6 +36,15 @@ class Allocation:
     native: object
 
 
+def check_status(result: tuple, what: str):
+    """Unpack a vendor binding's `(status, *values)` (cuda-bindings and hip-python both return that);
+    a non-zero status becomes RuntimeLaunchError naming the call and the status enum's name."""
+    status, *values = result
+    if int(status) != 0:  # CUDA_SUCCESS / hipSuccess
+        raise RuntimeLaunchError(f"{what} failed: {getattr(status, 'name', status)}")
+    return values[0] if len(values) == 1 else tuple(values)
+
+
 class Executor(ABC):
     """Runs a bundle's kernels on one device."""
 
@@ -74,6 +83,11 @@ class Executor(ABC):
 
     @abstractmethod
     def free(self, allocation: Allocation) -> None: ...
+
+    def borrow(self, address: int, nbytes: int) -> Allocation:
+        """Device memory someone else owns (a DeviceArray), to launch on and zero-fill; never freed here."""
+        raise RuntimeLaunchError(f"the {self.name} executor cannot use tensors that live in GPU memory; "
+                                 "pass NumPy arrays (or use the cuda executor)")
 
     def close(self) -> None:
         """Release the loaded kernels (device memory is freed by whoever allocated it)."""

@@ -14,9 +14,12 @@ import numpy as np
 
 from ..errors import RuntimeLaunchError
 from .args import KernelArg, check_against_metadata, metadata_field, pack_args
-from .executor import Allocation, Executor
+from .executor import Allocation, Executor, check_status
 
 INSTALL_HINT = "pip install hip-python==7.2.2.562.43"
+# The `extra` tags, fixed by hip_runtime_api.h as ((void*)1), ((void*)2), ((void*)3). Spelled out here
+# because hip-python does not promise to export these macros as plain integers.
+HIP_LAUNCH_PARAM_BUFFER_POINTER, HIP_LAUNCH_PARAM_BUFFER_SIZE, HIP_LAUNCH_PARAM_END = 1, 2, 3
 
 
 def _hip():
@@ -25,14 +28,6 @@ def _hip():
     except ImportError:
         raise RuntimeLaunchError(f"the HIP executor needs hip-python ({INSTALL_HINT})") from None
     return hip
-
-
-def _check(result: tuple, what: str):
-    """Unpack a HIP call's (hipError_t, *values); a failure becomes RuntimeLaunchError with its name."""
-    err, *values = result
-    if int(err) != 0:  # hipSuccess
-        raise RuntimeLaunchError(f"{what} failed: {getattr(err, 'name', err)}")
-    return values[0] if len(values) == 1 else tuple(values)
 
 
 def code_object_kernels(bundle) -> dict[str, dict]:
@@ -52,9 +47,9 @@ class HipExecutor(Executor):
 
     def __init__(self, device_index: int = 0):
         self._hip = _hip()
-        _check(self._hip.hipSetDevice(device_index), f"hipSetDevice({device_index})")
+        check_status(self._hip.hipSetDevice(device_index), f"hipSetDevice({device_index})")
         props = self._hip.hipDeviceProp_t()
-        _check(self._hip.hipGetDeviceProperties(props, device_index), "hipGetDeviceProperties")
+        check_status(self._hip.hipGetDeviceProperties(props, device_index), "hipGetDeviceProperties")
         # e.g. b"gfx942:sramecc+:xnack-": the chip, then target features
         self.arch = props.gcnArchName.split(b"\0")[0].decode().split(":")[0]
         self._module = None
@@ -68,7 +63,7 @@ class HipExecutor(Executor):
         except RuntimeLaunchError as exc:
             return False, str(exc)
         try:
-            count = _check(hip.hipGetDeviceCount(), "hipGetDeviceCount")
+            count = check_status(hip.hipGetDeviceCount(), "hipGetDeviceCount")
         except (RuntimeLaunchError, RuntimeError) as exc:  # RuntimeError: hip-python cannot dlopen libamdhip64
             return False, f"no usable HIP runtime: {exc}"
         if count == 0:
@@ -82,30 +77,30 @@ class HipExecutor(Executor):
                                      f"{self.arch}: rebuild the bundle for it")
         self._unload()
         self._metadata = code_object_kernels(bundle)
-        self._module = _check(self._hip.hipModuleLoadData(bundle.binary), "hipModuleLoadData")
+        self._module = check_status(self._hip.hipModuleLoadData(bundle.binary), "hipModuleLoadData")
 
     def _function(self, kernel: str):
         if self._module is None:
             raise RuntimeLaunchError("no bundle is loaded: call load(bundle) before launch")
         if kernel not in self._functions:
-            self._functions[kernel] = _check(self._hip.hipModuleGetFunction(self._module, kernel.encode()),
-                                             f"hipModuleGetFunction({kernel})")
+            self._functions[kernel] = check_status(self._hip.hipModuleGetFunction(self._module, kernel.encode()),
+                                                   f"hipModuleGetFunction({kernel})")
         return self._functions[kernel]
 
     def alloc(self, nbytes: int) -> Allocation:
-        pointer = _check(self._hip.hipMalloc(max(nbytes, 1)), f"hipMalloc({nbytes})")
+        pointer = check_status(self._hip.hipMalloc(max(nbytes, 1)), f"hipMalloc({nbytes})")
         return Allocation(int(pointer), nbytes, pointer)
 
     def upload(self, allocation: Allocation, host: np.ndarray) -> None:
-        _check(self._hip.hipMemcpy(allocation.native, host.ctypes.data, host.nbytes,
-                                   self._hip.hipMemcpyKind.hipMemcpyHostToDevice), "hipMemcpy (to device)")
+        check_status(self._hip.hipMemcpy(allocation.native, host.ctypes.data, host.nbytes,
+                                         self._hip.hipMemcpyKind.hipMemcpyHostToDevice), "hipMemcpy (to device)")
 
     def download(self, allocation: Allocation, host: np.ndarray) -> None:
-        _check(self._hip.hipMemcpy(host.ctypes.data, allocation.native, host.nbytes,
-                                   self._hip.hipMemcpyKind.hipMemcpyDeviceToHost), "hipMemcpy (to host)")
+        check_status(self._hip.hipMemcpy(host.ctypes.data, allocation.native, host.nbytes,
+                                         self._hip.hipMemcpyKind.hipMemcpyDeviceToHost), "hipMemcpy (to host)")
 
     def zero(self, allocation: Allocation) -> None:
-        _check(self._hip.hipMemset(allocation.native, 0, allocation.nbytes), "hipMemset")
+        check_status(self._hip.hipMemset(allocation.native, 0, allocation.nbytes), "hipMemset")
 
     def launch(self, kernel: str, grid: Sequence[int], block: Sequence[int], args: Sequence[KernelArg],
                shared_bytes: int = 0) -> None:
@@ -118,23 +113,21 @@ class HipExecutor(Executor):
         segment = max(packed.size, metadata_field(self._metadata[kernel], "kernarg_segment_size", kernel))
         blob = ctypes.create_string_buffer(packed.blob, segment)
         size = ctypes.c_size_t(segment)
-        extra = (ctypes.c_void_p * 5)(self._hip.HIP_LAUNCH_PARAM_BUFFER_POINTER, ctypes.addressof(blob),
-                                      self._hip.HIP_LAUNCH_PARAM_BUFFER_SIZE, ctypes.addressof(size),
-                                      self._hip.HIP_LAUNCH_PARAM_END)
-        _check(self._hip.hipModuleLaunchKernel(function, *grid, *block, shared_bytes, None, None, extra),
-               f"hipModuleLaunchKernel({kernel}, grid={tuple(grid)}, block={tuple(block)})")
+        extra = (ctypes.c_void_p * 5)(HIP_LAUNCH_PARAM_BUFFER_POINTER, ctypes.addressof(blob),
+                                      HIP_LAUNCH_PARAM_BUFFER_SIZE, ctypes.addressof(size), HIP_LAUNCH_PARAM_END)
+        check_status(self._hip.hipModuleLaunchKernel(function, *grid, *block, shared_bytes, None, None, extra),
+                     f"hipModuleLaunchKernel({kernel}, grid={tuple(grid)}, block={tuple(block)})")
 
     def synchronize(self) -> None:
-        _check(self._hip.hipDeviceSynchronize(), "hipDeviceSynchronize (a kernel failed)")
+        check_status(self._hip.hipDeviceSynchronize(), "hipDeviceSynchronize (a kernel failed)")
 
     def free(self, allocation: Allocation) -> None:
-        _check(self._hip.hipFree(allocation.native), "hipFree")
+        check_status(self._hip.hipFree(allocation.native), "hipFree")
 
     def close(self) -> None:
         self._unload()
 
     def _unload(self) -> None:
-        if self._module is not None:
-            _check(self._hip.hipModuleUnload(self._module), "hipModuleUnload")
-        self._module = None
-        self._functions = {}
+        module, self._module, self._functions, self._metadata = self._module, None, {}, {}
+        if module is not None:
+            check_status(self._hip.hipModuleUnload(module), "hipModuleUnload")

@@ -22,6 +22,12 @@ def amdgpu_mach(e_flags: int) -> str:
     return AMDGPU_MACHS.get(mach, f"unknown-0x{mach:02x}")
 
 
+def target_arch(target: str) -> str:
+    """The processor of an amdhsa.target: 'amdgcn-amd-amdhsa--gfx942:sramecc+:xnack-' -> 'gfx942'.
+    Features go first: their '-' (xnack-) would otherwise pass for the triple's separator."""
+    return target.split(":", 1)[0].rsplit("-", 1)[-1]
+
+
 def read_hsaco_metadata(blob: bytes) -> dict:
     """The code object's facts.
 
@@ -55,7 +61,7 @@ def read_hsaco_metadata(blob: bytes) -> dict:
         "e_flags": e_flags,
         "mach": amdgpu_mach(e_flags),
         "target": target,
-        "arch": target.rsplit("-", 1)[-1].split(":", 1)[0],
+        "arch": target_arch(target),
         "version": list(metadata.get("amdhsa.version", [])),
         "kernels": kernels,
     }

@@ -4,6 +4,9 @@ Tensors keep their strides on the device (BHSD and BSHD are both just strides), 
 is copied into a staging array that covers its memory span with the same strides. Buffers the plan
 writes (outputs, workspaces) start out as NaN: an element no kernel writes shows up as NaN, not as a
 plausible zero.
+
+DeviceArrays (tensors already in GPU memory) are used in place: no copies, so then every tensor,
+outputs included, must be one, and outputs must be dense (their zero fill covers their whole span).
 """
 from __future__ import annotations
 
@@ -17,6 +20,7 @@ from ..errors import RuntimeLaunchError
 from ..spec import AttentionBwdSpec
 from .args import DeviceBuffer, bind_args, strided_view
 from .bundle import Bundle
+from .device_array import DeviceArray
 from .executor import Allocation, Executor
 
 # The logical dimension order of every problem tensor (docs/ir.md, "Tensors and layouts").
@@ -90,6 +94,7 @@ def check_tensors(spec: AttentionBwdSpec, tensors: Mapping[str, np.ndarray]) -> 
                                  f"and optionally {', '.join(OUTPUTS)}")
     for name, array in tensors.items():
         _check_array(spec, name, array)
+    _check_residency(tensors)
     sizes = {"batch": tensors["q"].shape[0], "heads_q": tensors["q"].shape[1], "seqlen_q": tensors["q"].shape[2],
              "heads_kv": tensors["k"].shape[1], "seqlen_k": tensors["k"].shape[2],
              "hdim_q": spec.hdim_q, "hdim_v": spec.hdim_v}
@@ -104,19 +109,67 @@ def check_tensors(spec: AttentionBwdSpec, tensors: Mapping[str, np.ndarray]) -> 
         if array.shape != expected:
             raise RuntimeLaunchError(f"tensor {name!r} has shape {array.shape}; expected {expected} = "
                                      f"[{', '.join(TENSOR_DIMS[name])}]")
+    given = [name for name in OUTPUTS if name in tensors]
+    for name in given:
+        _check_output(name, tensors[name], [(other, tensors[other]) for other in given if other < name])
     full = dict(tensors)
     for name in OUTPUTS:
         if name not in full:
             full[name] = np.empty(tuple(sizes[d] for d in TENSOR_DIMS[name]), STORAGE[spec.dtype])
-        elif _may_overlap(full[name]):
-            raise RuntimeLaunchError(f"output {name!r} has strides {full[name].strides} whose elements overlap; "
-                                     "pass an array whose elements are distinct (or none)")
     return full
 
 
+def _check_residency(tensors: Mapping[str, np.ndarray]) -> None:
+    """Host arrays are staged on the device, DeviceArrays used in place: a run takes one kind only."""
+    on_device = {name for name, array in tensors.items() if isinstance(array, DeviceArray)}
+    if not on_device:
+        return
+    if on_device != set(tensors) or any(name not in tensors for name in OUTPUTS):
+        raise RuntimeLaunchError(
+            f"tensors {sorted(on_device)} live in GPU memory but {sorted(set(INPUTS + OUTPUTS) - on_device)} do "
+            "not: with GPU-resident tensors pass every input and the dq, dk, dv outputs on the GPU")
+    for name in OUTPUTS:
+        if not tensors[name].dense:
+            raise RuntimeLaunchError(f"output {name!r} on the GPU has gaps between its elements (strides "
+                                     f"{tensors[name].strides}); zero-filling it would overwrite them: pass a "
+                                     "dense output")
+
+
+def _check_output(name: str, array: np.ndarray, others: list[tuple[str, np.ndarray]]) -> None:
+    """An output array the results are written into must take every element, distinctly, in place."""
+    if isinstance(array, DeviceArray):
+        for other, other_array in others:
+            if _ranges_meet(array, other_array):
+                raise RuntimeLaunchError(f"outputs {other!r} and {name!r} share GPU memory, so one would "
+                                         "overwrite the other; pass separate tensors")
+        return
+    if not array.flags.writeable:
+        raise RuntimeLaunchError(f"output {name!r} is read-only; pass a writeable array (or none)")
+    if _may_overlap(array):
+        raise RuntimeLaunchError(f"output {name!r} has strides {array.strides} whose elements overlap; "
+                                 "pass an array whose elements are distinct (or none)")
+    for other, other_array in others:
+        if _shares_memory(array, other_array):
+            raise RuntimeLaunchError(f"outputs {other!r} and {name!r} share memory, so one would overwrite "
+                                     "the other; pass separate arrays (or none)")
+
+
+def _ranges_meet(a: DeviceArray, b: DeviceArray) -> bool:
+    return a.address < b.address + b.span_bytes and b.address < a.address + a.span_bytes
+
+
+def _shares_memory(a: np.ndarray, b: np.ndarray) -> bool:
+    """Exact overlap test, bounded in effort; an undecided case counts as shared (the safe answer)."""
+    try:
+        return bool(np.shares_memory(a, b, max_work=100_000))
+    except np.exceptions.TooHardError:
+        return True
+
+
 def _check_array(spec: AttentionBwdSpec, name: str, array) -> None:
-    if not isinstance(array, np.ndarray):
-        raise RuntimeLaunchError(f"tensor {name!r} must be a NumPy array, got {type(array).__name__}")
+    if not isinstance(array, (np.ndarray, DeviceArray)):
+        raise RuntimeLaunchError(f"tensor {name!r} must be a NumPy array (or a DeviceArray), got "
+                                 f"{type(array).__name__}")
     dtype = tensor_dtype(spec, name)
     if array.dtype != STORAGE[dtype]:
         hint = " (bf16 travels as uint16 bit patterns: fmha_mlir.dtypes.bf16_bits)" if dtype == "bf16" else ""
@@ -141,11 +194,16 @@ def check_slice_alignment(bundle: Bundle, host: Mapping[str, np.ndarray]) -> Non
         per_lane = array.shape[-1] // bundle.target.wave_size
         run = per_lane & -per_lane if per_lane else 1
         strides = [s // array.itemsize for s in array.strides[:-1]]
-        if any(s % run for s in strides):
+        if any(s % run for s, n in zip(strides, array.shape) if n > 1):  # a size-1 dim is never stepped
             raise RuntimeLaunchError(
                 f"tensor {name!r} has element strides {strides}; the {bundle.target.arch} kernels load {run} "
                 f"elements per lane as one aligned vector, so every stride must be a multiple of {run} "
                 "(copy the tensor to a contiguous layout)")
+        if isinstance(array, DeviceArray) and array.address % (run * array.itemsize):
+            raise RuntimeLaunchError(
+                f"tensor {name!r} starts at GPU address {array.address:#x}, which is not aligned to the "
+                f"{run * array.itemsize}-byte vectors the {bundle.target.arch} kernels load (a view with a "
+                "storage offset?): pass a tensor that starts at an aligned address")
 
 
 def _may_overlap(array: np.ndarray) -> bool:
@@ -205,15 +263,20 @@ class PreparedRun:
         self.buffers: dict[str, DeviceBuffer] = {}
         try:
             for name, layout in self.layouts.items():
-                allocation = self.allocations[name] = device.alloc(layout.span * layout.storage.itemsize)
+                nbytes = layout.span * layout.storage.itemsize
+                array = self.host.get(name)
+                if isinstance(array, DeviceArray):  # used in place: borrowed, never copied or freed
+                    allocation = device.borrow(array.address, nbytes)
+                else:
+                    allocation = self.allocations[name] = device.alloc(nbytes)
+                    role = bundle.buffers[name]["role"]
+                    staged = layout.stage(array) if role == "input" else np.full(
+                        layout.span, to_storage(np.float32(np.nan), layout.dtype), layout.storage)
+                    device.upload(allocation, staged)
                 self.buffers[name] = DeviceBuffer(name, layout.dtype, layout.shape, layout.strides,
                                                   allocation.address, allocation)
-                role = bundle.buffers[name]["role"]
-                staged = layout.stage(self.host[name]) if role == "input" else np.full(
-                    layout.span, to_storage(np.float32(np.nan), layout.dtype), layout.storage)
-                device.upload(allocation, staged)
-        except BaseException:
-            self.close()
+        except BaseException as exc:
+            self.__exit__(type(exc), exc, exc.__traceback__)
             raise
 
     def launch(self) -> None:
@@ -224,21 +287,35 @@ class PreparedRun:
         """dq, dk, dv (written into the output arrays passed in, when given)."""
         self.device.synchronize()
         for name in OUTPUTS:
+            if isinstance(self.host[name], DeviceArray):
+                continue  # the kernels wrote it in place
             flat = np.empty(self.layouts[name].span, self.layouts[name].storage)
             self.device.download(self.allocations[name], flat)
             self.host[name][...] = self.layouts[name].view(flat)
         return {name: self.host[name] for name in OUTPUTS}
 
     def close(self) -> None:
-        for allocation in self.allocations.values():
-            self.device.free(allocation)
-        self.allocations = {}
+        """Free every buffer, even when freeing one fails (the first failure is raised afterwards)."""
+        allocations, self.allocations = self.allocations, {}
+        failure = None
+        for allocation in allocations.values():
+            try:
+                self.device.free(allocation)
+            except Exception as exc:  # keep freeing the rest
+                failure = failure or exc
+        if failure is not None:
+            raise failure
 
     def __enter__(self) -> "PreparedRun":
         return self
 
-    def __exit__(self, *exc) -> None:
-        self.close()
+    def __exit__(self, exc_type, exc, traceback) -> None:
+        try:
+            self.close()
+        except Exception:
+            if exc is None:
+                raise
+            # else let `exc` propagate: it is the cause, and after a kernel fault every free fails too
 
 
 def run_bundle(bundle: Bundle, device: Executor, tensors: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:

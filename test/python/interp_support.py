@@ -4,6 +4,15 @@ from __future__ import annotations
 from fmha_mlir.mlir import ir, make_context
 from fmha_mlir.runtime.interp import Interpreter
 
+# %i = the thread's global index along x (block_id * block_dim + thread_id), the usual first lines of a
+# test kernel body.
+GLOBAL_INDEX = """
+    %t = gpu.thread_id x
+    %g = gpu.block_id x
+    %bd = gpu.block_dim x
+    %base = arith.muli %g, %bd : index
+    %i = arith.addi %base, %t : index"""
+
 
 def generic(source: str, debug_info: bool = False) -> str:
     """The generic op form of readable MLIR, as the bundle carries it."""

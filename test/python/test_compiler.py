@@ -80,6 +80,14 @@ def test_results_are_cached_per_spec_and_target(compiler):
     assert Compiler().compile_spec(BF16, "gfx942") is not first
 
 
+def test_the_cache_tells_backend_options_apart():
+    compiler = Compiler()
+    dpp = compiler.compile_spec(BF16, "gfx942")
+    compiler.amd_reduce = "shuffle"
+    shuffle = compiler.compile_spec(BF16, "gfx942")
+    assert "ds_swizzle" in shuffle.isa and "ds_swizzle" not in dpp.isa
+
+
 def test_launch_plan_of_a_bf16_spec(compiler):
     manifest = compiler.compile_spec(BF16, "gfx942").manifest
     prefix = BF16.kernel_prefix
@@ -204,13 +212,48 @@ module attributes {gpu.container_module} {
 """
 
 
+_HOST_ON_CONTRACT = _HOST_WITH_CONSTANT_GRID.replace(
+    "%c64 = arith.constant 64 : index", "%c64 = arith.constant 64 : index\n    %n = memref.dim %o, %c0 : memref<?xf32>"
+).replace("%c1 = arith.constant 1 : index", "%c1 = arith.constant 1 : index\n    %c0 = arith.constant 0 : index"
+          ).replace("blocks in (%c64, %c1, %c1)", "blocks in (%n, %n, %n)")
+
+
 def test_a_host_function_off_the_contract_is_a_plan_error():
     with pytest.raises(CompileError, match="a grid or workspace size must be a memref.dim of a buffer") as caught:
         Compiler().compile_module(_HOST_WITH_CONSTANT_GRID, "gpu", "gfx942")
     assert caught.value.stage == "plan"
-    fixed = _HOST_WITH_CONSTANT_GRID.replace(
-        "%c64 = arith.constant 64 : index", "%c64 = arith.constant 64 : index\n    %n = memref.dim %o, %c0 : memref<?xf32>"
-    ).replace("%c1 = arith.constant 1 : index", "%c1 = arith.constant 1 : index\n    %c0 = arith.constant 0 : index"
-              ).replace("blocks in (%c64, %c1, %c1)", "blocks in (%n, %n, %n)")
-    step = Compiler().compile_module(fixed, "gpu", "gfx942").manifest["steps"][0]
+    step = Compiler().compile_module(_HOST_ON_CONTRACT, "gpu", "gfx942").manifest["steps"][0]
     assert step["grid"] == [{"buffer": "o", "dim": 0}] * 3 and step["args"] == ["o"]
+
+
+def test_a_host_op_the_plan_cannot_express_is_a_located_plan_error():
+    # The runtime runs the plan's steps alone: silently dropping this copy would change the program.
+    text = _HOST_ON_CONTRACT.replace("    gpu.launch_func", "    memref.copy %q, %k : memref<?xf32> to memref<?xf32>\n"
+                                                          "    gpu.launch_func")
+    line = text.splitlines().index("    memref.copy %q, %k : memref<?xf32> to memref<?xf32>") + 1
+    with pytest.raises(CompileError, match=f"^\\[plan\\] host.mlir:{line}:5: the launch plan cannot express a "
+                                           "memref.copy in the host function") as caught:
+        Compiler().compile_module(text, "gpu", "gfx942", source_name="host.mlir")
+    assert caught.value.stage == "plan"
+
+
+def test_a_buffer_outside_the_default_memory_space_is_a_plan_error():
+    text = _HOST_ON_CONTRACT.replace("memref<?xf32>", "memref<?xf32, 1>")
+    with pytest.raises(CompileError, match=r"buffer memref<\?xf32, 1> is not in the default memory space"):
+        Compiler().compile_module(text, "gpu", "gfx942")
+
+
+def test_ir_an_upstream_pass_would_abort_on_is_a_located_compile_error():
+    text = _KERNEL.format(body='%r = "fmha.exp2"(%x) : (f32) -> f32').replace(
+        "kernel attributes {known_block_size", "kernel attributes {gpu.kernel, known_block_size")
+    line = next(i for i, row in enumerate(text.splitlines(), start=1) if "gpu.func @k" in row)
+    with pytest.raises(CompileError, match=f"k.mlir:{line}:5: error: gpu.func carries a 'gpu.kernel' attribute"):
+        Compiler().compile_module(text, "gpu", "sm_90", source_name="k.mlir")
+
+
+def test_a_second_gpu_module_is_an_error_not_silently_dropped():
+    kernels = _KERNEL.format(body='%r = "fmha.exp2"(%x) : (f32) -> f32')
+    second = kernels.split("  gpu.module @fmha_kernels")[1].rsplit("}", 1)[0].replace("@fmha_kernels", "")
+    text = kernels.rsplit("}", 1)[0] + "  gpu.module @more" + second + "}\n"
+    with pytest.raises(CompileError, match="the kernel stage has 2 gpu.module ops; the bundle needs exactly one"):
+        Compiler().compile_module(text, "gpu", "gfx942")

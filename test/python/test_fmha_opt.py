@@ -8,7 +8,7 @@ import pytest
 
 from fmha_mlir.dialects.fmha import VerifyError
 from fmha_mlir.passes import registry
-from fmha_mlir.passes.base import FmhaPass
+from fmha_mlir.passes.base import FmhaPass, rewriting
 from fmha_mlir.tools import diagnostic_verifier
 from fmha_mlir.tools.fmha_opt import main, split_chunks
 from fmha_mlir.diagnostics import Diagnostic, Position
@@ -75,6 +75,8 @@ def test_expectations_that_point_nowhere_are_errors():
         "t.mlir:1:4: error: expected error points to line -2, before the file"]
     assert _check("op\n// expected-error @below {{x}}\n", []) == [
         "t.mlir:2:4: error: expected error @below has no line below it"]
+    assert _check("// expected-error-re @+1 {{a {{[}}}}\nop\n", []) == [
+        "t.mlir:1:4: error: invalid regex in expected-error-re {{a {{[}}}}: unterminated character set at position 3"]
 
 
 def test_main_reports_located_errors_and_keeps_other_chunks(tmp_path, capsys):
@@ -118,6 +120,9 @@ class _FailingPass(FmhaPass):
             raise VerifyError("'fmha.exp2' op is broken")
         if self.how == "crash":
             1 / 0
+        if self.how == "blamed":  # raised while rewriting the function: reported at the function
+            with rewriting(module.regions[0].blocks[0].operations[0].operation):
+                raise VerifyError("'fmha.exp2' op is broken")
 
     def __call__(self, op, pass_):
         if self.how == "silent":
@@ -145,3 +150,10 @@ def test_main_turns_pass_failures_into_located_errors(tmp_path, capsys, failing_
     out, err = capsys.readouterr()
     # Located at the (implicit) module, which MLIR puts at line 0.
     assert out == "" and err == f"{source}:0:0: {message}\n"
+
+
+def test_a_project_error_while_rewriting_an_op_is_located_at_that_op(tmp_path, capsys, failing_pass):
+    source = tmp_path / "in.mlir"
+    source.write_text("\nfunc.func @f() {\n  return\n}\n")
+    assert main([str(source), f"--pass-pipeline=builtin.module({_FailingPass.NAME}{{how=blamed}})"]) == 1
+    assert capsys.readouterr().err == f"{source}:2:1: error: fmha-test-failing: 'fmha.exp2' op is broken\n"

@@ -2,14 +2,9 @@
 import numpy as np
 import pytest
 
-from interp_support import run
+from interp_support import GLOBAL_INDEX, run
 
-ADD_BODY = """
-    %t = gpu.thread_id x
-    %g = gpu.block_id x
-    %bd = gpu.block_dim x
-    %base = arith.muli %g, %bd : index
-    %i = arith.addi %base, %t : index
+ADD_BODY = GLOBAL_INDEX + """
     %x = memref.load %vals[%i] : memref<?xf32>
     %c4 = arith.constant 4 : index
     %slot = arith.remui %i, %c4 : index

@@ -3,15 +3,11 @@ rocdl.readlane / readfirstlane, fmha.wave_reduce and the DPP wave reduction of T
 import numpy as np
 import pytest
 
-from interp_support import run
+from fmha_mlir.runtime.interp import InterpreterError
+from interp_support import GLOBAL_INDEX, run
 
 LANE_KERNEL_ARGS = "%src: memref<?xf32>, %old: memref<?xf32>, %out: memref<?xf32>"
-LOAD_LANE = """
-    %t = gpu.thread_id x
-    %g = gpu.block_id x
-    %bd = gpu.block_dim x
-    %base = arith.muli %g, %bd : index
-    %i = arith.addi %base, %t : index
+LOAD_LANE = GLOBAL_INDEX + """
     %x = memref.load %src[%i] : memref<?xf32>
     %o = memref.load %old[%i] : memref<?xf32>"""
 
@@ -55,6 +51,24 @@ def test_shuffle(wave, mode, offset, width):
     want, want_valid = shuffle_reference(x, mode, offset, width, wave)
     np.testing.assert_array_equal(out, want)
     np.testing.assert_array_equal(valid.astype(bool), want_valid)
+
+
+def test_shuffle_may_not_read_a_lane_that_does_not_execute():
+    x, _ = lane_data(64)
+    out = np.zeros(64, np.float32)
+    body = LOAD_LANE + """
+    %c{n} = arith.constant {n} : index
+    %low = arith.cmpi ult, %t, %c{n} : index
+    scf.if %low {{
+      %off = arith.constant 8 : i32
+      %w = arith.constant 16 : i32
+      %s, %ok = gpu.shuffle xor %x, %off, %w : f32
+      memref.store %s, %out[%i] : memref<?xf32>
+    }}"""
+    run(body.format(n=32), LANE_KERNEL_ARGS, [x, x, out])  # whole segments of 16 execute
+    np.testing.assert_array_equal(out[:32], x[:32].reshape(4, 8)[[1, 0, 3, 2]].reshape(-1))
+    with pytest.raises(InterpreterError, match=r"thread \(20, 0, 0\)\) reads a lane that does not execute"):
+        run(body.format(n=28), LANE_KERNEL_ARGS, [x, x, out])
 
 
 # --- amdgpu.dpp ------------------------------------------------------------------------------------
@@ -201,3 +215,25 @@ def test_wave_reduce(wave, width):
     memref.store %r, %out[%i] : memref<?xf32>"""
     run(body, LANE_KERNEL_ARGS, [src, src, out], grid=(2, 1, 1), block=(64, 1, 1), wave_size=wave)
     np.testing.assert_array_equal(out, np.repeat(src.reshape(-1, width).sum(axis=1), width))
+
+
+def test_wave_reduce_over_whole_executing_groups_only():
+    """A group of `width` lanes reduces only when all of it exists and executes: the lowerings read a
+    missing or inactive lane as 0 (DPP) or as the reader's own value (shuffles), so no sum is defined."""
+    reduce16 = """
+    %r = "fmha.wave_reduce"(%x) {kind = "add", width = 16 : i32} : (f32) -> f32
+    memref.store %r, %out[%i] : memref<?xf32>"""
+    src, _ = lane_data(64)
+    out = np.zeros(64, np.float32)
+    in_whole_groups = LOAD_LANE + """
+    %c32 = arith.constant 32 : index
+    %low = arith.cmpi ult, %t, %c32 : index
+    scf.if %low {""" + reduce16 + """
+    }"""
+    run(in_whole_groups, LANE_KERNEL_ARGS, [src, src, out])
+    np.testing.assert_array_equal(out[:32], np.repeat(src[:32].reshape(2, 16).sum(axis=1), 16))
+    divergent = in_whole_groups.replace("%c32 = arith.constant 32", "%c32 = arith.constant 40")
+    with pytest.raises(InterpreterError, match=r"thread \(32, 0, 0\).* group of 16 lanes that do not all"):
+        run(divergent, LANE_KERNEL_ARGS, [src, src, out])
+    with pytest.raises(InterpreterError, match=r"thread \(32, 0, 0\).* group of 16 lanes that do not all"):
+        run(LOAD_LANE + reduce16, LANE_KERNEL_ARGS, [src, src, out], block=(40, 1, 1))

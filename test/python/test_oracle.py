@@ -219,6 +219,7 @@ def test_lowp_backward_is_close_to_the_oracle_by_its_precision(dtype, low, high)
         rel = np.max(np.abs(lowp.named()[name] - g)) / np.max(np.abs(g))
         assert low <= rel < high, name
         np.testing.assert_array_equal(round_to(lowp.named()[name], dtype), lowp.named()[name])
+    assert all(g.dtype == np.float64 for g in (*lowp.named().values(), lowp.d))  # values, whatever dtype
 
 
 # --- input validation ------------------------------------------------------------------------------

@@ -128,7 +128,25 @@ def test_build_pass_manager_mixes_our_passes_with_upstream_ones(probe):
     ("builtin.module(no-such-pass)", "bad pipeline element 'no-such-pass'"),
     ("builtin.module(canonicalize{no-such-option=1})", "bad pipeline element 'canonicalize{no-such-option=1}'"),
     ("builtin.module(cse", "unbalanced"),
+    # A chip MLIR does not know aborts the process in instruction selection; nested elements are checked too.
+    ("builtin.module(rocdl-attach-target{chip=gfx9999})", "rocdl-attach-target: chip='gfx9999' is not a supported"),
+    ("builtin.module(gpu.module(convert-gpu-to-rocdl{chipset=sm_90}))", "chipset='sm_90' is not a supported chip; "
+                                                                        "use one of gfx942, gfx950"),
+    ("builtin.module(any(gpu.module(convert-amdgpu-to-rocdl{chipset=gfx1})))", "chipset='gfx1'"),
+    ("builtin.module(nvvm-attach-target{chip=gfx942})", "chip='gfx942' is not a supported chip; use one of sm_90"),
+    # MLIR cannot nest our Python passes; it would only say it does not know them.
+    ("builtin.module(gpu.module(convert-fmha-to-rocdl))", "'convert-fmha-to-rocdl' runs on the top-level module only"),
 ])
 def test_build_pass_manager_rejects_bad_pipelines(pipeline, message):
     with pytest.raises(PipelineError, match=message):
         registry.build_pass_manager(pipeline, make_context())
+
+
+def test_build_pass_manager_accepts_supported_chips_and_default_chips():
+    registry.build_pass_manager("builtin.module(rocdl-attach-target{chip=gfx950 O=3},"
+                                "gpu.module(convert-gpu-to-rocdl),nvvm-attach-target{chip=sm_90})", make_context())
+
+
+def test_parse_element_keeps_a_nested_pipeline_whole_even_with_options_inside():
+    assert registry.parse_element("gpu.module(a{x=1})") == ("gpu.module(a{x=1})", {})
+    assert registry.parse_element("p{x=(1)}") == ("p", {"x": "(1)"})

@@ -25,7 +25,9 @@ from fmha_mlir.runtime.args import (DeviceBuffer, ScalarArg, bind_args, check_ag
 from fmha_mlir.runtime.bundle import FORMAT, Bundle, spec_from_json, spec_to_json  # noqa: E402
 from fmha_mlir.runtime.cpu_executor import CpuExecutor, device_view  # noqa: E402
 from fmha_mlir.runtime.executor import get_executor  # noqa: E402
-from fmha_mlir.runtime.runner import check_tensors, run_bundle  # noqa: E402
+from fmha_mlir.runtime.hsaco_metadata import target_arch  # noqa: E402
+from fmha_mlir.runtime.runner import (PreparedRun, check_slice_alignment, check_tensors,  # noqa: E402
+                                      run_bundle)
 from fmha_mlir.spec import AttentionBwdSpec, Mask  # noqa: E402
 from fmha_mlir.target import TARGETS  # noqa: E402
 
@@ -121,6 +123,8 @@ DELETE = object()
     ("steps.1.buffer", "acc", "step 1 (zero) names unknown buffer 'acc'"),
     ("steps.0.kernel", "k_missing", "launches 'k_missing', which is not under 'kernels'"),
     ("steps.0.args", ["o", "do", "e"], "unknown: ['e']"),
+    ("steps.0.args", "o", "needs 'args': a list naming buffers"),
+    ("steps.0.shared_bytes", -1, "has 'shared_bytes' -1; it must be an integer >= 0"),
     ("steps.0.grid", [{"buffer": "o", "dim": 2}], "needs 'grid' with 3 entries"),
     ("steps.0.grid.0", {"buffer": "o"}, "grid entry {'buffer': 'o'} must be"),
     ("steps.0.block", [64, 0, 1], "block [64, 0, 1] must be 3 positive integers"),
@@ -283,6 +287,10 @@ def problem_tensors(spec: AttentionBwdSpec = SPEC, batch=2, heads_q=4, seqlen_q=
     (lambda t: t.update(q=[[1.0]]), "tensor 'q' must be a NumPy array"),
     (lambda t: t.update(dq=np.lib.stride_tricks.as_strided(t["q"].copy(), strides=(0, 128, 128, 2))),
      "output 'dq' has strides (0, 128, 128, 2) whose elements overlap"),
+    (lambda t: t.update(dq=np.broadcast_to(np.zeros_like(t["q"]), t["q"].shape)), "output 'dq' is read-only"),
+    # dk and dv have the same shape here only when hdim_q == hdim_v: alias dk with a slice of dv instead.
+    (lambda t: t.update(dv=np.zeros_like(t["v"])) or t.update(dk=t["dv"][..., :64]),
+     "outputs 'dk' and 'dv' share memory"),
 ])
 def test_bad_tensors_are_refused_naming_the_tensor(change, message):
     tensors = problem_tensors()
@@ -290,6 +298,15 @@ def test_bad_tensors_are_refused_naming_the_tensor(change, message):
     with pytest.raises(RuntimeLaunchError) as caught:
         check_tensors(SPEC, tensors)
     assert message in str(caught.value)
+
+
+def test_slice_alignment_looks_at_the_strides_a_kernel_steps_only():
+    bundle = attention_bundle()  # gfx942: a lane of a wave of 64 loads hdim 256 as 4 elements
+    rows = np.zeros((1, 1, 3, 258), np.float16)[..., :256]
+    with pytest.raises(RuntimeLaunchError, match=r"element strides \[774, 774, 258\].*multiple of 4"):
+        check_slice_alignment(bundle, {"q": rows})
+    single = np.lib.stride_tricks.as_strided(np.zeros(800, np.float16), (1, 1, 3, 256), (14, 14, 512, 2))
+    check_slice_alignment(bundle, {"q": single})  # odd strides of the size-1 dims are never used
 
 
 def test_bf16_dtype_error_explains_the_storage():
@@ -399,6 +416,40 @@ def test_runner_refuses_inconsistent_bundles():
         run_bundle(attention_bundle(manifest), NumpyKernels(), problem_tensors())
 
 
+def test_prepared_run_frees_every_buffer_when_one_free_fails():
+    class FailingFree(NumpyKernels):
+        freed = []
+
+        def free(self, allocation):
+            self.freed.append(allocation)
+            if len(self.freed) == 1:
+                raise RuntimeLaunchError("free failed")
+
+    device = FailingFree()
+    run = PreparedRun(attention_bundle(), device, problem_tensors())
+    count = len(run.allocations)
+    with pytest.raises(RuntimeLaunchError, match="free failed"):
+        run.close()
+    assert len(device.freed) == count and run.allocations == {}
+
+
+def test_a_failing_free_does_not_hide_the_error_that_stopped_the_run():
+    class FaultingKernel(NumpyKernels):
+        def launch(self, kernel, grid, block, args, shared_bytes=0):
+            raise RuntimeLaunchError("kernel faulted")
+
+        def free(self, allocation):
+            raise RuntimeLaunchError("free failed")  # as after a real fault: the context is broken
+
+    with pytest.raises(RuntimeLaunchError, match="kernel faulted"):
+        run_bundle(attention_bundle(), FaultingKernel(), problem_tensors())
+
+
+def test_cpu_executor_launch_before_load_says_so():
+    with pytest.raises(RuntimeLaunchError, match="no bundle is loaded"):
+        CpuExecutor().launch("k", (1, 1, 1), (1, 1, 1), [])
+
+
 # -- executors --------------------------------------------------------------------------------------
 
 
@@ -464,6 +515,38 @@ def test_cuda_compute_capability_of_arch():
     assert cuda_executor.compute_capability("sm_100a") == (10, 0)
 
 
+class FakeCuda:
+    """Enough of cuda-bindings' driver module to make and close a CudaExecutor; `fail` names the one
+    call that returns an error. Records the retained / released primary contexts and module unloads."""
+
+    def __init__(self, fail: str = ""):
+        self.fail, self.calls = fail, []
+
+    def __getattr__(self, name):
+        def call(*args):
+            self.calls.append(name)
+            status = CUresult.CUDA_ERROR_NO_DEVICE if name == self.fail else 0
+            return (status, f"{name}-result")
+        return call
+
+
+def test_cuda_executor_releases_the_primary_context_on_every_path(monkeypatch):
+    fake = FakeCuda(fail="cuCtxSetCurrent")
+    monkeypatch.setattr(cuda_executor, "_driver", lambda: fake)
+    with pytest.raises(RuntimeLaunchError, match="cuCtxSetCurrent failed: CUDA_ERROR_NO_DEVICE"):
+        cuda_executor.CudaExecutor()
+    assert fake.calls.count("cuDevicePrimaryCtxRelease") == 1
+
+    fake = FakeCuda(fail="cuModuleUnload")
+    monkeypatch.setattr(cuda_executor, "_driver", lambda: fake)
+    executor = cuda_executor.CudaExecutor()
+    executor._module = "module"  # as if a bundle were loaded
+    with pytest.raises(RuntimeLaunchError, match="cuModuleUnload failed"):
+        executor.close()
+    executor.close()  # a second close releases nothing twice
+    assert fake.calls.count("cuDevicePrimaryCtxRelease") == 1 and fake.calls.count("cuModuleUnload") == 1
+
+
 class FakeHip:
     """Enough of hip-python's `hip` module to drive HipExecutor: records the launch's kernarg buffer."""
 
@@ -496,6 +579,12 @@ class FakeHip:
         size = ctypes.c_size_t.from_address(config[3]).value
         self.launches.append((function, (gx, gy, gz), (bx, by, bz), ctypes.string_at(config[1], size)))
         return (0,)
+
+
+@pytest.mark.parametrize("target", ["amdgcn-amd-amdhsa--gfx942", "amdgcn-amd-amdhsa--gfx942:sramecc+:xnack-",
+                                    "amdgcn-amd-amdhsa--gfx942:xnack+"])
+def test_code_object_arch_ignores_target_features(target):
+    assert target_arch(target) == "gfx942"
 
 
 def test_hip_launch_passes_the_checked_blob_through_extra(monkeypatch, metadata_cases):
@@ -548,13 +637,16 @@ def test_runtime_imports_without_mlir_or_vendor_bindings():
     import subprocess
 
     code = ("import sys\n"
-            "for blocked in ('flydsl', 'cuda', 'hip', 'elftools', 'msgpack'): sys.modules[blocked] = None\n"
+            "for blocked in ('flydsl', 'fmha_mlir.mlir', 'cuda', 'hip', 'elftools', 'msgpack'):\n"
+            "    sys.modules[blocked] = None\n"
             "import fmha_mlir.runtime.runner, fmha_mlir.runtime.cpu_executor, fmha_mlir.runtime.cuda_executor\n"
-            "import fmha_mlir.runtime.hip_executor, fmha_mlir.runtime.hsaco_metadata\n"
-            "from fmha_mlir.runtime.executor import executor_class\n"
-            "print(executor_class('cuda').available()[1]); print(executor_class('hip').available()[1])\n")
+            "import fmha_mlir.runtime.hip_executor, fmha_mlir.runtime.hsaco_metadata, fmha_mlir.runtime.interp\n"
+            "import fmha_mlir.oracle, fmha_mlir.tolerance, fmha_mlir.problem\n"
+            "from fmha_mlir.runtime.executor import executor_class, get_executor\n"
+            "print(executor_class('cuda').available()[1]); print(executor_class('hip').available()[1])\n"
+            "print(get_executor().name)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert "needs cuda-bindings" in out and "needs hip-python" in out
+    assert "needs cuda-bindings" in out and "needs hip-python" in out and out.endswith("cpu\n")
 
 
 def test_strides_that_break_vector_alignment_are_refused():

@@ -63,6 +63,12 @@ def compile_shuffle(op: Operation, cc: KernelCompiler):
         else:  # idx: a lane of the own segment
             src = segment + off
         valid = (src >= segment) & (src < segment + w) & (src < g.wave_len)
+        if mask is not None:  # gpu.shuffle requires its lanes to be active: reading another is undefined
+            reads_inactive = mask & valid & ~mask[g.wave_base + np.where(valid, src, li)]
+            if np.any(reads_inactive):
+                lane = int(np.argmax(reads_inactive))
+                raise InterpreterError(f"{what}: {g.describe(lane)} reads a lane that does not execute "
+                                       "(a divergent shuffle)")
         env[out] = gather_in_wave(g, env[value], src, valid, vrank)
         env[valid_out] = valid
 

@@ -25,11 +25,31 @@ def compile_wave_reduce(op: Operation, cc: KernelCompiler):
     what = cc.describe(op)
 
     def run(st, mask):
-        if width > st.grid.wave_size:
-            raise InterpreterError(f"{what}: width {width} exceeds the wave size {st.grid.wave_size}")
-        st.env[out] = butterfly_sum(st.grid, st.env[src], width, vrank)
+        g = st.grid
+        if width > g.wave_size:
+            raise InterpreterError(f"{what}: width {width} exceeds the wave size {g.wave_size}")
+        _require_whole_groups(g, mask, width, what)
+        st.env[out] = butterfly_sum(g, st.env[src], width, vrank)
 
     return run
+
+
+def _require_whole_groups(g, mask, width: int, what: str) -> None:
+    """Every group of `width` lanes that reduces must exist and execute whole: the target lowerings read
+    missing or inactive lanes as 0 (DPP with bound_ctrl) or as the reader's own value (shuffles), so a
+    partial group has no defined sum, and the interpreter would otherwise read stale values."""
+    present = (g.lane_in_wave // width * width + width) <= g.wave_len
+    partial = ~present if mask is None else mask & ~(present & _group_all(mask, g, width))
+    if np.any(partial):
+        lane = int(np.argmax(partial))
+        raise InterpreterError(f"{what}: {g.describe(lane)} reduces over a group of {width} lanes that do not "
+                               "all exist or execute (a divergent or partial-wave reduction)")
+
+
+def _group_all(mask, g, width: int):
+    """Per lane: whether every lane of its aligned group of `width` lanes in its wave executes."""
+    group_id = g.wave_base + g.lane_in_wave // width * width
+    return np.bincount(group_id[mask], minlength=g.lanes)[group_id] == width
 
 
 def compile_exp2(op: Operation, cc: KernelCompiler):

@@ -99,3 +99,27 @@ func.func @bwd_bf16_contiguous(%q: !t, %k: !t, %v: !t, %o: !t, %do: !t, %lse: !r
       : (!t, !t, !t, !t, !t, !rows, !t, !t, !t) -> ()
   return
 }
+
+// -----
+
+// Static sizes: the accumulators are allocated with those sizes and cast to the (dynamic) contract
+// type, which convert_grad accepts next to the static output.
+
+!t = memref<2x4x16x64xf16>
+!rows = memref<2x4x16xf32>
+
+// CHECK-LABEL: func.func @bwd_f16_static
+// CHECK-SAME: %[[DK:arg7]]: memref<2x4x16x64xf16>
+// CHECK:      %[[DK_ALLOC:.*]] = memref.alloc() : memref<2x4x16x64xf32>
+// CHECK:      %[[DK_ACC:.*]] = memref.cast %[[DK_ALLOC]] : memref<2x4x16x64xf32> to memref<?x?x?x64xf32, strided<[?, ?, ?, 1]>>
+// CHECK:      "fmha.convert_grad"(%[[DK_ACC]], %[[DK]])
+// CHECK-SAME:     grad = "dk"
+// CHECK-SAME:     (memref<?x?x?x64xf32, strided<[?, ?, ?, 1]>>, memref<2x4x16x64xf16>) -> ()
+func.func @bwd_f16_static(%q: !t, %k: !t, %v: !t, %o: !t, %do: !t, %lse: !rows, %dq: !t, %dk: !t, %dv: !t) {
+  "fmha.attention_bwd"(%q, %k, %v, %o, %do, %lse, %dq, %dk, %dv) {
+      dtype = "f16", hdim_q = 64 : i64, hdim_v = 64 : i64, gqa_ratio = 1 : i64,
+      mask = "none", window_left = -1 : i64, window_right = -1 : i64, scale = 0.125 : f32,
+      bias = "none", dbias = false, deterministic = false}
+      : (!t, !t, !t, !t, !t, !rows, !t, !t, !t) -> ()
+  return
+}

@@ -78,9 +78,13 @@ module attributes {gpu.container_module} {
 // CHECK:         %[[DP_D:.*]] = arith.subf %[[DP]], %[[D_ROW]]
 // CHECK:         %[[PDP:.*]] = arith.mulf %[[P]], %[[DP_D]]
 // CHECK:         %[[DS:.*]] = arith.mulf %[[PDP]], %[[SCALE]]
-// CHECK:         "fmha.atomic_add"({{.*}}, %[[DV]], %[[BATCH]], %[[KV_HEAD]], %[[KEY]], %[[LANE]])
-// CHECK:         "fmha.atomic_add"({{.*}}, %[[DK]], %[[BATCH]], %[[KV_HEAD]], %[[KEY]], %[[QSTART]])
-// CHECK:         "fmha.atomic_add"({{.*}}, %[[DK]], %[[BATCH]], %[[KV_HEAD]], %[[KEY]], %[[QSTART1]])
+// dV += P * dO, dK += dS * Q (dS carries the softmax scale).
+// CHECK:         %[[PDO:.*]] = arith.mulf %[[P]], %{{.*}} : f32
+// CHECK-NEXT:    "fmha.atomic_add"(%[[PDO]], %[[DV]], %[[BATCH]], %[[KV_HEAD]], %[[KEY]], %[[LANE]])
+// CHECK:         %[[DSQ0:.*]] = arith.mulf %[[DS]], %{{.*}} : f32
+// CHECK-NEXT:    "fmha.atomic_add"(%[[DSQ0]], %[[DK]], %[[BATCH]], %[[KV_HEAD]], %[[KEY]], %[[QSTART]])
+// CHECK:         %[[DSQ1:.*]] = arith.mulf %[[DS]], %{{.*}} : f32
+// CHECK-NEXT:    "fmha.atomic_add"(%[[DSQ1]], %[[DK]], %[[BATCH]], %[[KV_HEAD]], %[[KEY]], %[[QSTART1]])
 // CHECK-NOT:     "fmha.atomic_add"
 // CHECK:         arith.mulf %[[DS]], {{.*}} fastmath<contract>
 // CHECK:         %[[NEW0:.*]] = arith.addf {{.*}}, %[[DQ0]] fastmath<contract>

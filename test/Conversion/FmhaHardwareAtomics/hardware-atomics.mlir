@@ -24,10 +24,13 @@ gpu.module @kernels {
 
 gpu.module @kernels {
   // AMD-LABEL: llvm.func @untouched
+  // NV-LABEL: llvm.func @untouched
   llvm.func @untouched(%p: !llvm.ptr, %d: f64, %i: i32) {
     // AMD: llvm.atomicrmw fadd %{{.*}}, %{{.*}} acq_rel : !llvm.ptr, f64
+    // NV: llvm.atomicrmw fadd %{{.*}}, %{{.*}} acq_rel : !llvm.ptr, f64
     %0 = llvm.atomicrmw fadd %p, %d acq_rel : !llvm.ptr, f64
     // AMD: llvm.atomicrmw add %{{.*}}, %{{.*}} acq_rel : !llvm.ptr, i32
+    // NV: llvm.atomicrmw add %{{.*}}, %{{.*}} acq_rel : !llvm.ptr, i32
     %1 = llvm.atomicrmw add %p, %i acq_rel : !llvm.ptr, i32
     llvm.return
   }
@@ -35,6 +38,8 @@ gpu.module @kernels {
 // AMD-LABEL: llvm.func @host
 // AMD: llvm.atomicrmw fadd %{{.*}}, %{{.*}} acq_rel : !llvm.ptr, f32
 // AMD-NOT: no_fine_grained_memory
+// NV-LABEL: llvm.func @host
+// NV: llvm.atomicrmw fadd %{{.*}}, %{{.*}} acq_rel : !llvm.ptr, f32
 llvm.func @host(%p: !llvm.ptr, %x: f32) {
   %0 = llvm.atomicrmw fadd %p, %x acq_rel : !llvm.ptr, f32
   llvm.return

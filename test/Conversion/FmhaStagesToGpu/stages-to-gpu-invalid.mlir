@@ -45,3 +45,46 @@ module attributes {gpu.container_module} {
     return
   }
 }
+
+// -----
+
+// The kernel's symbol is taken by another kind of op in the kernel module (this used to give a
+// duplicate symbol that MLIR reported from a worker thread, aborting the process).
+
+!t = memref<?x?x?x64xf32, strided<[?, ?, ?, 1]>>
+!rows = memref<?x?x?xf32, strided<[?, ?, 1]>>
+
+module attributes {gpu.container_module} {
+  gpu.module @fmha_kernels {
+    func.func @fmha_bwd_f32_d64x64_g1_nomask_dot_do_o() {
+      return
+    }
+  }
+  func.func @symbol_taken(%o: !t, %do: !t, %d: !rows) {
+    // expected-error @+1 {{kernel symbol @fmha_bwd_f32_d64x64_g1_nomask_dot_do_o is taken by a func.func in gpu.module @fmha_kernels}}
+    "fmha.dot_do_o"(%o, %do, %d) {
+        dtype = "f32", hdim_q = 64 : i64, hdim_v = 64 : i64, gqa_ratio = 1 : i64,
+        mask = "none", window_left = -1 : i64, window_right = -1 : i64, scale = 0.125 : f32,
+        bias = "none", dbias = false, deterministic = false} : (!t, !t, !rows) -> ()
+    return
+  }
+}
+
+// -----
+
+// The kernel module's symbol is taken.
+
+!t = memref<?x?x?x64xf32, strided<[?, ?, ?, 1]>>
+!rows = memref<?x?x?xf32, strided<[?, ?, 1]>>
+
+// expected-error @+1 {{symbol @fmha_kernels is taken by a func.func; the kernels need it for their gpu.module}}
+func.func @fmha_kernels() {
+  return
+}
+func.func @module_symbol_taken(%o: !t, %do: !t, %d: !rows) {
+  "fmha.dot_do_o"(%o, %do, %d) {
+      dtype = "f32", hdim_q = 64 : i64, hdim_v = 64 : i64, gqa_ratio = 1 : i64,
+      mask = "none", window_left = -1 : i64, window_right = -1 : i64, scale = 0.125 : f32,
+      bias = "none", dbias = false, deterministic = false} : (!t, !t, !rows) -> ()
+  return
+}

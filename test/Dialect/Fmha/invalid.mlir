@@ -627,3 +627,39 @@ func.func @atomic_add_result(%v: f32, %b: memref<?x?xf32>, %i: index) {
   %r = "fmha.atomic_add"(%v, %b, %i, %i) : (f32, memref<?x?xf32>, index, index) -> f32
   return
 }
+
+// -----
+
+// region: a lowering erases the op, which would leave the ops inside its region dangling.
+func.func @region(%x: f32) -> f32 {
+  // expected-error @+1 {{'fmha.exp2' op must have no regions, got 1}}
+  %e = "fmha.exp2"(%x) ({
+    %inner = "fmha.exp2"(%x) : (f32) -> f32
+  }) : (f32) -> f32
+  return %e : f32
+}
+
+// -----
+
+// successor
+func.func @successor(%x: f32) {
+  // expected-error @+1 {{'fmha.exp2' op must have no successors, got 1}}
+  %e = "fmha.exp2"(%x)[^next] : (f32) -> f32
+^next:
+  return
+}
+
+// -----
+
+// memory_space: the kernels take device-global buffers.
+func.func @memory_space(%t: memref<1x2x8x64xf16>, %w: memref<1x2x8x64xf16, 3>, %l: memref<1x2x8xf32>) {
+  // expected-error @+1 {{operand #2 ('v'): expected the default memory space, got 3 : i64 in memref<1x2x8x64xf16, 3>}}
+  "fmha.attention_bwd"(%t, %t, %w, %t, %t, %l, %t, %t, %t) {
+      dtype = "f16", hdim_q = 64 : i64, hdim_v = 64 : i64, gqa_ratio = 1 : i64,
+      mask = "none", window_left = -1 : i64, window_right = -1 : i64,
+      scale = 0.125 : f32, bias = "none", dbias = false, deterministic = false}
+      : (memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16, 3>, memref<1x2x8x64xf16>,
+         memref<1x2x8x64xf16>, memref<1x2x8xf32>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>,
+         memref<1x2x8x64xf16>) -> ()
+  return
+}

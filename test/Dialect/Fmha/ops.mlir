@@ -66,6 +66,19 @@ func.func @stages(%q: !t64, %k: !t64, %v: !t128, %o: !t128, %do: !t128, %lse: !r
   return
 }
 
+// A static dim of one convert_grad operand may meet a dynamic one of the other (the workspace of a
+// statically shaped output is dynamically sized).
+// CHECK-LABEL: func.func @convert_grad_static_output
+// CHECK: "fmha.convert_grad"(%{{.*}}, %{{.*}}) {{{.*}}grad = "dk"{{.*}}} : (memref<?x?x?x64xf32, strided<[?, ?, ?, 1]>>, memref<2x4x16x64xf16>) -> ()
+func.func @convert_grad_static_output(%acc: !acc64, %dk: memref<2x4x16x64xf16>) {
+  "fmha.convert_grad"(%acc, %dk) {
+      dtype = "f16", hdim_q = 64 : i64, hdim_v = 64 : i64, gqa_ratio = 1 : i64,
+      mask = "none", window_left = -1 : i64, window_right = -1 : i64,
+      scale = 0.125 : f32, bias = "none", dbias = false, deterministic = false, grad = "dk"}
+      : (!acc64, memref<2x4x16x64xf16>) -> ()
+  return
+}
+
 // CHECK-LABEL: func.func @kernel_ops
 // CHECK-SAME: (%[[X:[^:]*]]: f32, %[[I:[^:]*]]: index, %[[J:[^:]*]]: index, %[[N:[^:]*]]: index, %[[BUF:[^:]*]]: memref<?x?x?x?xf32, strided<[?, ?, ?, 1]>>)
 // CHECK: %[[R:[^ ]*]] = "fmha.wave_reduce"(%[[X]]) {kind = "add", width = 64 : i32} : (f32) -> f32

@@ -5,6 +5,8 @@
 // RUN: not fmha-opt %s --pass-pipeline='builtin.module(cse' 2>&1 | FileCheck %s --check-prefix=UNBALANCED
 // RUN: not fmha-opt %s -split-input-file 2>&1 | FileCheck %s --check-prefix=CHUNKS
 // RUN: not fmha-opt %s.missing 2>&1 | FileCheck %s --check-prefix=MISSING
+// RUN: not fmha-opt %s --pass-pipeline='builtin.module(gpu.module(convert-gpu-to-rocdl{chipset=gfx9999}))' 2>&1 | FileCheck %s --check-prefix=CHIP
+// RUN: not fmha-opt %s --pass-pipeline='builtin.module(gpu.module(convert-fmha-to-rocdl))' 2>&1 | FileCheck %s --check-prefix=NESTED
 
 // UNKNOWN: fmha-opt: error: invalid --pass-pipeline: {{.*}}'no-such-pass' does not refer to a registered pass
 // UNKNOWN-NOT: Traceback
@@ -14,6 +16,11 @@
 // FMHA-OPTION-NOT: Traceback
 // UNBALANCED: fmha-opt: error: invalid --pass-pipeline: unbalanced brackets
 // MISSING: fmha-opt: error: cannot read {{.*}}errors.mlir.missing: No such file or directory
+// A chip MLIR does not know would abort the process in instruction selection: rejected up front.
+// CHIP: fmha-opt: error: invalid --pass-pipeline: convert-gpu-to-rocdl: chipset='gfx9999' is not a supported chip; use one of gfx942, gfx950
+// CHIP-NOT: Traceback
+// NESTED: fmha-opt: error: invalid --pass-pipeline: fmha pass 'convert-fmha-to-rocdl' runs on the top-level module only
+// NESTED-NOT: Traceback
 
 // The fmha verifier runs after parsing; the other chunks still go through.
 // CHUNKS: errors.mlir:[[# @LINE + 3]]:8: error: 'fmha.wave_reduce' op attribute 'width' must be a power of two from 2 to 64, got 3
