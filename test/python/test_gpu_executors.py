@@ -175,6 +175,43 @@ def test_attention_bwd_matches_oracle(fmha_name, layout, load_bundle, gpu_execut
     assert all(check.passed for check in checks), "\n".join(map(str, checks))
 
 
+def _torch_on_cuda(array: np.ndarray):
+    """A CUDA torch tensor with `array`'s values and strides (bf16 from its uint16 bits)."""
+    import torch
+
+    if array.dtype == np.uint16:
+        return torch.from_numpy(array.view(np.int16)).view(torch.bfloat16).to("cuda")
+    return torch.from_numpy(array).to("cuda")  # .to keeps the strides of a non-overlapping dense tensor
+
+
+def test_torch_cuda_tensors_run_in_place(fmha_name, load_bundle, gpu_executor, tmp_path, monkeypatch):
+    """The API on torch CUDA tensors: the kernels read and write GPU memory directly (DeviceArray)."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch sees no CUDA device")
+    if not fmha_name.endswith("_sm_90") or CUBIN in fmha_name:
+        pytest.skip("one run per spec, on the PTX bundle")
+    from fmha_mlir import api
+
+    def no_host_copy(tensor):
+        raise AssertionError("a GPU tensor was copied to the host")
+
+    monkeypatch.setattr(api, "_to_numpy", no_host_copy)
+
+    gpu_executor("sm_90")  # skips with the executor's reason when it is unusable
+    bundle = load_bundle(fmha_name)
+    bundle.save(api.bundle_path(tmp_path, bundle.spec, "sm_90"))
+    problem = make_problem(bundle.spec, _size(bundle.spec), seed=2, layout="bshd")
+    inputs = [_torch_on_cuda(problem.tensors[n]) for n in ("q", "k", "v", "o", "do", "lse")]
+    assert inputs[0].stride() != inputs[0].contiguous().stride()  # the BSHD strides reached the GPU
+    grads = api.AttentionBackward(executor="cuda", arch="sm_90", bundle_dir=str(tmp_path))(*inputs, mask=bundle.spec.mask)
+    assert all(g.is_cuda for g in grads)
+    host = {name: (g.view(torch.int16).cpu().numpy().view(np.uint16) if g.dtype == torch.bfloat16 else g.cpu().numpy())
+            for name, g in zip(("dq", "dk", "dv"), grads)}
+    checks = problem.check(host)
+    assert all(check.passed for check in checks), "\n".join(map(str, checks))
+
+
 @pytest.mark.parametrize("device_arch, bundle_arch", [("sm_90", "gfx942"), ("gfx942", "sm_90")])
 def test_gpu_executor_refuses_other_vendor(device_arch, bundle_arch, load_bundle, gpu_executor):
     executor = gpu_executor(device_arch)
