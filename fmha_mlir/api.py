@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .dtypes import STORAGE
 from .errors import Reason, SpecError
 from .runtime.bundle import Bundle
 from .runtime.device_array import DeviceArray
@@ -140,13 +141,8 @@ def _run_in_place(bundle: Bundle, device: Executor, inputs: tuple):
 
 
 def _device_array(t) -> DeviceArray:
-    import torch
-
-    storage = {torch.float16: np.float16, torch.bfloat16: np.uint16, torch.float32: np.float32}.get(t.dtype)
-    if storage is None:
-        raise SpecError([Reason("dtype", f"unsupported torch dtype {t.dtype}", "use float16, bfloat16 or float32")])
     return DeviceArray(t.data_ptr(), tuple(t.shape), tuple(s * t.element_size() for s in t.stride()),
-                       np.dtype(storage), owner=t)
+                       STORAGE[_torch_dtype(t)], owner=t)
 
 
 def _gqa_ratio(q, k) -> int:

@@ -11,7 +11,6 @@ Sq=77/Sk=1000 and Sq=1000/Sk=77 at B1 H4 for every variant; layouts alternate BH
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import platform
 import sys
@@ -24,18 +23,14 @@ from fmha_mlir.runtime.bundle import Bundle
 from fmha_mlir.runtime.executor import get_executor
 from fmha_mlir.runtime.runner import run_bundle
 from fmha_mlir.spec import AttentionBwdSpec, Mask
+from fmha_mlir.variants import variant_matrix
 
-DTYPES = ("f16", "bf16", "f32")
-MASKS = (Mask(), Mask("causal_top_left"), Mask("causal_bottom_right"), Mask("sliding_window", 64, 0))
-HDIMS = (64, 128, 256)
-GQA = (1, 4)
 REALISTIC = ProblemSize(batch=2, heads_q=8, seqlen_q=1024, seqlen_k=1024)
 ODD = (ProblemSize(1, 4, 77, 1000), ProblemSize(1, 4, 1000, 77))
 
 
 def variants() -> list[AttentionBwdSpec]:
-    return [AttentionBwdSpec(dtype=d, hdim_q=h, gqa_ratio=g, mask=m)
-            for d, m, h, g in itertools.product(DTYPES, MASKS, HDIMS, GQA)]
+    return variant_matrix(window=Mask("sliding_window", 64, 0))
 
 
 SMOKE = (ProblemSize(1, 4, 9, 13),)  # --smoke: the same matrix at sizes the CPU interpreter runs in seconds

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import io
-import itertools
 import re
 
 import pytest
@@ -15,13 +14,9 @@ from fmha_mlir.errors import CompileError, PipelineError, SpecError
 from fmha_mlir.runtime.bundle import Bundle
 from fmha_mlir.runtime.hsaco_metadata import amdgpu_mach, read_hsaco_metadata
 from fmha_mlir.spec import AttentionBwdSpec, Mask
+from fmha_mlir.variants import variant_matrix
 
-DTYPES = ("f16", "bf16", "f32")
-MASKS = ("none", "top_left", "bottom_right", "window:16,0")
-HDIMS = (64, 128, 256)
-GQAS = (1, 4)
-MATRIX = [AttentionBwdSpec(dtype, hdim, gqa_ratio=gqa, mask=Mask.parse(mask))
-          for dtype, mask, hdim, gqa in itertools.product(DTYPES, MASKS, HDIMS, GQAS)]
+MATRIX = variant_matrix()
 SPEC_IDS = [f"{s.dtype}-{s.mask}-d{s.hdim_q}-g{s.gqa_ratio}" for s in MATRIX]
 BF16 = AttentionBwdSpec("bf16", 128, mask=Mask.parse("top_left"))
 
