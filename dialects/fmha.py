@@ -10,21 +10,34 @@ from __future__ import annotations
 import math
 from typing import ClassVar, Sequence
 
+from fmha_mlir.bodies import body_of
 from fmha_mlir.errors import FmhaError
+from fmha_mlir.kernel_config import KernelConfig
 from fmha_mlir.mlir import ir
 from fmha_mlir.spec import AttentionBwdSpec, Mask
 
-from .fmha_attrs import f32, i32, mask_attributes, read_attribute, read_mask, read_spec, spec_attributes
+from .fmha_attrs import (CONFIG_ATTRIBUTE, config_attribute, f32, i32, mask_attributes, read_attribute, read_config,
+                         read_mask, read_spec, spec_attributes)
 from .fmha_types import ROWS_RANK, TENSOR_RANK, TensorKind, tensor_problem
 
 __all__ = [
-    "OPERAND_NAMES", "GRADS", "WAVE_REDUCE_KINDS", "VerifyError", "spec_attributes", "spec_from_op", "tensor_kinds",
+    "OPERAND_NAMES", "OPERAND_DIMS", "GRADS", "WAVE_REDUCE_KINDS", "VerifyError", "spec_attributes", "spec_from_op",
+    "config_of", "tensor_kinds",
     "AttentionBwdOp", "DotDoOOp", "DqDkDvOp", "ConvertGradOp",
     "WaveReduceOp", "Exp2Op", "MaskedScoreOp", "AtomicAddOp",
     "STAGE_OPS", "OPS", "verify_op", "verify_module", "emit_verification_errors",
 ]
 
 OPERAND_NAMES = ("q", "k", "v", "o", "do", "lse", "dq", "dk", "dv")  # of fmha.attention_bwd
+# The logical dimensions of each operand (docs/ir.md, "Tensors and layouts"); hdims are static.
+OPERAND_DIMS = {
+    "q": ("batch", "heads_q", "seqlen_q", "hdim_q"), "k": ("batch", "heads_kv", "seqlen_k", "hdim_q"),
+    "v": ("batch", "heads_kv", "seqlen_k", "hdim_v"), "o": ("batch", "heads_q", "seqlen_q", "hdim_v"),
+    "do": ("batch", "heads_q", "seqlen_q", "hdim_v"), "lse": ("batch", "heads_q", "seqlen_q"),
+    "dq": ("batch", "heads_q", "seqlen_q", "hdim_q"), "dk": ("batch", "heads_kv", "seqlen_k", "hdim_q"),
+    "dv": ("batch", "heads_kv", "seqlen_k", "hdim_v"),
+}
+INPUTS = ("q", "k", "v", "o", "do", "lse")
 GRADS = ("dq", "dk", "dv")
 WAVE_REDUCE_KINDS = ("add",)
 WAVE_REDUCE_WIDTHS = (2, 4, 8, 16, 32, 64)
@@ -61,6 +74,11 @@ def _create_checked(name: str, problems_of, results, operands, attributes, loc) 
         op.erase()
         _raise_problems(name, problems)
     return op
+
+
+def config_of(op) -> "KernelConfig":
+    """The KernelConfig of a problem or stage op's `config` attribute; VerifyError if absent or bad."""
+    return _read_checked(read_config, op)
 
 
 def spec_from_op(op) -> AttentionBwdSpec:
@@ -101,21 +119,27 @@ def tensor_kinds(spec: AttentionBwdSpec) -> dict[str, TensorKind]:
 
 
 class _SpecOp:
-    """An op whose operands are named memrefs and whose attributes are the spec attributes."""
+    """An op whose operands are named memrefs and whose attributes are the spec attributes plus the
+    kernel `config` (required on stage ops; the problem op gets it from fmha-select-kernel-config)."""
 
     NAME: ClassVar[str]
     OPERANDS: ClassVar[tuple[str, ...]]
+    CONFIG_REQUIRED: ClassVar[bool] = True
 
     @classmethod
-    def build(cls, spec: AttentionBwdSpec, operands: Sequence["ir.Value"], *, loc=None) -> "ir.Operation":
+    def build(cls, spec: AttentionBwdSpec, operands: Sequence["ir.Value"], config: KernelConfig | None = None, *,
+              loc=None) -> "ir.Operation":
         """Create the op at the current insertion point; VerifyError if spec or operands break the contract."""
-        return cls._create(spec, operands, {}, loc)
+        return cls._create(spec, config, operands, {}, loc)
 
     @classmethod
-    def _create(cls, spec, operands, extra_attributes, loc) -> "ir.Operation":
+    def _create(cls, spec, config, operands, extra_attributes, loc) -> "ir.Operation":
         # Check the spec before building attributes from it: MLIR aborts on some invalid values.
         _raise_problems(cls.NAME, [str(r) for r in spec.reasons()])
         attributes = {**spec_attributes(spec), **extra_attributes}
+        if config is not None:
+            _raise_problems(cls.NAME, [str(r) for r in config.reasons()])
+            attributes[CONFIG_ATTRIBUTE] = config_attribute(config)
         return _create_checked(cls.NAME, cls.problems, [], operands, attributes, loc)
 
     @classmethod
@@ -139,6 +163,10 @@ class _SpecOp:
         """Every contract violation of `op`; operand types are checked only once the spec and count are right."""
         problems: list[str] = []
         spec = _valid_spec(op, problems)
+        config_problems: list[str] = []
+        config = read_config(op, config_problems, required=cls.CONFIG_REQUIRED)
+        if spec is not None and config is not None:
+            config_problems += [f"config {config.tag}: {r}" for r in body_of(config).spec_reasons(spec, config)]
         if len(op.results):
             problems.append(f"must have no results, got {len(op.results)}")
         operands = list(op.operands)
@@ -150,7 +178,7 @@ class _SpecOp:
                 problem = tensor_problem(value.type, kinds[name])
                 if problem:
                     problems.append(f"operand #{index} ('{name}'): {problem}")
-        return problems
+        return problems + config_problems
 
 
 class AttentionBwdOp(_SpecOp):
@@ -158,6 +186,7 @@ class AttentionBwdOp(_SpecOp):
 
     NAME = "fmha.attention_bwd"
     OPERANDS = OPERAND_NAMES
+    CONFIG_REQUIRED = False
 
 
 class DotDoOOp(_SpecOp):
@@ -175,20 +204,41 @@ class DqDkDvOp(_SpecOp):
 
 
 class ConvertGradOp(_SpecOp):
-    """out (T) = acc (f32) for the gradient named by the `grad` attribute."""
+    """out (T) = factor * acc (f32) for the gradient named by the `grad` attribute; `factor` (f32,
+    default 1) lets a body leave a constant scale (the tiled body's softmax scale of dQ) to the convert."""
 
     NAME = "fmha.convert_grad"
     OPERANDS = ("acc", "out")
 
     @classmethod
-    def build(cls, spec, operands, *, grad: str | None = None, loc=None) -> "ir.Operation":
+    def build(cls, spec, operands, config=None, *, grad: str | None = None, factor: float = 1.0,
+              loc=None) -> "ir.Operation":
         if grad not in GRADS:
             raise VerifyError(f"'{cls.NAME}' needs grad= one of {', '.join(GRADS)} (got {grad!r})")
-        return cls._create(spec, operands, {"grad": ir.StringAttr.get(grad)}, loc)
+        if not (math.isfinite(factor) and factor > 0):
+            raise VerifyError(f"'{cls.NAME}' needs a finite factor > 0 (got {factor!r})")
+        extra = {"grad": ir.StringAttr.get(grad)}
+        if factor != 1.0:
+            extra["factor"] = f32(factor)
+        return cls._create(spec, config, operands, extra, loc)
 
     @classmethod
     def grad_of(cls, op) -> str:
         return _read_checked(cls._read_grad, op)
+
+    @classmethod
+    def factor_of(cls, op) -> float:
+        return _read_checked(cls._read_factor, op)
+
+    @classmethod
+    def _read_factor(cls, op, problems: list[str]) -> float | None:
+        if "factor" not in op.attributes:
+            return 1.0
+        factor = read_attribute(op, "factor", "f32", problems)
+        if factor is not None and not (math.isfinite(factor) and factor > 0):
+            problems.append(f"attribute 'factor' must be finite and > 0, got {factor}")
+            return None
+        return factor
 
     @classmethod
     def _read_grad(cls, op, problems: list[str]) -> str | None:
@@ -211,6 +261,7 @@ class ConvertGradOp(_SpecOp):
         if grad_problems:  # the operand kinds depend on grad: check nothing else
             return grad_problems
         problems = super().problems(op)
+        cls._read_factor(op, problems)
         if not problems:
             acc, out = (ir.MemRefType(v.type) for v in op.operands)
             if not _compatible_shapes(acc, out):
@@ -219,7 +270,8 @@ class ConvertGradOp(_SpecOp):
 
 
 def _compatible_shapes(a: "ir.MemRefType", b: "ir.MemRefType") -> bool:
-    """Same rank, and each dim equal where both are static (a dynamic dim may hold any size)."""
+    """Same rank, and each dim equal where both are static (a dynamic dim may hold any size: the tiled
+    body's dq accumulator has more rows than dq, padded to whole query blocks)."""
     return a.rank == b.rank and all(
         a.is_dynamic_dim(i) or b.is_dynamic_dim(i) or a.shape[i] == b.shape[i] for i in range(a.rank))
 
@@ -228,7 +280,7 @@ STAGE_OPS = (DotDoOOp, DqDkDvOp, ConvertGradOp)
 
 
 # ---------------------------------------------------------------------------------------------------
-# Kernel-level ops (inside the warp body): scalars and f32 buffers.
+# Kernel-level ops (inside the bodies): scalars or elementwise on 1-D vectors, and f32 buffers.
 
 
 def _scalar_problems(op, operands: dict[str, str], result_type: str = "f32") -> list[str]:
@@ -252,6 +304,43 @@ def _scalar_problems(op, operands: dict[str, str], result_type: str = "f32") -> 
 def _create_value(name: str, problems_of, operands, attributes, loc) -> "ir.Value":
     """Build a one-f32-result kernel-level op; its result."""
     return _create_checked(name, problems_of, [ir.F32Type.get()], operands, attributes, loc).result
+
+
+def _lanes_of(value_type: "ir.Type", element: str) -> int | None:
+    """0 for a scalar `element`, N for vector<N x element>, None for anything else."""
+    if str(value_type) == element:
+        return 0
+    if isinstance(value_type, ir.VectorType):
+        vector = ir.VectorType(value_type)
+        if vector.rank == 1 and str(vector.element_type) == element and not vector.scalable:
+            return vector.shape[0]
+    return None
+
+
+def _elementwise_problems(op, operands: Sequence[tuple[str, str, str]]) -> list[str]:
+    """Problems of an elementwise op whose first operand gives the shape (f32 or vector<N x f32>) and
+    its result type. `operands`: (name, element type, kind) with kind "elementwise" (the shape, or a
+    scalar broadcast to it) or "uniform" (a scalar)."""
+    values = list(op.operands)
+    if len(values) != len(operands):
+        described = ", ".join(f"{name}: {element}" for name, element, _ in operands)
+        return [f"takes {len(operands)} operands ({described}), got {len(values)}"]
+    lanes = _lanes_of(values[0].type, operands[0][1])
+    if lanes is None:
+        return [f"operand #0 ('{operands[0][0]}') must be {operands[0][1]} or a 1-D vector of it, got {values[0].type}"]
+    shape = values[0].type
+    problems = []
+    for index, (value, (name, element, kind)) in enumerate(zip(values, operands)):
+        got = _lanes_of(value.type, element)
+        allowed = (0,) if kind == "uniform" else (0, lanes)
+        if got not in allowed:
+            want = element if kind == "uniform" or lanes == 0 else f"{element} or vector<{lanes}x{element}>"
+            problems.append(f"operand #{index} ('{name}') must be {want}, got {value.type}")
+    results = list(op.results)
+    if len(results) != 1 or results[0].type != shape:
+        got = ", ".join(str(r.type) for r in results) or "none"
+        problems.append(f"must have one result of the type of operand #0 ({shape}), got {got}")
+    return problems
 
 
 class WaveReduceOp:
@@ -296,29 +385,35 @@ class WaveReduceOp:
 
 
 class Exp2Op:
-    """2^x of one f32; exp2(-inf) = 0."""
+    """2^x of an f32 or of each element of a vector<N x f32>; exp2(-inf) = 0."""
 
     NAME = "fmha.exp2"
 
     @classmethod
     def build(cls, x: "ir.Value", loc=None) -> "ir.Value":
-        return _create_value(cls.NAME, cls.problems, [x], {}, loc)
+        return _create_checked(cls.NAME, cls.problems, [x.type], [x], {}, loc).result
 
     @classmethod
     def problems(cls, op) -> list[str]:
-        return _scalar_problems(op, {"x": "f32"})
+        return _elementwise_problems(op, [("x", "f32", "elementwise")])
 
 
 class MaskedScoreOp:
-    """dot * scale_log2 where key k_pos is visible to query q_pos under the mask, -inf where masked."""
+    """dot * scale_log2 where key k_pos is visible to query q_pos under the mask, -inf where masked.
+
+    Elementwise: dot f32 or vector<N x f32>; q_pos and k_pos index or vector<N x index> (a scalar
+    position applies to every element); seqlen_q, seqlen_k index."""
 
     NAME = "fmha.masked_score"
     OPERANDS = ("dot", "q_pos", "k_pos", "seqlen_q", "seqlen_k")
+    _KINDS = (("f32", "elementwise"), ("index", "elementwise"), ("index", "elementwise"), ("index", "uniform"),
+              ("index", "uniform"))
 
     @classmethod
     def build(cls, dot, q_pos, k_pos, seqlen_q, seqlen_k, mask: Mask, scale_log2: float, loc=None) -> "ir.Value":
         attributes = {**mask_attributes(mask), "scale_log2": f32(scale_log2)}
-        return _create_value(cls.NAME, cls.problems, [dot, q_pos, k_pos, seqlen_q, seqlen_k], attributes, loc)
+        return _create_checked(cls.NAME, cls.problems, [dot.type], [dot, q_pos, k_pos, seqlen_q, seqlen_k],
+                               attributes, loc).result
 
     @classmethod
     def mask_of(cls, op) -> Mask:
@@ -346,7 +441,8 @@ class MaskedScoreOp:
 
     @classmethod
     def problems(cls, op) -> list[str]:
-        problems = _scalar_problems(op, dict(zip(cls.OPERANDS, ("f32", "index", "index", "index", "index"))))
+        problems = _elementwise_problems(op, [(name, element, kind) for name, (element, kind)
+                                              in zip(cls.OPERANDS, cls._KINDS)])
         cls._mask(op, problems)
         cls._scale_log2(op, problems)
         return problems

@@ -5,8 +5,11 @@ report every problem of an op at once.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 
+from fmha_mlir.errors import SpecError
+from fmha_mlir.kernel_config import KernelConfig
 from fmha_mlir.mlir import ir
 from fmha_mlir.spec import AttentionBwdSpec, Mask
 
@@ -92,3 +95,71 @@ def read_spec(op: "ir.Operation", problems: list[str]) -> AttentionBwdSpec | Non
         problems.append(f"attribute 'scale' must be finite and > 0, got {values['scale']}")
         return None
     return AttentionBwdSpec(mask=mask, **values)
+
+
+# --- the kernel config: a dictionary attribute `config` -------------------------------------------------
+
+CONFIG_ATTRIBUTE = "config"
+# On gpu.func kernels (fmha-stages-to-gpu): what the kernel computes, kept to the end of the pipeline.
+SPEC_ATTRIBUTE = "fmha.spec"
+KERNEL_CONFIG_ATTRIBUTE = "fmha.config"
+
+
+def config_attribute(config: KernelConfig) -> "ir.DictAttr":
+    """`{body = "tiled", block_m = 64 : i64, sdp_warps = array<i64: 8, 1>, p_in_registers = true, ...}`;
+    fields at their defaults are left out (the warp body's config is `{body = "warp", wave_size = W}`)."""
+    entries = {}
+    for field in dataclasses.fields(config):
+        value = getattr(config, field.name)
+        if field.name not in ("body", "wave_size") and value == field.default:
+            continue
+        if isinstance(value, bool):
+            entries[field.name] = ir.BoolAttr.get(value)
+        elif isinstance(value, int):
+            entries[field.name] = i64(value)
+        elif isinstance(value, tuple):
+            entries[field.name] = ir.DenseI64ArrayAttr.get(list(value))
+        else:
+            entries[field.name] = ir.StringAttr.get(value)
+    return ir.DictAttr.get(entries)
+
+
+def read_config(op: "ir.Operation", problems: list[str], required: bool = True,
+                name: str = CONFIG_ATTRIBUTE) -> KernelConfig | None:
+    """The KernelConfig of `op`'s config attribute `name` (structurally valid), or None with problems.
+
+    Absent and not `required`: None without a problem."""
+    if name not in op.attributes:
+        if required:
+            problems.append(f"missing attribute '{name}' (the kernel config: run fmha-select-kernel-config first)")
+        return None
+    attr = op.attributes[name]
+    if not isinstance(attr, ir.DictAttr):
+        problems.append(f"attribute '{name}' must be a dictionary, got {attr}")
+        return None
+    values = {}
+    for i in range(len(attr)):
+        named = attr[i]
+        values[named.name] = _config_value(named.attr)
+    if None in values.values():
+        bad = [key for key, value in values.items() if value is None]
+        problems.append(f"attribute '{name}': entries {', '.join(bad)} must be strings, bools, integers or i64 arrays")
+        return None
+    try:
+        return KernelConfig.from_json(values)
+    except (SpecError, TypeError) as exc:
+        reasons = getattr(exc, "reasons", None)
+        problems += [f"attribute '{name}': {r}" for r in reasons] if reasons else [f"attribute '{name}': {exc}"]
+        return None
+
+
+def _config_value(attr: "ir.Attribute"):
+    if isinstance(attr, ir.BoolAttr):
+        return attr.value
+    if isinstance(attr, ir.IntegerAttr):
+        return attr.value
+    if isinstance(attr, ir.StringAttr):
+        return attr.value
+    if isinstance(attr, ir.DenseI64ArrayAttr):
+        return list(attr)
+    return None

@@ -14,8 +14,10 @@ from pathlib import Path
 
 import numpy as np
 
+from .bodies import choose_config
 from .dtypes import STORAGE
 from .errors import Reason, SpecError
+from .kernel_config import KernelConfig
 from .runtime.bundle import Bundle
 from .runtime.device_array import DeviceArray
 from .runtime.executor import Executor, get_executor
@@ -29,17 +31,22 @@ CPU_DEFAULT_ARCH = "gfx942"
 GPU_ARCH_OF_EXECUTOR = {"cuda": "sm_90"}
 
 
-def compile_bundle(spec: AttentionBwdSpec, arch: str, compiler=None) -> Bundle:
-    """Compile `spec` for `arch` into a launchable bundle (needs MLIR)."""
+def compile_bundle(spec: AttentionBwdSpec, arch: str, compiler=None, *, body: str = "auto",
+                   config: KernelConfig | None = None) -> Bundle:
+    """Compile `spec` for `arch` into a launchable bundle (needs MLIR); `body` / `config` as
+    Compiler.compile_spec takes them."""
     from .compiler import Compiler  # MLIR is imported only when something is compiled
 
-    compiled = (compiler or Compiler()).compile_spec(spec, arch)
+    compiled = (compiler or Compiler()).compile_spec(spec, arch, body=body, config=config)
     return Bundle(compiled.manifest, compiled.bundle_files())
 
 
-def bundle_path(directory, spec: AttentionBwdSpec, arch: str) -> Path:
-    """Where a prebuilt bundle for (spec, arch) lives under a bundle directory."""
-    return Path(directory) / arch / spec.kernel_prefix
+def bundle_path(directory, spec: AttentionBwdSpec, arch: str, body: str = "auto",
+                config: KernelConfig | None = None) -> Path:
+    """Where a prebuilt bundle for (spec, arch, config) lives under a bundle directory:
+    <dir>/<arch>/<kernel_prefix>_<config tag> (the config `body` picks when none is given)."""
+    config = config or choose_config(spec, get_target(arch), body)
+    return Path(directory) / arch / f"{spec.kernel_prefix}_{config.tag}"
 
 
 def infer_dtype(q, dtype: str | None) -> str:
@@ -57,13 +64,15 @@ class AttentionBackward:
 
     executor: 'cuda', 'hip', 'cpu' or None (a usable GPU, else the CPU interpreter).
     arch: the target to compile for; None picks the executor's (sm_90 on CUDA, gfx942 on the CPU).
-    bundle_dir: prebuilt bundles (<dir>/<arch>/<kernel_prefix>/) used before compiling.
+    body: 'auto' (the fastest body that supports the spec on the arch), 'warp' or 'tiled'.
+    bundle_dir: prebuilt bundles (bundle_path) used before compiling.
     """
 
     executor: str | None = None
     arch: str | None = None
     bundle_dir: str | None = None
     atomic_order: str = "sequential"
+    body: str = "auto"
     _bundles: dict = field(default_factory=dict, repr=False)
     _compiler: object = field(default=None, repr=False)
     _device: Executor | None = field(default=None, repr=False)
@@ -92,7 +101,8 @@ class AttentionBackward:
         arch = self.target_arch()
         key = (spec, arch)
         if key not in self._bundles:
-            prebuilt = bundle_path(self.bundle_dir, spec, arch) if self.bundle_dir else None
+            config = choose_config(spec, get_target(arch), self.body)
+            prebuilt = bundle_path(self.bundle_dir, spec, arch, config=config) if self.bundle_dir else None
             if prebuilt is not None and prebuilt.is_dir():
                 self._bundles[key] = Bundle.load(prebuilt)
             else:
@@ -100,7 +110,7 @@ class AttentionBackward:
                     from .compiler import Compiler
 
                     self._compiler = Compiler()
-                self._bundles[key] = compile_bundle(spec, arch, self._compiler)
+                self._bundles[key] = compile_bundle(spec, arch, self._compiler, config=config)
         return self._bundles[key]
 
     def __call__(self, q, k, v, o, do, lse, *, mask: str | Mask = "none", scale: float = 0.0,
@@ -120,11 +130,12 @@ class AttentionBackward:
 
 
 def attention_bwd(q, k, v, o, do, lse, *, mask: str | Mask = "none", scale: float = 0.0,
-                  dtype: str | None = None, executor: str | None = None, arch: str | None = None):
+                  dtype: str | None = None, executor: str | None = None, arch: str | None = None,
+                  body: str = "auto"):
     """dQ, dK, dV of softmax(Q K^T * scale, masked) V for upstream gradient dO (one-shot; for repeated
     calls keep an AttentionBackward, which caches compiled bundles)."""
-    return AttentionBackward(executor=executor, arch=arch)(q, k, v, o, do, lse, mask=mask, scale=scale,
-                                                           dtype=dtype)
+    return AttentionBackward(executor=executor, arch=arch, body=body)(q, k, v, o, do, lse, mask=mask, scale=scale,
+                                                                      dtype=dtype)
 
 
 def _run_in_place(bundle: Bundle, device: Executor, inputs: tuple):

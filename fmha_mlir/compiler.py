@@ -10,15 +10,20 @@ Named stages, in order; each one's output is the next one's input and can be dum
 from __future__ import annotations
 
 import dataclasses
+import struct
 from pathlib import Path
 from types import MappingProxyType
 from typing import Mapping
 
 from .backends import Backend, backend_for
 from .backends.pipeline import render_pass, render_pipeline
+from .bodies import check_config, choose_config
 from .dialects import fmha
-from .errors import CompileError, PipelineError
-from .launch_plan import build_manifest, host_function, kernel_metadata, read_launch_plan
+from .dialects.fmha_attrs import KERNEL_CONFIG_ATTRIBUTE, SPEC_ATTRIBUTE, read_config, read_spec
+from .errors import CompileError, PipelineError, SpecError
+from .kernel_config import KernelConfig
+from .launch_plan import host_function, kernel_metadata, read_launch_plan
+from .manifest import build_manifest
 from .diagnostics import capture, error, from_mlir, position_of
 from .mlir import gpu, ir, make_context, parse_module
 from .passes.ir_builders import collect_ops
@@ -39,6 +44,7 @@ class CompiledKernels:
     """Everything one compile produced. `stages` maps each IR stage that ran to its module text."""
 
     spec: AttentionBwdSpec | None
+    config: KernelConfig | None
     target: Target
     stages: Mapping[str, str]
     isa: str
@@ -77,29 +83,35 @@ class Compiler:
     amd_reduce: str = "dpp"
     _cache: dict = dataclasses.field(default_factory=dict, repr=False)
 
-    def compile_spec(self, spec: AttentionBwdSpec, target: Target | str,
-                     dump_dir: str | Path | None = None) -> CompiledKernels:
-        """Compile `spec` for `target`; SpecError before any IR when the spec is invalid there."""
+    def compile_spec(self, spec: AttentionBwdSpec, target: Target | str, dump_dir: str | Path | None = None, *,
+                     body: str = "auto", config: KernelConfig | None = None) -> CompiledKernels:
+        """Compile `spec` for `target` with `config` (default: the body's table entry; `body` = auto
+        picks the fastest body that supports the spec). SpecError before any IR when they cannot."""
         target = _as_target(target)
-        spec.check(target.arch)
+        if config is None:
+            config = choose_config(spec, target, body)
+        else:
+            check_config(spec, target, config)
         backend = self._backend(target)
-        key = (spec, backend)  # the backend carries the options: ptxas and amd_reduce may change between calls
+        key = (spec, config, backend)  # the backend carries the options: ptxas and amd_reduce may change
         if key in self._cache and dump_dir is None:
             return self._cache[key]
         from .frontend import build_problem_module
 
         ctx = make_context()
-        module = build_problem_module(spec, ctx)
-        result = _Run(backend, ctx, dump_dir, "fmha", "<spec>").compile(module, spec)
+        module = build_problem_module(spec, ctx, config)
+        result = _Run(backend, ctx, dump_dir, "fmha", "<spec>").compile(module, spec, config)
         self._cache[key] = result
         return result
 
     def compile_module(self, text: str, start_stage: str, target: Target | str,
                        dump_dir: str | Path | None = None, spec: AttentionBwdSpec | None = None,
-                       source_name: str = "<input>") -> CompiledKernels:
+                       source_name: str = "<input>", body: str = "auto") -> CompiledKernels:
         """Continue from `text`, the output of stage `start_stage`, through the later stages.
 
-        The spec comes from the IR while it still has spec-carrying ops (fmha, stages) or from `spec`.
+        Spec and config come from the IR (its problem / stage ops, or the kernels' fmha.spec and
+        fmha.config); a `spec` given as well must agree with it. A problem op without a config gets one
+        for `body` in the stages stage.
         """
         if start_stage == "llvm":
             raise PipelineError("the llvm stage has no kernel-level IR left for the interpreter; "
@@ -110,17 +122,21 @@ class Compiler:
         ctx = make_context()
         module = parse_module(text, ctx, source_name)
         _check_abort_traps(module, source_name)
-        spec = spec or _spec_in(module)
-        return _Run(self._backend(target), ctx, dump_dir, start_stage, source_name).compile(module, spec)
+        found_spec, config = _spec_and_config_in(module)
+        if spec is not None and found_spec is not None and _as_stored(spec) != _as_stored(found_spec):
+            raise CompileError(f"the spec given ({spec.kernel_prefix}) contradicts the one the input carries "
+                               f"({found_spec.kernel_prefix}): drop the spec flags or fix the input", stage="parse")
+        run = _Run(self._backend(target), ctx, dump_dir, start_stage, source_name, body)
+        return run.compile(module, spec or found_spec, config)
 
     def _backend(self, target: Target) -> Backend:
         return backend_for(target, ptxas=self.ptxas, amd_reduce=self.amd_reduce)
 
 
-def compile_spec(spec: AttentionBwdSpec, target: Target | str,
-                 dump_dir: str | Path | None = None) -> CompiledKernels:
+def compile_spec(spec: AttentionBwdSpec, target: Target | str, dump_dir: str | Path | None = None, *,
+                 body: str = "auto", config: KernelConfig | None = None) -> CompiledKernels:
     """One uncached compile with the default options (PTX as the NVIDIA binary)."""
-    return Compiler().compile_spec(spec, target, dump_dir)
+    return Compiler().compile_spec(spec, target, dump_dir, body=body, config=config)
 
 
 def compile_module(text: str, start_stage: str, target: Target | str, dump_dir: str | Path | None = None,
@@ -129,22 +145,23 @@ def compile_module(text: str, start_stage: str, target: Target | str, dump_dir: 
     return Compiler().compile_module(text, start_stage, target, dump_dir, spec)
 
 
-def stage_pipeline(stage: str, backend: Backend) -> str | None:
+def stage_pipeline(stage: str, backend: Backend, body: str = "auto") -> str | None:
     """The textual pipeline that produces `stage` from the previous stage's output."""
-    wave = backend.target.wave_size
     if stage == "stages":
-        return render_pipeline(["fmha-decompose-bwd"])
+        return render_pipeline([render_pass("fmha-select-kernel-config", target=backend.target.arch, body=body),
+                                "fmha-decompose-bwd"])
     if stage == "gpu":
-        return render_pipeline([render_pass("fmha-stages-to-gpu", wave_size=wave),
-                                render_pass("fmha-expand-warp-body", wave_size=wave)])
+        return render_pipeline(["fmha-stages-to-gpu", "fmha-expand-warp-body", "fmha-expand-tiled-body"])
     return backend.stage_pipeline(stage)
 
 
 class _Run:
     """One compile: runs the stages, dumps them, turns failures into CompileErrors."""
 
-    def __init__(self, backend: Backend, ctx: "ir.Context", dump_dir, start_stage: str, source_name: str):
+    def __init__(self, backend: Backend, ctx: "ir.Context", dump_dir, start_stage: str, source_name: str,
+                 body: str = "auto"):
         self.backend = backend
+        self.body = body
         self.start_stage = start_stage
         self.source_name = source_name
         self.target = backend.target
@@ -155,12 +172,15 @@ class _Run:
         self.texts: dict[str, str] = {}
         self.interp_ir = ""
 
-    def compile(self, module: "ir.Module", spec: AttentionBwdSpec | None) -> CompiledKernels:
+    def compile(self, module: "ir.Module", spec: AttentionBwdSpec | None,
+                config: KernelConfig | None) -> CompiledKernels:
         start_stage = self.start_stage
         self._record(start_stage, module)
         for stage in IR_STAGES[IR_STAGES.index(start_stage) + 1:]:
             self._run(stage, module.operation, self._input_name(stage))
             self._record(stage, module)
+            if stage == "stages" and config is None:
+                spec, config = _spec_and_config_in(module)
         # The backend stages rewrite only the gpu.module: the host function is still level 3. A module of
         # kernels alone (a hand-written test input) has no plan.
         with self.ctx:
@@ -170,24 +190,31 @@ class _Run:
         self._dump("isa", self.backend.ISA_SUFFIX, isa)
         binary = isa if self.backend.stage_pipeline("binary") is None else self._serialize("binary", module)
         self._dump("binary", BINARY_SUFFIX[self.backend.binary_format], binary)
-        return CompiledKernels(spec, self.target, MappingProxyType(dict(self.texts)), isa.decode(), binary,
-                               self.backend.binary_format, self.interp_ir, self._manifest(plan, spec, binary))
+        return CompiledKernels(spec, config, self.target, MappingProxyType(dict(self.texts)), isa.decode(), binary,
+                               self.backend.binary_format, self.interp_ir,
+                               self._manifest(plan, spec, config, binary))
 
-    def _manifest(self, plan: dict | None, spec: AttentionBwdSpec | None, binary: bytes) -> dict | None:
+    def _manifest(self, plan: dict | None, spec: AttentionBwdSpec | None, config: KernelConfig | None,
+                  binary: bytes) -> dict | None:
         if plan is None:
             return None
+        if spec is None or config is None:
+            raise CompileError("the input says neither which spec nor which kernel config it computes (no fmha ops, "
+                               "no fmha.spec / fmha.config on its kernels): give the spec flags", stage="plan")
         binary_format = self.backend.binary_format
         metadata = None
         if binary_format == "hsaco":
             from .runtime.hsaco_metadata import read_hsaco_metadata
 
             metadata = kernel_metadata(read_hsaco_metadata(binary))
-        return build_manifest(plan, spec=spec, target=self.target, binary_format=binary_format,
+        # The kernels compute with the scale as the f32 attribute holds it: record that spec.
+        return build_manifest(plan, spec=_as_stored(spec), config=config, target=self.target,
+                              binary_format=binary_format,
                               binary_file="kernels" + BINARY_SUFFIX[binary_format], interp_ir_file=INTERP_IR_FILE,
                               metadata=metadata)
 
     def _run(self, stage: str, module: "ir.Operation", input_name: str) -> None:
-        pipeline = stage_pipeline(stage, self.backend)
+        pipeline = stage_pipeline(stage, self.backend, self.body)
         with capture(self.ctx, self.source_name) as emitted, self.ctx:
             try:
                 build_pass_manager(pipeline, self.ctx).run(module)
@@ -263,12 +290,44 @@ def _check_abort_traps(module: "ir.Module", source_name: str) -> None:
         raise CompileError("the input holds IR that MLIR would abort on", tuple(records), stage="parse")
 
 
-def _spec_in(module: "ir.Module") -> AttentionBwdSpec | None:
-    """The spec of the first spec-carrying fmha op in `module`, if any survives at this stage."""
+def _as_stored(spec: AttentionBwdSpec) -> AttentionBwdSpec:
+    """The spec as attributes hold it: the scale rounded to f32."""
+    return dataclasses.replace(spec, scale=struct.unpack("f", struct.pack("f", spec.scale))[0])
+
+
+def _spec_and_config_in(module: "ir.Module") -> tuple[AttentionBwdSpec | None, KernelConfig | None]:
+    """What the input computes: from its first problem or stage op (the config may still be missing on
+    a problem op), else from its kernels' fmha.spec / fmha.config, which must all agree."""
     found = collect_ops(module.operation, [fmha.AttentionBwdOp.NAME, *(op.NAME for op in fmha.STAGE_OPS)])
-    if not found:
-        return None
     try:
-        return fmha.spec_from_op(found[0])
+        if found:
+            config = fmha.config_of(found[0]) if "config" in found[0].attributes else None
+            return fmha.spec_from_op(found[0]), config
     except fmha.VerifyError as exc:
-        raise CompileError(f"the input's spec attributes are invalid: {exc}", stage="parse") from None
+        raise CompileError(f"the input's spec or config attributes are invalid: {exc}", stage="parse") from None
+    described = set()
+    for kernel in collect_ops(module.operation, ["gpu.func"]):
+        if SPEC_ATTRIBUTE in kernel.attributes and KERNEL_CONFIG_ATTRIBUTE in kernel.attributes:
+            described.add(_described_kernel(kernel))
+    if len(described) > 1:
+        raise CompileError("the input's kernels describe different specs or configs (fmha.spec / fmha.config): "
+                           "one bundle holds one problem", stage="parse")
+    return described.pop() if described else (None, None)
+
+
+class _Attributes:
+    """A dictionary attribute seen as an op's attributes, for the op-attribute readers."""
+
+    def __init__(self, attr: "ir.Attribute"):
+        self.attributes = {attr[i].name: attr[i].attr for i in range(len(attr))}
+
+
+def _described_kernel(kernel: "ir.Operation") -> tuple[AttentionBwdSpec, KernelConfig]:
+    problems: list[str] = []
+    spec = read_spec(_Attributes(ir.DictAttr(kernel.attributes[SPEC_ATTRIBUTE])), problems)
+    config = read_config(kernel, problems, True, KERNEL_CONFIG_ATTRIBUTE) if not problems else None
+    reasons = spec.reasons() if spec is not None else []
+    if problems or reasons or spec is None or config is None:
+        raise CompileError("a kernel's fmha.spec / fmha.config is invalid: " + "; ".join(problems + list(map(str, reasons))),
+                           stage="parse")
+    return spec, config

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from fmha_mlir.dialects.fmha import OPERAND_NAMES, AttentionBwdOp, tensor_kinds
 from fmha_mlir.dialects.fmha_types import ROWS_RANK, rows_type, tensor_type
+from fmha_mlir.kernel_config import KernelConfig
+from fmha_mlir.launch_plan import OPERAND_ATTRIBUTE
 from fmha_mlir.mlir import func, ir
 from fmha_mlir.spec import AttentionBwdSpec
 
@@ -16,17 +18,21 @@ def problem_types(spec: AttentionBwdSpec, ctx: "ir.Context") -> dict[str, "ir.Ty
                 for name in OPERAND_NAMES}
 
 
-def build_problem_module(spec: AttentionBwdSpec, ctx: "ir.Context") -> "ir.Module":
+def build_problem_module(spec: AttentionBwdSpec, ctx: "ir.Context", config: KernelConfig | None = None) -> "ir.Module":
     """A module with `func.func @<kernel_prefix>(q, k, v, o, do, lse, dq, dk, dv)` holding one
-    fmha.attention_bwd; SpecError (before any IR is built) when the spec is invalid."""
+    fmha.attention_bwd (with `config` when given; else fmha-select-kernel-config chooses one); each
+    argument is named by its `fmha.operand` attribute. SpecError (before any IR is built) when the spec
+    is invalid."""
     types = problem_types(spec, ctx)
     with ctx, ir.Location.name(spec.kernel_prefix):
         module = ir.Module.create()
         with ir.InsertionPoint(module.body):
             function = func.FuncOp(spec.kernel_prefix, (list(types.values()), []))
+            function.arg_attrs = ir.ArrayAttr.get([ir.DictAttr.get({OPERAND_ATTRIBUTE: ir.StringAttr.get(name)})
+                                                   for name in types])
             # Name each argument's location after its operand, so diagnostics say which tensor.
             entry = function.add_entry_block([ir.Location.name(name) for name in types])
             with ir.InsertionPoint(entry):
-                AttentionBwdOp.build(spec, list(entry.arguments))
+                AttentionBwdOp.build(spec, list(entry.arguments), config)
                 func.ReturnOp([])
     return module

@@ -1,29 +1,34 @@
 """The launch plan (docs/ir.md, "The launch plan"): read back from the host function of level 3.
 
-After fmha-stages-to-gpu the host function is a straight list of memref.alloc (workspaces), gpu.memset
-(zero fills) and gpu.launch_func ops whose operands and grid sizes trace back to the function's
-arguments (named after fmha.attention_bwd's operands) or to the workspaces. This module follows those
-use-def chains and writes the JSON plan the runtime executes; nothing about the stages is hard-coded.
+After fmha-stages-to-gpu the host function is a straight list of memref.alloc (named workspaces),
+gpu.memset (zero fills) and gpu.launch_func ops, plus the index arithmetic that sizes them. This module
+follows the use-def chains from every launch operand, grid size, scalar argument and workspace size back
+to the function's arguments (named by their `fmha.operand` attribute), constants and workspaces, and
+writes what it finds as JSON: buffers with their dimension names, size expressions (fmha_mlir.shape_expr),
+steps. Nothing about the stages is hard-coded here.
 """
 from __future__ import annotations
 
-from .dialects.fmha import GRADS, OPERAND_NAMES
+from .dialects.fmha import INPUTS, OPERAND_DIMS
 from .diagnostics import position_of
 from .errors import CompileError
 from .mlir import ir
-from .runtime.bundle import FORMAT, spec_to_json
-from .spec import DTYPES, AttentionBwdSpec
-from .target import Target
+from .shape_expr import BinOp, Dim, Expr, to_json
+from .spec import DTYPES
 
-INPUTS = ("q", "k", "v", "o", "do", "lse")
+OPERAND_ATTRIBUTE = "fmha.operand"
+WORKSPACE_ATTRIBUTE = "fmha.workspace"
 # Code-object facts copied into each kernel's "metadata" on AMD (hsaco_metadata field names).
 HSACO_FIELDS = ("vgpr_count", "sgpr_count", "agpr_count", "group_segment_fixed_size",
                 "private_segment_fixed_size", "kernarg_segment_size", "kernarg_segment_align",
                 "wavefront_size", "max_flat_workgroup_size", "vgpr_spill_count", "sgpr_spill_count")
-
-
 # Host ops that only compute what the steps refer to (sizes, casts) or free workspaces: no step of their own.
-_STEPLESS_OPS = frozenset({"arith.constant", "memref.dim", "memref.cast", "memref.dealloc", "func.return"})
+_STEPLESS_OPS = frozenset({"arith.constant", "memref.dim", "memref.cast", "memref.dealloc", "func.return",
+                           "arith.index_cast", "arith.index_castui"})
+# Index arithmetic the plan can express, by shape_expr operator.
+_ARITH = {"arith.addi": "add", "arith.subi": "sub", "arith.muli": "mul", "arith.ceildivui": "ceildiv",
+          "arith.ceildivsi": "ceildiv", "arith.divui": "floordiv", "arith.minui": "min", "arith.maxui": "max"}
+_SCALARS = {"i32", "i64", "f32"}
 
 
 class PlanError(CompileError):
@@ -63,26 +68,6 @@ def kernel_metadata(hsaco: dict) -> dict[str, dict]:
             for name, fields in hsaco["kernels"].items()}
 
 
-def build_manifest(plan: dict, *, spec: AttentionBwdSpec | None, target: Target, binary_file: str,
-                   binary_format: str, interp_ir_file: str, metadata: dict[str, dict] | None = None) -> dict:
-    """The bundle manifest: the plan plus spec, target, file names and (AMD) per-kernel metadata."""
-    kernels = {name: dict(entry) for name, entry in plan["kernels"].items()}
-    for name, facts in (metadata or {}).items():
-        if name not in kernels:
-            raise PlanError(f"the code object has kernel {name!r}, which no step launches")
-        kernels[name]["metadata"] = facts
-    return {
-        "format": FORMAT,
-        "spec": spec_to_json(spec) if spec is not None else None,
-        "target": {"arch": target.arch, "backend": target.backend, "wave_size": target.wave_size},
-        "binary": {"file": binary_file, "format": binary_format},
-        "interp_ir": interp_ir_file,
-        "buffers": plan["buffers"],
-        "steps": plan["steps"],
-        "kernels": kernels,
-    }
-
-
 def host_function(module: "ir.Operation") -> "ir.Operation | None":
     """The func.func that launches the kernels; None for a module of kernels alone."""
     hosts = [op.operation for op in module.regions[0].blocks[0].operations
@@ -96,19 +81,37 @@ def _launches(func: "ir.Operation") -> bool:
     return any(op.operation.name == "gpu.launch_func" for op in func.regions[0].blocks[0].operations)
 
 
+def argument_names(host: "ir.Operation") -> list[str]:
+    """The `fmha.operand` name of each host argument (PlanError naming the first unnamed one)."""
+    arg_attrs = host.attributes["arg_attrs"] if "arg_attrs" in host.attributes else None
+    arguments = list(host.regions[0].blocks[0].arguments)
+    names = []
+    for i in range(len(arguments)):
+        attrs = ir.DictAttr(arg_attrs[i]) if arg_attrs is not None else None
+        if attrs is None or OPERAND_ATTRIBUTE not in attrs:
+            raise PlanError(f"host argument #{i} has no '{OPERAND_ATTRIBUTE}' attribute naming its operand "
+                            f"({', '.join(OPERAND_DIMS)})", host)
+        names.append(ir.StringAttr(attrs[OPERAND_ATTRIBUTE]).value)
+    return names
+
+
 class _PlanReader:
     def __init__(self, host: "ir.Operation"):
         self.host = host
-        self.arguments = list(host.regions[0].blocks[0].arguments)
-        if len(self.arguments) != len(OPERAND_NAMES):
-            raise PlanError(f"the host function has {len(self.arguments)} arguments; expected the "
-                            f"{len(OPERAND_NAMES)} operands of fmha.attention_bwd ({' '.join(OPERAND_NAMES)})",
-                            host)
+        self.names = argument_names(host)
+        arguments = list(host.regions[0].blocks[0].arguments)
         self.buffers: dict[str, dict] = {}
         self.workspaces: dict[ir.Operation, str] = {}  # alloc op -> buffer name
-        for name, argument in zip(OPERAND_NAMES, self.arguments):
-            role = "input" if name in INPUTS else "output"
-            self.buffers[name] = {"role": role, **_memref_facts(argument.type, host)}
+        for name, argument in zip(self.names, arguments):
+            if name not in OPERAND_DIMS or name in self.buffers:
+                raise PlanError(f"host argument {name!r} is {'repeated' if name in self.buffers else 'unknown'}; "
+                                f"each of {', '.join(OPERAND_DIMS)} names one argument", host)
+            facts = _memref_facts(argument.type, host)
+            dims = [d if d is not None else OPERAND_DIMS[name][i] for i, d in enumerate(facts.pop("shape"))]
+            if len(dims) != len(OPERAND_DIMS[name]):
+                raise PlanError(f"host argument {name!r} has rank {len(dims)}; docs/ir.md gives it "
+                                f"[{', '.join(OPERAND_DIMS[name])}]", host)
+            self.buffers[name] = {"role": "input" if name in INPUTS else "output", **facts, "dims": dims}
 
     def read(self) -> dict:
         steps, kernels = [], {}
@@ -120,57 +123,75 @@ class _PlanReader:
                 steps.append({"op": "zero", "buffer": self._buffer(op.opview.dst, op)})
                 _check_zero(op)
             elif op.name == "gpu.launch_func":
-                step = self._launch(op)
+                step, signature = self._launch(op)
+                if kernels.setdefault(step["kernel"], signature) != signature:
+                    raise PlanError(f"kernel {step['kernel']} is launched with two different argument lists", op)
                 steps.append(step)
-                kernels[step["kernel"]] = {"args": [{"buffer": name, "rank": self.buffers[name]["rank"],
-                                                     "dtype": self.buffers[name]["dtype"]}
-                                                    for name in step["args"]]}
-            elif op.name not in _STEPLESS_OPS:
+            elif op.name not in _STEPLESS_OPS and op.name not in _ARITH:
                 # The runtime runs the steps alone: dropping this op would silently change the program.
                 raise PlanError(f"the launch plan cannot express a {op.name} in the host function; it may "
-                                  "hold only workspace allocs, gpu.memset zero fills and gpu.launch_func", op)
+                                  "hold only workspace allocs, gpu.memset zero fills, gpu.launch_func and the "
+                                  "index arithmetic that sizes them", op)
         return {"buffers": self.buffers, "steps": steps, "kernels": kernels}
 
     def _add_workspace(self, alloc: "ir.Operation") -> None:
-        like = self._like(alloc)
-        name = "d" if like == "lse" else f"{like}_acc" if like in GRADS else None
-        if name is None or name in self.buffers:
-            raise PlanError(f"cannot name this workspace (sizes like {like!r}): docs/ir.md names d (like lse) "
-                            "and dq_acc / dk_acc / dv_acc (like dq / dk / dv), each once", alloc)
+        if WORKSPACE_ATTRIBUTE not in alloc.attributes:
+            raise PlanError(f"a workspace alloc needs a '{WORKSPACE_ATTRIBUTE}' name (fmha-decompose-bwd gives one)",
+                            alloc)
+        name = ir.StringAttr(alloc.attributes[WORKSPACE_ATTRIBUTE]).value
+        if name in self.buffers:
+            raise PlanError(f"workspace name {name!r} is taken by another buffer", alloc)
+        facts = _memref_facts(alloc.results[0].type, alloc)
+        sizes = iter(alloc.operands)
+        dims = [to_json(self._expr(next(sizes), alloc)) if d is None else d for d in facts.pop("shape")]
         self.workspaces[alloc] = name
-        self.buffers[name] = {"role": "workspace", **_memref_facts(alloc.results[0].type, alloc), "like": like}
+        self.buffers[name] = {"role": "workspace", **facts, "dims": dims}
 
-    def _like(self, alloc: "ir.Operation") -> str:
-        """The buffer whose sizes the alloc takes, dimension for dimension."""
-        alloc_type = ir.MemRefType(alloc.results[0].type)
-        sources = [_dim_source(size, alloc) for size in alloc.operands]
-        names = {self._buffer(value, alloc) for value, _ in sources}
-        if len(names) != 1:
-            raise PlanError("a workspace's sizes must all be memref.dim of one buffer", alloc)
-        like = names.pop()
-        dynamic = [i for i in range(alloc_type.rank) if alloc_type.is_dynamic_dim(i)]
-        if [dim for _, dim in sources] != dynamic or ir.MemRefType(sources[0][0].type).shape != alloc_type.shape:
-            raise PlanError(f"a workspace must have the shape of the buffer its sizes come from ({like})", alloc)
-        return like
-
-    def _launch(self, op: "ir.Operation") -> dict:
+    def _launch(self, op: "ir.Operation") -> tuple[dict, dict]:
         launch = op.opview
-        kernel = ir.SymbolRefAttr(launch.kernel)
+        kernel = ir.SymbolRefAttr(launch.kernel).value[-1]
+        args, signature = [], []
+        for value in launch.kernelOperands:
+            if isinstance(value.type, ir.MemRefType):
+                name = self._buffer(value, op)
+                args.append({"buffer": name})
+                signature.append({"buffer": name, "rank": self.buffers[name]["rank"],
+                                  "dtype": self.buffers[name]["dtype"], "type": str(value.type)})
+            elif str(value.type) == "f32":
+                args.append({"scalar": "f32", "value": _float_constant(value, op)})
+                signature.append({"scalar": "f32"})
+            elif str(value.type) in _SCALARS:
+                args.append({"scalar": str(value.type), "value": to_json(self._expr(value, op))})
+                signature.append({"scalar": str(value.type)})
+            else:
+                raise PlanError(f"kernel argument of type {value.type} is neither a memref nor an i32/i64/f32 "
+                                "scalar", op)
         shared = launch.dynamicSharedMemorySize
-        return {
-            "op": "launch",
-            "kernel": kernel.value[-1],
-            "args": [self._buffer(value, op) for value in launch.kernelOperands],
-            "grid": [self._grid_dim(value, op)
-                     for value in (launch.gridSizeX, launch.gridSizeY, launch.gridSizeZ)],
-            "block": [_constant(value, op)
-                      for value in (launch.blockSizeX, launch.blockSizeY, launch.blockSizeZ)],
+        step = {
+            "op": "launch", "kernel": kernel, "args": args,
+            "grid": [to_json(self._expr(v, op)) for v in (launch.gridSizeX, launch.gridSizeY, launch.gridSizeZ)],
+            "block": [_constant(v, op) for v in (launch.blockSizeX, launch.blockSizeY, launch.blockSizeZ)],
             "shared_bytes": 0 if shared is None else _constant(shared, op),
         }
+        return step, {"args": signature}
 
-    def _grid_dim(self, value: "ir.Value", user: "ir.Operation") -> dict:
-        source, dim = _dim_source(value, user)
-        return {"buffer": self._buffer(source, user), "dim": dim}
+    def _expr(self, value: "ir.Value", user: "ir.Operation") -> Expr:
+        """The size expression `value` computes from buffer dims and constants."""
+        owner = value.owner
+        if isinstance(owner, ir.Block):
+            raise PlanError("a size comes from a block argument, not from buffer sizes and constants", user)
+        op = owner.operation
+        if op.name == "arith.constant":
+            return _constant(value, user)
+        if op.name in ("arith.index_cast", "arith.index_castui"):
+            return self._expr(op.operands[0], user)
+        if op.name == "memref.dim":
+            source, position = op.operands
+            return Dim(self._buffer(source, user), _constant(position, user))
+        if op.name in _ARITH:
+            return BinOp(_ARITH[op.name], self._expr(op.operands[0], user), self._expr(op.operands[1], user))
+        raise PlanError(f"a size is computed by {op.name}, which the launch plan cannot express (it takes "
+                        f"memref.dim, constants and {', '.join(sorted(_ARITH))})", user)
 
     def _buffer(self, value: "ir.Value", user: "ir.Operation") -> str:
         """The buffer name behind a memref value: a host argument or a workspace, through memref.cast."""
@@ -179,7 +200,7 @@ class _PlanReader:
         if isinstance(value.owner, ir.Block):
             if value.owner.owner != self.host:
                 raise PlanError("a launch operand is a block argument of a nested region", user)
-            return OPERAND_NAMES[ir.BlockArgument(value).arg_number]
+            return self.names[ir.BlockArgument(value).arg_number]
         owner = value.owner.operation
         if owner in self.workspaces:
             return self.workspaces[owner]
@@ -187,19 +208,18 @@ class _PlanReader:
                         user)
 
 
-def _dim_source(value: "ir.Value", user: "ir.Operation") -> tuple["ir.Value", int]:
-    owner = value.owner
-    if isinstance(owner, ir.Block) or owner.operation.name != "memref.dim":
-        raise PlanError("a grid or workspace size must be a memref.dim of a buffer", user)
-    source, position = owner.operation.operands
-    return source, _constant(position, user)
-
-
 def _constant(value: "ir.Value", user: "ir.Operation") -> int:
     owner = value.owner
     if isinstance(owner, ir.Block) or owner.operation.name != "arith.constant":
         raise PlanError("block sizes, dims and shared memory sizes must be arith.constant", user)
     return ir.IntegerAttr(owner.operation.attributes["value"]).value
+
+
+def _float_constant(value: "ir.Value", user: "ir.Operation") -> float:
+    owner = value.owner
+    if isinstance(owner, ir.Block) or owner.operation.name != "arith.constant":
+        raise PlanError("an f32 kernel argument must be an arith.constant", user)
+    return ir.FloatAttr(owner.operation.attributes["value"]).value
 
 
 def _check_zero(memset: "ir.Operation") -> None:
@@ -211,6 +231,7 @@ def _check_zero(memset: "ir.Operation") -> None:
 
 
 def _memref_facts(memref_type: "ir.Type", op: "ir.Operation") -> dict:
+    """dtype, rank and the shape (None where dynamic) of a buffer's memref type."""
     memref_type = ir.MemRefType(memref_type)
     dtype = str(memref_type.element_type)
     if dtype not in DTYPES:
@@ -218,4 +239,5 @@ def _memref_facts(memref_type: "ir.Type", op: "ir.Operation") -> dict:
     if memref_type.memory_space is not None:
         raise PlanError(f"buffer {memref_type} is not in the default memory space: the runtime passes "
                         "device-global pointers", op)
-    return {"dtype": dtype, "rank": memref_type.rank}
+    shape = [None if memref_type.is_dynamic_dim(i) else memref_type.shape[i] for i in range(memref_type.rank)]
+    return {"dtype": dtype, "rank": memref_type.rank, "shape": shape}

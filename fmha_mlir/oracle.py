@@ -3,7 +3,8 @@
 All functions take tensors in the logical layout of docs/ir.md (q [B,Hq,Sq,Dq], k [B,Hk,Sk,Dq],
 v [B,Hk,Sk,Dv], o/do [B,Hq,Sq,Dv], lse [B,Hq,Sq]) holding the values a kernel reads (already rounded to
 its dtype). The oracle computes in float64; `lowp_backward` models a low-precision kernel (f32
-accumulation, P / dS / outputs rounded to the dtype) for the tolerance policy.
+accumulation in the kernel's summation order, P / dS / outputs rounded to the dtype as the kernel's body
+rounds them, `fmha_mlir.numerics`) for the tolerance policy.
 
 Scores are S = scale * Q K^T + bias, -inf where `mask` hides the key. A row that sees no key has
 lse = +inf, O = 0 and zero gradients (FlashAttention's convention), never NaN. The backward recomputes
@@ -20,6 +21,7 @@ import numpy as np
 
 from .dtypes import STORAGE, round_to
 from .errors import Reason, SpecError
+from .numerics import MATRIX_K16, Numerics
 from .spec import Mask
 
 
@@ -120,20 +122,30 @@ def _check_problem(q, k, v, *, mask: Mask, scale, gqa_ratio, o=None, do=None, ls
 
 @dataclass(frozen=True)
 class _Arithmetic:
-    """How a reference computes: its accumulation type, and the rounding a kernel applies to a value
-    it stores in the element type (P and dS before they meet T operands, and the outputs)."""
+    """How a reference computes: its accumulation type, the rounding of a value stored in the element
+    type (the outputs), whether P and dS get that rounding before they meet T operands, and the chunk
+    size of the sequential long reductions (None: one exact matmul)."""
 
     acc: type
     store: Callable[[np.ndarray], np.ndarray]
+    round_p_ds: bool = False
+    sum_chunk: int | None = None
+
+    def operand(self, x: np.ndarray) -> np.ndarray:
+        """P or dS as the products see it."""
+        return self.store(x) if self.round_p_ds else x
 
 
 _EXACT = _Arithmetic(np.float64, lambda x: x)
 
 
-def _lowp_arithmetic(dtype: str) -> _Arithmetic:
+def _lowp_arithmetic(dtype: str, numerics: Numerics) -> _Arithmetic:
     if dtype not in STORAGE:
         raise SpecError([Reason("dtype", f"unknown element type {dtype!r}", f"use one of {', '.join(STORAGE)}")])
-    return _Arithmetic(np.float32, lambda x: round_to(x, dtype).astype(np.float32))
+    if not isinstance(numerics, Numerics):
+        raise SpecError([Reason("numerics", f"must be a fmha_mlir.numerics.Numerics (got {numerics!r})")])
+    return _Arithmetic(np.float32, lambda x: round_to(x, dtype).astype(np.float32), numerics.round_p_ds,
+                       numerics.sum_chunk)
 
 
 def _swap(x: np.ndarray) -> np.ndarray:
@@ -149,6 +161,23 @@ def _reduce_kv(x: np.ndarray, gqa_ratio: int) -> np.ndarray:
     """Sum a per-query-head gradient over each GQA group (the inverse of _expand_kv)."""
     b, hq, s, d = x.shape
     return x.reshape(b, hq // gqa_ratio, gqa_ratio, s, d).sum(axis=2)
+
+
+def _sequential_matmul(a: np.ndarray, b: np.ndarray, chunk: int | None, gqa_ratio: int = 1) -> np.ndarray:
+    """a @ b [B, H, M, K] x [B, H, K, N] summed over K (and, with gqa_ratio > 1, over each group of
+    heads, into [B, H / gqa_ratio, M, N]) as a kernel sums: `chunk` terms per partial product, the
+    partial products added one after the other in a's dtype. chunk None: one matmul (exact oracle)."""
+    if chunk is None:
+        return _reduce_kv(a @ b, gqa_ratio) if gqa_ratio > 1 else a @ b
+    batch, heads, m, k = a.shape
+    groups = heads // gqa_ratio
+    a = a.reshape(batch, groups, gqa_ratio, m, k)
+    b = b.reshape(batch, groups, gqa_ratio, k, b.shape[-1])
+    out = np.zeros((batch, groups, m, b.shape[-1]), dtype=a.dtype)
+    for head in range(gqa_ratio):  # a group's heads one after the other, as a work-group loops over them
+        for start in range(0, k, chunk):
+            out += a[:, :, head, :, start:start + chunk] @ b[:, :, head, start:start + chunk]
+    return out
 
 
 def _reduce_to_shape(x: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
@@ -194,10 +223,10 @@ def _backward_terms(q, k, v, o, do, lse, *, mask, scale, gqa_ratio, bias, arith:
 
 def _gradients(terms: _Terms, *, scale, gqa_ratio, bias, arith: _Arithmetic) -> Gradients:
     scale = arith.acc(scale)
-    p, ds = arith.store(terms.p), arith.store(terms.ds)
-    dq = (ds @ terms.k_exp) * scale
-    dk = _reduce_kv(_swap(ds) @ terms.q, gqa_ratio) * scale
-    dv = _reduce_kv(_swap(p) @ terms.do, gqa_ratio)
+    p, ds = arith.operand(terms.p), arith.operand(terms.ds)
+    dq = _sequential_matmul(ds, terms.k_exp, arith.sum_chunk) * scale
+    dk = _sequential_matmul(_swap(ds), terms.q, arith.sum_chunk, gqa_ratio) * scale
+    dv = _sequential_matmul(_swap(p), terms.do, arith.sum_chunk, gqa_ratio)
     dbias = None if bias is None else arith.store(_reduce_to_shape(terms.ds, np.shape(bias)))
     out = [None if g is None else arith.store(g).astype(np.float64) for g in (dq, dk, dv, dbias)]
     return Gradients(out[0], out[1], out[2], terms.d.astype(np.float64), out[3])
@@ -229,11 +258,12 @@ def backward(q, k, v, o, do, lse, *, mask: Mask, scale: float, gqa_ratio: int, b
 
 
 def lowp_backward(q, k, v, o, do, lse, *, dtype: str, mask: Mask, scale: float, gqa_ratio: int,
-                  bias=None) -> Gradients:
-    """The backward as a `dtype` kernel computes it: f32 arithmetic and accumulation, P and dS rounded
-    to `dtype` before they multiply dtype operands, outputs rounded to `dtype` (values as float64).
-    The tolerance policy measures how far this lands from the float64 oracle."""
-    arith = _lowp_arithmetic(dtype)
+                  bias=None, numerics: Numerics = MATRIX_K16) -> Gradients:
+    """The backward as a `dtype` kernel with `numerics` computes it: f32 arithmetic, the long reductions
+    summed in the kernel's order, P and dS rounded to `dtype` before they multiply dtype operands when
+    the body does so, outputs rounded to `dtype` (values as float64). The tolerance policy measures how
+    far this lands from the float64 oracle."""
+    arith = _lowp_arithmetic(dtype, numerics)
     args = dict(mask=mask, scale=scale, gqa_ratio=gqa_ratio, bias=bias)
     terms = _backward_terms(q, k, v, o, do, lse, arith=arith, **args)
     return _gradients(terms, scale=scale, gqa_ratio=gqa_ratio, bias=bias, arith=arith)

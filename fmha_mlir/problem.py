@@ -13,6 +13,7 @@ import numpy as np
 from . import oracle
 from .dtypes import round_to, to_storage
 from .errors import Reason, SpecError
+from .numerics import Numerics
 from .spec import BIAS_KINDS, AttentionBwdSpec
 from .tolerance import GradCheck, check_gradients
 
@@ -77,15 +78,19 @@ class Problem:
             self._cache["oracle"] = oracle.backward(*self._inputs(), **self._options())
         return self._cache["oracle"]
 
-    def lowp_gradients(self) -> oracle.Gradients:
-        """Gradients as a spec.dtype kernel computes them, for the tolerance policy (cached)."""
-        if "lowp" not in self._cache:
-            self._cache["lowp"] = oracle.lowp_backward(*self._inputs(), dtype=self.spec.dtype, **self._options())
-        return self._cache["lowp"]
+    def lowp_gradients(self, numerics: Numerics) -> oracle.Gradients:
+        """Gradients as a spec.dtype kernel with `numerics` computes them, for the gate (cached)."""
+        key = ("lowp", numerics)
+        if key not in self._cache:
+            self._cache[key] = oracle.lowp_backward(*self._inputs(), dtype=self.spec.dtype, numerics=numerics,
+                                                    **self._options())
+        return self._cache[key]
 
-    def check(self, kernel: dict) -> list[GradCheck]:
-        """tolerance.check_gradients of a kernel's outputs against this problem's references."""
-        return check_gradients(kernel, self.oracle_gradients(), self.lowp_gradients(), self.spec.dtype, self.hdim)
+    def check(self, kernel: dict, numerics: Numerics) -> list[GradCheck]:
+        """The gate (tolerance.check_gradients) for the outputs of a kernel whose body computes with
+        `numerics` (a bundle's `numerics`)."""
+        return check_gradients(kernel, self.oracle_gradients(), self.lowp_gradients(numerics), self.spec.dtype,
+                               self.hdim)
 
 
 def _storage_view(values: np.ndarray, dtype: str, layout: str) -> np.ndarray:

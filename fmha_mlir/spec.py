@@ -10,14 +10,10 @@ import math
 from dataclasses import dataclass, field
 
 from .errors import Reason, SpecError
-from .target import Target, target_reasons, TARGETS
 
 DTYPES = ("f16", "bf16", "f32")
 MASK_KINDS = ("none", "causal_top_left", "causal_bottom_right", "sliding_window")
 BIAS_KINDS = ("none", "elementwise", "alibi")
-# The warp-distributed body gives each lane hdim / wave_size contiguous elements; past 8 per lane the
-# register cost of the loop-carried dQ slice outgrows what the body is built for.
-MAX_ELEMENTS_PER_LANE = 8
 # The scale is compiled in as an f32 attribute: it must survive the rounding, and not as a denormal.
 F32_MIN_NORMAL = 1.1754943508222875e-38
 F32_MAX = 3.4028234663852886e38
@@ -129,8 +125,9 @@ class AttentionBwdSpec:
             name += "_s" + f"{self.scale:.6g}".replace(".", "p").replace("-", "m").replace("+", "")
         return name
 
-    def reasons(self, target: Target | None = None) -> list[Reason]:
-        """Every reason this spec cannot be compiled (for `target`, when given); empty when valid."""
+    def reasons(self) -> list[Reason]:
+        """Every reason this spec is malformed; empty when valid. What a body or target supports is
+        fmha_mlir.bodies' to say."""
         out: list[Reason] = []
         if self.dtype not in DTYPES:
             out.append(Reason("dtype", f"unsupported element type {self.dtype!r}", f"use one of {', '.join(DTYPES)}"))
@@ -151,26 +148,10 @@ class AttentionBwdSpec:
         if self.deterministic:
             out.append(Reason("deterministic", "deterministic mode is not implemented yet",
                               "use deterministic=False"))
-        if target is not None and not out:
-            out += self.body_reasons(target.wave_size, target.arch)
         return out
 
-    def body_reasons(self, wave_size: int, where: str = "") -> list[Reason]:
-        """Limits of the warp-distributed body for waves of `wave_size` lanes (on `where`)."""
-        out = []
-        w = wave_size
-        on = f" on {where}" if where else ""
-        for name in ("hdim_q", "hdim_v"):
-            value = getattr(self, name)
-            if value % w or value // w > MAX_ELEMENTS_PER_LANE:
-                out.append(Reason(
-                    name, f"{value} is not supported by the warp body{on} (wave size {w})",
-                    f"use a multiple of {w} from {w} to {w * MAX_ELEMENTS_PER_LANE}"))
-        return out
-
-    def check(self, arch: str | None = None) -> None:
-        """Raise SpecError with every reason this spec (on `arch`) is invalid."""
-        reasons = target_reasons(arch) if arch is not None else []
-        reasons += self.reasons(TARGETS.get(arch) if arch else None)
+    def check(self) -> None:
+        """Raise SpecError with every reason this spec is invalid."""
+        reasons = self.reasons()
         if reasons:
             raise SpecError(reasons)

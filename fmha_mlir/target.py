@@ -1,4 +1,7 @@
-"""Compilation targets: frozen facts about each GPU architecture. Importable without MLIR."""
+"""Compilation targets: frozen hardware facts about each GPU architecture. Importable without MLIR.
+
+Body choices (block sizes, tiles) live in fmha_mlir.kernel_config; only what the chip *is* is here.
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -12,27 +15,23 @@ class Target:
 
     arch: str                 # chip name as the backend spells it: gfx942, gfx950, sm_90
     backend: str              # "rocdl" (AMD) or "nvvm" (NVIDIA)
-    wave_size: int            # lanes per wave/warp; the warp body's block size
+    wave_size: int            # lanes per wave (AMD) / warp (NVIDIA)
     max_threads_per_block: int
-    binary_format: str        # what gpu-module-to-binary{format=bin} yields: "hsaco" or "cubin"
-    has_bf16_convert: bool    # a hardware f32->bf16 convert (gfx942 emulates it in software)
+    max_shared_bytes: int     # shared memory (LDS) one work-group may use, dynamic opt-in included
 
     @property
     def vendor(self) -> str:
         return "amd" if self.backend == "rocdl" else "nvidia"
 
-    @property
-    def isa_format(self) -> str:
-        """What gpu-module-to-binary{format=isa} yields: AMDGPU assembly or PTX."""
-        return "amdgcn" if self.backend == "rocdl" else "ptx"
-
 
 TARGETS: dict[str, Target] = {
     t.arch: t
     for t in (
-        Target("gfx942", "rocdl", 64, 1024, "hsaco", has_bf16_convert=False),
-        Target("gfx950", "rocdl", 64, 1024, "hsaco", has_bf16_convert=True),
-        Target("sm_90", "nvvm", 32, 1024, "cubin", has_bf16_convert=True),
+        # LDS: 64 KB per work-group on CDNA3, 160 KB on CDNA4 (the ISA guides).
+        Target("gfx942", "rocdl", 64, 1024, 64 * 1024),
+        Target("gfx950", "rocdl", 64, 1024, 160 * 1024),
+        # sm_90: 227 KB per block after cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES) (CUDA guide).
+        Target("sm_90", "nvvm", 32, 1024, 227 * 1024),
     )
 }
 

@@ -1,23 +1,30 @@
 """fmha-decompose-bwd: the problem op -> the three stages and their workspaces (docs/ir.md level 2).
 
+The op's kernel config names the body; the body says which gradients accumulate in f32 workspaces
+(fmha_mlir.bodies): the warp body sums dK / dV by atomics (into the outputs for f32), the tiled body
+sums dQ by atomics into a row-padded workspace.
+
     d = alloc [B, Hq, Sq] f32;  dot_do_o(o, do, d)
-    T != f32: dk_acc, dv_acc = alloc f32 like dk / dv, zero-filled;  T == f32: dk, dv zero-filled
-    dq_dk_dv(q, k, v, do, lse, d, dq, dk_acc | dk, dv_acc | dv)
-    convert_grad(dk_acc, dk) {grad = "dk"}, convert_grad(dv_acc, dv) {grad = "dv"}  (T != f32 only)
+    <grad>_acc = alloc f32 (shape from the body), zero-filled; outputs the body accumulates into, zero-filled
+    dq_dk_dv(q, k, v, do, lse, d, dq_acc | dq, dk_acc | dk, dv_acc | dv)
+    convert_grad(<grad>_acc, <grad>) {grad = "<grad>"} for each accumulator
     dealloc the workspaces
 """
 from __future__ import annotations
 
 import dataclasses
 
+from fmha_mlir.bodies import body_of, Workspace
 from fmha_mlir.dialects import fmha
 from fmha_mlir.dialects.fmha_types import rows_type, tensor_type
 from fmha_mlir.mlir import gpu, ir, memref
 from fmha_mlir.spec import AttentionBwdSpec
 
-from .base import FmhaPass, rewriting
-from .ir_builders import collect_ops, dims, f32, memref_type
+from .base import FmhaPass, PassFailure, rewriting
+from .ir_builders import collect_ops, expr_value, f32
 from .verify import verified_spec
+
+WORKSPACE_ATTRIBUTE = "fmha.workspace"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -28,46 +35,52 @@ class DecomposeBwd(FmhaPass):
     def run_on_module(self, module: "ir.Operation") -> None:
         for op in collect_ops(module, [fmha.AttentionBwdOp.NAME]):
             spec = verified_spec(op)
+            if "config" not in op.attributes:
+                raise PassFailure("the problem op has no kernel config: run fmha-select-kernel-config{target=...} "
+                                  "first", op)
             with rewriting(op):
                 _decompose(op, spec)
             op.erase()
 
 
 def _decompose(op: "ir.Operation", spec: AttentionBwdSpec) -> None:
-    q, k, v, o, do, lse, dq, dk, dv = op.operands
-    d_alloc = _workspace(lse, rows_type())
-    fmha.DotDoOOp.build(spec, [o, do, d_alloc.strided])
+    config = fmha.config_of(op)
+    body = body_of(config)
+    operands = dict(zip(fmha.OPERAND_NAMES, op.operands))
+    workspaces = body.workspaces(spec, config)
+    allocated = {w.name: _allocate(w, operands) for w in workspaces}
+    fmha.DotDoOOp.build(spec, [operands["o"], operands["do"], allocated["d"].strided], config)
 
+    accumulators = {w.grad: w for w in workspaces if w.grad is not None}
     zero = f32(0.0)
-    accumulators = []
-    if spec.dtype == "f32":
-        # dK / dV accumulate straight into the outputs: only zero-fill them.
-        dk_out, dv_out = dk, dv
-    else:
-        dk_acc = _workspace(dk, tensor_type("f32", spec.hdim_q))
-        dv_acc = _workspace(dv, tensor_type("f32", spec.hdim_v))
-        accumulators = [(dk_acc, dk, "dk"), (dv_acc, dv, "dv")]
-        dk_out, dv_out = dk_acc.strided, dv_acc.strided
-    for buffer in (dk_out, dv_out):
-        gpu.memset(None, [], buffer, zero)
+    for workspace in workspaces:
+        if workspace.zero:
+            gpu.memset(None, [], allocated[workspace.name].strided, zero)
+    for name in body.zeroed_outputs(spec):
+        gpu.memset(None, [], operands[name], zero)
 
-    fmha.DqDkDvOp.build(spec, [q, k, v, do, lse, d_alloc.strided, dq, dk_out, dv_out])
-    for acc, out, grad in accumulators:
-        fmha.ConvertGradOp.build(spec, [acc.strided, out], grad=grad)
-    for workspace in [d_alloc] + [acc for acc, _, _ in accumulators]:
+    outs = [allocated[accumulators[g].name].strided if g in accumulators else operands[g] for g in fmha.GRADS]
+    fmha.DqDkDvOp.build(spec, [operands[n] for n in ("q", "k", "v", "do", "lse")] + [allocated["d"].strided] + outs,
+                        config)
+    for grad, workspace in accumulators.items():
+        fmha.ConvertGradOp.build(spec, [allocated[workspace.name].strided, operands[grad]], config, grad=grad,
+                                 factor=workspace.factor)
+    for workspace in allocated.values():
         memref.dealloc(workspace.allocated)
 
 
 @dataclasses.dataclass(frozen=True)
-class _Workspace:
+class _Allocated:
     allocated: "ir.Value"  # the identity-layout alloc (what is deallocated)
     strided: "ir.Value"    # the same buffer cast to the contract type the stage ops take
 
 
-def _workspace(like: "ir.Value", strided_type: "ir.MemRefType") -> _Workspace:
-    """A contiguous f32 buffer with the (dynamic) sizes of `like`, cast to `strided_type`."""
-    like_type = memref_type(like)
-    identity = ir.MemRefType.get(like_type.shape, ir.F32Type.get())
-    dynamic = [i for i in range(like_type.rank) if like_type.is_dynamic_dim(i)]
-    allocated = memref.alloc(identity, dims(like, dynamic), [])
-    return _Workspace(allocated, memref.cast(strided_type, allocated))
+def _allocate(workspace: Workspace, operands: dict) -> _Allocated:
+    """A contiguous f32 buffer of the workspace's shape, named for the launch plan, cast to the contract type."""
+    dynamic = ir.ShapedType.get_dynamic_size()
+    shape = [d if isinstance(d, int) else dynamic for d in workspace.dims]
+    sizes = [expr_value(d, operands) for d in workspace.dims if not isinstance(d, int)]
+    alloc = memref.alloc(ir.MemRefType.get(shape, ir.F32Type.get()), sizes, [])
+    alloc.owner.attributes[WORKSPACE_ATTRIBUTE] = ir.StringAttr.get(workspace.name)
+    strided = rows_type() if len(shape) == 3 else tensor_type("f32", shape[-1])
+    return _Allocated(alloc, memref.cast(strided, alloc))

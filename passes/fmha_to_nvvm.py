@@ -14,7 +14,7 @@ from fmha_mlir.target import TARGETS
 
 from .base import FmhaPass
 from .ir_builders import create_op
-from .kernel_op_lowering import lower_kernel_ops, reduce_width, shared_lowerings, shuffle_xor_reduce
+from .kernel_op_lowering import elementwise, lower_kernel_ops, reduce_width, shared_lowerings, shuffle_xor_reduce
 
 EX2_INTRINSIC = "llvm.nvvm.ex2.approx.ftz.f32"
 WARP_SIZE = TARGETS["sm_90"].wave_size
@@ -37,11 +37,15 @@ def lower_wave_reduce(op: "ir.Operation") -> "ir.Value":
 
 
 def lower_exp2(op: "ir.Operation") -> "ir.Value":
-    """ex2.approx.ftz.f32: 2^x, and +0 for -inf (masked keys)."""
+    """ex2.approx.ftz.f32 per element: 2^x, and +0 for -inf (masked keys)."""
+    return elementwise(op.operands[0], _ex2)
+
+
+def _ex2(x: "ir.Value") -> "ir.Value":
     attributes = {
         "intrin": ir.StringAttr.get(EX2_INTRINSIC),
         "fastmathFlags": ir.Attribute.parse("#llvm.fastmath<none>"),
         "op_bundle_sizes": ir.DenseI32ArrayAttr.get([]),
         "operandSegmentSizes": ir.DenseI32ArrayAttr.get([1, 0]),
     }
-    return create_op("llvm.call_intrinsic", ir.F32Type.get(), [op.operands[0]], attributes)
+    return create_op("llvm.call_intrinsic", ir.F32Type.get(), [x], attributes)

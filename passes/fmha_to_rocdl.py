@@ -4,8 +4,9 @@ A full-wave reduction uses DPP by default: four in-row steps (quad_perm [1,0,3,2
 row_half_mirror, row_mirror) leave every lane of each 16-lane row with that row's sum; row_bcast_15
 (rows 1, 3) and row_bcast_31 (rows 2, 3) then fold the rows so that lane 63 holds the sum of all 64
 lanes, and `rocdl.readlane` 63 gives it to every lane. No LDS traffic and no waits, against one
-ds_bpermute plus five ds_swizzle for the xor-shuffle butterfly (reduce=shuffle), which partial-wave
-reductions always use.
+ds_bpermute plus five ds_swizzle for the xor-shuffle butterfly (reduce=shuffle). A reduction over
+groups of 2, 4, 8 or 16 lanes (the row kernels' rows) is the first 1-4 in-row steps alone; a group
+of 32 has no DPP form that leaves the sum in every lane and uses the butterfly.
 """
 from __future__ import annotations
 
@@ -20,9 +21,11 @@ from fmha_mlir.target import TARGETS
 
 from .base import FmhaPass
 from .ir_builders import collect_ops, create_op, f32
-from .kernel_op_lowering import lower_kernel_ops, reduce_width, shared_lowerings, shuffle_xor_reduce
+from .kernel_op_lowering import elementwise, lower_kernel_ops, reduce_width, shared_lowerings, shuffle_xor_reduce
 
 DPP_WAVE = 64
+# Group widths whose sum the in-row steps leave in every lane: width 2**k after the first k steps.
+DPP_ROW_WIDTHS = (2, 4, 8, 16)
 
 # (permutation, its argument, row_mask): each step adds the permuted value to the running sum.
 # Rows left out of a row_mask keep `old` (0.0), so their sum is unchanged.
@@ -65,6 +68,8 @@ class ConvertFmhaToRocdl(FmhaPass):
         width = reduce_width(op, TARGETS[self.chipset].wave_size)
         if self.reduce == "dpp" and width == DPP_WAVE:
             return dpp_wave_sum(op.operands[0])
+        if self.reduce == "dpp" and width in DPP_ROW_WIDTHS:
+            return dpp_sum(op.operands[0], _DPP_STEPS[:DPP_ROW_WIDTHS.index(width) + 1])
         return shuffle_xor_reduce(op.operands[0], width, TARGETS[self.chipset].wave_size)
 
 
@@ -82,10 +87,16 @@ def set_flat_work_group_size(module: "ir.Operation") -> None:
 
 def dpp_wave_sum(value: "ir.Value") -> "ir.Value":
     """The sum of `value` over all 64 lanes, in every lane."""
+    i32 = ir.IntegerType.get_signless(32)
+    return create_op("rocdl.readlane", ir.F32Type.get(), [dpp_sum(value, _DPP_STEPS), arith.constant(i32, DPP_WAVE - 1)])
+
+
+def dpp_sum(value: "ir.Value", steps) -> "ir.Value":
+    """`value` plus its DPP permutations, one step after another (see _DPP_STEPS)."""
     f32_type = ir.F32Type.get()
     i32 = ir.IntegerType.get_signless(32)
     zero = f32(0.0)
-    for kind, argument, row_mask in _DPP_STEPS:
+    for kind, argument, row_mask in steps:
         attributes = {
             "kind": ir.Attribute.parse(f"#amdgpu<dpp_perm {kind}>"),
             "row_mask": ir.IntegerAttr.get(i32, row_mask),
@@ -95,9 +106,9 @@ def dpp_wave_sum(value: "ir.Value") -> "ir.Value":
         if argument is not None:
             attributes["permArgument"] = ir.ArrayAttr.get([ir.IntegerAttr.get(i32, a) for a in argument])
         value = arith.addf(value, create_op("amdgpu.dpp", f32_type, [zero, value], attributes))
-    return create_op("rocdl.readlane", f32_type, [value, arith.constant(i32, DPP_WAVE - 1)])
+    return value
 
 
 def lower_exp2(op: "ir.Operation") -> "ir.Value":
-    """v_exp_f32: 2^x, and 0 for -inf (masked keys)."""
-    return create_op("rocdl.exp2", ir.F32Type.get(), [op.operands[0]])
+    """v_exp_f32 per element: 2^x, and 0 for -inf (masked keys)."""
+    return elementwise(op.operands[0], lambda x: create_op("rocdl.exp2", ir.F32Type.get(), [x]))

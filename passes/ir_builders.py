@@ -56,3 +56,23 @@ def create_op(name: str, result_type: "ir.Type", operands: list, attributes: dic
     """A one-result op of a dialect these bindings have no Python builders for (amdgpu, parts of rocdl)."""
     return ir.Operation.create(name, results=[result_type], operands=operands,
                                attributes=attributes or {}).result
+
+
+def expr_value(expr, operands: dict) -> "ir.Value":
+    """The index value of a fmha_mlir.shape_expr expression over named memref `operands`."""
+    from fmha_mlir.shape_expr import BinOp, Dim
+
+    if isinstance(expr, Dim):
+        return memref.dim(operands[expr.buffer], index(expr.index))
+    if isinstance(expr, BinOp):
+        lhs, rhs = expr_value(expr.lhs, operands), expr_value(expr.rhs, operands)
+        return _BINOPS[expr.op](lhs, rhs)
+    return index(expr)
+
+
+_BINOPS = {
+    "add": lambda a, b: arith.addi(a, b), "sub": lambda a, b: arith.subi(a, b),
+    "mul": lambda a, b: arith.muli(a, b), "ceildiv": lambda a, b: arith.ceildivui(a, b),
+    "floordiv": lambda a, b: arith.divui(a, b), "min": lambda a, b: arith.minui(a, b),
+    "max": lambda a, b: arith.maxui(a, b),
+}

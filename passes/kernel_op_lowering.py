@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Callable
 
 from fmha_mlir.dialects import fmha
-from fmha_mlir.mlir import arith, gpu, ir, memref
+from fmha_mlir.mlir import arith, gpu, ir, memref, vector
 from fmha_mlir.spec import Mask
 
 from .base import PassFailure, rewriting
@@ -79,13 +79,37 @@ def shuffle_xor_reduce(value: "ir.Value", width: int, wave_size: int) -> "ir.Val
 
 
 def lower_masked_score(op: "ir.Operation") -> "ir.Value":
-    """dot * scale_log2 where the key is visible (fmha_mlir.spec.Mask.visible), -inf where it is not."""
+    """dot * scale_log2 where the key is visible (fmha_mlir.spec.Mask.visible), -inf where it is not;
+    elementwise when dot is a vector (scalar operands apply to every element)."""
     dot, q_pos, k_pos, seqlen_q, seqlen_k = op.operands
-    score = arith.mulf(dot, f32(fmha.MaskedScoreOp.scale_log2_of(op)))
+    shape = _vector_shape(dot.type)
+    score = arith.mulf(dot, splat(f32(fmha.MaskedScoreOp.scale_log2_of(op)), shape))
+    q_pos, k_pos, seqlen_q, seqlen_k = (splat(v, shape) for v in (q_pos, k_pos, seqlen_q, seqlen_k))
     visible = _visibility(fmha.MaskedScoreOp.mask_of(op), q_pos, k_pos, seqlen_q, seqlen_k)
     if visible is None:
         return score
-    return arith.select(visible, score, f32(float("-inf")))
+    return arith.select(visible, score, splat(f32(float("-inf")), shape))
+
+
+def _vector_shape(value_type: "ir.Type") -> list[int]:
+    return list(ir.VectorType(value_type).shape) if isinstance(value_type, ir.VectorType) else []
+
+
+def splat(value: "ir.Value", shape: list[int]) -> "ir.Value":
+    """`value` broadcast to vector<shape> (unchanged when shape is empty or it already is a vector)."""
+    if not shape or isinstance(value.type, ir.VectorType):
+        return value
+    return vector.broadcast(ir.VectorType.get(shape, value.type), value)
+
+
+def elementwise(value: "ir.Value", scalar_op) -> "ir.Value":
+    """scalar_op applied to an f32, or to each element of a 1-D vector (for target ops without vector
+    forms, e.g. ex2.approx and v_exp_f32)."""
+    if not isinstance(value.type, ir.VectorType):
+        return scalar_op(value)
+    vector_type = ir.VectorType(value.type)
+    parts = [scalar_op(vector.extract(value, [], [i])) for i in range(vector_type.shape[0])]
+    return vector.from_elements(vector_type, parts)
 
 
 def _visibility(mask: Mask, q_pos, k_pos, seqlen_q, seqlen_k) -> "ir.Value | None":
@@ -113,7 +137,7 @@ def _cmp(predicate: str, lhs, rhs) -> "ir.Value":
 def _shifted(position: "ir.Value", amount: int) -> "ir.Value":
     if amount == 0:
         return position
-    return arith.addi(position, index(amount))
+    return arith.addi(position, splat(index(amount), _vector_shape(position.type)))
 
 
 # --- fmha.atomic_add --------------------------------------------------------------------------------

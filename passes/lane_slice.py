@@ -49,9 +49,16 @@ def store_from_f32(values: list["ir.Value"], buffer: "ir.Value", row: list["ir.V
     _store(packed, buffer, row, lane_slice)
 
 
-def copy_slice(source: "ir.Value", dest: "ir.Value", row: list["ir.Value"], lane_slice: LaneSlice) -> None:
-    """dest[row..., slice] = source[row..., slice], converted through f32 as one (vector) value."""
-    _store(_to_f32(_load(source, row, lane_slice)), dest, row, lane_slice)
+def copy_slice(source: "ir.Value", dest: "ir.Value", row: list["ir.Value"], lane_slice: LaneSlice,
+               factor: float = 1.0) -> None:
+    """dest[row..., slice] = factor * source[row..., slice], converted through f32 as one (vector) value."""
+    value = _to_f32(_load(source, row, lane_slice))
+    if factor != 1.0:
+        shape = _vector_shape(value.type)
+        constant = arith.constant(ir.F32Type.get(), factor)
+        value = arith.mulf(value, vector.broadcast(ir.VectorType.get(shape, ir.F32Type.get()), constant)
+                           if shape else constant)
+    _store(value, dest, row, lane_slice)
 
 
 def _load(buffer: "ir.Value", row: list["ir.Value"], lane_slice: LaneSlice) -> "ir.Value":

@@ -14,9 +14,12 @@ from fmha_mlir.target import TARGETS
 
 # name -> "module:Class" under fmha_mlir.passes; one pass per module.
 _TABLE: dict[str, str] = {
+    "fmha-select-kernel-config": "select_kernel_config:SelectKernelConfig",
     "fmha-decompose-bwd": "decompose_bwd:DecomposeBwd",
     "fmha-stages-to-gpu": "stages_to_gpu:StagesToGpu",
     "fmha-expand-warp-body": "expand_warp_body:ExpandWarpBody",
+    "fmha-expand-tiled-body": "expand_tiled_body:ExpandTiledBody",
+    "fmha-extern-dynamic-shared": "extern_dynamic_shared:ExternDynamicShared",
     "convert-fmha-to-rocdl": "fmha_to_rocdl:ConvertFmhaToRocdl",
     "convert-fmha-to-nvvm": "fmha_to_nvvm:ConvertFmhaToNvvm",
     "fmha-hardware-atomics": "hardware_atomics:HardwareAtomics",

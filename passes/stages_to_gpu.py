@@ -1,23 +1,25 @@
 """fmha-stages-to-gpu: each stage op -> a gpu.func kernel plus a host gpu.launch_func (docs/ir.md level 3).
 
-The kernel's arguments are the stage op's operands and its body is the stage op itself, so the
-warp-body expansion later works on one kernel at a time. Grid sizes are memref.dim of a launch
-operand, which lets the compile tool read the launch plan back from the IR.
+The kernel's arguments are the stage op's operands and its body is the stage op itself, so a body's
+expansion later works on one kernel at a time. The body named by the op's config gives the launch
+geometry (fmha_mlir.bodies): grid sizes are expressions of the operands' sizes, built as memref.dim +
+arith ops so that the compile tool can read the launch plan back from the IR.
 """
 from __future__ import annotations
 
 import dataclasses
 
+from fmha_mlir.bodies import body_of
 from fmha_mlir.dialects import fmha
+from fmha_mlir.dialects.fmha_attrs import KERNEL_CONFIG_ATTRIBUTE, SPEC_ATTRIBUTE, config_attribute, spec_attributes
 from fmha_mlir.mlir import gpu, ir
 
 from .base import FmhaPass, PassFailure, rewriting
-from .ir_builders import collect_ops, dims, enclosing_op, index
-from .verify import check_wave_size, verified_spec
+from .ir_builders import collect_ops, enclosing_op, expr_value, index
+from .verify import verified_spec
 
 KERNEL_MODULE = "fmha_kernels"
-# Grid (x, y, z) = (seqlen, heads, batch) of the stage's first operand (o, q or the accumulator).
-_GRID_DIMS = (2, 1, 0)
+STAGE_CLASSES = {stage.NAME: stage for stage in fmha.STAGE_OPS}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -25,28 +27,37 @@ class StagesToGpu(FmhaPass):
     NAME = "fmha-stages-to-gpu"
     DESCRIPTION = "Outline each fmha stage op into a gpu.func kernel launched by gpu.launch_func"
 
-    wave_size: int = 64
-
-    def __post_init__(self):
-        check_wave_size(self.wave_size)
-
     def run_on_module(self, module: "ir.Operation") -> None:
-        stages = [op for op in collect_ops(module, [stage.NAME for stage in fmha.STAGE_OPS])
+        stages = [op for op in collect_ops(module, list(STAGE_CLASSES))
                   if enclosing_op(op, "gpu.module") is None]
         if not stages:
             return
         module.attributes["gpu.container_module"] = ir.UnitAttr.get(module.context)
         kernels = _kernel_module(module)
         for op in stages:
-            spec = verified_spec(op)
-            name = f"{spec.kernel_prefix}_{_stage_name(op)}"
-            _ensure_kernel(kernels, name, op, self.wave_size)
+            spec, config = verified_spec(op), fmha.config_of(op)
+            stage = stage_name(op)
+            launch = body_of(config).launch(stage, spec, config)
+            name = kernel_symbol(spec, config, stage)
+            _ensure_kernel(kernels, name, op, launch.block, spec, config)
             with rewriting(op):
-                one = index(1)
-                block = [index(self.wave_size), one, one]
-                gpu.LaunchFuncOp([KERNEL_MODULE, name], dims(op.operands[0], _GRID_DIMS), block,
-                                 list(op.operands))
+                operands = dict(zip(STAGE_CLASSES[op.name].OPERANDS, op.operands))
+                grid = [expr_value(e, operands) for e in launch.grid]
+                shared = _i32(launch.shared_bytes) if launch.shared_bytes else None
+                gpu.LaunchFuncOp([KERNEL_MODULE, name], grid, [index(n) for n in launch.block], list(op.operands),
+                                 dynamic_shared_memory_size=shared)
             op.erase()
+
+
+def kernel_symbol(spec, config, stage: str) -> str:
+    """<spec.kernel_prefix>_<config.tag>_<stage> (docs/ir.md, kernel symbols)."""
+    return f"{spec.kernel_prefix}_{config.tag}_{stage}"
+
+
+def _i32(value: int) -> "ir.Value":
+    from fmha_mlir.mlir import arith
+
+    return arith.constant(ir.IntegerType.get_signless(32), value)
 
 
 def _kernel_module(module: "ir.Operation") -> "ir.Operation":
@@ -64,8 +75,10 @@ def _kernel_module(module: "ir.Operation") -> "ir.Operation":
     return kernels.operation
 
 
-def _ensure_kernel(kernels: "ir.Operation", name: str, stage: "ir.Operation", wave_size: int) -> None:
-    """Add `gpu.func @name` wrapping a copy of `stage` unless the same kernel is already there."""
+def _ensure_kernel(kernels: "ir.Operation", name: str, stage: "ir.Operation", block: tuple[int, int, int],
+                   spec, config) -> None:
+    """Add `gpu.func @name` wrapping a copy of `stage` unless the same kernel is already there. The kernel
+    keeps the spec and config as `fmha.spec` / `fmha.config`, so every later stage says what it computes."""
     body = kernels.regions[0].blocks[0]
     operand_types = [value.type for value in stage.operands]
     existing = _symbol_op(body, name)
@@ -77,10 +90,12 @@ def _ensure_kernel(kernels: "ir.Operation", name: str, stage: "ir.Operation", wa
         return
     with ir.InsertionPoint(body), stage.location:
         kernel = gpu.GPUFuncOp(ir.FunctionType.get(operand_types, []), sym_name=name,
-                               known_block_size=[wave_size, 1, 1])
+                               known_block_size=list(block))
         # Not the builder's kernel=True: it adds a discardable `gpu.kernel` attribute next to the
         # `kernel` property, and convert-gpu-to-rocdl/-nvvm then abort on the duplicate.
         kernel.operation.attributes["kernel"] = ir.UnitAttr.get()
+        kernel.operation.attributes[SPEC_ATTRIBUTE] = ir.DictAttr.get(spec_attributes(spec))
+        kernel.operation.attributes[KERNEL_CONFIG_ATTRIBUTE] = config_attribute(config)
         entry = kernel.body.blocks.append(*operand_types, arg_locs=[stage.location] * len(operand_types))
     with ir.InsertionPoint(entry), stage.location:
         copy = stage.clone()
@@ -119,7 +134,7 @@ def _attributes(op: "ir.Operation") -> dict[str, str]:
     return {name: str(op.attributes[name]) for name in op.attributes}
 
 
-def _stage_name(op: "ir.Operation") -> str:
+def stage_name(op: "ir.Operation") -> str:
     """dot_do_o, dq_dk_dv, convert_dk, convert_dv (docs/ir.md kernel symbols)."""
     if op.name == fmha.ConvertGradOp.NAME:
         return f"convert_{fmha.ConvertGradOp.grad_of(op)}"

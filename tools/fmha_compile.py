@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 from fmha_mlir.backends.amd import REDUCE_STRATEGIES
+from fmha_mlir.bodies import BODIES
 from fmha_mlir.backends.nvidia import cuda_toolkit
 from fmha_mlir.compiler import RESTART_STAGES, CompiledKernels, Compiler
 from fmha_mlir.errors import FmhaError, PipelineError, SpecError
@@ -39,12 +40,14 @@ def _parser() -> argparse.ArgumentParser:
     spec.add_argument("--mask", help="none, top_left, bottom_right or window:LEFT,RIGHT (default none)")
     spec.add_argument("--scale", type=float, help="softmax scale (default 1/sqrt(hdim))")
     parser.add_argument("--target", default="gfx942", choices=(*TARGETS, "all"))
+    parser.add_argument("--body", default="auto", choices=("auto", *BODIES),
+                        help="kernel body: auto takes the fastest one that supports the spec on the target")
     parser.add_argument("-o", dest="output", help="write the bundle (manifest.json, binary, interp IR, "
                                                   "assembly) here; with --target all, one folder per target")
     parser.add_argument("--dump-stages", action="store_true",
                         help=f"also write every stage under -o DIR/{STAGES_DIR}")
     parser.add_argument("--emit", choices=EMITS, help="print one artifact to stdout")
-    parser.add_argument("--reduce", choices=REDUCE_STRATEGIES, default="dpp", help="AMD full-wave reduction")
+    parser.add_argument("--reduce", choices=REDUCE_STRATEGIES, default="dpp", help="AMD wave reductions: DPP steps (default) or the xor-shuffle butterfly")
     parser.add_argument("--ptxas", default="auto",
                         help="ptxas for sm_90 cubins: a path, auto (look on PATH) or none (PTX is the binary)")
     return parser
@@ -73,10 +76,10 @@ def main(argv: list[str] | None = None) -> int:
             out_dir = Path(args.output) / arch if args.output and len(targets) > 1 else args.output
             dump_dir = Path(out_dir) / STAGES_DIR if args.dump_stages else None
             if text is None:
-                result = compiler.compile_spec(spec, get_target(arch), dump_dir)
+                result = compiler.compile_spec(spec, get_target(arch), dump_dir, body=args.body)
             else:
                 result = compiler.compile_module(text, args.from_stage, get_target(arch), dump_dir, spec,
-                                                 source_name=args.input)
+                                                 source_name=args.input, body=args.body)
             if out_dir:
                 _save_bundle(result, Path(out_dir))
             if args.emit:

@@ -58,8 +58,17 @@ class Backend:
 
     def llvm_passes(self) -> list[str]:
         inside = ["convert-scf-to-cf", "expand-strided-metadata", "lower-affine", *self.gpu_to_llvm_passes()]
-        return [self.attach_target_pass(), nested("gpu.module", inside), "reconcile-unrealized-casts",
-                render_pass("fmha-hardware-atomics", target=self.VENDOR)]
+        return [self.attach_target_pass(), *self.module_passes(), nested("gpu.module", inside),
+                "reconcile-unrealized-casts", render_pass("fmha-hardware-atomics", target=self.VENDOR),
+                *self.fixup_passes()]
+
+    def module_passes(self) -> list[str]:
+        """Passes on the whole module between attaching the target and the gpu.module lowering."""
+        return []
+
+    def fixup_passes(self) -> list[str]:
+        """Passes on the lowered LLVM dialect, after the hardware-atomics rewrite."""
+        return []
 
     def stage_pipeline(self, stage: str) -> str | None:
         """The textual pipeline of backend stage `stage`; None for a binary that is the isa text."""

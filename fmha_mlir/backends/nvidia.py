@@ -34,10 +34,18 @@ class NvidiaBackend(Backend):
         return ["convert-fmha-to-nvvm"]
 
     def attach_target_pass(self) -> str:
-        return render_pass("nvvm-attach-target", chip=self.target.arch)
+        # PTX 8.0 for sm_90: the matrix and async-copy instructions the tiled body uses.
+        return render_pass("nvvm-attach-target", chip=self.target.arch, features="+ptx80")
+
+    def module_passes(self) -> list[str]:
+        # nvgpu ops (mma.sync, ldmatrix, cp.async) become nvvm ops before the gpu conversion runs.
+        return ["convert-nvgpu-to-nvvm"]
 
     def gpu_to_llvm_passes(self) -> list[str]:
-        return ["convert-gpu-to-nvvm"]
+        return ["convert-nvvm-to-llvm", "convert-gpu-to-nvvm"]
+
+    def fixup_passes(self) -> list[str]:
+        return ["fmha-extern-dynamic-shared"]
 
     def binary_options(self) -> dict | None:
         toolkit = cuda_toolkit(self.ptxas)

@@ -76,34 +76,21 @@ class PackedArgs:
         return len(self.blob)
 
 
-def bind_args(kernel: str, kernel_args: Sequence[dict], names: Sequence[str],
-              buffers: Mapping[str, DeviceBuffer]) -> list[KernelArg]:
-    """The arguments of one launch: `names` (the step's buffers) checked against the manifest kernel's
-    parameter list (`{"buffer", "rank", "dtype"}` memrefs or `{"name", "type", "value"}` scalars)."""
-    memrefs = [a for a in kernel_args if "buffer" in a]
-    if len(memrefs) != len(names):
-        raise RuntimeLaunchError(f"kernel {kernel} takes {len(memrefs)} buffers but its launch step names "
-                                 f"{len(names)}: {list(names)}")
-    bound: list[KernelArg] = []
-    step_names = iter(names)
-    for index, param in enumerate(kernel_args):
-        if "buffer" not in param:
-            bound.append(_scalar(kernel, index, param))
-            continue
-        buf = buffers[next(step_names)]
-        if param.get("rank") != len(buf.shape) or param.get("dtype") != buf.dtype:
-            raise RuntimeLaunchError(
-                f"kernel {kernel} parameter {index} is a rank-{param.get('rank')} {param.get('dtype')} memref, "
-                f"but buffer {buf.name!r} is rank-{len(buf.shape)} {buf.dtype}")
-        bound.append(buf)
-    return bound
-
-
-def _scalar(kernel: str, index: int, param: dict) -> ScalarArg:
-    if param.get("type") not in SCALAR_TYPES or not isinstance(param.get("value"), (int, float)):
-        raise RuntimeLaunchError(f"kernel {kernel} parameter {index} ({param!r}) is neither a buffer nor a "
-                                 f"scalar {{\"type\": one of {SCALAR_TYPES}, \"value\": number}}")
-    return ScalarArg(param.get("name", f"arg{index}"), param["type"], param["value"])
+def bind_args(kernel: str, params: Sequence[dict], args: Sequence[KernelArg]) -> list[KernelArg]:
+    """The arguments of one launch checked against the manifest kernel's parameter list
+    (`{"buffer", "rank", "dtype", "type"}` memrefs, `{"scalar": type}` scalars)."""
+    if len(params) != len(args):
+        raise RuntimeLaunchError(f"kernel {kernel} takes {len(params)} arguments, its launch gives {len(args)}")
+    for index, (param, arg) in enumerate(zip(params, args)):
+        if isinstance(arg, DeviceBuffer):
+            if param.get("rank") != len(arg.shape) or param.get("dtype") != arg.dtype:
+                raise RuntimeLaunchError(
+                    f"kernel {kernel} parameter {index} is a rank-{param.get('rank')} {param.get('dtype')} memref, "
+                    f"but buffer {arg.name!r} is rank-{len(arg.shape)} {arg.dtype}")
+        elif param.get("scalar") != arg.type:
+            raise RuntimeLaunchError(f"kernel {kernel} parameter {index} is {param!r}, the launch passes a "
+                                     f"{arg.type} scalar")
+    return list(args)
 
 
 def flatten_args(args: Sequence[KernelArg]) -> list[tuple[str, str, Union[int, float]]]:

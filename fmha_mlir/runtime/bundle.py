@@ -11,13 +11,18 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import RuntimeLaunchError
+from .. import shape_expr
+from ..errors import RuntimeLaunchError, SpecError
+from ..kernel_config import KernelConfig
+from ..numerics import Numerics
 from ..spec import AttentionBwdSpec, Mask
 from ..target import TARGETS, Target
 
-FORMAT = "fmha-bundle/1"
+FORMAT = "fmha-bundle/2"
 MANIFEST_FILE = "manifest.json"
-REQUIRED_KEYS = ("format", "spec", "target", "binary", "interp_ir", "buffers", "steps", "kernels")
+REQUIRED_KEYS = ("format", "compiler", "spec", "config", "numerics", "target", "binary", "interp_ir", "buffers",
+                 "steps", "kernels")
+SCALAR_TYPES = ("i32", "i64", "f32")
 BUFFER_ROLES = ("input", "output", "workspace")
 BINARY_FORMATS = {"rocdl": ("hsaco",), "nvvm": ("ptx", "cubin")}  # by Target.backend
 
@@ -88,6 +93,15 @@ class Bundle:
         return spec_from_json(self.manifest["spec"])
 
     @property
+    def config(self) -> KernelConfig:
+        return KernelConfig.from_json(self.manifest["config"])
+
+    @property
+    def numerics(self) -> Numerics:
+        """What the kernels round and how they sum: the gate's model of them."""
+        return Numerics(**self.manifest["numerics"])
+
+    @property
     def target(self) -> Target:
         return TARGETS[self.manifest["target"]["arch"]]
 
@@ -131,6 +145,7 @@ def _validate_manifest(manifest, files) -> None:
         if not name or "/" in name or "\\" in name or name in (".", "..", MANIFEST_FILE):
             raise RuntimeLaunchError(f"bundle file name {name!r} is not a plain file name")
     spec_from_json(manifest["spec"])
+    _validate_facts(manifest)
     _validate_target(manifest["target"])
     binary = _require(manifest, "binary", dict)
     _require_file(binary.get("file"), files, "binary.file")
@@ -141,13 +156,50 @@ def _validate_manifest(manifest, files) -> None:
     _require_file(manifest["interp_ir"], files, "interp_ir")
     buffers = _require(manifest, "buffers", dict)
     for name, buf in buffers.items():
-        if not isinstance(buf, dict) or buf.get("role") not in BUFFER_ROLES or "dtype" not in buf:
-            raise RuntimeLaunchError(f"manifest buffer {name!r} needs a 'role' in {BUFFER_ROLES} and a 'dtype'")
-        if buf["role"] == "workspace" and buf.get("like") not in buffers:
-            raise RuntimeLaunchError(f"manifest workspace {name!r} needs 'like': the name of another buffer")
+        _validate_buffer(name, buf, buffers)
     kernels = _require(manifest, "kernels", dict)
+    for name, kernel in kernels.items():
+        if not (isinstance(kernel, dict) and isinstance(kernel.get("args"), list)):
+            raise RuntimeLaunchError(f"manifest kernel {name!r} needs 'args': its parameter list")
     for index, step in enumerate(_require(manifest, "steps", list)):
         _validate_step(index, step, buffers, kernels)
+
+
+def _validate_facts(manifest: dict) -> None:
+    """compiler, config and numerics: what made the bundle and how its kernels compute."""
+    compiler = manifest["compiler"]
+    if not (isinstance(compiler, dict) and all(isinstance(v, str) for v in compiler.values())):
+        raise RuntimeLaunchError("manifest key 'compiler' must map package names to version strings")
+    try:
+        KernelConfig.from_json(manifest["config"])
+    except (SpecError, TypeError) as exc:
+        raise RuntimeLaunchError(f"manifest key 'config' is invalid: {exc}") from None
+    numerics = manifest["numerics"]
+    try:
+        if not isinstance(numerics, dict):
+            raise TypeError(f"must be an object, got {type(numerics).__name__}")
+        Numerics(**numerics)
+    except (SpecError, TypeError) as exc:
+        raise RuntimeLaunchError(f"manifest key 'numerics' is invalid: {exc}") from None
+
+
+def _validate_buffer(name: str, buf, buffers: dict) -> None:
+    if not isinstance(buf, dict) or buf.get("role") not in BUFFER_ROLES or "dtype" not in buf:
+        raise RuntimeLaunchError(f"manifest buffer {name!r} needs a 'role' in {BUFFER_ROLES} and a 'dtype'")
+    dims, rank, align = buf.get("dims"), buf.get("rank"), buf.get("align")
+    if not (isinstance(dims, list) and isinstance(rank, int) and len(dims) == rank):
+        raise RuntimeLaunchError(f"manifest buffer {name!r} needs 'rank' and 'dims', one entry per dimension")
+    if not (isinstance(align, int) and not isinstance(align, bool) and align > 0):
+        raise RuntimeLaunchError(f"manifest buffer {name!r} needs 'align': a positive element count")
+    for dim in dims:
+        if buf["role"] == "workspace":
+            expr = shape_expr.from_json(dim, f"manifest workspace {name!r}")
+            unknown = shape_expr.buffers_of(expr) - set(buffers)
+            if unknown:
+                raise RuntimeLaunchError(f"manifest workspace {name!r} is sized by unknown buffer(s) {sorted(unknown)}")
+        elif not (isinstance(dim, str) or (isinstance(dim, int) and not isinstance(dim, bool) and dim > 0)):
+            raise RuntimeLaunchError(f"manifest buffer {name!r} dimension {dim!r} must be a dimension name or a "
+                                     "positive static size")
 
 
 def _validate_target(target) -> None:
@@ -173,10 +225,12 @@ def _validate_step(index: int, step, buffers: dict, kernels: dict) -> None:
     kernel = step.get("kernel")
     if kernel not in kernels:
         raise RuntimeLaunchError(f"{where} launches {kernel!r}, which is not under 'kernels'")
-    args = step.get("args")
-    unknown = [a for a in args if a not in buffers] if isinstance(args, list) else args
-    if unknown or not isinstance(args, list):
-        raise RuntimeLaunchError(f"{where} ({kernel}) needs 'args': a list naming buffers; unknown: {unknown!r}")
+    args, params = step.get("args"), kernels[kernel]["args"]
+    if not isinstance(args, list) or len(args) != len(params):
+        raise RuntimeLaunchError(f"{where} ({kernel}) needs 'args': one entry per kernel parameter "
+                                 f"({len(params)}), got {args!r}")
+    for arg, param in zip(args, params):
+        _validate_arg(where, kernel, arg, param, buffers)
     shared = step.get("shared_bytes", 0)
     if not isinstance(shared, int) or isinstance(shared, bool) or shared < 0:
         raise RuntimeLaunchError(f"{where} ({kernel}) has 'shared_bytes' {shared!r}; it must be an integer >= 0")
@@ -185,11 +239,32 @@ def _validate_step(index: int, step, buffers: dict, kernels: dict) -> None:
         if not isinstance(dims, list) or len(dims) != 3:
             raise RuntimeLaunchError(f"{where} ({kernel}) needs '{key}' with 3 entries, got {dims!r}")
     for dim in step["grid"]:
-        if not (isinstance(dim, dict) and dim.get("buffer") in buffers and isinstance(dim.get("dim"), int)):
-            raise RuntimeLaunchError(f"{where} ({kernel}) grid entry {dim!r} must be "
-                                     "{\"buffer\": <buffer name>, \"dim\": <int>}")
-    if not all(isinstance(b, int) and b > 0 for b in step["block"]):
+        expr = shape_expr.from_json(dim, f"{where} ({kernel}) grid")
+        unknown = shape_expr.buffers_of(expr) - set(buffers)
+        if unknown:
+            raise RuntimeLaunchError(f"{where} ({kernel}) grid uses unknown buffer(s) {sorted(unknown)}")
+    if not all(isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in step["block"]):
         raise RuntimeLaunchError(f"{where} ({kernel}) block {step['block']!r} must be 3 positive integers")
+
+
+def _validate_arg(where: str, kernel: str, arg, param, buffers: dict) -> None:
+    """One launch argument against the kernel's parameter: a buffer of the parameter's type, or a scalar."""
+    if isinstance(arg, dict) and "buffer" in arg:
+        name = arg["buffer"]
+        if name not in buffers:
+            raise RuntimeLaunchError(f"{where} ({kernel}) passes unknown buffer {name!r}")
+        if not (isinstance(param, dict) and param.get("rank") == buffers[name]["rank"]
+                and param.get("dtype") == buffers[name]["dtype"]):
+            raise RuntimeLaunchError(f"{where} ({kernel}) passes buffer {name!r} (rank-{buffers[name]['rank']} "
+                                     f"{buffers[name]['dtype']}) for parameter {param!r}")
+        return
+    if isinstance(arg, dict) and arg.get("scalar") in SCALAR_TYPES and isinstance(param, dict) \
+            and param.get("scalar") == arg["scalar"]:
+        if not (arg["scalar"] == "f32" and isinstance(arg.get("value"), float)):  # else a size expression
+            shape_expr.from_json(arg.get("value"), f"{where} ({kernel}) scalar argument")
+        return
+    raise RuntimeLaunchError(f"{where} ({kernel}) argument {arg!r} does not fit parameter {param!r}: give "
+                             "{\"buffer\": name} for a memref or {\"scalar\": type, \"value\": expression}")
 
 
 def _require(manifest: dict, key: str, kind: type):

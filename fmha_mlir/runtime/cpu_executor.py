@@ -62,7 +62,7 @@ class CpuExecutor(Executor):
         if self._interpreter is None:
             raise RuntimeLaunchError("no bundle is loaded: call load(bundle) before launch")
         values = [device_view(arg) if isinstance(arg, DeviceBuffer) else arg.value for arg in args]
-        self._interpreter.run_kernel(kernel, values, tuple(grid), tuple(block))
+        self._interpreter.run_kernel(kernel, values, tuple(grid), tuple(block), shared_bytes)
 
     def synchronize(self) -> None:
         """The interpreter runs each launch to completion."""

@@ -78,6 +78,12 @@ class Executor(ABC):
     def launch(self, kernel: str, grid: Sequence[int], block: Sequence[int], args: Sequence["KernelArg"],
                shared_bytes: int = 0) -> None: ...
 
+    def prepare(self, kernel: str, grid: Sequence[int], block: Sequence[int], args: Sequence["KernelArg"],
+                shared_bytes: int = 0):
+        """A callable that launches `kernel` with these fixed arguments; executors that can pack the
+        arguments once (the CUDA one) make repeated launches cheaper for the host."""
+        return lambda: self.launch(kernel, grid, block, args, shared_bytes)
+
     @abstractmethod
     def synchronize(self) -> None: ...
 

@@ -15,29 +15,13 @@ from typing import Mapping
 
 import numpy as np
 
+from .. import shape_expr
 from ..dtypes import STORAGE, to_storage
 from ..errors import RuntimeLaunchError
-from ..spec import AttentionBwdSpec
-from .args import DeviceBuffer, bind_args, strided_view
+from .args import DeviceBuffer, ScalarArg, bind_args, strided_view
 from .bundle import Bundle
 from .device_array import DeviceArray
 from .executor import Allocation, Executor
-
-# The logical dimension order of every problem tensor (docs/ir.md, "Tensors and layouts").
-TENSOR_DIMS = {
-    "q": ("batch", "heads_q", "seqlen_q", "hdim_q"),
-    "k": ("batch", "heads_kv", "seqlen_k", "hdim_q"),
-    "v": ("batch", "heads_kv", "seqlen_k", "hdim_v"),
-    "o": ("batch", "heads_q", "seqlen_q", "hdim_v"),
-    "do": ("batch", "heads_q", "seqlen_q", "hdim_v"),
-    "lse": ("batch", "heads_q", "seqlen_q"),
-    "dq": ("batch", "heads_q", "seqlen_q", "hdim_q"),
-    "dk": ("batch", "heads_kv", "seqlen_k", "hdim_q"),
-    "dv": ("batch", "heads_kv", "seqlen_k", "hdim_v"),
-}
-INPUTS = ("q", "k", "v", "o", "do", "lse")
-OUTPUTS = ("dq", "dk", "dv")
-
 
 @dataclass(frozen=True)
 class Layout:
@@ -80,55 +64,94 @@ class Layout:
         return flat
 
 
-def tensor_dtype(spec: AttentionBwdSpec, name: str) -> str:
-    return "f32" if name == "lse" else spec.dtype
+def problem_buffers(bundle: Bundle) -> dict[str, dict]:
+    """The manifest's problem tensors (inputs and outputs), by name, in manifest order."""
+    return {name: buf for name, buf in bundle.buffers.items() if buf["role"] != "workspace"}
 
 
-def check_tensors(spec: AttentionBwdSpec, tensors: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Validate the problem tensors against the spec; returns them with missing outputs allocated
-    (contiguous BHSD). Raises RuntimeLaunchError naming the tensor at fault."""
-    unknown = sorted(set(tensors) - set(TENSOR_DIMS))
-    missing = [name for name in INPUTS if name not in tensors]
+def check_tensors(bundle: Bundle, tensors: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Validate the problem tensors against the bundle's buffers (dtypes, ranks, the sizes their dimension
+    names share, static head dims, the GQA ratio, alignment); returns them with missing outputs allocated
+    (contiguous). Raises RuntimeLaunchError naming the tensor at fault."""
+    buffers = problem_buffers(bundle)
+    inputs = [name for name, buf in buffers.items() if buf["role"] == "input"]
+    outputs = [name for name, buf in buffers.items() if buf["role"] == "output"]
+    unknown = sorted(set(tensors) - set(buffers))
+    missing = [name for name in inputs if name not in tensors]
     if unknown or missing:
-        raise RuntimeLaunchError(f"tensors: unknown {unknown}, missing {missing}; give {', '.join(INPUTS)} "
-                                 f"and optionally {', '.join(OUTPUTS)}")
+        raise RuntimeLaunchError(f"tensors: unknown {unknown}, missing {missing}; give {', '.join(inputs)} "
+                                 f"and optionally {', '.join(outputs)}")
     for name, array in tensors.items():
-        _check_array(spec, name, array)
-    _check_residency(tensors)
-    sizes = {"batch": tensors["q"].shape[0], "heads_q": tensors["q"].shape[1], "seqlen_q": tensors["q"].shape[2],
-             "heads_kv": tensors["k"].shape[1], "seqlen_k": tensors["k"].shape[2],
-             "hdim_q": spec.hdim_q, "hdim_v": spec.hdim_v}
-    for name, value in sizes.items():
-        if value < 1:
-            raise RuntimeLaunchError(f"tensors: {name} is {value}; every size must be at least 1")
-    if sizes["heads_q"] != spec.gqa_ratio * sizes["heads_kv"]:
+        _check_array(name, array, buffers[name])
+    _check_residency(tensors, inputs, outputs)
+    sizes = _sizes(tensors, buffers)
+    spec = bundle.spec
+    if "heads_q" in sizes and "heads_kv" in sizes and sizes["heads_q"] != spec.gqa_ratio * sizes["heads_kv"]:
         raise RuntimeLaunchError(f"tensors: q has {sizes['heads_q']} heads and k has {sizes['heads_kv']}, but the "
                                  f"bundle's gqa_ratio is {spec.gqa_ratio} (heads_q must be gqa_ratio x heads_kv)")
-    for name, array in tensors.items():
-        expected = tuple(sizes[d] for d in TENSOR_DIMS[name])
-        if array.shape != expected:
-            raise RuntimeLaunchError(f"tensor {name!r} has shape {array.shape}; expected {expected} = "
-                                     f"[{', '.join(TENSOR_DIMS[name])}]")
-    given = [name for name in OUTPUTS if name in tensors]
+    given = [name for name in outputs if name in tensors]
     for name in given:
         _check_output(name, tensors[name], [(other, tensors[other]) for other in given if other < name])
     full = dict(tensors)
-    for name in OUTPUTS:
+    for name in outputs:
         if name not in full:
-            full[name] = np.empty(tuple(sizes[d] for d in TENSOR_DIMS[name]), STORAGE[spec.dtype])
+            shape = tuple(sizes[d] if isinstance(d, str) else d for d in buffers[name]["dims"])
+            full[name] = np.empty(shape, STORAGE[buffers[name]["dtype"]])
+    for name, array in full.items():
+        _check_alignment(bundle, name, array, buffers[name]["align"])
     return full
 
 
-def _check_residency(tensors: Mapping[str, np.ndarray]) -> None:
+def _sizes(tensors: Mapping[str, np.ndarray], buffers: dict[str, dict]) -> dict[str, int]:
+    """The size of every dimension name, from the tensors given; RuntimeLaunchError on a disagreement."""
+    sizes: dict[str, tuple[int, str]] = {}
+    for name, array in tensors.items():
+        dims = buffers[name]["dims"]
+        for axis, (dim, size) in enumerate(zip(dims, array.shape)):
+            if size < 1:
+                raise RuntimeLaunchError(f"tensor {name!r} has size {size} in dimension {axis}; every size must "
+                                         "be at least 1")
+            if isinstance(dim, int):
+                if size != dim:
+                    raise RuntimeLaunchError(f"tensor {name!r} has shape {array.shape}; dimension {axis} must be "
+                                             f"{dim} (the bundle's static size)")
+                continue
+            seen = sizes.setdefault(dim, (size, name))
+            if seen[0] != size:
+                raise RuntimeLaunchError(f"tensor {name!r} has shape {array.shape} = "
+                                         f"[{', '.join(map(str, dims))}]: its {dim} is {size}, but {seen[1]!r} "
+                                         f"says {seen[0]}")
+    return {dim: size for dim, (size, _) in sizes.items()}
+
+
+def _check_alignment(bundle: Bundle, name: str, array, align: int) -> None:
+    """The kernels load `align` elements of this tensor as one aligned vector: every stride that is
+    stepped, and a GPU tensor's address, must keep that alignment."""
+    if align == 1:
+        return
+    strides = [s // array.itemsize for s in array.strides[:-1]]
+    if any(s % align for s, n in zip(strides, array.shape) if n > 1):  # a size-1 dim is never stepped
+        raise RuntimeLaunchError(
+            f"tensor {name!r} has element strides {strides}; the {bundle.target.arch} kernels load {align} "
+            f"elements of it as one aligned vector, so every stride must be a multiple of {align} "
+            "(copy the tensor to a contiguous layout)")
+    if isinstance(array, DeviceArray) and array.address % (align * array.itemsize):
+        raise RuntimeLaunchError(
+            f"tensor {name!r} starts at GPU address {array.address:#x}, which is not aligned to the "
+            f"{align * array.itemsize}-byte vectors the {bundle.target.arch} kernels load (a view with a "
+            "storage offset?): pass a tensor that starts at an aligned address")
+
+
+def _check_residency(tensors: Mapping[str, np.ndarray], inputs: list[str], outputs: list[str]) -> None:
     """Host arrays are staged on the device, DeviceArrays used in place: a run takes one kind only."""
     on_device = {name for name, array in tensors.items() if isinstance(array, DeviceArray)}
     if not on_device:
         return
-    if on_device != set(tensors) or any(name not in tensors for name in OUTPUTS):
+    if on_device != set(tensors) or any(name not in tensors for name in outputs):
         raise RuntimeLaunchError(
-            f"tensors {sorted(on_device)} live in GPU memory but {sorted(set(INPUTS + OUTPUTS) - on_device)} do "
-            "not: with GPU-resident tensors pass every input and the dq, dk, dv outputs on the GPU")
-    for name in OUTPUTS:
+            f"tensors {sorted(on_device)} live in GPU memory but {sorted(set(inputs + outputs) - on_device)} do "
+            f"not: with GPU-resident tensors pass every input and the {', '.join(outputs)} outputs on the GPU")
+    for name in outputs:
         if not tensors[name].dense:
             raise RuntimeLaunchError(f"output {name!r} on the GPU has gaps between its elements (strides "
                                      f"{tensors[name].strides}); zero-filling it would overwrite them: pass a "
@@ -166,44 +189,24 @@ def _shares_memory(a: np.ndarray, b: np.ndarray) -> bool:
         return True
 
 
-def _check_array(spec: AttentionBwdSpec, name: str, array) -> None:
+def _check_array(name: str, array, buf: dict) -> None:
     if not isinstance(array, (np.ndarray, DeviceArray)):
         raise RuntimeLaunchError(f"tensor {name!r} must be a NumPy array (or a DeviceArray), got "
                                  f"{type(array).__name__}")
-    dtype = tensor_dtype(spec, name)
+    dtype = buf["dtype"]
     if array.dtype != STORAGE[dtype]:
         hint = " (bf16 travels as uint16 bit patterns: fmha_mlir.dtypes.bf16_bits)" if dtype == "bf16" else ""
         raise RuntimeLaunchError(f"tensor {name!r} has dtype {array.dtype}; this bundle's {dtype} {name} is "
                                  f"stored as {STORAGE[dtype]}{hint}")
-    if array.ndim != len(TENSOR_DIMS[name]):
-        raise RuntimeLaunchError(f"tensor {name!r} has rank {array.ndim}; expected [{', '.join(TENSOR_DIMS[name])}]")
+    if array.ndim != buf["rank"]:
+        raise RuntimeLaunchError(f"tensor {name!r} has rank {array.ndim}; expected "
+                                 f"[{', '.join(map(str, buf['dims']))}]")
     if any(s < 0 or s % array.itemsize for s in array.strides):
         raise RuntimeLaunchError(f"tensor {name!r} has byte strides {array.strides}; the kernels take "
                                  "non-negative strides that are whole elements")
     if array.shape[-1] > 1 and array.strides[-1] != array.itemsize:
         raise RuntimeLaunchError(f"tensor {name!r}: its last dimension must be contiguous (stride 1 element), "
                                  f"got byte strides {array.strides}")
-
-
-def check_slice_alignment(bundle: Bundle, host: Mapping[str, np.ndarray]) -> None:
-    """The warp body loads a lane's hdim / wave_size contiguous elements as one vector that claims the
-    alignment of its largest power-of-two run (passes/lane_slice.py): every stride must keep it."""
-    for name, array in host.items():
-        if array.ndim != 4:
-            continue
-        per_lane = array.shape[-1] // bundle.target.wave_size
-        run = per_lane & -per_lane if per_lane else 1
-        strides = [s // array.itemsize for s in array.strides[:-1]]
-        if any(s % run for s, n in zip(strides, array.shape) if n > 1):  # a size-1 dim is never stepped
-            raise RuntimeLaunchError(
-                f"tensor {name!r} has element strides {strides}; the {bundle.target.arch} kernels load {run} "
-                f"elements per lane as one aligned vector, so every stride must be a multiple of {run} "
-                "(copy the tensor to a contiguous layout)")
-        if isinstance(array, DeviceArray) and array.address % (run * array.itemsize):
-            raise RuntimeLaunchError(
-                f"tensor {name!r} starts at GPU address {array.address:#x}, which is not aligned to the "
-                f"{run * array.itemsize}-byte vectors the {bundle.target.arch} kernels load (a view with a "
-                "storage offset?): pass a tensor that starts at an aligned address")
 
 
 def _may_overlap(array: np.ndarray) -> bool:
@@ -218,33 +221,17 @@ def _may_overlap(array: np.ndarray) -> bool:
 
 
 def plan_layouts(bundle: Bundle, host: Mapping[str, np.ndarray]) -> dict[str, Layout]:
-    """Problem buffers keep the strides of their host arrays; workspaces are contiguous, shaped like
-    the buffer named by their 'like'."""
-    layouts: dict[str, Layout] = {}
-
-    def layout_of(name: str, seen: tuple[str, ...] = ()) -> Layout:
-        if name in layouts:
-            return layouts[name]
-        if name in seen:
-            raise RuntimeLaunchError(f"bundle workspaces {' -> '.join(seen + (name,))} are 'like' each other in a cycle")
-        buf = bundle.buffers[name]
-        if buf["role"] == "workspace":
-            layout = Layout.contiguous(buf["dtype"], layout_of(buf["like"], seen + (name,)).shape)
-        elif name not in host:
-            raise RuntimeLaunchError(f"bundle buffer {name!r} is not a problem tensor ({', '.join(TENSOR_DIMS)})")
-        else:
-            if buf["dtype"] != tensor_dtype(bundle.spec, name):
-                raise RuntimeLaunchError(f"bundle buffer {name!r} is {buf['dtype']} but its spec says "
-                                         f"{tensor_dtype(bundle.spec, name)}: the bundle is inconsistent")
-            layout = Layout.of(buf["dtype"], host[name])
-        layouts[name] = layout
-        return layout
-
-    absent = [name for name in TENSOR_DIMS if name not in bundle.buffers]
-    if absent:
-        raise RuntimeLaunchError(f"the bundle's buffers lack problem tensor(s) {absent}: the bundle is inconsistent")
-    for name in bundle.buffers:
-        layout_of(name)
+    """Problem buffers keep the strides of their host arrays; workspaces are contiguous, shaped by their
+    size expressions over the problem buffers' sizes."""
+    layouts = {name: Layout.of(bundle.buffers[name]["dtype"], host[name]) for name in problem_buffers(bundle)}
+    shapes = {name: layout.shape for name, layout in layouts.items()}
+    for name, buf in bundle.buffers.items():
+        if buf["role"] != "workspace":
+            continue
+        shape = tuple(shape_expr.evaluate(shape_expr.from_json(d), shapes, f"workspace {name!r}") for d in buf["dims"])
+        if any(n < 1 for n in shape):
+            raise RuntimeLaunchError(f"workspace {name!r} would have shape {shape}: every size must be at least 1")
+        layouts[name] = Layout.contiguous(buf["dtype"], shape)
     return layouts
 
 
@@ -255,12 +242,13 @@ class PreparedRun:
     def __init__(self, bundle: Bundle, device: Executor, tensors: Mapping[str, np.ndarray]):
         device.check_bundle(bundle)
         self.bundle, self.device = bundle, device
-        self.host = check_tensors(bundle.spec, tensors)
-        check_slice_alignment(bundle, self.host)
+        self.host = check_tensors(bundle, tensors)
+        self.outputs = [name for name, buf in problem_buffers(bundle).items() if buf["role"] == "output"]
         self.layouts = plan_layouts(bundle, self.host)
         device.load(bundle)
         self.allocations: dict[str, Allocation] = {}
         self.buffers: dict[str, DeviceBuffer] = {}
+        self._prepared = None
         try:
             for name, layout in self.layouts.items():
                 nbytes = layout.span * layout.storage.itemsize
@@ -280,19 +268,23 @@ class PreparedRun:
             raise
 
     def launch(self) -> None:
-        for index, step in enumerate(self.bundle.steps):
-            _run_step(self.bundle, self.device, index, step, self.layouts, self.buffers)
+        """Run every step (the launches' arguments are bound and packed once, on the first call)."""
+        if self._prepared is None:
+            self._prepared = [_prepare_step(self.bundle, self.device, index, step, self.layouts, self.buffers)
+                              for index, step in enumerate(self.bundle.steps)]
+        for run in self._prepared:
+            run()
 
     def results(self) -> dict[str, np.ndarray]:
-        """dq, dk, dv (written into the output arrays passed in, when given)."""
+        """The outputs (dq, dk, dv), written into the output arrays passed in, when given."""
         self.device.synchronize()
-        for name in OUTPUTS:
+        for name in self.outputs:
             if isinstance(self.host[name], DeviceArray):
                 continue  # the kernels wrote it in place
             flat = np.empty(self.layouts[name].span, self.layouts[name].storage)
             self.device.download(self.allocations[name], flat)
             self.host[name][...] = self.layouts[name].view(flat)
-        return {name: self.host[name] for name in OUTPUTS}
+        return {name: self.host[name] for name in self.outputs}
 
     def close(self) -> None:
         """Free every buffer, even when freeing one fails (the first failure is raised afterwards)."""
@@ -319,24 +311,33 @@ class PreparedRun:
 
 
 def run_bundle(bundle: Bundle, device: Executor, tensors: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Run the bundle's steps on `device`; returns dq, dk, dv (the arrays passed in, when given)."""
+    """Run the bundle's steps on `device`; returns the outputs (the arrays passed in, when given)."""
     with PreparedRun(bundle, device, tensors) as run:
         run.launch()
         return run.results()
 
 
-def _run_step(bundle: Bundle, device: Executor, index: int, step: dict, layouts: dict[str, Layout],
-              buffers: dict[str, DeviceBuffer]) -> None:
+def _prepare_step(bundle: Bundle, device: Executor, index: int, step: dict, layouts: dict[str, Layout],
+                  buffers: dict[str, DeviceBuffer]):
+    """A callable running one step of the plan on these buffers."""
     if step["op"] == "zero":
-        device.zero(buffers[step["buffer"]].allocation)
-        return
+        allocation = buffers[step["buffer"]].allocation
+        return lambda: device.zero(allocation)
     kernel = step["kernel"]
-    grid = []
-    for entry in step["grid"]:
-        shape = layouts[entry["buffer"]].shape
-        if not 0 <= entry["dim"] < len(shape):
-            raise RuntimeLaunchError(f"manifest step {index} ({kernel}): grid uses dim {entry['dim']} of "
-                                     f"{entry['buffer']!r}, which has rank {len(shape)}")
-        grid.append(shape[entry["dim"]])
-    args = bind_args(kernel, bundle.kernels[kernel]["args"], step["args"], buffers)
-    device.launch(kernel, grid, step["block"], args, step.get("shared_bytes", 0))
+    shapes = {name: layout.shape for name, layout in layouts.items()}
+    where = f"manifest step {index} ({kernel})"
+    grid = [shape_expr.evaluate(shape_expr.from_json(e), shapes, f"{where} grid") for e in step["grid"]]
+    if any(n < 1 for n in grid):
+        raise RuntimeLaunchError(f"{where}: grid {grid} has an empty dimension")
+    args = [buffers[arg["buffer"]] if "buffer" in arg else ScalarArg(f"arg{i}", arg["scalar"],
+                                                                     scalar_value(arg, shapes, f"{where} argument {i}"))
+            for i, arg in enumerate(step["args"])]
+    return device.prepare(kernel, grid, step["block"], bind_args(kernel, bundle.kernels[kernel]["args"], args),
+                          step.get("shared_bytes", 0))
+
+
+def scalar_value(arg: dict, shapes: Mapping[str, tuple[int, ...]], what: str):
+    """A scalar argument's value: a size expression, or an f32 literal."""
+    if arg["scalar"] == "f32" and isinstance(arg["value"], float):
+        return arg["value"]
+    return shape_expr.evaluate(shape_expr.from_json(arg["value"]), shapes, what)

@@ -36,8 +36,8 @@ gpu.module @m {{
 
 
 def run(body: str, args: str, values: list, grid=(1, 1, 1), block=(64, 1, 1), wave_size: int = 64,
-        workgroup: str = "", **options) -> Interpreter:
+        workgroup: str = "", shared_bytes: int = 0, **options) -> Interpreter:
     """Build, convert and run one kernel; returns the interpreter (arrays in `values` are updated)."""
     interp = Interpreter(generic(kernel_module(body, args, workgroup=workgroup)), wave_size, **options)
-    interp.run_kernel("k", values, grid, block)
+    interp.run_kernel("k", values, grid, block, shared_bytes)
     return interp

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from fmha_mlir.runtime.args import DeviceBuffer, bind_args
+from fmha_mlir.kernel_config import KernelConfig
+from fmha_mlir.numerics import SCALAR_ROWS
+from fmha_mlir.runtime.args import DeviceBuffer, ScalarArg, bind_args
 from fmha_mlir.runtime.bundle import FORMAT, Bundle, spec_to_json
 from fmha_mlir.runtime.runner import Layout
 from fmha_mlir.spec import AttentionBwdSpec
@@ -69,21 +71,26 @@ def build_probe_bundle(arch: str, cubin: bool = False) -> Bundle:
         binary_op = next(op for op in module.body.operations if op.operation.name == "gpu.binary")
         binary = gpu.ObjectAttr(binary_op.attributes["objects"][0]).object
     binary_format = "hsaco" if target.backend == "rocdl" else "cubin" if cubin else "ptx"
-    memref = lambda name, dtype: {"buffer": name, "rank": 4, "dtype": dtype}  # noqa: E731
+    memref = lambda dtype: {"buffer": dtype, "rank": 4, "dtype": dtype}  # noqa: E731
+    dims = ["batch", "heads", "seqlen", HDIM]
     manifest = {
         "format": FORMAT,
+        "compiler": {"fmha-mlir": "test"},
         "spec": spec_to_json(AttentionBwdSpec()),
+        "config": KernelConfig(wave_size=target.wave_size).to_json(),
+        "numerics": {"round_p_ds": SCALAR_ROWS.round_p_ds, "sum_chunk": SCALAR_ROWS.sum_chunk},
         "target": {"arch": arch, "backend": target.backend, "wave_size": target.wave_size},
         "binary": {"file": f"probe.{binary_format}", "format": binary_format},
         "interp_ir": "probe.interp.mlir",
-        "buffers": {"x": {"role": "input", "dtype": "f16", "rank": 4},
-                    "y": {"role": "output", "dtype": "f32", "rank": 4}},
-        "steps": [{"op": "launch", "kernel": KERNEL, "args": ["x", "y"],
-                   "grid": [{"buffer": "x", "dim": 2}, {"buffer": "x", "dim": 1}, {"buffer": "x", "dim": 0}],
+        "buffers": {"x": {"role": "input", "dtype": "f16", "rank": 4, "dims": dims, "align": 1},
+                    "y": {"role": "output", "dtype": "f32", "rank": 4, "dims": dims, "align": 1}},
+        "steps": [{"op": "launch", "kernel": KERNEL,
+                   "args": [{"buffer": "x"}, {"buffer": "y"}, {"scalar": "f32", "value": SCALE},
+                            {"scalar": "i32", "value": BIAS}],
+                   "grid": [{"dim": ["x", 2]}, {"dim": ["x", 1]}, {"dim": ["x", 0]}],
                    "block": [HDIM, 1, 1], "shared_bytes": 0}],
-        "kernels": {KERNEL: {"args": [memref("x", "f16"), memref("y", "f32"),
-                                      {"name": "scale", "type": "f32", "value": SCALE},
-                                      {"name": "bias", "type": "i32", "value": BIAS}]}},
+        "kernels": {KERNEL: {"args": [{**memref("f16"), "buffer": "x"}, {**memref("f32"), "buffer": "y"},
+                                      {"scalar": "f32"}, {"scalar": "i32"}]}},
     }
     return Bundle(manifest, {f"probe.{binary_format}": binary, "probe.interp.mlir": interp_ir.encode()})
 
@@ -109,7 +116,8 @@ def run_probe(executor, bundle: Bundle, x: np.ndarray) -> np.ndarray:
         executor.upload(allocations["x"], layouts["x"].stage(x))
         executor.zero(allocations["y"])
         step = bundle.steps[0]
-        args = bind_args(KERNEL, bundle.kernels[KERNEL]["args"], step["args"], buffers)
+        args = bind_args(KERNEL, bundle.kernels[KERNEL]["args"],
+                         [buffers["x"], buffers["y"], ScalarArg("scale", "f32", SCALE), ScalarArg("bias", "i32", BIAS)])
         executor.launch(KERNEL, (x.shape[2], x.shape[1], x.shape[0]), step["block"], args)
         executor.synchronize()
         flat = np.empty(layouts["y"].span, np.float32)

@@ -27,9 +27,14 @@ def compiler() -> Compiler:
     return Compiler()
 
 
-def _stage_names(spec: AttentionBwdSpec) -> list[str]:
-    converts = [] if spec.dtype == "f32" else ["convert_dk", "convert_dv"]
-    return [f"{spec.kernel_prefix}_{stage}" for stage in ["dot_do_o", "dq_dk_dv", *converts]]
+def _stage_names(result) -> list[str]:
+    """The kernels a compile must produce: the warp body converts dK, dV (not for f32), the tiled dQ."""
+    spec, config = result.spec, result.config
+    if config.body == "tiled":
+        converts = ["convert_dq"]
+    else:
+        converts = [] if spec.dtype == "f32" else ["convert_dk", "convert_dv"]
+    return [f"{spec.kernel_prefix}_{config.tag}_{stage}" for stage in ["dot_do_o", "dq_dk_dv", *converts]]
 
 
 @pytest.mark.parametrize("arch", ["gfx942", "gfx950"])
@@ -40,11 +45,14 @@ def test_matrix_compiles_to_hsaco(compiler, spec, arch):
     assert amdgpu_mach(ELFFile(io.BytesIO(result.binary)).header.e_flags) == arch
     metadata = read_hsaco_metadata(result.binary)
     assert metadata["arch"] == arch
-    assert sorted(metadata["kernels"]) == sorted(_stage_names(spec)) == sorted(result.kernel_names)
+    assert sorted(metadata["kernels"]) == sorted(_stage_names(result)) == sorted(result.kernel_names)
+    blocks = {s["kernel"]: s["block"] for s in result.manifest["steps"] if s["op"] == "launch"}
     for name, kernel in result.manifest["kernels"].items():
         facts = kernel["metadata"]
+        # The code object admits exactly the block the plan launches (row kernels: 8 waves).
         assert (facts["wavefront_size"], facts["private_segment_fixed_size"], facts["max_flat_workgroup_size"]) \
-            == (64, 0, 64), name
+            == (64, 0, blocks[name][0]), name
+        assert blocks[name][0] == (64 if name.endswith("dq_dk_dv") else 512), name
         # The memref ABI: 2 pointers, offset, sizes and strides per argument, 8 bytes each.
         assert facts["kernarg_segment_size"] >= 8 * sum(3 + 2 * arg["rank"] for arg in kernel["args"])
     Bundle(result.manifest, result.bundle_files())  # the runtime's own manifest validation
@@ -52,11 +60,18 @@ def test_matrix_compiles_to_hsaco(compiler, spec, arch):
 
 @pytest.mark.parametrize("spec", MATRIX, ids=SPEC_IDS)
 def test_matrix_compiles_to_ptx(compiler, spec):
+    """sm_90 takes the tiled body for f16 / bf16 (mma.sync, ldmatrix, cp.async into dynamic shared
+    memory declared extern) and the warp body for f32."""
     result = compiler.compile_spec(spec, "sm_90")
     assert result.binary_format == "ptx" and result.binary == result.isa.encode()
     entries = re.findall(r"^\.visible \.entry (\w+)\(", result.isa, re.MULTILINE)
-    assert sorted(entries) == sorted(_stage_names(spec)) == sorted(result.kernel_names)
-    assert "atom.relaxed.gpu.global.add.f32" in result.isa
+    assert sorted(entries) == sorted(_stage_names(result)) == sorted(result.kernel_names)
+    assert "atom.relaxed.gpu.global.add.f32" in result.isa or "red.relaxed.gpu.global.add.f32" in result.isa
+    assert result.config.body == ("warp" if spec.dtype == "f32" else "tiled")
+    if result.config.body == "tiled":
+        for instruction in ("mma.sync.aligned.m16n8k16.row.col.f32", "ldmatrix.sync.aligned.m8n8.x4",
+                            "cp.async.cg.shared.global", ".extern .shared .align 1024 .b8 __dynamic_shmem__0[]"):
+            assert instruction in result.isa, instruction
     Bundle(result.manifest, result.bundle_files())
 
 
@@ -65,7 +80,9 @@ def test_spec_is_checked_before_any_ir(compiler):
         compiler.compile_spec(AttentionBwdSpec("f16", 32), "gfx942")
     with pytest.raises(SpecError, match="unknown architecture 'gfx90a'"):
         compiler.compile_spec(AttentionBwdSpec("f16", 64), "gfx90a")
-    assert compiler.compile_spec(AttentionBwdSpec("f16", 32), "sm_90").kernel_names  # one lane per element
+    with pytest.raises(SpecError, match="the tiled body computes f16 and bf16 on matrix instructions, not f32"):
+        compiler.compile_spec(AttentionBwdSpec("f32", 64), "sm_90", body="tiled")
+    assert compiler.compile_spec(AttentionBwdSpec("f16", 32), "sm_90", body="warp").kernel_names  # one lane per element
 
 
 def test_results_are_cached_per_spec_and_target(compiler):
@@ -84,24 +101,55 @@ def test_the_cache_tells_backend_options_apart():
 
 
 def test_launch_plan_of_a_bf16_spec(compiler):
-    manifest = compiler.compile_spec(BF16, "gfx942").manifest
-    prefix = BF16.kernel_prefix
+    result = compiler.compile_spec(BF16, "gfx942")
+    manifest, tag = result.manifest, result.config.tag
+    prefix = f"{BF16.kernel_prefix}_{tag}"
     assert manifest["target"] == {"arch": "gfx942", "backend": "rocdl", "wave_size": 64}
     assert manifest["binary"] == {"file": "kernels.hsaco", "format": "hsaco"}
-    assert {name: (b["role"], b["dtype"], b.get("like")) for name, b in manifest["buffers"].items()
-            if b["role"] == "workspace"} == {"d": ("workspace", "f32", "lse"),
-                                             "dk_acc": ("workspace", "f32", "dk"),
-                                             "dv_acc": ("workspace", "f32", "dv")}
+    assert manifest["config"] == {**result.config.to_json()} and manifest["config"]["body"] == "warp"
+    assert manifest["numerics"] == {"round_p_ds": False, "sum_chunk": 1}
+    assert set(manifest["compiler"]) == {"fmha-mlir", "flydsl", "ziglang"}
+    assert manifest["buffers"]["q"] == {"role": "input", "dtype": "bf16", "rank": 4, "align": 2,
+                                        "dims": ["batch", "heads_q", "seqlen_q", 128]}
+    assert {name: b["dims"] for name, b in manifest["buffers"].items() if b["role"] == "workspace"} == {
+        "d": [{"dim": ["lse", i]} for i in range(3)],
+        "dk_acc": [{"dim": ["dk", i]} for i in range(3)] + [128],
+        "dv_acc": [{"dim": ["dv", i]} for i in range(3)] + [128]}
     steps = [(s["op"], s.get("kernel", s.get("buffer"))) for s in manifest["steps"]]
     assert steps == [("launch", f"{prefix}_dot_do_o"), ("zero", "dk_acc"), ("zero", "dv_acc"),
                      ("launch", f"{prefix}_dq_dk_dv"), ("launch", f"{prefix}_convert_dk"),
                      ("launch", f"{prefix}_convert_dv")]
     dq_dk_dv = manifest["steps"][3]
-    assert dq_dk_dv["args"] == ["q", "k", "v", "do", "lse", "d", "dq", "dk_acc", "dv_acc"]
-    assert dq_dk_dv["grid"] == [{"buffer": "q", "dim": 2}, {"buffer": "q", "dim": 1}, {"buffer": "q", "dim": 0}]
-    assert dq_dk_dv["block"] == [64, 1, 1]
+    assert dq_dk_dv["args"] == [{"buffer": n} for n in ("q", "k", "v", "do", "lse", "d", "dq", "dk_acc", "dv_acc")]
+    assert dq_dk_dv["grid"] == [{"dim": ["q", 2]}, {"dim": ["q", 1]}, {"dim": ["q", 0]}]
+    assert dq_dk_dv["block"] == [64, 1, 1] and dq_dk_dv["shared_bytes"] == 0
     assert manifest["kernels"][f"{prefix}_convert_dk"]["args"] == [
-        {"buffer": "dk_acc", "rank": 4, "dtype": "f32"}, {"buffer": "dk", "rank": 4, "dtype": "bf16"}]
+        {"buffer": "dk_acc", "rank": 4, "dtype": "f32", "type": "memref<?x?x?x128xf32, strided<[?, ?, ?, 1]>>"},
+        {"buffer": "dk", "rank": 4, "dtype": "bf16", "type": "memref<?x?x?x128xbf16, strided<[?, ?, ?, 1]>>"}]
+
+
+def test_launch_plan_of_the_tiled_body(compiler):
+    """Grid = (ceil(seqlen_k / block_n), kv heads, batch) with the body's dynamic shared memory; dQ
+    accumulates in a workspace padded to whole query blocks, converted at the end."""
+    spec = AttentionBwdSpec("bf16", 128, gqa_ratio=4, mask=Mask("causal_bottom_right"))
+    result = compiler.compile_spec(spec, "sm_90")
+    manifest, config = result.manifest, result.config
+    assert config.body == "tiled" and manifest["numerics"] == {"round_p_ds": True, "sum_chunk": 16}
+    rows = {"mul": [{"ceildiv": [{"dim": ["q", 2]}, config.block_m]}, config.block_m]}
+    assert manifest["buffers"]["dq_acc"]["dims"] == [{"dim": ["q", 0]}, {"dim": ["q", 1]}, rows, 128]
+    assert manifest["buffers"]["q"]["align"] == 8
+    steps = [(s["op"], s.get("kernel", s.get("buffer")).rsplit("_", 2)[-2:] if s["op"] == "launch" else s["buffer"])
+             for s in manifest["steps"]]
+    assert steps == [("launch", ["do", "o"]), ("zero", "dq_acc"), ("launch", ["dk", "dv"]),
+                     ("launch", ["convert", "dq"])]
+    main = manifest["steps"][2]
+    assert main["grid"] == [{"ceildiv": [{"dim": ["k", 2]}, config.block_n]}, {"dim": ["k", 1]}, {"dim": ["k", 0]}]
+    assert main["block"] == [config.threads, 1, 1]
+    from fmha_mlir.bodies import TiledBody
+    assert main["shared_bytes"] == TiledBody.shared_layout(spec, config)[-1].end > 48 * 1024
+    # convert_dq: 16 lanes per 128-element row, 256 threads -> 16 rows per work-group.
+    assert manifest["steps"][3]["grid"] == [{"ceildiv": [{"dim": ["dq", 2]}, 16]}, {"dim": ["dq", 1]}, {"dim": ["dq", 0]}]
+    assert manifest["steps"][3]["block"] == [256, 1, 1]
 
 
 def test_f32_accumulates_into_the_outputs(compiler):
@@ -109,16 +157,19 @@ def test_f32_accumulates_into_the_outputs(compiler):
     assert [s["buffer"] for s in manifest["steps"] if s["op"] == "zero"] == ["dk", "dv"]
     assert [name for name, b in manifest["buffers"].items() if b["role"] == "workspace"] == ["d"]
     assert all("metadata" not in kernel for kernel in manifest["kernels"].values())
-    assert manifest["steps"][0]["block"] == [32, 1, 1]
+    assert manifest["steps"][0]["block"] == [8 * 32, 1, 1]  # the row kernels' eight waves
 
 
 @pytest.mark.parametrize("arch", ["gfx942", "sm_90"])
 def test_interp_ir_is_the_generic_kernel_module(compiler, arch):
     result = compiler.compile_spec(BF16, arch)
     assert result.interp_ir.startswith('"gpu.module"()')
-    assert "fmha." not in result.interp_ir and "llvm.func" not in result.interp_ir
+    assert '"fmha.' not in result.interp_ir and "llvm.func" not in result.interp_ir
     reduction = '"amdgpu.dpp"' if arch == "gfx942" else '"gpu.shuffle"'
     assert reduction in result.interp_ir
+    if arch == "sm_90":  # the tiled body's matrix and copy ops stay at the level the interpreter runs
+        assert all(f'"{op}"' in result.interp_ir for op in ("nvgpu.mma.sync", "nvgpu.ldmatrix",
+                                                            "nvgpu.device_async_copy", "gpu.dynamic_shared_memory"))
 
 
 def test_dumps_restart_to_the_same_code(tmp_path):
@@ -139,13 +190,17 @@ def test_dumps_restart_to_the_same_code(tmp_path):
         compiler.compile_module(result.stages["llvm"], "isa", "gfx950")
 
 
-def test_restart_takes_the_spec_from_spec_carrying_ir(compiler):
+def test_restart_takes_spec_and_config_from_the_ir(compiler):
+    """Stage ops carry them, and after them the kernels' fmha.spec / fmha.config: a restarted compile
+    needs no flags, and contradicting flags are an error, not a bundle that lies."""
     result = compiler.compile_spec(BF16, "gfx942")
-    for stage in ("fmha", "stages"):
-        spec = Compiler().compile_module(result.stages[stage], stage, "gfx942").spec
-        assert spec.scale == pytest.approx(BF16.scale, rel=1e-7)  # the attribute holds it as f32
-        assert dataclasses.replace(spec, scale=BF16.scale) == BF16
-    assert Compiler().compile_module(result.stages["gpu"], "gpu", "gfx942").spec is None
+    for stage in ("fmha", "stages", "gpu", "kernel"):
+        restarted = Compiler().compile_module(result.stages[stage], stage, "gfx942")
+        assert restarted.spec.scale == pytest.approx(BF16.scale, rel=1e-7)  # the attribute holds it as f32
+        assert dataclasses.replace(restarted.spec, scale=BF16.scale) == BF16 and restarted.config == result.config
+        assert restarted.manifest == result.manifest
+    with pytest.raises(CompileError, match="the spec given .* contradicts the one the input carries"):
+        Compiler().compile_module(result.stages["gpu"], "gpu", "gfx942", spec=dataclasses.replace(BF16, dtype="f16"))
 
 
 _KERNEL = """
@@ -163,7 +218,8 @@ module attributes {{gpu.container_module}} {{
 # (stage that fails, start stage, input, target, what the diagnostics say)
 _BROKEN = {
     "parse": ("gpu", "module {", "gfx942", "expected"),
-    "gpu": ("fmha", None, "gfx942", "fmha-expand-warp-body: hdim_q: 32"),
+    "stages": ("fmha", None, "gfx942", "config.wave_size: 32, but gfx942 waves have 64 lanes"),
+    "gpu": ("stages", None, "gfx942", "hdim_q: 32 is not supported by the warp body (wave size 64)"),
     "kernel": ("gpu", _KERNEL.format(body='%r = "fmha.wave_reduce"(%x) {kind = "add", width = 64 : i32} : (f32) -> f32'),
                "sm_90", "wave_reduce width 64 exceeds the wave size 32"),
     "llvm": ("kernel", _KERNEL.format(body="%r = gpu.subgroup_reduce add %x : (f32) -> f32"), "gfx942",
@@ -176,8 +232,10 @@ _BROKEN = {
 @pytest.mark.parametrize("stage", list(_BROKEN))
 def test_compile_errors_carry_stage_diagnostics_and_repro(stage, tmp_path):
     start, text, arch, message = _BROKEN[stage]
-    if text is None:  # a spec valid in itself but not on this target: only the warp body rejects it
-        text = Compiler().compile_spec(AttentionBwdSpec("f16", 32), "sm_90").stages["fmha"]
+    if text is None:  # a warp config of sm_90 restarted for gfx942, or edited to a wave it cannot split
+        text = Compiler().compile_spec(AttentionBwdSpec("f16", 32), "sm_90", body="warp").stages[start]
+        if stage == "gpu":
+            text = text.replace("wave_size = 32", "wave_size = 64")
     with pytest.raises(CompileError) as caught:
         Compiler().compile_module(text, start, arch, dump_dir=tmp_path)
     error = caught.value
@@ -189,17 +247,20 @@ def test_compile_errors_carry_stage_diagnostics_and_repro(stage, tmp_path):
         assert failed_input.is_file()
 
 
-_HOST_WITH_CONSTANT_GRID = """
+_HOST = """
 module attributes {gpu.container_module} {
-  func.func @host(%q: memref<?xf32>, %k: memref<?xf32>, %v: memref<?xf32>, %o: memref<?xf32>, %do: memref<?xf32>,
-                  %lse: memref<?xf32>, %dq: memref<?xf32>, %dk: memref<?xf32>, %dv: memref<?xf32>) {
+  func.func @host(%o: memref<?x?x?x64xf32> {fmha.operand = "o"}, %do: memref<?x?x?x64xf32> {fmha.operand = "do"}) {
+    %c0 = arith.constant 0 : index
     %c1 = arith.constant 1 : index
+    %c2 = arith.constant 2 : index
     %c64 = arith.constant 64 : index
-    gpu.launch_func @fmha_kernels::@k blocks in (%c64, %c1, %c1) threads in (%c64, %c1, %c1) args(%o : memref<?xf32>)
+    %n = memref.dim %o, %c2 : memref<?x?x?x64xf32>
+    %blocks = arith.ceildivui %n, %c64 : index
+    gpu.launch_func @fmha_kernels::@k blocks in (%blocks, %c1, %c1) threads in (%c64, %c1, %c1) args(%o : memref<?x?x?x64xf32>)
     return
   }
   gpu.module @fmha_kernels {
-    gpu.func @k(%o: memref<?xf32>) kernel attributes {known_block_size = array<i32: 64, 1, 1>} {
+    gpu.func @k(%o: memref<?x?x?x64xf32>) kernel attributes {known_block_size = array<i32: 64, 1, 1>} {
       gpu.return
     }
   }
@@ -207,35 +268,47 @@ module attributes {gpu.container_module} {
 """
 
 
-_HOST_ON_CONTRACT = _HOST_WITH_CONSTANT_GRID.replace(
-    "%c64 = arith.constant 64 : index", "%c64 = arith.constant 64 : index\n    %n = memref.dim %o, %c0 : memref<?xf32>"
-).replace("%c1 = arith.constant 1 : index", "%c1 = arith.constant 1 : index\n    %c0 = arith.constant 0 : index"
-          ).replace("blocks in (%c64, %c1, %c1)", "blocks in (%n, %n, %n)")
+def _plan(text: str, source_name: str = "<input>") -> dict:
+    from fmha_mlir.launch_plan import read_launch_plan
+    from fmha_mlir.mlir import make_context, parse_module
+
+    module = parse_module(text, make_context(), source_name)
+    with module.context:
+        return read_launch_plan(module.operation, source_name)
+
+
+def test_grids_are_expressions_of_buffer_sizes():
+    plan = _plan(_HOST)
+    assert plan["steps"][0]["grid"] == [{"ceildiv": [{"dim": ["o", 2]}, 64]}, 1, 1]
+    assert plan["steps"][0]["args"] == [{"buffer": "o"}]
+    assert plan["buffers"]["o"] == {"role": "input", "dtype": "f32", "rank": 4,
+                                    "dims": ["batch", "heads_q", "seqlen_q", 64]}
 
 
 def test_a_host_function_off_the_contract_is_a_plan_error():
-    with pytest.raises(CompileError, match="a grid or workspace size must be a memref.dim of a buffer") as caught:
-        Compiler().compile_module(_HOST_WITH_CONSTANT_GRID, "gpu", "gfx942")
+    unnamed = _HOST.replace(' {fmha.operand = "do"}', "")
+    with pytest.raises(CompileError, match="host argument #1 has no 'fmha.operand' attribute") as caught:
+        _plan(unnamed)
     assert caught.value.stage == "plan"
-    step = Compiler().compile_module(_HOST_ON_CONTRACT, "gpu", "gfx942").manifest["steps"][0]
-    assert step["grid"] == [{"buffer": "o", "dim": 0}] * 3 and step["args"] == ["o"]
+    remainder = _HOST.replace("arith.ceildivui %n, %c64", "arith.remui %n, %c64")
+    with pytest.raises(CompileError, match="the launch plan cannot express a arith.remui in the host function"):
+        _plan(remainder)
 
 
 def test_a_host_op_the_plan_cannot_express_is_a_located_plan_error():
     # The runtime runs the plan's steps alone: silently dropping this copy would change the program.
-    text = _HOST_ON_CONTRACT.replace("    gpu.launch_func", "    memref.copy %q, %k : memref<?xf32> to memref<?xf32>\n"
-                                                          "    gpu.launch_func")
-    line = text.splitlines().index("    memref.copy %q, %k : memref<?xf32> to memref<?xf32>") + 1
+    copy = "    memref.copy %o, %do : memref<?x?x?x64xf32> to memref<?x?x?x64xf32>"
+    text = _HOST.replace("    gpu.launch_func", copy + "\n    gpu.launch_func")
+    line = text.splitlines().index(copy) + 1
     with pytest.raises(CompileError, match=f"^\\[plan\\] host.mlir:{line}:5: the launch plan cannot express a "
-                                           "memref.copy in the host function") as caught:
-        Compiler().compile_module(text, "gpu", "gfx942", source_name="host.mlir")
-    assert caught.value.stage == "plan"
+                                           "memref.copy in the host function"):
+        _plan(text, "host.mlir")
 
 
 def test_a_buffer_outside_the_default_memory_space_is_a_plan_error():
-    text = _HOST_ON_CONTRACT.replace("memref<?xf32>", "memref<?xf32, 1>")
-    with pytest.raises(CompileError, match=r"buffer memref<\?xf32, 1> is not in the default memory space"):
-        Compiler().compile_module(text, "gpu", "gfx942")
+    text = _HOST.replace("memref<?x?x?x64xf32>", "memref<?x?x?x64xf32, 1>")
+    with pytest.raises(CompileError, match=r"buffer memref<\?x\?x\?x64xf32, 1> is not in the default memory space"):
+        _plan(text)
 
 
 def test_ir_an_upstream_pass_would_abort_on_is_a_located_compile_error():

@@ -75,7 +75,7 @@ def test_device_outputs_that_overlap_are_refused(bundle):
 
 def test_a_misaligned_start_is_refused(bundle):
     q = device_tensors()["q"]
-    with pytest.raises(RuntimeLaunchError, match="tensor 'q' starts at GPU address .* not aligned to the 8-byte"):
+    with pytest.raises(RuntimeLaunchError, match="tensor 'q' starts at GPU address .* not aligned to the 16-byte"):
         run_bundle(bundle, CpuExecutor(), device_tensors(q=DeviceArray(q.address + 2, q.shape, q.strides, q.dtype)))
 
 

@@ -7,12 +7,16 @@ import itertools
 import numpy as np
 import pytest
 
+from fmha_mlir.bodies import TILED_TABLE
 from fmha_mlir.dialects import fmha
 from fmha_mlir.dialects.fmha_types import rows_type, tensor_type
 from fmha_mlir.errors import SpecError
 from fmha_mlir.frontend import build_problem_module, problem_types
+from fmha_mlir.kernel_config import KernelConfig
 from fmha_mlir.mlir import func, ir, make_context
 from fmha_mlir.spec import DTYPES, AttentionBwdSpec, Mask
+
+WARP64 = KernelConfig(body="warp", wave_size=64)
 
 MASKS = (Mask(), Mask("causal_top_left"), Mask("causal_bottom_right"), Mask("sliding_window", 16, 0),
          Mask("sliding_window", -1, 3))
@@ -45,11 +49,11 @@ def _stage_types(spec):
     }
 
 
-def _build_stage(op_class, spec, **kwargs):
+def _build_stage(op_class, spec, config=WARP64, **kwargs):
     types = _stage_types(spec)
     module, entry = _function([types[name] for name in op_class.OPERANDS])
     with ir.InsertionPoint(entry):
-        op = op_class.build(spec, list(entry.arguments), **kwargs)
+        op = op_class.build(spec, list(entry.arguments), config, **kwargs)
         func.ReturnOp([])
     return module, op
 
@@ -164,10 +168,10 @@ def test_verify_op_reports_every_problem_naming_op_and_operand(ctx):
         'func.func @f(%x: f16, %i: index) {\n'
         '  "fmha.masked_score"(%x, %i, %x, %i, %i) {mask = "causal", window_left = -1 : i64, window_right = -1 : i64}'
         ' : (f16, index, f16, index, index) -> f32\n  return\n}')
+    # (the operand types are judged from the first one, so a bad score type hides the rest)
     inner = op.regions[0].blocks[0].operations[0]
     assert fmha.verify_op(inner) == [
-        "'fmha.masked_score' op operand #0 ('dot') must be f32, got f16",
-        "'fmha.masked_score' op operand #2 ('k_pos') must be index, got f16",
+        "'fmha.masked_score' op operand #0 ('dot') must be f32 or a 1-D vector of it, got f16",
         "'fmha.masked_score' op mask.kind: unknown mask kind 'causal' (use one of none, causal_top_left, "
         "causal_bottom_right, sliding_window)",
         "'fmha.masked_score' op missing attribute 'scale_log2' (an f32 float)",
@@ -235,3 +239,35 @@ def test_frontend_builds_the_problem_function(ctx):
 def test_frontend_checks_the_spec_before_building(ctx):
     with pytest.raises(SpecError, match="gqa_ratio: must be a positive integer"):
         build_problem_module(AttentionBwdSpec(gqa_ratio=0), ctx)
+
+
+@pytest.mark.parametrize("config", [WARP64, TILED_TABLE[64]], ids=["warp", "tiled"])
+def test_config_round_trips_through_the_attribute(ctx, config):
+    spec = AttentionBwdSpec(dtype="bf16", hdim_q=64, hdim_v=64)
+    module, op = _build_stage(fmha.DqDkDvOp, spec, config)
+    assert fmha.config_of(op) == config
+    reparsed = ir.Module.parse(str(module))
+    function = reparsed.body.operations[0].operation
+    assert fmha.config_of(function.regions[0].blocks[0].operations[0]) == config
+
+
+def test_a_config_whose_body_cannot_compute_the_spec_does_not_verify(ctx):
+    spec = AttentionBwdSpec(dtype="f32", hdim_q=64, hdim_v=64)
+    with pytest.raises(fmha.VerifyError, match=r"config tiled_m\d+n\d+w\d+s\d_[0-9a-f]+: dtype: the tiled body computes f16 and"):
+        _build_stage(fmha.DotDoOOp, spec, TILED_TABLE[64])
+
+
+def test_the_problem_op_may_lack_a_config_but_stage_ops_may_not(ctx):
+    spec = AttentionBwdSpec(hdim_q=64, hdim_v=128)
+    module, op = _build_stage(fmha.AttentionBwdOp, spec, None)
+    assert fmha.verify_module(module.operation) == [] and "config" not in op.attributes
+    with pytest.raises(fmha.VerifyError, match="missing attribute 'config'"):
+        _build_stage(fmha.DotDoOOp, spec, None)
+
+
+def test_frontend_names_every_argument_by_its_operand(ctx):
+    module = build_problem_module(AttentionBwdSpec(hdim_q=64), ctx, WARP64)
+    function = module.body.operations[0]
+    names = [ir.StringAttr(ir.DictAttr(a)["fmha.operand"]).value for a in function.attributes["arg_attrs"]]
+    assert names == list(fmha.OPERAND_NAMES)
+    assert fmha.config_of(function.regions[0].blocks[0].operations[0]) == WARP64

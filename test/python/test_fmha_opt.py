@@ -98,8 +98,8 @@ def test_main_writes_the_output_file(tmp_path, capsys):
 
 @pytest.mark.parametrize("argv,message", [
     (["--pass-pipeline=builtin.module(fmha-nope)"], "fmha-opt: error: invalid --pass-pipeline: bad pipeline element"),
-    (["--pass-pipeline", "builtin.module(fmha-expand-warp-body{wave-size=abc})"],
-     "fmha-opt: error: invalid --pass-pipeline: pass 'fmha-expand-warp-body': option wave-size='abc' is not a valid int"),
+    (["--pass-pipeline", "builtin.module(fmha-select-kernel-config{target=sm_80})"],
+     "fmha-opt: error: invalid --pass-pipeline: pass 'fmha-select-kernel-config': unknown target 'sm_80'"),
 ])
 def test_main_rejects_bad_pipelines_without_a_traceback(tmp_path, capsys, argv, message):
     source = tmp_path / "in.mlir"

@@ -171,7 +171,7 @@ def test_attention_bwd_matches_oracle(fmha_name, layout, load_bundle, gpu_execut
     result = run_bundle(bundle, executor, tensors)
     if layout == "bshd":
         assert all(result[name] is tensors[name] for name in ("dq", "dk", "dv"))
-    checks = problem.check(result)
+    checks = problem.check(result, bundle.numerics)
     assert all(check.passed for check in checks), "\n".join(map(str, checks))
 
 
@@ -208,7 +208,7 @@ def test_torch_cuda_tensors_run_in_place(fmha_name, load_bundle, gpu_executor, t
     assert all(g.is_cuda for g in grads)
     host = {name: (g.view(torch.int16).cpu().numpy().view(np.uint16) if g.dtype == torch.bfloat16 else g.cpu().numpy())
             for name, g in zip(("dq", "dk", "dv"), grads)}
-    checks = problem.check(host)
+    checks = problem.check(host, bundle.numerics)
     assert all(check.passed for check in checks), "\n".join(map(str, checks))
 
 

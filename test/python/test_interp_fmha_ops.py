@@ -54,3 +54,78 @@ def test_exp2_spellings(spelling):
         want = np.where(np.abs(want) < np.finfo(np.float32).tiny, 0, want)
     np.testing.assert_array_equal(out, want)
     assert out[0] == 0 and (out[1] == 0) == ("ftz" in spelling)
+
+
+# --- the lowered masked_score, against Mask.visible at every (q, k) ---------------------------------
+
+LOWERINGS = ("convert-fmha-to-nvvm", "convert-fmha-to-rocdl")
+# Both corner alignments: more keys than queries (the bottom-right diagonal starts right of the
+# top-left one) and more queries than keys (rows above the bottom-right diagonal see no key).
+GRIDS = ((5, 13), (13, 5))
+MASKS = (Mask(), Mask("causal_top_left"), Mask("causal_bottom_right"), Mask("sliding_window", 3, 1),
+         Mask("sliding_window", -1, 0), Mask("sliding_window", 2, -1), Mask("sliding_window", 0, 0))
+
+
+def lowered_kernel(source: str, lowering: str) -> str:
+    """Readable MLIR through one target lowering of the kernel ops; generic text for the interpreter."""
+    from fmha_mlir.mlir import ir, make_context
+    from fmha_mlir.passes.registry import build_pass_manager
+
+    ctx = make_context()
+    with ctx:
+        module = ir.Module.parse(source)
+        build_pass_manager(f"builtin.module({lowering})", ctx).run(module.operation)
+        text = module.operation.get_asm(print_generic_op_form=True)
+    assert "fmha.masked_score" not in text
+    return text
+
+
+@pytest.mark.parametrize("lowering", LOWERINGS)
+@pytest.mark.parametrize("seqlens", GRIDS, ids=["sq<sk", "sq>sk"])
+@pytest.mark.parametrize("mask", MASKS, ids=str)
+@pytest.mark.parametrize("width", [1, 2], ids=["scalar", "vector2"])
+def test_lowered_masked_score_is_mask_visible_everywhere(lowering, seqlens, mask, width):
+    """Work-group q, lane t: keys width*t .. width*t + width - 1, the vector form as the tiled body
+    uses it (a vector of key positions against one query). Every (q, k) of the grid, and 3 keys
+    beyond seqlen_k, is compared with the spec's own definition."""
+    from fmha_mlir.runtime.interp import Interpreter
+
+    from interp_support import kernel_module
+
+    seqlen_q, seqlen_k = seqlens
+    lanes = -(-(seqlen_k + 3) // width)
+    keys = lanes * width
+    dots = np.random.default_rng(1).standard_normal((seqlen_q, keys)).astype(np.float32) + 3.0
+    out = np.zeros((seqlen_q, keys), np.float32)
+    scale = 0.375
+    attributes = (f'{{mask = "{mask.kind}", window_left = {mask.window_left} : i64, '
+                  f'window_right = {mask.window_right} : i64, scale_log2 = {scale} : f32}}')
+    if width == 1:
+        body = f"""
+    %k = gpu.thread_id x
+    %q = gpu.block_id x
+    %sq = arith.constant {seqlen_q} : index
+    %sk = arith.constant {seqlen_k} : index
+    %dot = memref.load %dots[%q, %k] : memref<{seqlen_q}x{keys}xf32>
+    %s = "fmha.masked_score"(%dot, %q, %k, %sq, %sk) {attributes} : (f32, index, index, index, index) -> f32
+    memref.store %s, %out[%q, %k] : memref<{seqlen_q}x{keys}xf32>"""
+    else:
+        body = f"""
+    %t = gpu.thread_id x
+    %q = gpu.block_id x
+    %c1 = arith.constant 1 : index
+    %c2 = arith.constant 2 : index
+    %k0 = arith.muli %t, %c2 : index
+    %k1 = arith.addi %k0, %c1 : index
+    %ks = vector.from_elements %k0, %k1 : vector<2xindex>
+    %sq = arith.constant {seqlen_q} : index
+    %sk = arith.constant {seqlen_k} : index
+    %dot = vector.load %dots[%q, %k0] : memref<{seqlen_q}x{keys}xf32>, vector<2xf32>
+    %s = "fmha.masked_score"(%dot, %q, %ks, %sq, %sk) {attributes} : (vector<2xf32>, index, vector<2xindex>, index, index) -> vector<2xf32>
+    vector.store %s, %out[%q, %k0] : memref<{seqlen_q}x{keys}xf32>, vector<2xf32>"""
+    source = kernel_module(body, f"%dots: memref<{seqlen_q}x{keys}xf32>, %out: memref<{seqlen_q}x{keys}xf32>")
+    wave = 64 if lowering.endswith("rocdl") else 32
+    Interpreter(lowered_kernel(source, lowering), wave).run_kernel("k", [dots, out], (seqlen_q, 1, 1), (lanes, 1, 1))
+    q, k = np.arange(seqlen_q)[:, None], np.arange(keys)[None, :]
+    visible = np.broadcast_to(mask.visible(q, k, seqlen_q, seqlen_k), out.shape)
+    np.testing.assert_array_equal(out, np.where(visible, dots * np.float32(scale), -np.inf))

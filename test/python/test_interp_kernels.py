@@ -447,3 +447,63 @@ def test_negative_and_zero_strides_through_dynamic_layouts():
     run(body, f"%a: {layout}, %b: {layout}, %out: memref<64xf32>", [reversed_view, broadcast, out])
     np.testing.assert_array_equal(out, np.arange(63, -1, -1, dtype=np.float32) + 5)
     np.testing.assert_array_equal(base, np.arange(64, dtype=np.float32) + 5)  # written through the view
+
+
+def test_two_dimensional_vector_ops():
+    """What the tiled body does with mma fragments (vector<2x2xf32>): rows and elements out and in,
+    from_elements, broadcast of scalars and rows to 2-D, element-wise arith, truncf / extf, select (vector and
+    per-lane conditions), dense 2-D constants."""
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((64, 4)).astype(np.float32)
+    out = np.zeros((64, 8), np.float32)
+    body = """
+    %t = gpu.thread_id x
+    %c0 = arith.constant 0 : index
+    %c2 = arith.constant 2 : index
+    %c4 = arith.constant 4 : index
+    %c6 = arith.constant 6 : index
+    %c32 = arith.constant 32 : index
+    %x = vector.load %a[%t, %c0] : memref<64x4xf32>, vector<4xf32>
+    %e0 = vector.extract %x[0] : f32 from vector<4xf32>
+    %e1 = vector.extract %x[1] : f32 from vector<4xf32>
+    %e2 = vector.extract %x[2] : f32 from vector<4xf32>
+    %e3 = vector.extract %x[3] : f32 from vector<4xf32>
+    %m = vector.from_elements %e0, %e1, %e2, %e3 : vector<2x2xf32>
+    %row1 = vector.extract %m[1] : vector<2xf32> from vector<2x2xf32>
+    %el = vector.extract %m[0, 1] : f32 from vector<2x2xf32>
+    %bs = vector.broadcast %el : f32 to vector<2x2xf32>
+    %brow = vector.broadcast %row1 : vector<2xf32> to vector<2x2xf32>
+    %sp = vector.broadcast %e3 : f32 to vector<2x2xf32>
+    %sum = arith.addf %m, %bs : vector<2x2xf32>
+    %prod = arith.mulf %sum, %brow : vector<2x2xf32>
+    %h = arith.truncf %prod : vector<2x2xf32> to vector<2x2xbf16>
+    %w = arith.extf %h : vector<2x2xbf16> to vector<2x2xf32>
+    %gt = arith.cmpf ogt, %w, %sp : vector<2x2xf32>
+    %sel = arith.select %gt, %w, %sp : vector<2x2xi1>, vector<2x2xf32>
+    %ins = vector.insert %row1, %sel [0] : vector<2xf32> into vector<2x2xf32>
+    %ins2 = vector.insert %e0, %ins [1, 1] : f32 into vector<2x2xf32>
+    %cst = arith.constant dense<[[1.0, 2.0], [3.0, 4.0]]> : vector<2x2xf32>
+    %fin = arith.addf %ins2, %cst : vector<2x2xf32>
+    %low = arith.cmpi ult, %t, %c32 : index
+    %pick = arith.select %low, %fin, %cst : vector<2x2xf32>
+    %r0 = vector.extract %pick[0] : vector<2xf32> from vector<2x2xf32>
+    %r1 = vector.extract %pick[1] : vector<2xf32> from vector<2x2xf32>
+    %u = vector.from_elements %e2, %e1 : vector<2xf32>
+    %cols = vector.extract %sel[1] : vector<2xf32> from vector<2x2xf32>
+    vector.store %r0, %out[%t, %c0] : memref<64x8xf32>, vector<2xf32>
+    vector.store %r1, %out[%t, %c2] : memref<64x8xf32>, vector<2xf32>
+    vector.store %u, %out[%t, %c4] : memref<64x8xf32>, vector<2xf32>
+    vector.store %cols, %out[%t, %c6] : memref<64x8xf32>, vector<2xf32>"""
+    run(body, "%a: memref<64x4xf32>, %out: memref<64x8xf32>", [a, out])
+    m = a.reshape(64, 2, 2)
+    prod = (m + m[:, :1, 1:]) * m[:, 1:, :]
+    w = bf16_value(bf16_bits(prod)).reshape(prod.shape)
+    sel = np.where(w > a[:, 3, None, None], w, a[:, 3, None, None])
+    fin = sel.copy()
+    fin[:, 0] = m[:, 1]
+    fin[:, 1, 1] = a[:, 0]
+    fin += np.array([[1, 2], [3, 4]], np.float32)
+    pick = np.where(np.arange(64)[:, None, None] < 32, fin, np.array([[1, 2], [3, 4]], np.float32))
+    np.testing.assert_array_equal(out[:, :4], pick.reshape(64, 4))
+    np.testing.assert_array_equal(out[:, 4:6], a[:, [2, 1]])
+    np.testing.assert_array_equal(out[:, 6:], sel[:, 1])

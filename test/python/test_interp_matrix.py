@@ -1,8 +1,10 @@
-"""Every kernel variant of the compiler's matrix, run by the CPU SIMT interpreter against the oracle.
+"""Every kernel variant of the compiler's matrix, for every body, run by the CPU SIMT interpreter
+against the oracle through the one gate.
 
-dtype x mask x hdim x GQA ratio x wave size (gfx942: wave64 with DPP reductions; sm_90: wave32 with
-shuffles), at small odd sizes: seqlen_q < seqlen_k and seqlen_q > seqlen_k (rows that see no key
-under bottom-right masks), BHSD and BSHD storage, atomics applied in a random order.
+dtype x mask x hdim x GQA ratio x (arch, body): gfx942 warp body (wave64, DPP reductions), sm_90 warp
+body (wave32, shuffles) and sm_90 tiled body (mma.sync tiles, f16/bf16 only), at small odd sizes:
+seqlen_q < seqlen_k and seqlen_q > seqlen_k (rows that see no key under bottom-right masks), lengths
+that fill no tile, BHSD and BSHD storage, atomics applied in a random order.
 """
 from __future__ import annotations
 
@@ -11,16 +13,31 @@ import itertools
 import pytest
 
 from fmha_mlir.api import compile_bundle
+from fmha_mlir.bodies import choose_config
 from fmha_mlir.compiler import Compiler
 from fmha_mlir.problem import ProblemSize, make_problem
 from fmha_mlir.runtime.cpu_executor import CpuExecutor
 from fmha_mlir.runtime.runner import run_bundle
+from fmha_mlir.errors import SpecError
 from fmha_mlir.spec import Mask
+from fmha_mlir.target import get_target
 from fmha_mlir.variants import variant_matrix
 
-ARCHES = ("gfx942", "sm_90")
+TARGETS = (("gfx942", "warp"), ("sm_90", "warp"), ("sm_90", "tiled"))
 # A window small enough to cut these short rows on both sides.
-MATRIX = list(itertools.product(variant_matrix(window=Mask("sliding_window", 4, 1)), ARCHES))
+
+
+def supported(spec, arch: str, body: str) -> bool:
+    try:
+        choose_config(spec, get_target(arch), body)
+    except SpecError:
+        return False
+    return True
+
+
+MATRIX = [(spec, arch, body)
+          for spec, (arch, body) in itertools.product(variant_matrix(window=Mask("sliding_window", 4, 1)), TARGETS)
+          if supported(spec, arch, body)]
 
 
 @pytest.fixture(scope="module")
@@ -28,15 +45,20 @@ def compiler():
     return Compiler()
 
 
+def test_the_matrix_covers_every_body():
+    assert {(arch, body) for _, arch, body in MATRIX} == set(TARGETS)
+    assert {spec.dtype for spec, _, body in MATRIX if body == "tiled"} == {"f16", "bf16"}
+
+
 @pytest.mark.parametrize("index", range(len(MATRIX)),
-                         ids=[f"{s.dtype}-{s.mask}-d{s.hdim_q}-g{s.gqa_ratio}-{a}" for s, a in MATRIX])
+                         ids=[f"{s.dtype}-{s.mask}-d{s.hdim_q}-g{s.gqa_ratio}-{a}-{b}" for s, a, b in MATRIX])
 def test_variant_matches_the_oracle(compiler, index):
-    spec, arch = MATRIX[index]
+    spec, arch, body = MATRIX[index]
     seqlens = ((5, 9), (9, 5))[index % 2]
     problem = make_problem(spec, ProblemSize(1, 4, *seqlens), seed=index, layout=("bhsd", "bshd")[index // 2 % 2])
-    bundle = compile_bundle(spec, arch, compiler)
-    assert bundle.target.wave_size == (64 if arch == "gfx942" else 32)
+    bundle = compile_bundle(spec, arch, compiler, body=body)
+    assert (bundle.config.body, bundle.config.wave_size) == (body, get_target(arch).wave_size)
     grads = run_bundle(bundle, CpuExecutor(atomic_order="random", seed=index),
                        {name: problem.tensors[name] for name in ("q", "k", "v", "o", "do", "lse")})
-    checks = problem.check(grads)
+    checks = problem.check(grads, bundle.numerics)
     assert all(check.passed for check in checks), [str(check) for check in checks]

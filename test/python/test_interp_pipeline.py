@@ -1,72 +1,75 @@
-"""The real kernels: the compiler's "kernel" stage (generic text, as bundles carry it) and its "gpu"
-stage (target-neutral fmha kernel ops) run by the interpreter step by step from the launch plan,
-judged against the float64 oracle."""
-import numpy as np
+"""The real kernels at two levels, run by the interpreter through the bundle runner: the compiler's
+"kernel" stage (target kernel IR, generic text, as bundles carry it) and its "gpu" stage (the bodies
+expanded into target-neutral fmha kernel ops and, for the tiled body, nvgpu matrix ops), judged by the
+one gate against the float64 oracle."""
+
 import pytest
 
-from fmha_mlir import oracle
-from fmha_mlir.compiler import compile_spec
-from fmha_mlir.dtypes import STORAGE, from_storage, to_storage
-from fmha_mlir.runtime.interp import Interpreter
+from fmha_mlir.compiler import INTERP_IR_FILE, compile_spec
+from fmha_mlir.kernel_config import KernelConfig
+from fmha_mlir.problem import ProblemSize, make_problem
+from fmha_mlir.runtime.bundle import Bundle
+from fmha_mlir.runtime.cpu_executor import CpuExecutor
+from fmha_mlir.runtime.runner import run_bundle
 from fmha_mlir.spec import AttentionBwdSpec, Mask
-from fmha_mlir.tolerance import check_gradients
 
 from interp_support import generic
 
-OUTPUT_LIKE = {"dq": "q", "dk": "k", "dv": "v"}
+def stage_bundle(compiled, stage: str) -> Bundle:
+    """The compiled bundle, with the interpreter's IR taken from `stage` instead of the kernel stage."""
+    files = compiled.bundle_files()
+    if stage != "kernel":
+        files[INTERP_IR_FILE] = generic(compiled.stages[stage]).encode()
+    return Bundle(compiled.manifest, files)
 
-
-def run_launch_plan(compiled, ir_text: str, tensors: dict, atomic_order: str = "sequential") -> dict:
-    """Allocate outputs and workspaces as the manifest says, then zero / launch step by step."""
-    manifest = compiled.manifest
-    buffers = dict(tensors)
-    for name, info in manifest["buffers"].items():
-        if name not in buffers:
-            like = buffers[info.get("like") or OUTPUT_LIKE[name]]
-            buffers[name] = np.zeros(like.shape, STORAGE[info["dtype"]])
-    interp = Interpreter(ir_text, compiled.target.wave_size, atomic_order=atomic_order, seed=1)
-    for step in manifest["steps"]:
-        if step["op"] == "zero":
-            buffers[step["buffer"]][...] = 0
-            continue
-        assert step["op"] == "launch", step
-        grid = tuple(buffers[g["buffer"]].shape[g["dim"]] for g in step["grid"])
-        interp.run_kernel(step["kernel"], [buffers[a] for a in step["args"]], grid, tuple(step["block"]))
-    return buffers
-
-
-def bshd_view(x):
-    """[B, H, S, D] values stored as [B, S, H, D]: the kernels must honour the strides."""
-    return np.ascontiguousarray(np.swapaxes(x, 1, 2)).swapaxes(1, 2)
-
-
-@pytest.mark.parametrize("arch,dtype,mask,gqa,atomic_order,stage", [
-    ("gfx942", "f16", "bottom_right", 2, "sequential", "kernel"),
-    ("sm_90", "bf16", "window:5,3", 1, "random", "kernel"),
-    ("gfx950", "f32", "top_left", 1, "random", "kernel"),
-    ("sm_90", "f16", "window:5,3", 2, "sequential", "gpu"),
+@pytest.mark.parametrize("arch,body,dtype,mask,gqa,atomic_order,stage", [
+    ("gfx942", "warp", "f16", "bottom_right", 2, "sequential", "kernel"),
+    ("sm_90", "warp", "bf16", "window:5,3", 1, "random", "kernel"),
+    ("gfx950", "warp", "f32", "top_left", 1, "random", "kernel"),
+    ("sm_90", "warp", "f16", "window:5,3", 2, "sequential", "gpu"),
+    ("sm_90", "tiled", "bf16", "bottom_right", 2, "random", "gpu"),
+    ("sm_90", "tiled", "f16", "window:5,3", 1, "sequential", "kernel"),
 ])
-def test_compiled_kernels_match_the_oracle(arch, dtype, mask, gqa, atomic_order, stage):
+def test_compiled_kernels_match_the_oracle(arch, body, dtype, mask, gqa, atomic_order, stage):
     spec = AttentionBwdSpec(dtype=dtype, hdim_q=64, gqa_ratio=gqa, mask=Mask.parse(mask))
-    compiled = compile_spec(spec, arch)
-    ir_text = compiled.interp_ir if stage == "kernel" else generic(compiled.stages[stage])
-    batch, heads_kv, seqlen_q, seqlen_k, hdim = 1, 2, 24, 40, 64
-    rng = np.random.default_rng(7)
-    shapes = {"q": (batch, heads_kv * gqa, seqlen_q, hdim), "k": (batch, heads_kv, seqlen_k, hdim),
-              "v": (batch, heads_kv, seqlen_k, hdim), "do": (batch, heads_kv * gqa, seqlen_q, hdim)}
-    values = {n: from_storage(to_storage(rng.standard_normal(s), dtype), dtype).astype(np.float64)
-              for n, s in shapes.items()}
-    args = dict(mask=spec.mask, scale=spec.scale, gqa_ratio=gqa)
-    forward = oracle.forward(values["q"], values["k"], values["v"], **args)
-    values["o"] = from_storage(to_storage(forward.o, dtype), dtype).astype(np.float64)
-    tensors = {n: bshd_view(to_storage(x, dtype)) for n, x in values.items()}
-    tensors["lse"] = forward.lse.astype(np.float32)
-
-    out = run_launch_plan(compiled, ir_text, tensors, atomic_order)
-
-    grads = (values["q"], values["k"], values["v"], values["o"], values["do"], forward.lse)
-    exact = oracle.backward(*grads, **args)
-    lowp = oracle.lowp_backward(*grads, dtype=dtype, **args)
-    checks = check_gradients({n: out[n] for n in ("dq", "dk", "dv")}, exact, lowp, dtype, hdim)
+    compiled = compile_spec(spec, arch, body=body)
+    bundle = stage_bundle(compiled, stage)
+    assert bundle.config.body == body
+    # Sq < Sk, lengths that fill no tile, BSHD storage: the kernels must honour strides and edges.
+    problem = make_problem(spec, ProblemSize(1, 2 * gqa, 24, 40), seed=7, layout="bshd")
+    inputs = {n: problem.tensors[n] for n in ("q", "k", "v", "o", "do", "lse")}
+    grads = run_bundle(bundle, CpuExecutor(atomic_order=atomic_order, seed=1), inputs)
+    checks = problem.check(grads, bundle.numerics)
     assert all(c.passed for c in checks), "\n".join(map(str, checks))
-    assert np.abs(exact.dq).max() > 0.1  # a real problem, not all-masked zeros
+    assert max(c.scale for c in checks) > 0.1  # a real problem, not all-masked zeros
+
+
+SMALL_TILES = dict(body="tiled", wave_size=32, instruction="mma.m16n8k16", swizzle="xor")
+M32N32_DOUBLE_BUFFERED = KernelConfig(**SMALL_TILES, block_m=32, block_n=32, warps=2, stages=2, sdp_warps=(2, 1),
+                                      dkv_warps=(2, 1), dq_warps=(2, 1), p_in_registers=True)
+M32N64_P_IN_SHARED = KernelConfig(**SMALL_TILES, block_m=32, block_n=64, warps=4, stages=1, sdp_warps=(2, 2),
+                                  dkv_warps=(4, 1), dq_warps=(1, 4), p_in_registers=False)
+
+
+@pytest.mark.parametrize("spec,size,config", [
+    (AttentionBwdSpec("bf16", 64, mask=Mask("causal_bottom_right"), gqa_ratio=2), ProblemSize(1, 4, 150, 100),
+     M32N32_DOUBLE_BUFFERED),
+    (AttentionBwdSpec("f16", 64, mask=Mask("sliding_window", 20, 7)), ProblemSize(1, 1, 90, 170), M32N64_P_IN_SHARED),
+    (AttentionBwdSpec("f16", 128, hdim_v=64, mask=Mask("sliding_window", -1, 0)), ProblemSize(1, 2, 70, 100),
+     M32N32_DOUBLE_BUFFERED),
+    (AttentionBwdSpec("bf16", 64, mask=Mask("causal_top_left")), ProblemSize(1, 2, 130, 130), None),
+    (AttentionBwdSpec("f16", 64, gqa_ratio=2), ProblemSize(2, 2, 150, 260), None),
+], ids=["br-sq>sk-m32n32", "window-m32n64-p-shared", "window-left-unbounded-dv64", "tl-table-config",
+        "none-batch2-table-config"])
+def test_tiled_body_across_tiles(spec, size, config):
+    """Several key blocks per head and several query blocks per key block: the double-buffered query
+    loop, the GQA head walk, tiles the mask cuts next to tiles it leaves whole, and partial last
+    blocks on both axes."""
+    bundle = stage_bundle(compile_spec(spec, "sm_90", body="tiled", config=config), "kernel")
+    problem = make_problem(spec, size, seed=11, layout="bshd")
+    grads = run_bundle(bundle, CpuExecutor(atomic_order="random", seed=2),
+                       {n: problem.tensors[n] for n in ("q", "k", "v", "o", "do", "lse")})
+    checks = problem.check(grads, bundle.numerics)
+    assert all(c.passed for c in checks), "\n".join(map(str, checks))
+    config = bundle.config
+    assert size.seqlen_k > config.block_n and size.seqlen_q > config.block_m  # two tiles or more on each axis

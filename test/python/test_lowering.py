@@ -1,4 +1,5 @@
-"""The target-neutral lowering passes: fmha-decompose-bwd, fmha-stages-to-gpu, fmha-expand-warp-body.
+"""The lowering passes up to the kernels: fmha-select-kernel-config, fmha-decompose-bwd,
+fmha-stages-to-gpu, fmha-expand-warp-body / fmha-expand-tiled-body.
 
 Modules come from the frontend (level 1), go through the passes by name as fmha-opt runs them, and are
 checked by reading the resulting IR back: op order, operands, types, attributes and counts.
@@ -9,7 +10,9 @@ import itertools
 
 import pytest
 
+from fmha_mlir.bodies import ROW_KERNEL_WAVES, row_lanes, row_stage_hdim
 from fmha_mlir.dialects import fmha
+from fmha_mlir.dtypes import BYTES
 from fmha_mlir.errors import PipelineError
 from fmha_mlir.frontend import build_problem_module
 from fmha_mlir.mlir import arith, func, ir, make_context
@@ -23,11 +26,16 @@ BF16_WINDOW = AttentionBwdSpec(dtype="bf16", hdim_q=256, hdim_v=256, mask=Mask("
 STAGE_NAMES = [op.NAME for op in fmha.STAGE_OPS]
 
 
-def lowered(spec: AttentionBwdSpec, pipeline: str):
+WAVE_TARGETS = {64: "gfx942", 32: "sm_90"}
+
+
+def lowered(spec: AttentionBwdSpec, pipeline: str, wave: int = 64, body: str = "warp"):
+    """`spec` through fmha-select-kernel-config for the target of `wave`, then `pipeline`."""
     ctx = make_context()
     module = build_problem_module(spec, ctx)
     with ctx:
-        build_pass_manager(pipeline, ctx).run(module.operation)
+        build_pass_manager(f"fmha-select-kernel-config{{target={WAVE_TARGETS[wave]} body={body}}},{pipeline}",
+                           ctx).run(module.operation)
     return module
 
 
@@ -55,6 +63,12 @@ def walk_names(op) -> list[str]:
     return names
 
 
+def row_geometry(spec: AttentionBwdSpec, kernel_name: str, wave: int) -> tuple[int, int]:
+    """(lanes per row, threads per work-group) of a row kernel, as the bodies launch it."""
+    stage = kernel_name.rsplit("_warp", 1)[1].split("_", 1)[1]
+    return row_lanes(row_stage_hdim(stage, spec), wave, BYTES[spec.dtype]), wave * ROW_KERNEL_WAVES
+
+
 def defining(value):
     return value.owner.operation if isinstance(value.owner, ir.OpView) else value.owner
 
@@ -66,13 +80,15 @@ def test_decompose_f16_allocates_zeroes_and_converts_accumulators():
     module = lowered(F16_GQA, "fmha-decompose-bwd")
     ops = [op for op in host_ops(module) if op.name not in ("arith.constant", "memref.dim")]
     assert [op.name for op in ops] == [
-        "memref.alloc", "memref.cast", "fmha.dot_do_o",
-        "memref.alloc", "memref.cast", "memref.alloc", "memref.cast", "gpu.memset", "gpu.memset",
+        "memref.alloc", "memref.cast", "memref.alloc", "memref.cast", "memref.alloc", "memref.cast",
+        "fmha.dot_do_o", "gpu.memset", "gpu.memset",
         "fmha.dq_dk_dv", "fmha.convert_grad", "fmha.convert_grad",
         "memref.dealloc", "memref.dealloc", "memref.dealloc", "func.return"]
     args = list(module.body.operations[0].regions[0].blocks[0].arguments)
     q, k, v, o, do, lse, dq, dk, dv = args
-    d_alloc, d, dot, dk_alloc, dk_acc, dv_alloc, dv_acc, zero_dk, zero_dv, main, conv_dk, conv_dv = ops[:12]
+    d_alloc, d, dk_alloc, dk_acc, dv_alloc, dv_acc, dot, zero_dk, zero_dv, main, conv_dk, conv_dv = ops[:12]
+    assert [ir.StringAttr(a.attributes["fmha.workspace"]).value for a in (d_alloc, dk_alloc, dv_alloc)] == [
+        "d", "dk_acc", "dv_acc"]
     assert list(dot.operands) == [o, do, d.result]
     assert list(main.operands) == [q, k, v, do, lse, d.result, dq, dk_acc.result, dv_acc.result]
     assert str(dk_alloc.result.type) == "memref<?x?x?x128xf32>"
@@ -105,14 +121,15 @@ def test_decompose_f32_zero_fills_the_outputs_and_skips_the_converts():
 
 @pytest.mark.parametrize("wave", [64, 32])
 def test_stages_become_kernels_and_launches(wave):
-    module = lowered(F16_GQA, f"fmha-decompose-bwd,fmha-stages-to-gpu{{wave-size={wave}}}")
+    module = lowered(F16_GQA, "fmha-decompose-bwd,fmha-stages-to-gpu", wave)
     assert "gpu.container_module" in module.operation.attributes
     prefix = F16_GQA.kernel_prefix
     found = kernels(module)
-    assert list(found) == [f"{prefix}_{s}" for s in ("dot_do_o", "dq_dk_dv", "convert_dk", "convert_dv")]
-    for kernel in found.values():
+    assert list(found) == [f"{prefix}_warp{wave}_{s}" for s in ("dot_do_o", "dq_dk_dv", "convert_dk", "convert_dv")]
+    threads = {name: wave if name.endswith("dq_dk_dv") else row_geometry(F16_GQA, name, wave)[1] for name in found}
+    for name, kernel in found.items():
         assert "kernel" in kernel.attributes
-        assert list(ir.DenseI32ArrayAttr(kernel.attributes["known_block_size"])) == [wave, 1, 1]
+        assert list(ir.DenseI32ArrayAttr(kernel.attributes["known_block_size"])) == [threads[name], 1, 1]
         body = [op.name for op in kernel.regions[0].blocks[0].operations]
         assert len(body) == 2 and body[0] in STAGE_NAMES and body[1] == "gpu.return"
         inner = kernel.regions[0].blocks[0].operations[0].operation
@@ -124,11 +141,18 @@ def test_stages_become_kernels_and_launches(wave):
     for launch, name in zip(launches, found):
         assert str(launch.attributes["kernel"]) == f"@fmha_kernels::@{name}"
         grid, block, args = list(launch.operands)[:3], list(launch.operands)[3:6], list(launch.operands)[6:]
-        # The grid is (seqlen, heads, batch) of the first launch operand.
-        assert [defining(g).name for g in grid] == ["memref.dim"] * 3
-        assert [defining(g).operands[0] for g in grid] == [args[0]] * 3
-        assert [_constant(defining(g).operands[1]) for g in grid] == [2, 1, 0]
-        assert [_constant(b) for b in block] == [wave, 1, 1]
+        # The grid is (row blocks, heads, batch) of the rows the stage walks: o, q, or a convert's
+        # output. dq_dk_dv takes one row per work-group, a row kernel threads / lanes rows.
+        rows = args[1] if name.split("_")[-2] == "convert" else args[0]
+        dims = [defining(g) for g in grid]
+        if not name.endswith("dq_dk_dv"):
+            lanes, _ = row_geometry(F16_GQA, name, wave)
+            assert dims[0].name == "arith.ceildivui" and _constant(dims[0].operands[1]) == threads[name] // lanes
+            dims[0] = defining(dims[0].operands[0])
+        assert [d.name for d in dims] == ["memref.dim"] * 3
+        assert [d.operands[0] for d in dims] == [rows] * 3
+        assert [_constant(d.operands[1]) for d in dims] == [2, 1, 0]
+        assert [_constant(b) for b in block] == [threads[name], 1, 1]
         assert [a.type for a in args] == list(ir.FunctionType(
             ir.TypeAttr(found[name].attributes["function_type"]).value).inputs)
 
@@ -141,17 +165,40 @@ def test_identical_stages_share_one_kernel():
     with ctx:
         second.attributes["sym_name"] = ir.StringAttr.get("second")
         second.operation.move_after(module.body.operations[0])
-        build_pass_manager("fmha-decompose-bwd,fmha-stages-to-gpu", ctx).run(module.operation)
+        build_pass_manager("fmha-select-kernel-config,fmha-decompose-bwd,fmha-stages-to-gpu", ctx).run(module.operation)
     names = walk_names(module.operation)
     assert names.count("gpu.module") == 1 and names.count("gpu.func") == 2
     assert names.count("gpu.launch_func") == 4
 
 
-@pytest.mark.parametrize("pass_name", ["fmha-stages-to-gpu", "fmha-expand-warp-body"])
-def test_wave_size_option_is_checked(pass_name):
-    assert make_pass(pass_name, {"wave-size": "32"}).wave_size == 32
-    with pytest.raises(PipelineError, match="wave-size=48 is not a wave size of any target"):
-        make_pass(pass_name, {"wave-size": "48"})
+def test_select_kernel_config_options_are_checked():
+    assert make_pass("fmha-select-kernel-config", {"target": "sm_90", "body": "tiled"}).body == "tiled"
+    with pytest.raises(PipelineError, match="unknown target 'sm_80'"):
+        make_pass("fmha-select-kernel-config", {"target": "sm_80"})
+    with pytest.raises(PipelineError, match="unknown body 'scalar'; use one of auto, warp, tiled"):
+        make_pass("fmha-select-kernel-config", {"body": "scalar"})
+
+
+@pytest.mark.parametrize("spec,target,body,expected", [
+    (F16_GQA, "sm_90", "auto", "tiled"), (F32_TOP_LEFT, "sm_90", "auto", "warp"),
+    (F16_GQA, "gfx942", "auto", "warp"), (F16_GQA, "sm_90", "warp", "warp"),
+])
+def test_select_kernel_config_picks_the_fastest_body_that_supports_the_spec(spec, target, body, expected):
+    ctx = make_context()
+    module = build_problem_module(spec, ctx)
+    with ctx:
+        build_pass_manager(f"fmha-select-kernel-config{{target={target} body={body}}}", ctx).run(module.operation)
+    (op,) = [o for o in host_ops(module) if o.name == fmha.AttentionBwdOp.NAME]
+    config = fmha.config_of(op)
+    assert config.body == expected and config.wave_size == (32 if target == "sm_90" else 64)
+
+
+def test_select_kernel_config_names_every_reason_a_body_refuses():
+    text = str(build_problem_module(F32_TOP_LEFT, make_context()))
+    message = _failure(text, "fmha-select-kernel-config{target=sm_90 body=tiled}")
+    assert "no kernel config for sm_90: dtype: the tiled body computes f16 and bf16" in message
+    message = _failure(text, "fmha-select-kernel-config{target=gfx942 body=tiled}")
+    assert "the tiled body has no matrix atom for gfx942 yet" in message
 
 
 # --- fmha-expand-warp-body ----------------------------------------------------------------------------
@@ -159,8 +206,7 @@ def test_wave_size_option_is_checked(pass_name):
 
 @pytest.mark.parametrize("spec,wave", [(F16_GQA, 64), (F16_GQA, 32), (F32_TOP_LEFT, 64), (BF16_WINDOW, 32)])
 def test_expanded_bodies(spec, wave):
-    module = lowered(spec, f"fmha-decompose-bwd,fmha-stages-to-gpu{{wave-size={wave}}},"
-                           f"fmha-expand-warp-body{{wave-size={wave}}}")
+    module = lowered(spec, "fmha-decompose-bwd,fmha-stages-to-gpu,fmha-expand-warp-body", wave)
     assert module.operation.verify() and not fmha.verify_module(module.operation)
     e_q, e_v = spec.hdim_q // wave, spec.hdim_v // wave
     for name, kernel in kernels(module).items():
@@ -168,7 +214,8 @@ def test_expanded_bodies(spec, wave):
         assert not set(names) & set(STAGE_NAMES)
         assert "gpu.block_dim" not in names and "gpu.grid_dim" not in names and "math.exp2" not in names
         reductions = _reductions(kernel)
-        assert all(width == wave for width in reductions)
+        lanes = wave if name.endswith("dq_dk_dv") else row_geometry(spec, name, wave)[0]
+        assert all(width == lanes for width in reductions)
         if name.endswith("dot_do_o"):
             assert len(reductions) == 1 and names.count("scf.if") == 1
         elif name.endswith("dq_dk_dv"):
@@ -184,7 +231,9 @@ def test_expanded_bodies(spec, wave):
             assert not reductions and "scf.for" not in names and "arith.truncf" in names
         loads = _ops_named(kernel, "vector.load") + _ops_named(kernel, "memref.load")
         slice_loads = [op for op in loads if len(op.operands) == 5]
-        assert slice_loads and all(_loaded_elements(op) in (e_q, e_v) for op in slice_loads)
+        per_lane = (e_q, e_v) if name.endswith("dq_dk_dv") else (
+            row_stage_hdim(name.rsplit("_warp", 1)[1].split("_", 1)[1], spec) // lanes,)
+        assert slice_loads and all(_loaded_elements(op) in per_lane for op in slice_loads)
 
 
 def _reductions(kernel) -> list[int]:
@@ -292,22 +341,22 @@ def test_expand_rejects_a_stage_outside_a_kernel():
     assert "'fmha.dot_do_o' is outside a gpu.func; run fmha-stages-to-gpu first" in message
 
 
-def test_expand_rejects_a_head_dim_the_wave_cannot_split():
+def test_a_head_dim_the_wave_cannot_split_gets_no_warp_config():
     spec = AttentionBwdSpec(dtype="f16", hdim_q=96, hdim_v=96)
-    text = str(lowered(spec, "fmha-decompose-bwd,fmha-stages-to-gpu"))
-    message = _failure(text, "fmha-expand-warp-body")
-    assert "hdim_q: 96 is not supported by the warp body (wave size 64)" in message
+    text = str(build_problem_module(spec, make_context()))
+    message = _failure(text, "fmha-select-kernel-config{target=gfx942 body=warp}")
+    assert "hdim_q: 96 is not supported by the warp body on gfx942 (wave size 64)" in message
 
 
 # --- through the target pipelines ------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("arch", ["gfx942", "sm_90"])
-def test_bodies_compile_to_target_assembly(arch):
+@pytest.mark.parametrize("arch,body,kernels", [("gfx942", "warp", 4), ("sm_90", "warp", 4), ("sm_90", "tiled", 3)])
+def test_bodies_compile_to_target_assembly(arch, body, kernels):
     """The expanded IR goes through the target passes and LLVM with no library call left."""
     from fmha_mlir.compiler import compile_spec
 
     compiled = compile_spec(AttentionBwdSpec(dtype="bf16", hdim_q=64, hdim_v=64, gqa_ratio=2,
-                                             mask=Mask("sliding_window", 4, 1)), arch)
-    assert all(name in compiled.isa for name in compiled.kernel_names) and len(compiled.kernel_names) == 4
+                                             mask=Mask("sliding_window", 4, 1)), arch, body=body)
+    assert all(name in compiled.isa for name in compiled.kernel_names) and len(compiled.kernel_names) == kernels
     assert "__ocml" not in compiled.isa and "__nv_" not in compiled.isa

@@ -7,6 +7,7 @@ import pytest
 from fmha_mlir import oracle
 from fmha_mlir.dtypes import from_storage, round_to
 from fmha_mlir.errors import SpecError
+from fmha_mlir.numerics import MATRIX_K16, SCALAR_ROWS
 from fmha_mlir.problem import ProblemSize, make_problem
 from fmha_mlir.spec import AttentionBwdSpec, Mask
 
@@ -289,8 +290,9 @@ def test_problems_are_reproducible_by_seed():
 def test_problem_gradients_are_cached_and_consistent():
     problem = make_problem(small_spec(), ProblemSize(1, 2, 4, 4))
     assert problem.oracle_gradients() is problem.oracle_gradients()
-    assert problem.lowp_gradients() is problem.lowp_gradients()
-    assert all(check.passed for check in problem.check(problem.lowp_gradients().named()))
+    assert problem.lowp_gradients(SCALAR_ROWS) is problem.lowp_gradients(SCALAR_ROWS)
+    assert problem.lowp_gradients(SCALAR_ROWS) is not problem.lowp_gradients(MATRIX_K16)
+    assert all(check.passed for check in problem.check(problem.lowp_gradients(SCALAR_ROWS).named(), SCALAR_ROWS))
 
 
 @pytest.mark.parametrize("bias,extra,dtype", [("elementwise", "bias", np.float16), ("alibi", "alibi_slopes", np.float32)])

@@ -6,6 +6,11 @@ A closure is `run(state, mask)`: `mask` is None when every lane executes, else a
 (divergent control flow). Pure ops compute every lane regardless (cheaper than masking, and lanes
 that do not execute never observe the values); ops with effects (stores, atomics, cross-lane reads,
 errors) honour the mask.
+
+A value's slot is cleared after the last op of its own block that uses it (uses inside an op's regions
+count as uses by that op, so values a loop body reads from outside stay alive until the loop is done;
+a terminator's operands are never cleared, the parent op reads them), so a launch holds only the
+values that are still needed.
 """
 from __future__ import annotations
 
@@ -22,16 +27,18 @@ TERMINATORS = ("scf.yield", "scf.condition", "gpu.return", "func.return")
 
 
 class State:
-    """What the closures of one launch chunk share: the value slots, the lanes, the atomic order, and a
-    cache for lane tables that depend only on the geometry (e.g. a DPP control's source lanes)."""
+    """What the closures of one launch chunk share: the value slots, the lanes, the atomic order, the
+    workgroup memory (workgroup.WorkgroupMemory: buffers, epochs, async copies), and a cache for lane
+    tables that depend only on the geometry (e.g. a DPP control's source lanes)."""
 
-    __slots__ = ("env", "grid", "rng", "atomic_order", "cache")
+    __slots__ = ("env", "grid", "rng", "atomic_order", "workgroup", "cache")
 
-    def __init__(self, slots: int, grid: LaneGrid, rng: np.random.Generator, atomic_order: str):
+    def __init__(self, slots: int, grid: LaneGrid, rng: np.random.Generator, atomic_order: str, workgroup):
         self.env: list = [None] * slots
         self.grid = grid
         self.rng = rng
         self.atomic_order = atomic_order
+        self.workgroup = workgroup
         self.cache: dict = {}
 
     def atomic_permutation(self):
@@ -123,19 +130,22 @@ class KernelCompiler:
         if ops and ops[-1].name in TERMINATORS:
             terminator = ops[-1].name
             ops = ops[:-1]
-        closures = tuple(self.compile_op(inner) for inner in ops)
+        dead = _dead_after(block, ops, block.ops[-1] if terminator else None)
+        closures = tuple(self.compile_op(inner, names) for inner, names in zip(ops, dead))
         if terminator:  # its operands are defined by the ops before it
             yields = tuple(self.operands(block.ops[-1]))
         return CompiledRegion(closures, arg_slots, terminator, yields)
 
-    def compile_op(self, op: Operation) -> Closure:
+    def compile_op(self, op: Operation, dead: tuple) -> Closure:
+        """The closure of `op`, which clears the slots of the values named `dead` after running."""
         if op.name in TERMINATORS:
             raise self.error(op, "a terminator in the middle of a block is not supported")
         handler = self.handlers.get(op.name)
         if handler is None:
             raise self.error(op, "the CPU interpreter cannot run this op (see "
                                  "fmha_mlir.runtime.interp.supported_ops())")
-        return _guard(handler(op, self), self.describe(op))
+        run = handler(op, self)
+        return _guard(run, self.describe(op), tuple(self.slots[name] for name in dead))
 
 
 def _walk_region(region: Region):
@@ -146,8 +156,34 @@ def _walk_region(region: Region):
                 yield from _walk_region(inner)
 
 
-def _guard(run: Closure, what: str) -> Closure:
-    """Report a NumPy failure inside an op as an InterpreterError naming the op."""
+def _uses(op: Operation):
+    """The values op uses, itself or in its regions."""
+    yield from op.operands
+    for region in op.regions:
+        for inner in _walk_region(region):
+            yield from inner.operands
+
+
+def _dead_after(block, ops, terminator) -> list[tuple]:
+    """Per op of the block: the values defined in this block (arguments and results) that no later op
+    uses, nor the terminator."""
+    last = {}
+    for i, op in enumerate(ops):
+        for name in _uses(op):
+            last[name] = i
+    if terminator is not None:
+        for name in _uses(terminator):
+            last[name] = len(ops)
+    dead = [[r for r in op.results if r not in last] for op in ops]
+    here = {name for name, _ in block.args} | {r for op in ops for r in op.results}
+    for name, i in last.items():
+        if i < len(ops) and name in here:
+            dead[i].append(name)
+    return [tuple(names) for names in dead]
+
+
+def _guard(run: Closure, what: str, dead: tuple) -> Closure:
+    """Report a NumPy failure inside an op as an InterpreterError naming the op; clear `dead` slots."""
 
     def guarded(state, mask):
         try:
@@ -156,5 +192,8 @@ def _guard(run: Closure, what: str) -> Closure:
             raise
         except (ValueError, IndexError, TypeError, OverflowError) as exc:
             raise InterpreterError(f"{what}: {type(exc).__name__}: {exc}") from exc
+        env = state.env
+        for slot in dead:
+            env[slot] = None
 
     return guarded

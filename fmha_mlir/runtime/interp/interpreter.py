@@ -5,18 +5,22 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import ops_arith, ops_crosslane, ops_fmha, ops_gpu, ops_memory, ops_scf, ops_vector
+from . import ops_arith, ops_crosslane, ops_fmha, ops_gpu, ops_memory, ops_nvgpu, ops_scf, ops_vector
 from .compiler import CompiledRegion, KernelCompiler, State, run_region
 from .errors import InterpreterError
 from .lanes import LaneGrid
 from .memory import allocate, wrap_array
 from .parser import Operation, ParsedModule, parse_module, typed_scalar
 from .types import MemRefType, ScalarType
+from .workgroup import WorkgroupMemory
 
 HANDLERS = {**ops_arith.HANDLERS, **ops_memory.HANDLERS, **ops_vector.HANDLERS, **ops_scf.HANDLERS,
-            **ops_gpu.HANDLERS, **ops_crosslane.HANDLERS, **ops_fmha.HANDLERS}
+            **ops_gpu.HANDLERS, **ops_crosslane.HANDLERS, **ops_fmha.HANDLERS, **ops_nvgpu.HANDLERS}
 ATOMIC_ORDERS = ("sequential", "random")
 DEFAULT_MAX_LANES = 1 << 16
+# Workgroup memory of one chunk, all work-groups together: bounds the race detector's shadow (3 bytes
+# per byte) when kernels use much shared memory.
+MAX_CHUNK_WORKGROUP_BYTES = 1 << 23
 
 
 def supported_ops() -> list[str]:
@@ -29,6 +33,7 @@ class CompiledKernel:
     name: str
     arg_types: tuple
     workgroup_types: tuple       # workgroup memory attributions: one copy per work-group
+    workgroup_names: tuple       # their block argument names, for messages
     private_types: tuple         # private memory attributions: one copy per lane
     body: CompiledRegion
     slots: int
@@ -61,23 +66,28 @@ class Interpreter:
     def kernel_names(self) -> list[str]:
         return sorted(self._kernels)
 
-    def run_kernel(self, name: str, args: list, grid: tuple, block: tuple) -> None:
-        """Run kernel `name` over `grid` work-groups of `block` threads; memref args are updated in place."""
+    def run_kernel(self, name: str, args: list, grid: tuple, block: tuple, shared_bytes: int = 0) -> None:
+        """Run kernel `name` over `grid` work-groups of `block` threads with `shared_bytes` of dynamic
+        shared memory per work-group (gpu.dynamic_shared_memory); memref args are updated in place."""
         kernel = self._compile(name)
         grid, block = _dims("grid", grid), _dims("block", block)
+        if not isinstance(shared_bytes, (int, np.integer)) or shared_bytes < 0:
+            raise InterpreterError(f"shared_bytes must be a non-negative integer (got {shared_bytes!r})")
         if kernel.known_block_size is not None and tuple(kernel.known_block_size) != block:
             raise InterpreterError(f"kernel {name} is compiled for block size {tuple(kernel.known_block_size)} "
                                    f"(known_block_size), launched with {block}")
         values = _bind_args(name, kernel.arg_types, args)
         threads = block[0] * block[1] * block[2]
         groups = grid[0] * grid[1] * grid[2]
-        per_chunk = max(1, self.max_lanes // threads)
+        group_bytes = int(shared_bytes) + sum(_bytes(t) for t in kernel.workgroup_types)
+        per_chunk = max(1, min(self.max_lanes // threads, MAX_CHUNK_WORKGROUP_BYTES // max(group_bytes, 1)))
         with np.errstate(all="ignore"):
             for first in range(0, groups, per_chunk):
                 lanes = LaneGrid(grid, block, self.wave_size, first, min(per_chunk, groups - first))
-                state = State(kernel.slots, lanes, self._rng, self.atomic_order)
-                memory = [allocate(t, lanes.groups, lanes.group_local, f"workgroup memory of {name}")
-                          for t in kernel.workgroup_types]
+                workgroup = WorkgroupMemory(lanes, int(shared_bytes))
+                state = State(kernel.slots, lanes, self._rng, self.atomic_order, workgroup)
+                memory = [workgroup.attribution(t, arg) for t, arg in zip(kernel.workgroup_types,
+                                                                          kernel.workgroup_names)]
                 memory += [allocate(t, lanes.lanes, lanes.lane_index, f"private memory of {name}")
                            for t in kernel.private_types]
                 for slot, value in zip(kernel.body.arg_slots, values + memory):
@@ -107,7 +117,8 @@ def _compile_kernel(module: ParsedModule, op: Operation, name: str) -> CompiledK
     fn_type = cc.attr(op, "function_type")
     if fn_type.results:
         raise cc.error(op, "kernels return nothing")
-    block_args = [t for _, t in op.regions[0].blocks[0].args] if op.regions and op.regions[0].blocks else []
+    args = op.regions[0].blocks[0].args if op.regions and op.regions[0].blocks else []
+    block_args = [t for _, t in args]
     n_in = len(fn_type.inputs)
     n_wg = cc.int_attr(op, "workgroup_attributions") if "workgroup_attributions" in op.attributes else 0
     for t in block_args[n_in:]:
@@ -116,8 +127,14 @@ def _compile_kernel(module: ParsedModule, op: Operation, name: str) -> CompiledK
     body = cc.compile_function_body(op.regions[0], op)
     known = op.attributes.get("known_block_size")
     return CompiledKernel(name, tuple(fn_type.inputs), tuple(block_args[n_in:n_in + n_wg]),
+                          tuple(arg for arg, _ in args[n_in:n_in + n_wg]),
                           tuple(block_args[n_in + n_wg:]), body, cc.slot_count,
                           tuple(int(v) for v in known) if known else None)
+
+
+def _bytes(t: MemRefType) -> int:
+    """The bytes of a workgroup attribution, roughly (for chunk sizing; dynamic shapes count 0)."""
+    return int(np.prod([n or 0 for n in t.shape], dtype=np.int64)) * t.elem.storage_dtype.itemsize
 
 
 def _dims(what: str, dims) -> tuple[int, int, int]:

@@ -50,6 +50,16 @@ class LaneGrid:
         for name, value in derived.items():
             object.__setattr__(self, name, value)
 
+    def incomplete_groups(self, mask, width: int) -> np.ndarray:
+        """Per lane: it executes (mask None: every lane does) but its aligned group of `width` lanes in
+        its wave does not all exist or does not all execute (for ops that read each other's lanes)."""
+        present = (self.lane_in_wave // width * width + width) <= self.wave_len
+        if mask is None:
+            return ~present
+        group_id = self.wave_base + self.lane_in_wave // width * width
+        whole = np.bincount(group_id[mask], minlength=self.lanes)[group_id] == width
+        return mask & ~(present & whole)
+
     def describe(self, lane: int) -> str:
         """'lane L (block (x, y, z), thread (x, y, z))' for error messages."""
         block = tuple(int(a[lane]) for a in self.block_id)

@@ -3,7 +3,8 @@
 A memref is MLIR's descriptor: 1-D storage, an offset, sizes and strides (in elements). The offset may
 differ per lane (workgroup memory: one slice per work-group; private allocas: one per lane), so one
 descriptor serves all lanes. Caller arrays are wrapped without copying: the storage is a 1-D view of
-the array's memory, so stores land in the caller's array whatever its strides.
+the array's memory, so stores land in the caller's array whatever its strides. Workgroup memory
+(workgroup.py) also carries its buffer, whose race detector sees every access.
 
 Every access is checked, per dimension and against the storage, for the lanes that execute it; an
 out-of-bounds access raises an InterpreterError naming the op, the lane, the index and the shape.
@@ -28,9 +29,10 @@ class MemRef:
     sizes: tuple                             # int64 scalars (or [L])
     strides: tuple
     elem: ScalarType
+    shared: object = None                    # the WorkgroupBuffer of workgroup memory, else None
 
     def with_layout(self, offset, sizes, strides) -> "MemRef":
-        return MemRef(self.storage, offset, tuple(sizes), tuple(strides), self.elem)
+        return MemRef(self.storage, offset, tuple(sizes), tuple(strides), self.elem, self.shared)
 
 
 def wrap_array(array, t: MemRefType, what: str) -> MemRef:
@@ -50,7 +52,7 @@ def wrap_array(array, t: MemRefType, what: str) -> MemRef:
     for d, (n, want_n) in enumerate(zip(array.shape, t.shape)):
         if want_n is not None and n != want_n:
             raise InterpreterError(f"{what}: dimension {d} has size {n}, {t} requires {want_n}")
-    expected = t.strides if t.strides is not None else _row_major(array.shape)
+    expected = t.strides if t.strides is not None else row_major(array.shape)
     for d, (s, want_s) in enumerate(zip(strides, expected)):
         if want_s is not None and s != want_s and array.shape[d] > 1:
             raise InterpreterError(f"{what}: dimension {d} has stride {s} (elements), {t} requires {want_s}; "
@@ -67,7 +69,7 @@ def wrap_array(array, t: MemRefType, what: str) -> MemRef:
                   tuple(np.int64(s) for s in strides), t.elem)
 
 
-def _row_major(shape) -> tuple[int, ...]:
+def row_major(shape) -> tuple[int, ...]:
     strides, acc = [], 1
     for n in reversed(shape):
         strides.append(acc)
@@ -88,7 +90,7 @@ def allocate(t: MemRefType, copies: int, copy_of_lane, what: str) -> MemRef:
     storage = np.full(copies * n, fill, dtype=t.elem.dtype)
     if t.elem.name == "bf16":
         storage = bf16_bits(storage)
-    strides = t.strides if t.strides is not None else _row_major(t.shape)
+    strides = t.strides if t.strides is not None else row_major(t.shape)
     if any(s is None for s in strides):
         raise InterpreterError(f"{what}: {t} needs static strides to be allocated")
     return MemRef(storage, np.asarray(copy_of_lane, dtype=np.int64) * n, tuple(np.int64(d) for d in t.shape),
@@ -105,33 +107,39 @@ def to_storage(values, elem: ScalarType):
     return np.asarray(values).astype(elem.storage_dtype, copy=False)
 
 
-def flat_index(mem: MemRef, indices, mask, grid: LaneGrid, what: str, extent: int = 1):
-    """The storage index of each lane's element (or first of `extent` along the last dim); bounds-checked."""
+def flat_index(mem: MemRef, indices, mask, grid: LaneGrid, what: str, extent=1):
+    """The storage index of each lane's element (or first of `extent` along the last dim); bounds-checked.
+
+    `extent` is an int or, for accesses whose length differs per lane, an [L] array (>= 1 where `mask`).
+    """
     if len(indices) != len(mem.sizes):
         raise InterpreterError(f"{what}: {len(indices)} indices for a memref of rank {len(mem.sizes)}")
     flat = mem.offset
     for ix, st in zip(indices, mem.strides):
         flat = flat + ix * st
     last_span = (extent - 1) * mem.strides[-1] if mem.strides else 0
-    if not _surely_in_bounds(mem, indices, flat, last_span, extent, mask):
+    if not _surely_in_bounds(mem, indices, flat, last_span, extent):
         _raise_out_of_bounds(mem, indices, flat, last_span, extent, mask, grid, what)
     return flat
 
 
-def _surely_in_bounds(mem, indices, flat, last_span, extent, mask) -> bool:
-    """A fast check on the extremes of the indices; False means: look lane by lane."""
-    if mask is not None and not isinstance(flat, np.ndarray):
-        return _surely_in_bounds(mem, indices, flat, last_span, extent, None)
-    if mask is not None:
+def _surely_in_bounds(mem, indices, flat, last_span, extent) -> bool:
+    """A fast check on the extremes of the indices of every lane (whether it executes or not); False
+    means: look lane by lane, at the lanes that execute."""
+    if isinstance(extent, np.ndarray):
         return False
     rank = len(indices)
     for d, (ix, n) in enumerate(zip(indices, mem.sizes)):
         hi = extent - 1 if d == rank - 1 else 0
-        if np.ndim(n) or np.min(ix) < 0 or np.max(ix) + hi >= n:
+        if isinstance(n, np.ndarray):
             return False
-    lo_flat = np.min(flat) + min(last_span, 0)
-    hi_flat = np.max(flat) + max(last_span, 0)
-    return bool(lo_flat >= 0 and hi_flat < mem.storage.size)
+        if isinstance(ix, np.ndarray):
+            if ix.min() < 0 or ix.max() + hi >= n:
+                return False
+        elif ix < 0 or ix + hi >= n:
+            return False
+    low, high = (flat.min(), flat.max()) if isinstance(flat, np.ndarray) else (flat, flat)
+    return bool(low + min(last_span, 0) >= 0 and high + max(last_span, 0) < mem.storage.size)
 
 
 def _raise_out_of_bounds(mem, indices, flat, last_span, extent, mask, grid: LaneGrid, what):
@@ -141,18 +149,33 @@ def _raise_out_of_bounds(mem, indices, flat, last_span, extent, mask, grid: Lane
     for d, (ix, n) in enumerate(zip(indices, mem.sizes)):
         hi = extent - 1 if d == rank - 1 else 0
         bad |= np.broadcast_to((ix < 0) | (ix + hi >= n), (lanes,))
-    bad |= np.broadcast_to((flat + min(last_span, 0) < 0) | (flat + max(last_span, 0) >= mem.storage.size),
-                           (lanes,))
+    bad |= np.broadcast_to((flat + np.minimum(last_span, 0) < 0)
+                           | (flat + np.maximum(last_span, 0) >= mem.storage.size), (lanes,))
     if mask is not None:
         bad &= mask
     if not bad.any():
         return
     lane = int(np.argmax(bad))
-    index = tuple(int(np.broadcast_to(ix, (lanes,))[lane]) for ix in indices)
+    index = element_index(indices, lane, 0, lanes)
     shape = tuple(int(np.broadcast_to(n, (lanes,))[lane]) for n in mem.sizes)
+    extent = int(np.broadcast_to(extent, (lanes,))[lane])
     span = f" (a vector of {extent} elements)" if extent > 1 else ""
     raise InterpreterError(f"{what}: {grid.describe(lane)} accesses index {index}{span}, out of bounds for "
                            f"a memref of shape {shape}")
+
+
+def element_index(indices, lane: int, position: int, lanes: int) -> tuple:
+    """The index tuple of element `position` (along the last dim) of `lane`'s access, for messages."""
+    index = [int(np.broadcast_to(ix, (lanes,))[lane]) for ix in indices]
+    if index:
+        index[-1] += int(position)
+    return tuple(index)
+
+
+def _watch(mem: MemRef, kind: str, flat, indices, mask, grid: LaneGrid, what: str, extent: int) -> None:
+    """Show a workgroup memory access to its race detector (flat: [L] or [L, extent] storage indices)."""
+    mem.shared.access(kind, flat, mask, max(extent, 1), mem.storage.itemsize, what,
+                      lambda lane, position: element_index(indices, lane, position, grid.lanes))
 
 
 def load(mem: MemRef, indices, mask, grid: LaneGrid, what: str, extent: int = 0):
@@ -160,11 +183,12 @@ def load(mem: MemRef, indices, mask, grid: LaneGrid, what: str, extent: int = 0)
     flat = flat_index(mem, indices, mask, grid, what, max(extent, 1))
     if extent:
         flat = np.expand_dims(flat, -1) + np.arange(extent, dtype=np.int64) * mem.strides[-1]
-    if mask is not None:
-        keep = mask.reshape((-1,) + (1,) * (np.ndim(flat) - 1)) if np.ndim(flat) else mask
-        if mem.storage.size:  # lanes that do not execute read element 0 (their value is never used)
-            flat = np.clip(np.where(keep, flat, 0), 0, mem.storage.size - 1)
-    return to_values(mem.storage[flat], mem.elem)
+    if mem.shared is not None:
+        _watch(mem, "read", flat, indices, mask, grid, what, extent)
+    if not mem.storage.size:  # no lane executes (it would be out of bounds): nothing is observed
+        return np.zeros(np.shape(flat), mem.elem.dtype)
+    # only the executing lanes' indices are checked: the others read a clipped index, never used
+    return to_values(mem.storage.take(flat, mode="clip"), mem.elem)
 
 
 def store(mem: MemRef, indices, values, mask, grid: LaneGrid, what: str, extent: int = 0) -> None:
@@ -172,6 +196,8 @@ def store(mem: MemRef, indices, values, mask, grid: LaneGrid, what: str, extent:
     flat = flat_index(mem, indices, mask, grid, what, max(extent, 1))
     if extent:
         flat = np.expand_dims(flat, -1) + np.arange(extent, dtype=np.int64) * mem.strides[-1]
+    if mem.shared is not None:
+        _watch(mem, "write", flat, indices, mask, grid, what, extent)
     raw = to_storage(values, mem.elem)
     if mask is None and np.ndim(flat) == np.ndim(raw) == (1 if extent else 0):
         mem.storage[flat] = raw  # one element (or vector) shared by all lanes
@@ -198,6 +224,8 @@ def atomic(mem: MemRef, indices, values, kind: str, mask, grid: LaneGrid, order:
     Returns each lane's old value when `want_old`. With `order` None lanes go in lane order.
     """
     flat = np.broadcast_to(flat_index(mem, indices, mask, grid, what), (grid.lanes,))
+    if mem.shared is not None:
+        _watch(mem, "atomic", flat, indices, mask, grid, what, 0)
     vals = np.broadcast_to(values, (grid.lanes,))
     active = np.arange(grid.lanes) if mask is None else np.flatnonzero(mask)
     if order is not None:

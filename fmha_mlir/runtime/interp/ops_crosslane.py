@@ -22,7 +22,7 @@ def gather_in_wave(grid: LaneGrid, x, source_lane, valid, vrank: int):
     """Each lane's value of `x` at lane `source_lane` of its wave, where `valid`; own value elsewhere."""
     x = to_lanes(x, grid.lanes, vrank)
     src = grid.wave_base + np.where(valid, source_lane, grid.lane_in_wave)
-    return x[src]
+    return x.take(src, axis=0)
 
 
 def butterfly_sum(grid: LaneGrid, x, width: int, vrank: int):
@@ -43,15 +43,10 @@ def compile_shuffle(op: Operation, cc: KernelCompiler):
     mode = cc.attr(op, "mode").keyword
     vrank = vector_rank(op.operand_types[0])
     what = cc.describe(op)
+    key = object()  # this op's entries in the per-chunk cache
 
-    def run(st, mask):
-        env = st.env
-        g = st.grid
-        w = env[width]
-        if np.any(w <= 0) or np.any(w > g.wave_size):
-            raise InterpreterError(f"{what}: width {w} must be in 1..{g.wave_size}")
-        off = np.asarray(env[offset]).astype(np.int64)
-        w = np.asarray(w).astype(np.int64)
+    def tables(g, off, w):
+        """Global source lane (own lane where invalid) and validity per lane."""
         li = g.lane_in_wave
         segment = li // w * w
         if mode == "xor":
@@ -63,13 +58,29 @@ def compile_shuffle(op: Operation, cc: KernelCompiler):
         else:  # idx: a lane of the own segment
             src = segment + off
         valid = (src >= segment) & (src < segment + w) & (src < g.wave_len)
+        return g.wave_base + np.where(valid, src, li), valid
+
+    def run(st, mask):
+        env = st.env
+        g = st.grid
+        w, off = env[width], env[offset]
+        uniform = np.ndim(w) == 0 and np.ndim(off) == 0
+        entry = (key, int(off), int(w)) if uniform else None
+        if entry in st.cache:
+            gather, valid = st.cache[entry]
+        else:
+            if np.any(w <= 0) or np.any(w > g.wave_size):
+                raise InterpreterError(f"{what}: width {w} must be in 1..{g.wave_size}")
+            gather, valid = tables(g, np.asarray(off).astype(np.int64), np.asarray(w).astype(np.int64))
+            if uniform:  # the common case: constant offsets and widths, tables per geometry
+                st.cache[entry] = gather, valid
         if mask is not None:  # gpu.shuffle requires its lanes to be active: reading another is undefined
-            reads_inactive = mask & valid & ~mask[g.wave_base + np.where(valid, src, li)]
-            if np.any(reads_inactive):
+            reads_inactive = mask & valid & ~mask[gather]
+            if reads_inactive.any():
                 lane = int(np.argmax(reads_inactive))
                 raise InterpreterError(f"{what}: {g.describe(lane)} reads a lane that does not execute "
                                        "(a divergent shuffle)")
-        env[out] = gather_in_wave(g, env[value], src, valid, vrank)
+        env[out] = to_lanes(env[value], g.lanes, vrank).take(gather, axis=0)
         env[valid_out] = valid
 
     return run
@@ -133,32 +144,38 @@ def compile_dpp(op: Operation, cc: KernelCompiler):
 
     key = object()  # this op's entry in the per-chunk cache
 
-    def tables(g, mask):
-        """Global source lane, 'takes the source' and 'gets zero' flags per lane (cached without a mask:
-        they depend on the geometry only)."""
+    def tables(g):
+        """Global source lane, whether that source is valid, and whether the row / bank is enabled, per
+        lane: they depend on the geometry only, so they are cached per chunk."""
         li = g.lane_in_wave
         source, in_range = _dpp_source(kind, arg, li)
         if isinstance(in_range, str):  # wave rotates wrap around the (possibly partial) wave
             source, in_range = source % g.wave_len, True
         valid = in_range & (source >= 0) & (source < g.wave_len)
         gather = g.wave_base + np.where(valid, source, li)
-        if mask is not None:  # reading a lane that does not execute is invalid too
-            valid = valid & mask[gather]
         enabled = (((row_mask >> (li // 16 % 4)) & 1) & ((bank_mask >> (li % 16 // 4)) & 1)).astype(bool)
+        return gather, valid, enabled
+
+    def masks(valid, enabled):
+        """Per lane: takes the source, gets zero (bound_ctrl); None where no lane keeps `old` or gets
+        zero (then the selects are skipped); shaped for values of rank vrank."""
         take = enabled & valid
         zero = enabled & ~valid if bound_ctrl else None
-        return gather, lane_mask_for(take, vrank), None if zero is None else lane_mask_for(zero, vrank)
+        return (None if take.all() else lane_mask_for(take, vrank),
+                None if zero is None or not zero.any() else lane_mask_for(zero, vrank))
 
     def run(st, mask):
         env = st.env
         g = st.grid
-        if mask is None:
-            if key not in st.cache:
-                st.cache[key] = tables(g, None)
-            gather, take, zero = st.cache[key]
-        else:
-            gather, take, zero = tables(g, mask)
-        result = np.where(take, to_lanes(env[src], g.lanes, vrank)[gather], env[old])
+        if key not in st.cache:
+            gather, valid, enabled = tables(g)
+            st.cache[key] = gather, valid, enabled, masks(valid, enabled)
+        gather, valid, enabled, (take, zero) = st.cache[key]
+        if mask is not None:  # reading a lane that does not execute is invalid too
+            take, zero = masks(valid & mask[gather], enabled)
+        result = to_lanes(env[src], g.lanes, vrank).take(gather, axis=0)
+        if take is not None:
+            result = np.where(take, result, env[old])
         env[out] = result if zero is None else np.where(zero, np.zeros((), result.dtype), result)
 
     return run

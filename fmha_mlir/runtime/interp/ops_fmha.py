@@ -38,18 +38,11 @@ def _require_whole_groups(g, mask, width: int, what: str) -> None:
     """Every group of `width` lanes that reduces must exist and execute whole: the target lowerings read
     missing or inactive lanes as 0 (DPP with bound_ctrl) or as the reader's own value (shuffles), so a
     partial group has no defined sum, and the interpreter would otherwise read stale values."""
-    present = (g.lane_in_wave // width * width + width) <= g.wave_len
-    partial = ~present if mask is None else mask & ~(present & _group_all(mask, g, width))
+    partial = g.incomplete_groups(mask, width)
     if np.any(partial):
         lane = int(np.argmax(partial))
         raise InterpreterError(f"{what}: {g.describe(lane)} reduces over a group of {width} lanes that do not "
                                "all exist or execute (a divergent or partial-wave reduction)")
-
-
-def _group_all(mask, g, width: int):
-    """Per lane: whether every lane of its aligned group of `width` lanes in its wave executes."""
-    group_id = g.wave_base + g.lane_in_wave // width * width
-    return np.bincount(group_id[mask], minlength=g.lanes)[group_id] == width
 
 
 def compile_exp2(op: Operation, cc: KernelCompiler):
@@ -75,10 +68,17 @@ def compile_masked_score(op: Operation, cc: KernelCompiler):
 
     def run(st, mask):
         env = st.env
-        visible = mask_spec.visible(env[q_pos], env[k_pos], env[seqlen_q], env[seqlen_k])
-        env[out] = np.where(visible, env[dot] * scale, minus_inf)
+        scores = env[dot]
+        # A scalar (uniform, or one value per lane) applies to every element of a vector score.
+        q, k, sq, sk = (_per_element(env[v], scores.ndim) for v in (q_pos, k_pos, seqlen_q, seqlen_k))
+        env[out] = np.where(mask_spec.visible(q, k, sq, sk), scores * scale, minus_inf)
 
     return run
+
+
+def _per_element(value, ndim: int):
+    value = np.asarray(value)
+    return value[:, None] if value.ndim == 1 and ndim == 2 else value
 
 
 HANDLERS = {

@@ -1,11 +1,12 @@
-"""Thread / block / lane ids and sizes (gpu, rocdl, nvvm spellings) and gpu.barrier.
+"""Thread / block / lane ids and sizes (gpu, rocdl, nvvm spellings), gpu.barrier and
+gpu.dynamic_shared_memory.
 
-gpu.barrier is a no-op because all lanes run in lockstep: every op finishes for every lane of every
-work-group before the next op starts, so all memory writes issued before a barrier are visible to all
-reads after it, which is exactly what barrier-separated phases rely on. What lockstep cannot show are
-races *within* a phase (two lanes touching one element without a barrier between): they behave as if
-ordered. The interpreter does check the barrier's own rule: it must be reached by all threads of a
-work-group or by none.
+gpu.barrier orders nothing itself, because all lanes run in lockstep: every op finishes for every lane
+of every work-group before the next op starts, so all memory writes issued before a barrier are
+visible to all reads after it. What lockstep cannot show are races *within* a phase (two lanes touching
+one element of workgroup memory without a barrier between): they behave as if ordered. So the barrier
+starts a new epoch of the race detector (workgroup.py), which reports such races, and checks its own
+rule: it must be reached by all threads of a work-group or by none.
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import numpy as np
 from .compiler import KernelCompiler
 from .errors import InterpreterError
 from .parser import Operation
-from .types import element_type
+from .types import MemRefType, element_type
 
 _DIMS = {"x": 0, "y": 1, "z": 2}
 
@@ -57,10 +58,7 @@ def _id_handler(source: str, dim: int | None = None):
 def compile_barrier(op: Operation, cc: KernelCompiler):
     what = cc.describe(op)
 
-    def run(st, mask):
-        if mask is None:
-            return
-        g = st.grid
+    def check(g, mask):
         per_group = mask.reshape(g.groups, g.group_threads)
         partial = per_group.any(axis=1) & ~per_group.all(axis=1)
         if partial.any():
@@ -68,6 +66,25 @@ def compile_barrier(op: Operation, cc: KernelCompiler):
             lane = group * g.group_threads + int(np.argmin(per_group[group]))
             raise InterpreterError(f"{what}: reached by only some threads of a work-group (divergent barrier); "
                                    f"{g.describe(lane)} does not reach it")
+
+    def run(st, mask):
+        if mask is not None:
+            check(st.grid, mask)
+        st.workgroup.barrier(mask, what)
+
+    return run
+
+
+def compile_dynamic_shared_memory(op: Operation, cc: KernelCompiler):
+    """The launch's dynamic shared memory (run_kernel's shared_bytes per work-group) as memref<?xi8>;
+    every execution returns the same bytes."""
+    out = cc.result(op)
+    t = op.result_types[0]
+    if not (isinstance(t, MemRefType) and t.elem.name == "i8" and t.shape == (None,)):
+        raise cc.error(op, f"expected a result of type memref<?xi8, workgroup>, got {t}")
+
+    def run(st, mask):
+        st.env[out] = st.workgroup.dynamic()
 
     return run
 
@@ -88,6 +105,7 @@ HANDLERS = {
     "gpu.subgroup_id": _id_handler("subgroup_id", 0),
     "gpu.num_subgroups": _id_handler("num_subgroups", 0),
     "gpu.barrier": compile_barrier,
+    "gpu.dynamic_shared_memory": compile_dynamic_shared_memory,
     **_ids("rocdl.workitem.id", "thread_id"),
     **_ids("rocdl.workgroup.id", "block_id"),
     **_ids("rocdl.workgroup.dim", "block_dim"),

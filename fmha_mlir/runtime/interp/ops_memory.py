@@ -1,11 +1,12 @@
-"""memref and vector memory ops, and fmha.atomic_add: bounds-checked loads, stores and atomics."""
+"""memref and vector memory ops, and fmha.atomic_add: bounds-checked loads, stores and atomics, and the
+ops that only describe memory (dim, cast, subview, reinterpret_cast, view, alloca)."""
 from __future__ import annotations
 
 import numpy as np
 
 from .compiler import KernelCompiler
 from .errors import InterpreterError
-from .memory import allocate, atomic, load, store
+from .memory import allocate, atomic, load, row_major, store
 from .parser import Operation
 from .types import MemRefType, VectorType
 
@@ -114,7 +115,8 @@ def _mixed(op: Operation, cc: KernelCompiler, static_name: str, dynamic_slots: l
     return [("slot", next(slots)) if v == DYNAMIC else ("int", np.int64(v)) for v in cc.attr(op, static_name)]
 
 
-def _segments(op: Operation, cc: KernelCompiler):
+def segments(op: Operation, cc: KernelCompiler) -> list[list[int]]:
+    """The operand slots of an op with operandSegmentSizes, one list per segment."""
     slots = cc.operands(op)
     sizes = cc.attr(op, "operandSegmentSizes")
     out, start = [], 0
@@ -129,7 +131,7 @@ def _resolve(env, mixed):
 
 
 def compile_subview(op: Operation, cc: KernelCompiler):
-    (src,), offs, sizes, strides = _segments(op, cc)
+    (src,), offs, sizes, strides = segments(op, cc)
     offs, sizes, strides = (_mixed(op, cc, "static_offsets", offs), _mixed(op, cc, "static_sizes", sizes),
                             _mixed(op, cc, "static_strides", strides))
     out = cc.result(op)
@@ -158,7 +160,7 @@ def _kept_dims(sizes, rank: int) -> list[int]:
 
 
 def compile_reinterpret_cast(op: Operation, cc: KernelCompiler):
-    (src,), offs, sizes, strides = _segments(op, cc)
+    (src,), offs, sizes, strides = segments(op, cc)
     offs, sizes, strides = (_mixed(op, cc, "static_offsets", offs), _mixed(op, cc, "static_sizes", sizes),
                             _mixed(op, cc, "static_strides", strides))
     out = cc.result(op)
@@ -166,6 +168,44 @@ def compile_reinterpret_cast(op: Operation, cc: KernelCompiler):
     def run(st, mask):
         env = st.env
         env[out] = env[src].with_layout(_resolve(env, offs)[0], _resolve(env, sizes), _resolve(env, strides))
+
+    return run
+
+
+def compile_view(op: Operation, cc: KernelCompiler):
+    """memref.view of workgroup memory: its bytes from a byte offset on, as a row-major memref of static
+    shape and another element type; different views alias the same bytes."""
+    src, shift, *sizes = cc.operands(op)
+    t, src_t = op.result_types[0], op.operand_types[0]
+    if sizes or any(n is None for n in t.shape) or t.strides is not None:
+        raise cc.error(op, f"only views of static shape and identity layout are supported (got {t})")
+    if not isinstance(src_t, MemRefType) or src_t.elem.name != "i8" or src_t.rank != 1:
+        raise cc.error(op, f"the source must be a 1-D memref of i8 (got {src_t})")
+    out = cc.result(op)
+    itemsize = t.elem.storage_dtype.itemsize
+    nbytes = int(np.prod(t.shape, dtype=np.int64)) * itemsize
+    strides = row_major(t.shape)
+    what = cc.describe(op)
+
+    def run(st, mask):
+        env = st.env
+        m, byte = env[src], env[shift]
+        g = st.grid
+        if m.shared is None:
+            raise InterpreterError(f"{what}: views of memory other than workgroup memory are not supported")
+        start = m.offset + byte
+        misaligned, outside = start % itemsize != 0, (byte < 0) | (byte + nbytes > m.sizes[0])
+        for bad, problem in ((misaligned, f"is not a multiple of {itemsize}, the size of {t.elem}"),
+                             (outside, f"and {nbytes} bytes of {t} do not fit in the {int(m.sizes[0])} "
+                                       f"bytes of {m.shared.name}")):
+            bad = np.broadcast_to(bad, (g.lanes,))
+            if mask is not None:
+                bad = bad & mask
+            if bad.any():
+                lane = int(np.argmax(bad))
+                raise InterpreterError(f"{what}: {g.describe(lane)}: byte offset "
+                                       f"{int(np.broadcast_to(byte, (g.lanes,))[lane])} {problem}")
+        env[out] = m.shared.typed(t.elem, t.shape, strides, start)
 
     return run
 
@@ -205,6 +245,7 @@ HANDLERS = {
     "memref.cast": compile_cast,
     "memref.subview": compile_subview,
     "memref.reinterpret_cast": compile_reinterpret_cast,
+    "memref.view": compile_view,
     "memref.alloca": compile_alloca,
     "memref.assume_alignment": compile_passthrough,
 }

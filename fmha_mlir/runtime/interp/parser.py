@@ -127,6 +127,7 @@ class Opaque:
 # --- the parser ------------------------------------------------------------------------------------
 
 _WS = re.compile(r"(?:\s+|//[^\n]*)+")
+_WS_START = frozenset(" \t\r\n\f\v/")
 _VALUE_ID = re.compile(r"%[A-Za-z0-9_$.\-]+")
 _SUFFIX_ID = re.compile(r"[A-Za-z0-9_$.\-]+")
 _BARE_ID = re.compile(r"[A-Za-z_][A-Za-z0-9_$.\-]*")
@@ -139,6 +140,8 @@ class _Parser:
     def __init__(self, text: str):
         self.text = text
         self.pos = 0
+        self._counted = (0, 1)  # (position, line there): lines are counted on from the last query
+        self._op_types: dict[str, tuple] = {}
         self.aliases: dict[str, str] = {}
         self._parsed_aliases: dict[str, object] = {}
 
@@ -152,6 +155,8 @@ class _Parser:
                                 f"(at {snippet!r})")
 
     def skip(self) -> None:
+        if self.text[self.pos:self.pos + 1] not in _WS_START:  # the usual case: nothing to skip
+            return
         m = _WS.match(self.text, self.pos)
         if m:
             self.pos = m.end()
@@ -179,7 +184,12 @@ class _Parser:
         return m.group(0)
 
     def line(self) -> int:
-        return self.text.count("\n", 0, self.pos) + 1
+        pos, line = self._counted
+        if self.pos < pos:
+            pos, line = 0, 1
+        line += self.text.count("\n", pos, self.pos)
+        self._counted = (self.pos, line)
+        return line
 
     def at_end(self) -> bool:
         self.skip()
@@ -300,12 +310,28 @@ class _Parser:
             self.expect("{")
             attributes.update(self.parse_attr_entries("}"))
         self.expect(":")
-        fn = self.parse_type()
+        fn = self.parse_function_type()
         if not isinstance(fn, FunctionType):
             raise self.error("expected the op's function type")
         loc = self.parse_optional_loc()
         return Operation(name, results, operands, attributes, regions, fn.inputs, fn.results, line, loc,
                          successors)
+
+    def parse_function_type(self):
+        """An op's trailing type. Kernels repeat a few types many times, so each distinct rest of the
+        line (the type and whatever follows it) is parsed once."""
+        self.skip()
+        end = self.text.find("\n", self.pos)
+        key = self.text[self.pos:end if end >= 0 else len(self.text)]
+        known = self._op_types.get(key)
+        if known is not None:
+            self.pos += known[1]
+            return known[0]
+        start = self.pos
+        fn = self.parse_type()
+        if self.pos - start <= len(key):  # it ended on this line: the line decides it
+            self._op_types[key] = (fn, self.pos - start)
+        return fn
 
     def parse_value_use(self) -> str:
         name = self.match(_VALUE_ID)

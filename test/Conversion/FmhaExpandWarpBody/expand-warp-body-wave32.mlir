@@ -1,4 +1,4 @@
-// RUN: fmha-opt %s --pass-pipeline='builtin.module(fmha-expand-warp-body{wave-size=32})' | FileCheck %s
+// RUN: fmha-opt %s --pass-pipeline='builtin.module(fmha-expand-warp-body)' | FileCheck %s
 
 // A wave of 32 (NVIDIA): hdim 128 gives E = 4 elements per lane, reductions over 32 lanes, and per key
 // 4 dV + 4 dK atomics.
@@ -26,7 +26,8 @@ module attributes {gpu.container_module} {
       "fmha.dq_dk_dv"(%q, %k, %v, %do, %lse, %d, %dq, %dk, %dv) {
           dtype = "f16", hdim_q = 128 : i64, hdim_v = 128 : i64, gqa_ratio = 1 : i64,
           mask = "none", window_left = -1 : i64, window_right = -1 : i64, scale = 0.125 : f32,
-          bias = "none", dbias = false, deterministic = false}
+          bias = "none", dbias = false, deterministic = false,
+          config = {body = "warp", wave_size = 32 : i64}}
           : (!t, !t, !t, !t, !rows, !rows, !t, !acc, !acc) -> ()
       gpu.return
     }

@@ -1,36 +1,49 @@
 // RUN: fmha-opt %s --split-input-file --pass-pipeline='builtin.module(fmha-expand-warp-body)' | FileCheck %s
 
-// dot_do_o, f16, hdim 128 on a wave of 64: each lane owns E = 2 elements (one vector<2xf16> load per
-// tensor); the lane partial is wave-reduced and lane 0 stores D.
+// dot_do_o, f16, hdim 128 in a block of 512: each row gets 128*2/16 = 16 lanes that each load one
+// 16-byte vector<8xf16> per tensor, so the block covers 32 rows. A lane past the last row reads the
+// last row (clamped, so the shuffle tree keeps every lane) and does not store; the row partial is
+// reduced over the row's 16 lanes and the row's first lane stores D.
 
 !t = memref<?x?x?x128xf16, strided<[?, ?, ?, 1]>>
 !rows = memref<?x?x?xf32, strided<[?, ?, 1]>>
 
 // CHECK-LABEL: gpu.func @dot_do_o
 // CHECK-SAME:  (%[[O:arg0]]: {{.*}}, %[[DO:arg1]]: {{.*}}, %[[D:arg2]]: {{.*}})
-// CHECK-DAG:   %[[ROW:.*]] = gpu.block_id x
+// CHECK-DAG:   %[[BLOCK:.*]] = gpu.block_id x
 // CHECK-DAG:   %[[HEAD:.*]] = gpu.block_id y
 // CHECK-DAG:   %[[BATCH:.*]] = gpu.block_id z
-// CHECK-DAG:   %[[LANE:.*]] = gpu.thread_id x
-// CHECK:       %[[START:.*]] = arith.muli %[[LANE]], %c2
-// CHECK:       %[[DOV:.*]] = vector.load %[[DO]][%[[BATCH]], %[[HEAD]], %[[ROW]], %[[START]]] {{.*}} vector<2xf16>
-// CHECK:       arith.extf %[[DOV]] : vector<2xf16> to vector<2xf32>
-// CHECK:       %[[OV:.*]] = vector.load %[[O]][%[[BATCH]], %[[HEAD]], %[[ROW]], %[[START]]] {{.*}} vector<2xf16>
-// CHECK:       arith.extf %[[OV]] : vector<2xf16> to vector<2xf32>
+// CHECK-DAG:   %[[TID:.*]] = gpu.thread_id x
+// CHECK:       %[[FIRST_ROW:.*]] = arith.muli %[[BLOCK]], %c32
+// CHECK:       %[[ROW_IN_BLOCK:.*]] = arith.divui %[[TID]], %c16
+// CHECK:       %[[ROW:.*]] = arith.addi %[[FIRST_ROW]], %[[ROW_IN_BLOCK]]
+// CHECK:       %[[LANE:.*]] = arith.remui %[[TID]], %c16
+// CHECK:       %[[S:.*]] = memref.dim %[[O]], %c2
+// CHECK:       %[[LAST:.*]] = arith.subi %[[S]], %c1
+// CHECK:       %[[CLAMPED:.*]] = arith.minui %[[ROW]], %[[LAST]]
+// CHECK:       %[[START:.*]] = arith.muli %[[LANE]], %c8
+// CHECK:       %[[DOV:.*]] = vector.load %[[DO]][%[[BATCH]], %[[HEAD]], %[[CLAMPED]], %[[START]]] {alignment = 16 : i64} : {{.*}}, vector<8xf16>
+// CHECK:       arith.extf %[[DOV]] : vector<8xf16> to vector<8xf32>
+// CHECK:       %[[OV:.*]] = vector.load %[[O]][%[[BATCH]], %[[HEAD]], %[[CLAMPED]], %[[START]]] {alignment = 16 : i64} : {{.*}}, vector<8xf16>
+// CHECK:       arith.extf %[[OV]] : vector<8xf16> to vector<8xf32>
+// CHECK-COUNT-8: arith.mulf
 // CHECK:       %[[PARTIAL:.*]] = arith.addf
-// CHECK:       %[[SUM:.*]] = "fmha.wave_reduce"(%[[PARTIAL]]) {kind = "add", width = 64 : i32} : (f32) -> f32
-// CHECK:       %[[FIRST:.*]] = arith.cmpi eq, %[[LANE]], %c0
-// CHECK:       scf.if %[[FIRST]] {
+// CHECK:       %[[SUM:.*]] = "fmha.wave_reduce"(%[[PARTIAL]]) {kind = "add", width = 16 : i32} : (f32) -> f32
+// CHECK:       %[[LEADER:.*]] = arith.cmpi eq, %[[LANE]], %c0
+// CHECK:       %[[IN_RANGE:.*]] = arith.cmpi ult, %[[ROW]], %[[S]]
+// CHECK:       %[[STORES:.*]] = arith.andi %[[LEADER]], %[[IN_RANGE]]
+// CHECK:       scf.if %[[STORES]] {
 // CHECK-NEXT:    memref.store %[[SUM]], %[[D]][%[[BATCH]], %[[HEAD]], %[[ROW]]]
 // CHECK-NEXT:  }
 // CHECK-NEXT:  gpu.return
 module attributes {gpu.container_module} {
   gpu.module @fmha_kernels {
-    gpu.func @dot_do_o(%o: !t, %do: !t, %d: !rows) kernel attributes {known_block_size = array<i32: 64, 1, 1>} {
+    gpu.func @dot_do_o(%o: !t, %do: !t, %d: !rows) kernel attributes {known_block_size = array<i32: 512, 1, 1>} {
       "fmha.dot_do_o"(%o, %do, %d) {
           dtype = "f16", hdim_q = 128 : i64, hdim_v = 128 : i64, gqa_ratio = 1 : i64,
           mask = "none", window_left = -1 : i64, window_right = -1 : i64, scale = 0.125 : f32,
-          bias = "none", dbias = false, deterministic = false} : (!t, !t, !rows) -> ()
+          bias = "none", dbias = false, deterministic = false,
+          config = {body = "warp", wave_size = 64 : i64}} : (!t, !t, !rows) -> ()
       gpu.return
     }
   }
@@ -103,7 +116,8 @@ module attributes {gpu.container_module} {
       "fmha.dq_dk_dv"(%q, %k, %v, %do, %lse, %d, %dq, %dk, %dv) {
           dtype = "f16", hdim_q = 128 : i64, hdim_v = 64 : i64, gqa_ratio = 4 : i64,
           mask = "none", window_left = -1 : i64, window_right = -1 : i64, scale = 0.125 : f32,
-          bias = "none", dbias = false, deterministic = false}
+          bias = "none", dbias = false, deterministic = false,
+          config = {body = "warp", wave_size = 64 : i64}}
           : (!t, !t, !tv, !tv, !rows, !rows, !t, !acc, !accv) -> ()
       gpu.return
     }
@@ -142,7 +156,8 @@ module attributes {gpu.container_module} {
       "fmha.dq_dk_dv"(%q, %k, %v, %do, %lse, %d, %dq, %dk, %dv) {
           dtype = "f32", hdim_q = 64 : i64, hdim_v = 64 : i64, gqa_ratio = 1 : i64,
           mask = "causal_top_left", window_left = -1 : i64, window_right = -1 : i64, scale = 0.125 : f32,
-          bias = "none", dbias = false, deterministic = false}
+          bias = "none", dbias = false, deterministic = false,
+          config = {body = "warp", wave_size = 64 : i64}}
           : (!t, !t, !t, !t, !rows, !rows, !t, !t, !t) -> ()
       gpu.return
     }
@@ -175,7 +190,8 @@ module attributes {gpu.container_module} {
       "fmha.dq_dk_dv"(%q, %k, %v, %do, %lse, %d, %dq, %dk, %dv) {
           dtype = "f32", hdim_q = 64 : i64, hdim_v = 64 : i64, gqa_ratio = 1 : i64,
           mask = "causal_bottom_right", window_left = -1 : i64, window_right = -1 : i64, scale = 0.125 : f32,
-          bias = "none", dbias = false, deterministic = false}
+          bias = "none", dbias = false, deterministic = false,
+          config = {body = "warp", wave_size = 64 : i64}}
           : (!t, !t, !t, !t, !rows, !rows, !t, !t, !t) -> ()
       gpu.return
     }
@@ -209,7 +225,8 @@ module attributes {gpu.container_module} {
       "fmha.dq_dk_dv"(%q, %k, %v, %do, %lse, %d, %dq, %dk, %dv) {
           dtype = "f32", hdim_q = 64 : i64, hdim_v = 64 : i64, gqa_ratio = 1 : i64,
           mask = "sliding_window", window_left = 16 : i64, window_right = 0 : i64, scale = 0.125 : f32,
-          bias = "none", dbias = false, deterministic = false}
+          bias = "none", dbias = false, deterministic = false,
+          config = {body = "warp", wave_size = 64 : i64}}
           : (!t, !t, !t, !t, !rows, !rows, !t, !t, !t) -> ()
       gpu.return
     }
@@ -237,7 +254,8 @@ module attributes {gpu.container_module} {
       "fmha.dq_dk_dv"(%q, %k, %v, %do, %lse, %d, %dq, %dk, %dv) {
           dtype = "f32", hdim_q = 64 : i64, hdim_v = 64 : i64, gqa_ratio = 1 : i64,
           mask = "sliding_window", window_left = -1 : i64, window_right = 3 : i64, scale = 0.125 : f32,
-          bias = "none", dbias = false, deterministic = false}
+          bias = "none", dbias = false, deterministic = false,
+          config = {body = "warp", wave_size = 64 : i64}}
           : (!t, !t, !t, !t, !rows, !rows, !t, !t, !t) -> ()
       gpu.return
     }
@@ -246,28 +264,38 @@ module attributes {gpu.container_module} {
 
 // -----
 
-// convert_grad, bf16, hdim 128: one vector<2xf32> load, truncf to bf16, one vector store.
+// convert_grad, bf16, hdim 128 in a block of 512: 16 lanes per row, each one 32-byte vector<8xf32>
+// load, a truncf to bf16 and one 16-byte store; rows past the end do nothing.
 
 !acc = memref<?x?x?x128xf32, strided<[?, ?, ?, 1]>>
 !t = memref<?x?x?x128xbf16, strided<[?, ?, ?, 1]>>
 
 // CHECK-LABEL: gpu.func @convert_dk
-// CHECK-DAG:   %[[ROW:.*]] = gpu.block_id x
+// CHECK-DAG:   %[[BLOCK:.*]] = gpu.block_id x
 // CHECK-DAG:   %[[HEAD:.*]] = gpu.block_id y
 // CHECK-DAG:   %[[BATCH:.*]] = gpu.block_id z
-// CHECK-DAG:   %[[LANE:.*]] = gpu.thread_id x
-// CHECK:       %[[START:.*]] = arith.muli %[[LANE]], %c2
-// CHECK:       %[[ACC:.*]] = vector.load %arg0[%[[BATCH]], %[[HEAD]], %[[ROW]], %[[START]]] {alignment = 8 : i64} : {{.*}}, vector<2xf32>
-// CHECK-NEXT:  %[[ROUNDED:.*]] = arith.truncf %[[ACC]] : vector<2xf32> to vector<2xbf16>
-// CHECK-NEXT:  vector.store %[[ROUNDED]], %arg1[%[[BATCH]], %[[HEAD]], %[[ROW]], %[[START]]] {alignment = 4 : i64} : {{.*}}, vector<2xbf16>
+// CHECK-DAG:   %[[TID:.*]] = gpu.thread_id x
+// CHECK:       %[[FIRST_ROW:.*]] = arith.muli %[[BLOCK]], %c32
+// CHECK:       %[[ROW_IN_BLOCK:.*]] = arith.divui %[[TID]], %c16
+// CHECK:       %[[ROW:.*]] = arith.addi %[[FIRST_ROW]], %[[ROW_IN_BLOCK]]
+// CHECK:       %[[LANE:.*]] = arith.remui %[[TID]], %c16
+// CHECK:       %[[S:.*]] = memref.dim %arg1, %c2
+// CHECK:       %[[IN_RANGE:.*]] = arith.cmpi slt, %[[ROW]], %[[S]]
+// CHECK:       scf.if %[[IN_RANGE]] {
+// CHECK:         %[[START:.*]] = arith.muli %[[LANE]], %c8
+// CHECK:         %[[ACC:.*]] = vector.load %arg0[%[[BATCH]], %[[HEAD]], %[[ROW]], %[[START]]] {alignment = 32 : i64} : {{.*}}, vector<8xf32>
+// CHECK-NEXT:    %[[ROUNDED:.*]] = arith.truncf %[[ACC]] : vector<8xf32> to vector<8xbf16>
+// CHECK-NEXT:    vector.store %[[ROUNDED]], %arg1[%[[BATCH]], %[[HEAD]], %[[ROW]], %[[START]]] {alignment = 16 : i64} : {{.*}}, vector<8xbf16>
+// CHECK-NEXT:  }
 // CHECK-NEXT:  gpu.return
 module attributes {gpu.container_module} {
   gpu.module @fmha_kernels {
-    gpu.func @convert_dk(%acc: !acc, %dk: !t) kernel attributes {known_block_size = array<i32: 64, 1, 1>} {
+    gpu.func @convert_dk(%acc: !acc, %dk: !t) kernel attributes {known_block_size = array<i32: 512, 1, 1>} {
       "fmha.convert_grad"(%acc, %dk) {grad = "dk",
           dtype = "bf16", hdim_q = 128 : i64, hdim_v = 64 : i64, gqa_ratio = 1 : i64,
           mask = "none", window_left = -1 : i64, window_right = -1 : i64, scale = 0.125 : f32,
-          bias = "none", dbias = false, deterministic = false} : (!acc, !t) -> ()
+          bias = "none", dbias = false, deterministic = false,
+          config = {body = "warp", wave_size = 64 : i64}} : (!acc, !t) -> ()
       gpu.return
     }
   }

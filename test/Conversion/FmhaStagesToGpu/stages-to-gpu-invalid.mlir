@@ -10,12 +10,14 @@ func.func @clash(%o: !strided, %do: !strided, %d: !rows, %o2: !dense, %do2: !den
   "fmha.dot_do_o"(%o, %do, %d) {
       dtype = "f32", hdim_q = 64 : i64, hdim_v = 64 : i64, gqa_ratio = 1 : i64,
       mask = "none", window_left = -1 : i64, window_right = -1 : i64, scale = 0.125 : f32,
-      bias = "none", dbias = false, deterministic = false} : (!strided, !strided, !rows) -> ()
-  // expected-error @+1 {{kernel @fmha_bwd_f32_d64x64_g1_nomask_dot_do_o already exists with argument types}}
+      bias = "none", dbias = false, deterministic = false,
+      config = {body = "warp", wave_size = 64 : i64}} : (!strided, !strided, !rows) -> ()
+  // expected-error @+1 {{kernel @fmha_bwd_f32_d64x64_g1_nomask_warp64_dot_do_o already exists with argument types}}
   "fmha.dot_do_o"(%o2, %do2, %d) {
       dtype = "f32", hdim_q = 64 : i64, hdim_v = 64 : i64, gqa_ratio = 1 : i64,
       mask = "none", window_left = -1 : i64, window_right = -1 : i64, scale = 0.125 : f32,
-      bias = "none", dbias = false, deterministic = false} : (!dense, !dense, !rows) -> ()
+      bias = "none", dbias = false, deterministic = false,
+      config = {body = "warp", wave_size = 64 : i64}} : (!dense, !dense, !rows) -> ()
   return
 }
 
@@ -28,20 +30,22 @@ func.func @clash(%o: !strided, %do: !strided, %d: !rows, %o2: !dense, %do2: !den
 
 module attributes {gpu.container_module} {
   gpu.module @fmha_kernels {
-    gpu.func @fmha_bwd_f32_d64x64_g1_nomask_s0p5_dq_dk_dv(%q: !t, %k: !t, %v: !t, %do: !t, %lse: !rows, %d: !rows, %dq: !t, %dk: !t, %dv: !t) kernel {
+    gpu.func @fmha_bwd_f32_d64x64_g1_nomask_s0p5_warp64_dq_dk_dv(%q: !t, %k: !t, %v: !t, %do: !t, %lse: !rows, %d: !rows, %dq: !t, %dk: !t, %dv: !t) kernel {
       "fmha.dq_dk_dv"(%q, %k, %v, %do, %lse, %d, %dq, %dk, %dv) {
           dtype = "f32", hdim_q = 64 : i64, hdim_v = 64 : i64, gqa_ratio = 1 : i64,
           mask = "none", window_left = -1 : i64, window_right = -1 : i64, scale = 0.25 : f32,
-          bias = "none", dbias = false, deterministic = false} : (!t, !t, !t, !t, !rows, !rows, !t, !t, !t) -> ()
+          bias = "none", dbias = false, deterministic = false,
+      config = {body = "warp", wave_size = 64 : i64}} : (!t, !t, !t, !t, !rows, !rows, !t, !t, !t) -> ()
       gpu.return
     }
   }
   func.func @other_scale(%q: !t, %k: !t, %v: !t, %do: !t, %lse: !rows, %d: !rows, %dq: !t, %dk: !t, %dv: !t) {
-    // expected-error @+1 {{kernel @fmha_bwd_f32_d64x64_g1_nomask_s0p5_dq_dk_dv already exists for other attributes}}
+    // expected-error @+1 {{kernel @fmha_bwd_f32_d64x64_g1_nomask_s0p5_warp64_dq_dk_dv already exists for other attributes}}
     "fmha.dq_dk_dv"(%q, %k, %v, %do, %lse, %d, %dq, %dk, %dv) {
         dtype = "f32", hdim_q = 64 : i64, hdim_v = 64 : i64, gqa_ratio = 1 : i64,
         mask = "none", window_left = -1 : i64, window_right = -1 : i64, scale = 0.5 : f32,
-        bias = "none", dbias = false, deterministic = false} : (!t, !t, !t, !t, !rows, !rows, !t, !t, !t) -> ()
+        bias = "none", dbias = false, deterministic = false,
+      config = {body = "warp", wave_size = 64 : i64}} : (!t, !t, !t, !t, !rows, !rows, !t, !t, !t) -> ()
     return
   }
 }
@@ -56,16 +60,17 @@ module attributes {gpu.container_module} {
 
 module attributes {gpu.container_module} {
   gpu.module @fmha_kernels {
-    func.func @fmha_bwd_f32_d64x64_g1_nomask_dot_do_o() {
+    func.func @fmha_bwd_f32_d64x64_g1_nomask_warp64_dot_do_o() {
       return
     }
   }
   func.func @symbol_taken(%o: !t, %do: !t, %d: !rows) {
-    // expected-error @+1 {{kernel symbol @fmha_bwd_f32_d64x64_g1_nomask_dot_do_o is taken by a func.func in gpu.module @fmha_kernels}}
+    // expected-error @+1 {{kernel symbol @fmha_bwd_f32_d64x64_g1_nomask_warp64_dot_do_o is taken by a func.func in gpu.module @fmha_kernels}}
     "fmha.dot_do_o"(%o, %do, %d) {
         dtype = "f32", hdim_q = 64 : i64, hdim_v = 64 : i64, gqa_ratio = 1 : i64,
         mask = "none", window_left = -1 : i64, window_right = -1 : i64, scale = 0.125 : f32,
-        bias = "none", dbias = false, deterministic = false} : (!t, !t, !rows) -> ()
+        bias = "none", dbias = false, deterministic = false,
+      config = {body = "warp", wave_size = 64 : i64}} : (!t, !t, !rows) -> ()
     return
   }
 }
@@ -85,6 +90,7 @@ func.func @module_symbol_taken(%o: !t, %do: !t, %d: !rows) {
   "fmha.dot_do_o"(%o, %do, %d) {
       dtype = "f32", hdim_q = 64 : i64, hdim_v = 64 : i64, gqa_ratio = 1 : i64,
       mask = "none", window_left = -1 : i64, window_right = -1 : i64, scale = 0.125 : f32,
-      bias = "none", dbias = false, deterministic = false} : (!t, !t, !rows) -> ()
+      bias = "none", dbias = false, deterministic = false,
+      config = {body = "warp", wave_size = 64 : i64}} : (!t, !t, !rows) -> ()
   return
 }

@@ -37,26 +37,54 @@ gpu.module @kernels {
 
 // -----
 
-// Partial waves always use the xor butterfly. The shuffles span the whole wave (width operand 64):
-// offsets below 16 never leave a 16-lane group.
+// A 16-lane group (a row kernel's row): DPP takes the four in-row steps alone, which leave each
+// 16-lane row's sum in all of its lanes; no row_bcast, no readlane. With reduce=shuffle it is the xor
+// butterfly over the whole wave (width operand 64): offsets below 16 never leave a 16-lane group.
 
 gpu.module @kernels {
   // CHECK-LABEL: gpu.func @sixteen_lanes
   gpu.func @sixteen_lanes(%x: f32, %out: memref<f32>) kernel {
-    // CHECK-DAG: %[[WAVE:.*]] = arith.constant 64 : i32
-    // CHECK-DAG: %[[O1:.*]] = arith.constant 1 : i32
-    // CHECK: %[[R1:.*]], %{{.*}} = gpu.shuffle xor %[[X:.*]], %[[O1]], %[[WAVE]] : f32
-    // CHECK: %[[S1:.*]] = arith.addf %[[X]], %[[R1]] : f32
-    // CHECK: %[[O2:.*]] = arith.constant 2 : i32
-    // CHECK: gpu.shuffle xor %[[S1]], %[[O2]], %[[WAVE]] : f32
-    // CHECK: arith.constant 4 : i32
-    // CHECK: arith.constant 8 : i32
-    // CHECK: %[[R4:.*]], %{{.*}} = gpu.shuffle xor
-    // CHECK: %[[S4:.*]] = arith.addf %{{.*}}, %[[R4]] : f32
-    // CHECK-NOT: gpu.shuffle
-    // CHECK-NOT: amdgpu.dpp
-    // CHECK: memref.store %[[S4]]
+    // DPP: %[[P1:.*]] = amdgpu.dpp %{{.*}} %[[X:.*]] quad_perm([1 : i32, 0 : i32, 3 : i32, 2 : i32]) : f32
+    // DPP: %[[S1:.*]] = arith.addf %[[X]], %[[P1]] : f32
+    // DPP: amdgpu.dpp %{{.*}} %[[S1]] quad_perm([2 : i32, 3 : i32, 0 : i32, 1 : i32]) : f32
+    // DPP: row_half_mirror
+    // DPP: %[[P4:.*]] = amdgpu.dpp %{{.*}} row_mirror : f32
+    // DPP: %[[D4:.*]] = arith.addf %{{.*}}, %[[P4]] : f32
+    // DPP-NOT: amdgpu.dpp
+    // DPP-NOT: rocdl.readlane
+    // DPP-NOT: gpu.shuffle
+    // DPP: memref.store %[[D4]]
+    // SHUFFLE-DAG: %[[WAVE:.*]] = arith.constant 64 : i32
+    // SHUFFLE-DAG: %[[O1:.*]] = arith.constant 1 : i32
+    // SHUFFLE: %[[R1:.*]], %{{.*}} = gpu.shuffle xor %[[X:.*]], %[[O1]], %[[WAVE]] : f32
+    // SHUFFLE: %[[S1:.*]] = arith.addf %[[X]], %[[R1]] : f32
+    // SHUFFLE: %[[O2:.*]] = arith.constant 2 : i32
+    // SHUFFLE: gpu.shuffle xor %[[S1]], %[[O2]], %[[WAVE]] : f32
+    // SHUFFLE: arith.constant 4 : i32
+    // SHUFFLE: arith.constant 8 : i32
+    // SHUFFLE: %[[R4:.*]], %{{.*}} = gpu.shuffle xor
+    // SHUFFLE: %[[S4:.*]] = arith.addf %{{.*}}, %[[R4]] : f32
+    // SHUFFLE-NOT: gpu.shuffle
+    // SHUFFLE-NOT: amdgpu.dpp
+    // SHUFFLE: memref.store %[[S4]]
     %sum = "fmha.wave_reduce"(%x) {kind = "add", width = 16 : i32} : (f32) -> f32
+    memref.store %sum, %out[] : memref<f32>
+    gpu.return
+  }
+}
+
+// -----
+
+// 32 lanes: no DPP sequence leaves a 32-lane sum in every lane, so both modes use five butterfly steps.
+
+gpu.module @kernels {
+  // CHECK-LABEL: gpu.func @thirty_two_lanes
+  gpu.func @thirty_two_lanes(%x: f32, %out: memref<f32>) kernel {
+    // CHECK-NOT: amdgpu.dpp
+    // CHECK-COUNT-5: gpu.shuffle xor
+    // CHECK-NOT: gpu.shuffle
+    // CHECK: memref.store
+    %sum = "fmha.wave_reduce"(%x) {kind = "add", width = 32 : i32} : (f32) -> f32
     memref.store %sum, %out[] : memref<f32>
     gpu.return
   }

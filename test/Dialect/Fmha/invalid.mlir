@@ -326,7 +326,7 @@ func.func @unknown_op() {
 // dot_do_o_d
 func.func @dot_do_o_d(%t: memref<1x2x8x64xf16>, %d: memref<1x2x8xf16>) {
   // expected-error @+1 {{'fmha.dot_do_o' op operand #2 ('d'): expected element type f32, got f16}}
-  "fmha.dot_do_o"(%t, %t, %d) {dtype = "f16", hdim_q = 64 : i64, hdim_v = 64 : i64, gqa_ratio = 1 : i64, mask = "none", window_left = -1 : i64, window_right = -1 : i64, scale = 0.125 : f32, bias = "none", dbias = false, deterministic = false} : (memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8xf16>) -> ()
+  "fmha.dot_do_o"(%t, %t, %d) {dtype = "f16", hdim_q = 64 : i64, hdim_v = 64 : i64, gqa_ratio = 1 : i64, mask = "none", window_left = -1 : i64, window_right = -1 : i64, scale = 0.125 : f32, bias = "none", dbias = false, deterministic = false, config = {body = "warp", wave_size = 64 : i64}} : (memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8xf16>) -> ()
   return
 }
 
@@ -335,7 +335,7 @@ func.func @dot_do_o_d(%t: memref<1x2x8x64xf16>, %d: memref<1x2x8xf16>) {
 // dot_do_o_count
 func.func @dot_do_o_count(%t: memref<1x2x8x64xf16>, %l: memref<1x2x8xf32>) {
   // expected-error @+1 {{'fmha.dot_do_o' op takes 3 operands (o, do, d), got 4}}
-  "fmha.dot_do_o"(%t, %t, %l, %l) {dtype = "f16", hdim_q = 64 : i64, hdim_v = 64 : i64, gqa_ratio = 1 : i64, mask = "none", window_left = -1 : i64, window_right = -1 : i64, scale = 0.125 : f32, bias = "none", dbias = false, deterministic = false} : (memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8xf32>, memref<1x2x8xf32>) -> ()
+  "fmha.dot_do_o"(%t, %t, %l, %l) {dtype = "f16", hdim_q = 64 : i64, hdim_v = 64 : i64, gqa_ratio = 1 : i64, mask = "none", window_left = -1 : i64, window_right = -1 : i64, scale = 0.125 : f32, bias = "none", dbias = false, deterministic = false, config = {body = "warp", wave_size = 64 : i64}} : (memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8xf32>, memref<1x2x8xf32>) -> ()
   return
 }
 
@@ -344,7 +344,7 @@ func.func @dot_do_o_count(%t: memref<1x2x8x64xf16>, %l: memref<1x2x8xf32>) {
 // dq_dk_dv_accumulator
 func.func @dq_dk_dv_accumulator(%t: memref<1x2x8x64xf16>, %l: memref<1x2x8xf32>, %acc: memref<1x2x8x64xf32>, %b: memref<1x2x8x64xbf16>) {
   // expected-error @+1 {{'fmha.dq_dk_dv' op operand #8 ('dv_out'): expected element type f16 or f32, got bf16}}
-  "fmha.dq_dk_dv"(%t, %t, %t, %t, %l, %l, %t, %acc, %b) {dtype = "f16", hdim_q = 64 : i64, hdim_v = 64 : i64, gqa_ratio = 1 : i64, mask = "none", window_left = -1 : i64, window_right = -1 : i64, scale = 0.125 : f32, bias = "none", dbias = false, deterministic = false}
+  "fmha.dq_dk_dv"(%t, %t, %t, %t, %l, %l, %t, %acc, %b) {dtype = "f16", hdim_q = 64 : i64, hdim_v = 64 : i64, gqa_ratio = 1 : i64, mask = "none", window_left = -1 : i64, window_right = -1 : i64, scale = 0.125 : f32, bias = "none", dbias = false, deterministic = false, config = {body = "warp", wave_size = 64 : i64}}
       : (memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8xf32>, memref<1x2x8xf32>, memref<1x2x8x64xf16>, memref<1x2x8x64xf32>, memref<1x2x8x64xbf16>) -> ()
   return
 }
@@ -354,7 +354,7 @@ func.func @dq_dk_dv_accumulator(%t: memref<1x2x8x64xf16>, %l: memref<1x2x8xf32>,
 // convert_grad_missing_grad
 func.func @convert_grad_missing_grad(%acc: memref<1x2x8x64xf32>, %out: memref<1x2x8x64xf16>) {
   // expected-error @+1 {{'fmha.convert_grad' op missing attribute 'grad' (a string)}}
-  "fmha.convert_grad"(%acc, %out) {dtype = "f16", hdim_q = 64 : i64, hdim_v = 64 : i64, gqa_ratio = 1 : i64, mask = "none", window_left = -1 : i64, window_right = -1 : i64, scale = 0.125 : f32, bias = "none", dbias = false, deterministic = false} : (memref<1x2x8x64xf32>, memref<1x2x8x64xf16>) -> ()
+  "fmha.convert_grad"(%acc, %out) {dtype = "f16", hdim_q = 64 : i64, hdim_v = 64 : i64, gqa_ratio = 1 : i64, mask = "none", window_left = -1 : i64, window_right = -1 : i64, scale = 0.125 : f32, bias = "none", dbias = false, deterministic = false, config = {body = "warp", wave_size = 64 : i64}} : (memref<1x2x8x64xf32>, memref<1x2x8x64xf16>) -> ()
   return
 }
 
@@ -363,7 +363,7 @@ func.func @convert_grad_missing_grad(%acc: memref<1x2x8x64xf32>, %out: memref<1x
 // convert_grad_unknown_grad
 func.func @convert_grad_unknown_grad(%acc: memref<1x2x8x64xf32>, %out: memref<1x2x8x64xf16>) {
   // expected-error @+1 {{attribute 'grad' must be one of dq, dk, dv, got 'dlse'}}
-  "fmha.convert_grad"(%acc, %out) {dtype = "f16", hdim_q = 64 : i64, hdim_v = 64 : i64, gqa_ratio = 1 : i64, mask = "none", window_left = -1 : i64, window_right = -1 : i64, scale = 0.125 : f32, bias = "none", dbias = false, deterministic = false, grad = "dlse"} : (memref<1x2x8x64xf32>, memref<1x2x8x64xf16>) -> ()
+  "fmha.convert_grad"(%acc, %out) {dtype = "f16", hdim_q = 64 : i64, hdim_v = 64 : i64, gqa_ratio = 1 : i64, mask = "none", window_left = -1 : i64, window_right = -1 : i64, scale = 0.125 : f32, bias = "none", dbias = false, deterministic = false, config = {body = "warp", wave_size = 64 : i64}, grad = "dlse"} : (memref<1x2x8x64xf32>, memref<1x2x8x64xf16>) -> ()
   return
 }
 
@@ -372,7 +372,7 @@ func.func @convert_grad_unknown_grad(%acc: memref<1x2x8x64xf32>, %out: memref<1x
 // convert_grad_acc_type
 func.func @convert_grad_acc_type(%acc: memref<1x2x8x64xf16>, %out: memref<1x2x8x64xf16>) {
   // expected-error @+1 {{operand #0 ('acc'): expected element type f32, got f16}}
-  "fmha.convert_grad"(%acc, %out) {dtype = "f16", hdim_q = 64 : i64, hdim_v = 64 : i64, gqa_ratio = 1 : i64, mask = "none", window_left = -1 : i64, window_right = -1 : i64, scale = 0.125 : f32, bias = "none", dbias = false, deterministic = false, grad = "dk"} : (memref<1x2x8x64xf16>, memref<1x2x8x64xf16>) -> ()
+  "fmha.convert_grad"(%acc, %out) {dtype = "f16", hdim_q = 64 : i64, hdim_v = 64 : i64, gqa_ratio = 1 : i64, mask = "none", window_left = -1 : i64, window_right = -1 : i64, scale = 0.125 : f32, bias = "none", dbias = false, deterministic = false, config = {body = "warp", wave_size = 64 : i64}, grad = "dk"} : (memref<1x2x8x64xf16>, memref<1x2x8x64xf16>) -> ()
   return
 }
 
@@ -381,7 +381,7 @@ func.func @convert_grad_acc_type(%acc: memref<1x2x8x64xf16>, %out: memref<1x2x8x
 // convert_grad_out_type
 func.func @convert_grad_out_type(%acc: memref<1x2x8x64xf32>, %out: memref<1x2x8x64xf32>) {
   // expected-error @+1 {{operand #1 ('out'): expected element type f16, got f32}}
-  "fmha.convert_grad"(%acc, %out) {dtype = "f16", hdim_q = 64 : i64, hdim_v = 64 : i64, gqa_ratio = 1 : i64, mask = "none", window_left = -1 : i64, window_right = -1 : i64, scale = 0.125 : f32, bias = "none", dbias = false, deterministic = false, grad = "dk"} : (memref<1x2x8x64xf32>, memref<1x2x8x64xf32>) -> ()
+  "fmha.convert_grad"(%acc, %out) {dtype = "f16", hdim_q = 64 : i64, hdim_v = 64 : i64, gqa_ratio = 1 : i64, mask = "none", window_left = -1 : i64, window_right = -1 : i64, scale = 0.125 : f32, bias = "none", dbias = false, deterministic = false, config = {body = "warp", wave_size = 64 : i64}, grad = "dk"} : (memref<1x2x8x64xf32>, memref<1x2x8x64xf32>) -> ()
   return
 }
 
@@ -390,7 +390,7 @@ func.func @convert_grad_out_type(%acc: memref<1x2x8x64xf32>, %out: memref<1x2x8x
 // convert_grad_hdim
 func.func @convert_grad_hdim(%acc: memref<1x2x8x64xf32>, %out: memref<1x2x8x128xf16>) {
   // expected-error @+1 {{operand #0 ('acc'): expected a static innermost dim of 128, got 64}}
-  "fmha.convert_grad"(%acc, %out) {dtype = "f16", hdim_q = 64 : i64, hdim_v = 128 : i64, gqa_ratio = 1 : i64, mask = "none", window_left = -1 : i64, window_right = -1 : i64, scale = 0.125 : f32, bias = "none", dbias = false, deterministic = false, grad = "dv"} : (memref<1x2x8x64xf32>, memref<1x2x8x128xf16>) -> ()
+  "fmha.convert_grad"(%acc, %out) {dtype = "f16", hdim_q = 64 : i64, hdim_v = 128 : i64, gqa_ratio = 1 : i64, mask = "none", window_left = -1 : i64, window_right = -1 : i64, scale = 0.125 : f32, bias = "none", dbias = false, deterministic = false, config = {body = "warp", wave_size = 64 : i64}, grad = "dv"} : (memref<1x2x8x64xf32>, memref<1x2x8x128xf16>) -> ()
   return
 }
 
@@ -399,7 +399,7 @@ func.func @convert_grad_hdim(%acc: memref<1x2x8x64xf32>, %out: memref<1x2x8x128x
 // convert_grad_shape
 func.func @convert_grad_shape(%acc: memref<1x2x8x64xf32>, %out: memref<1x2x4x64xf16>) {
   // expected-error @+1 {{operands 'acc' and 'out' must have the same shape, got memref<1x2x8x64xf32> and memref<1x2x4x64xf16>}}
-  "fmha.convert_grad"(%acc, %out) {dtype = "f16", hdim_q = 64 : i64, hdim_v = 64 : i64, gqa_ratio = 1 : i64, mask = "none", window_left = -1 : i64, window_right = -1 : i64, scale = 0.125 : f32, bias = "none", dbias = false, deterministic = false, grad = "dk"} : (memref<1x2x8x64xf32>, memref<1x2x4x64xf16>) -> ()
+  "fmha.convert_grad"(%acc, %out) {dtype = "f16", hdim_q = 64 : i64, hdim_v = 64 : i64, gqa_ratio = 1 : i64, mask = "none", window_left = -1 : i64, window_right = -1 : i64, scale = 0.125 : f32, bias = "none", dbias = false, deterministic = false, config = {body = "warp", wave_size = 64 : i64}, grad = "dk"} : (memref<1x2x8x64xf32>, memref<1x2x4x64xf16>) -> ()
   return
 }
 
@@ -479,7 +479,7 @@ func.func @wave_reduce_result(%x: f32) {
 
 // exp2_operand
 func.func @exp2_operand(%x: f64) {
-  // expected-error @+1 {{'fmha.exp2' op operand #0 ('x') must be f32, got f64}}
+  // expected-error @+1 {{'fmha.exp2' op operand #0 ('x') must be f32 or a 1-D vector of it, got f64}}
   %r = "fmha.exp2"(%x) : (f64) -> f32
   return
 }
@@ -497,7 +497,7 @@ func.func @exp2_count(%x: f32) {
 
 // masked_score_dot
 func.func @masked_score_dot(%x: f32, %i: index) {
-  // expected-error @+1 {{'fmha.masked_score' op operand #0 ('dot') must be f32, got index}}
+  // expected-error @+1 {{'fmha.masked_score' op operand #0 ('dot') must be f32 or a 1-D vector of it, got index}}
   %s = "fmha.masked_score"(%i, %i, %i, %i, %i) {mask = "causal_top_left", window_left = -1 : i64, window_right = -1 : i64, scale_log2 = 0.18 : f32} : (index, index, index, index, index) -> f32
   return
 }
@@ -661,5 +661,77 @@ func.func @memory_space(%t: memref<1x2x8x64xf16>, %w: memref<1x2x8x64xf16, 3>, %
       : (memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16, 3>, memref<1x2x8x64xf16>,
          memref<1x2x8x64xf16>, memref<1x2x8xf32>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>,
          memref<1x2x8x64xf16>) -> ()
+  return
+}
+
+// -----
+
+// stage_without_config
+func.func @stage_without_config(%t: memref<1x2x8x64xf16>, %d: memref<1x2x8xf32>) {
+  // expected-error @+1 {{'fmha.dot_do_o' op missing attribute 'config' (the kernel config: run fmha-select-kernel-config first)}}
+  "fmha.dot_do_o"(%t, %t, %d) {dtype = "f16", hdim_q = 64 : i64, hdim_v = 64 : i64, gqa_ratio = 1 : i64, mask = "none", window_left = -1 : i64, window_right = -1 : i64, scale = 0.125 : f32, bias = "none", dbias = false, deterministic = false} : (memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8xf32>) -> ()
+  return
+}
+
+// -----
+
+// config_unknown_body
+func.func @config_unknown_body(%t: memref<1x2x8x64xf16>, %d: memref<1x2x8xf32>) {
+  // expected-error @+1 {{attribute 'config': config.body: unknown body 'scalar' (use one of warp, tiled)}}
+  "fmha.dot_do_o"(%t, %t, %d) {dtype = "f16", hdim_q = 64 : i64, hdim_v = 64 : i64, gqa_ratio = 1 : i64, mask = "none", window_left = -1 : i64, window_right = -1 : i64, scale = 0.125 : f32, bias = "none", dbias = false, deterministic = false, config = {body = "scalar", wave_size = 64 : i64}} : (memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8xf32>) -> ()
+  return
+}
+
+// -----
+
+// config_warp_layout
+func.func @config_warp_layout(%t: memref<1x2x8x64xf16>, %d: memref<1x2x8xf32>) {
+  // expected-error @+1 {{config.dq_warps: 2 x 2 warps, but the work-group has 8 (make the two multiply to 8)}}
+  "fmha.dot_do_o"(%t, %t, %d) {dtype = "f16", hdim_q = 64 : i64, hdim_v = 64 : i64, gqa_ratio = 1 : i64, mask = "none", window_left = -1 : i64, window_right = -1 : i64, scale = 0.125 : f32, bias = "none", dbias = false, deterministic = false, config = {body = "tiled", wave_size = 32 : i64, block_m = 64 : i64, block_n = 128 : i64, warps = 8 : i64, stages = 2 : i64, instruction = "mma.m16n8k16", sdp_warps = array<i64: 8, 1>, dkv_warps = array<i64: 8, 1>, dq_warps = array<i64: 2, 2>, swizzle = "xor"}} : (memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8xf32>) -> ()
+  return
+}
+
+// -----
+
+// config_entry_type
+func.func @config_entry_type(%t: memref<1x2x8x64xf16>, %d: memref<1x2x8xf32>) {
+  // expected-error @+1 {{attribute 'config': entries wave_size must be strings, bools, integers or i64 arrays}}
+  "fmha.dot_do_o"(%t, %t, %d) {dtype = "f16", hdim_q = 64 : i64, hdim_v = 64 : i64, gqa_ratio = 1 : i64, mask = "none", window_left = -1 : i64, window_right = -1 : i64, scale = 0.125 : f32, bias = "none", dbias = false, deterministic = false, config = {body = "warp", wave_size = 6.4e1 : f32}} : (memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8xf32>) -> ()
+  return
+}
+
+// -----
+
+// config_tiled_f32: the tiled body computes on f16 / bf16 matrix instructions.
+func.func @config_tiled_f32(%t: memref<1x2x8x64xf32>, %d: memref<1x2x8xf32>) {
+  // expected-error @+1 {{dtype: the tiled body computes f16 and bf16 on matrix instructions, not f32 (use body='warp' for f32)}}
+  "fmha.dot_do_o"(%t, %t, %d) {dtype = "f32", hdim_q = 64 : i64, hdim_v = 64 : i64, gqa_ratio = 1 : i64, mask = "none", window_left = -1 : i64, window_right = -1 : i64, scale = 0.125 : f32, bias = "none", dbias = false, deterministic = false, config = {body = "tiled", wave_size = 32 : i64, block_m = 64 : i64, block_n = 128 : i64, warps = 8 : i64, stages = 2 : i64, instruction = "mma.m16n8k16", sdp_warps = array<i64: 8, 1>, dkv_warps = array<i64: 8, 1>, dq_warps = array<i64: 4, 2>, swizzle = "xor"}} : (memref<1x2x8x64xf32>, memref<1x2x8x64xf32>, memref<1x2x8xf32>) -> ()
+  return
+}
+
+// -----
+
+// exp2_vector_result: elementwise ops give the type of their first operand.
+func.func @exp2_vector_result(%x: vector<2xf32>) {
+  // expected-error @+1 {{'fmha.exp2' op must have one result of the type of operand #0 (vector<2xf32>), got f32}}
+  %r = "fmha.exp2"(%x) : (vector<2xf32>) -> f32
+  return
+}
+
+// -----
+
+// masked_score_vector_lanes: positions are scalars or vectors of the score's length.
+func.func @masked_score_vector_lanes(%x: vector<2xf32>, %q: vector<4xindex>, %i: index) {
+  // expected-error @+1 {{operand #1 ('q_pos') must be index or vector<2xindex>, got vector<4xindex>}}
+  %s = "fmha.masked_score"(%x, %q, %i, %i, %i) {mask = "causal_top_left", window_left = -1 : i64, window_right = -1 : i64, scale_log2 = 0.18 : f32} : (vector<2xf32>, vector<4xindex>, index, index, index) -> vector<2xf32>
+  return
+}
+
+// -----
+
+// masked_score_vector_seqlen: sequence lengths are uniform.
+func.func @masked_score_vector_seqlen(%x: vector<2xf32>, %q: vector<2xindex>, %i: index) {
+  // expected-error @+1 {{operand #3 ('seqlen_q') must be index, got vector<2xindex>}}
+  %s = "fmha.masked_score"(%x, %q, %i, %q, %i) {mask = "causal_top_left", window_left = -1 : i64, window_right = -1 : i64, scale_log2 = 0.18 : f32} : (vector<2xf32>, vector<2xindex>, index, vector<2xindex>, index) -> vector<2xf32>
   return
 }

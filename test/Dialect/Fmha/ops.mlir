@@ -46,22 +46,22 @@ func.func @stages(%q: !t64, %k: !t64, %v: !t128, %o: !t128, %do: !t128, %lse: !r
   "fmha.dot_do_o"(%o, %do, %d) {
       dtype = "f16", hdim_q = 64 : i64, hdim_v = 128 : i64, gqa_ratio = 1 : i64,
       mask = "causal_top_left", window_left = -1 : i64, window_right = -1 : i64,
-      scale = 0.125 : f32, bias = "none", dbias = false, deterministic = false}
+      scale = 0.125 : f32, bias = "none", dbias = false, deterministic = false, config = {body = "warp", wave_size = 64 : i64}}
       : (!t128, !t128, !rows) -> ()
   "fmha.dq_dk_dv"(%q, %k, %v, %do, %lse, %d, %dq, %dk_acc, %dv_acc) {
       dtype = "f16", hdim_q = 64 : i64, hdim_v = 128 : i64, gqa_ratio = 1 : i64,
       mask = "causal_top_left", window_left = -1 : i64, window_right = -1 : i64,
-      scale = 0.125 : f32, bias = "none", dbias = false, deterministic = false}
+      scale = 0.125 : f32, bias = "none", dbias = false, deterministic = false, config = {body = "warp", wave_size = 64 : i64}}
       : (!t64, !t64, !t128, !t128, !rows, !rows, !t64, !acc64, !acc128) -> ()
   "fmha.convert_grad"(%dk_acc, %dk) {
       dtype = "f16", hdim_q = 64 : i64, hdim_v = 128 : i64, gqa_ratio = 1 : i64,
       mask = "causal_top_left", window_left = -1 : i64, window_right = -1 : i64,
-      scale = 0.125 : f32, bias = "none", dbias = false, deterministic = false, grad = "dk"}
+      scale = 0.125 : f32, bias = "none", dbias = false, deterministic = false, config = {body = "warp", wave_size = 64 : i64}, grad = "dk"}
       : (!acc64, !t64) -> ()
   "fmha.convert_grad"(%dv_acc, %dv) {
       dtype = "f16", hdim_q = 64 : i64, hdim_v = 128 : i64, gqa_ratio = 1 : i64,
       mask = "causal_top_left", window_left = -1 : i64, window_right = -1 : i64,
-      scale = 0.125 : f32, bias = "none", dbias = false, deterministic = false, grad = "dv"}
+      scale = 0.125 : f32, bias = "none", dbias = false, deterministic = false, config = {body = "warp", wave_size = 64 : i64}, grad = "dv"}
       : (!acc128, !t128) -> ()
   return
 }
@@ -74,7 +74,7 @@ func.func @convert_grad_static_output(%acc: !acc64, %dk: memref<2x4x16x64xf16>) 
   "fmha.convert_grad"(%acc, %dk) {
       dtype = "f16", hdim_q = 64 : i64, hdim_v = 64 : i64, gqa_ratio = 1 : i64,
       mask = "none", window_left = -1 : i64, window_right = -1 : i64,
-      scale = 0.125 : f32, bias = "none", dbias = false, deterministic = false, grad = "dk"}
+      scale = 0.125 : f32, bias = "none", dbias = false, deterministic = false, config = {body = "warp", wave_size = 64 : i64}, grad = "dk"}
       : (!acc64, memref<2x4x16x64xf16>) -> ()
   return
 }
@@ -104,4 +104,25 @@ func.func @sliding_window_score(%x: f32, %i: index) -> f32 {
       : (f32, index, index, index, index) -> f32
   %r = "fmha.wave_reduce"(%s) {kind = "add", width = 2 : i32} : (f32) -> f32
   return %r : f32
+}
+
+// The elementwise kernel ops on vectors (the tiled body's accumulator pairs): a scalar position
+// applies to every element.
+// CHECK-LABEL: func.func @vector_kernel_ops
+// CHECK: "fmha.masked_score"(%{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}}) {{.*}} : (vector<2xf32>, vector<2xindex>, index, index, index) -> vector<2xf32>
+// CHECK: "fmha.exp2"(%{{.*}}) : (vector<2xf32>) -> vector<2xf32>
+func.func @vector_kernel_ops(%x: vector<2xf32>, %q: vector<2xindex>, %k: index, %n: index) -> vector<2xf32> {
+  %s = "fmha.masked_score"(%x, %q, %k, %n, %n)
+      {mask = "causal_top_left", window_left = -1 : i64, window_right = -1 : i64, scale_log2 = 0.25 : f32}
+      : (vector<2xf32>, vector<2xindex>, index, index, index) -> vector<2xf32>
+  %e = "fmha.exp2"(%s) : (vector<2xf32>) -> vector<2xf32>
+  return %e : vector<2xf32>
+}
+
+// A tiled-body config on a stage op round-trips; fields at their defaults are not printed.
+// CHECK-LABEL: func.func @tiled_config
+// CHECK: "fmha.dot_do_o"{{.*}}config = {block_m = 64 : i64, block_n = 128 : i64, body = "tiled", dkv_warps = array<i64: 8, 1>, dq_warps = array<i64: 4, 2>, instruction = "mma.m16n8k16", p_in_registers = true, sdp_warps = array<i64: 8, 1>, stages = 2 : i64, swizzle = "xor", warps = 8 : i64, wave_size = 32 : i64}
+func.func @tiled_config(%t: memref<1x2x8x64xbf16>, %d: memref<1x2x8xf32>) {
+  "fmha.dot_do_o"(%t, %t, %d) {dtype = "bf16", hdim_q = 64 : i64, hdim_v = 64 : i64, gqa_ratio = 1 : i64, mask = "none", window_left = -1 : i64, window_right = -1 : i64, scale = 0.125 : f32, bias = "none", dbias = false, deterministic = false, config = {body = "tiled", wave_size = 32 : i64, block_m = 64 : i64, block_n = 128 : i64, warps = 8 : i64, stages = 2 : i64, instruction = "mma.m16n8k16", sdp_warps = array<i64: 8, 1>, dkv_warps = array<i64: 8, 1>, dq_warps = array<i64: 4, 2>, p_in_registers = true, swizzle = "xor"}} : (memref<1x2x8x64xbf16>, memref<1x2x8x64xbf16>, memref<1x2x8xf32>) -> ()
+  return
 }

@@ -2,7 +2,7 @@
 // RUN: not fmha-opt %s -split-input-file -verify-diagnostics 2>&1 | FileCheck %s
 
 // CHECK: verify-diagnostics-mismatch.mlir:[[# @LINE + 3]]:6: error: expected error "this text is not in the message" was not produced
-// CHECK-NEXT: verify-diagnostics-mismatch.mlir:[[# @LINE + 3]]:8: error: unexpected error: 'fmha.exp2' op operand #0 ('x') must be f32, got index
+// CHECK-NEXT: verify-diagnostics-mismatch.mlir:[[# @LINE + 3]]:8: error: unexpected error: 'fmha.exp2' op operand #0 ('x') must be f32 or a 1-D vector of it, got index
 func.func @unexpected(%i: index) -> f32 {
   // expected-error @+1 {{this text is not in the message}}
   %e = "fmha.exp2"(%i) : (index) -> f32

@@ -2,7 +2,7 @@
 // RUN: fmha-opt %s -split-input-file -verify-diagnostics
 
 func.func @next_line(%i: index) -> f32 {
-  // expected-error @+1 {{'fmha.exp2' op operand #0 ('x') must be f32, got index}}
+  // expected-error @+1 {{'fmha.exp2' op operand #0 ('x') must be f32 or a 1-D vector of it, got index}}
   %e = "fmha.exp2"(%i) : (index) -> f32
   return %e : f32
 }
@@ -10,7 +10,7 @@ func.func @next_line(%i: index) -> f32 {
 // -----
 
 func.func @same_line(%i: index) -> f32 {
-  %e = "fmha.exp2"(%i) : (index) -> f32 // expected-error {{must be f32, got index}}
+  %e = "fmha.exp2"(%i) : (index) -> f32 // expected-error {{must be f32 or a 1-D vector of it, got index}}
   return %e : f32
 }
 
@@ -26,7 +26,7 @@ func.func @previous_line(%i: index) -> f32 {
 
 func.func @above_and_below(%i: index) -> f16 {
   // expected-error @below {{operand #0 ('x') must be f32}}
-  %e = "fmha.exp2"(%i) : (index) -> f16
+  %e = "fmha.wave_reduce"(%i) {kind = "add", width = 64 : i32} : (index) -> f16
   // expected-error @above {{must have one f32 result, got f16}}
   return %e : f16
 }

@@ -1,0 +1,354 @@
+"""The body layer: what each kernel body needs, answered without MLIR (the runtime imports it too).
+
+A body is one way of computing the dq_dk_dv stage (plus its row stages). The passes ask it, never the
+dtype: fmha-decompose-bwd which gradients accumulate in f32 workspaces, fmha-stages-to-gpu each stage's
+launch geometry, the gate which rounding to model. The IR builders live in passes/ (warp_body.py,
+tiled_body.py); this module holds the facts both they and the runtime rely on.
+
+  warp   one wave per query row, a key loop of wave reductions, f32 atomics for dK and dV (the seeds'
+         reference design; every dtype, head dims that are multiples of the wave size up to 8 per lane)
+  tiled  FlashAttention-2's shape on matrix instructions: one work-group per key block, dK and dV in
+         registers, dQ by f32 atomics into a workspace (docs/design/tiled-body.md)
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import ClassVar
+
+from .dtypes import BYTES
+from .errors import Reason, SpecError
+from .kernel_config import KernelConfig
+from .numerics import MATRIX_K16, SCALAR_ROWS, Numerics
+from .shape_expr import Dim, Expr, ceildiv, mul
+from .spec import AttentionBwdSpec
+from .target import Target
+
+GRADS = ("dq", "dk", "dv")
+ROW_STAGES = ("dot_do_o", "convert_dq", "convert_dk", "convert_dv")
+# The warp body gives each lane hdim / wave_size contiguous elements; past 8 per lane the register cost
+# of the loop-carried dQ slice outgrows what the body is built for.
+MAX_ELEMENTS_PER_LANE = 8
+ELEMENT_BYTES = 2    # the tiled body's operands: f16 / bf16
+LSE_BYTES = 4
+TILE_ALIGN = 128     # shared tiles start on a 128-byte boundary: the swizzle's bank arithmetic needs it
+COPY_ELEMENTS = 8    # one 16-byte cp.async of f16/bf16
+# Waves per work-group of the row kernels: one-wave work-groups by the hundred thousand cost more to
+# schedule than their bytes take to move (measured on the H200: tools/reports/bench_notes.md).
+ROW_KERNEL_WAVES = 8
+ROW_BYTES = 16       # what one lane of a row kernel loads at once
+
+
+@dataclass(frozen=True)
+class Workspace:
+    """A device buffer the plan allocates: `dims` over problem-operand names, f32."""
+
+    name: str
+    grad: str | None     # the gradient it accumulates and is converted into; None for d
+    dims: tuple[Expr, ...]
+    zero: bool           # zero-filled before the kernels
+    factor: float = 1.0  # the convert multiplies by it (a scale the body leaves out of its atomics)
+
+
+@dataclass(frozen=True)
+class Launch:
+    grid: tuple[Expr, Expr, Expr]   # over the stage op's operand names
+    block: tuple[int, int, int]
+    shared_bytes: int = 0
+
+
+@dataclass(frozen=True)
+class SharedTile:
+    """One buffer in the tiled body's dynamic shared memory: `copies` tiles of rows x cols."""
+
+    name: str
+    offset: int          # bytes from the start of dynamic shared memory
+    rows: int
+    cols: int
+    element_bytes: int
+    copies: int = 1
+
+    @property
+    def copy_bytes(self) -> int:
+        return self.rows * self.cols * self.element_bytes
+
+    @property
+    def end(self) -> int:
+        return self.offset + self.copies * self.copy_bytes
+
+
+def _dims(operand: str, rank: int, last: Expr | None = None) -> tuple[Expr, ...]:
+    dims = tuple(Dim(operand, i) for i in range(rank))
+    return dims if last is None else dims[:-1] + (last,)
+
+
+def row_lanes(hdim: int, wave_size: int, element_bytes: int) -> int:
+    """Lanes that share one row in the row kernels: each lane moves 16 bytes (a power-of-two number of
+    lanes per row, at most a wave); else the whole wave, hdim / wave_size elements each."""
+    wide = ROW_BYTES // element_bytes
+    lanes = hdim // wide if hdim % wide == 0 else 0
+    if 1 <= lanes <= wave_size and lanes & (lanes - 1) == 0:
+        return lanes
+    return wave_size
+
+
+def row_stage_hdim(stage: str, spec: AttentionBwdSpec) -> int:
+    return spec.hdim_q if stage in ("convert_dq", "convert_dk") else spec.hdim_v
+
+
+def _row_launch(stage: str, spec: AttentionBwdSpec, config: KernelConfig) -> Launch:
+    """ROW_KERNEL_WAVES waves per work-group, row_lanes lanes per row: o's rows for dot_do_o, out's for a
+    convert, threads / row_lanes rows per work-group."""
+    rows = "o" if stage == "dot_do_o" else "out"
+    threads = config.wave_size * ROW_KERNEL_WAVES
+    per_block = threads // row_lanes(row_stage_hdim(stage, spec), config.wave_size, BYTES[spec.dtype])
+    return Launch((ceildiv(Dim(rows, 2), per_block), Dim(rows, 1), Dim(rows, 0)), (threads, 1, 1))
+
+
+def row_reasons(spec: AttentionBwdSpec, wave_size: int, where: str, body: str) -> list[Reason]:
+    """Limits of the one-wave-per-row kernels (the warp body, and the row stages of every body)."""
+    out = []
+    on = f" on {where}" if where else ""
+    for name in ("hdim_q", "hdim_v"):
+        value = getattr(spec, name)
+        if value % wave_size or value // wave_size > MAX_ELEMENTS_PER_LANE:
+            out.append(Reason(name, f"{value} is not supported by the {body} body{on} (wave size {wave_size})",
+                              f"use a multiple of {wave_size} from {wave_size} to {wave_size * MAX_ELEMENTS_PER_LANE}"))
+    return out
+
+
+def row_alignment(hdim: int, wave_size: int, element_bytes: int) -> int:
+    """Elements a row kernel's per-lane vector claims: the largest power of two dividing its length."""
+    per_lane = hdim // row_lanes(hdim, wave_size, element_bytes)
+    return per_lane & -per_lane if per_lane else 1
+
+
+class Body:
+    name: ClassVar[str]
+    numerics: ClassVar[Numerics]
+
+    def reasons(self, spec: AttentionBwdSpec, target: Target, config: KernelConfig) -> list[Reason]:
+        """Every reason this body cannot compute `spec` on `target` with `config`."""
+        return (self._common_reasons(spec, target, config) or self.target_reasons(spec, target, config)
+                or self.spec_reasons(spec, config))
+
+    def spec_reasons(self, spec: AttentionBwdSpec, config: KernelConfig) -> list[Reason]:
+        """What the body cannot do whatever the target (the IR verifier's check, which has no target)."""
+        raise NotImplementedError
+
+    def target_reasons(self, spec: AttentionBwdSpec, target: Target, config: KernelConfig) -> list[Reason]:
+        return []
+
+    def default_config(self, spec: AttentionBwdSpec, target: Target) -> KernelConfig:
+        raise NotImplementedError
+
+    def workspaces(self, spec: AttentionBwdSpec, config: KernelConfig) -> list[Workspace]:
+        raise NotImplementedError
+
+    def zeroed_outputs(self, spec: AttentionBwdSpec) -> tuple[str, ...]:
+        """Outputs the dq_dk_dv kernel accumulates into directly (zero-filled first)."""
+        return ()
+
+    def launch(self, stage: str, spec: AttentionBwdSpec, config: KernelConfig) -> Launch:
+        raise NotImplementedError
+
+    def alignment(self, spec: AttentionBwdSpec, config: KernelConfig) -> dict[str, int]:
+        """Per problem tensor, the element multiple its strides (and address) must be."""
+        raise NotImplementedError
+
+    def _common_reasons(self, spec, target, config) -> list[Reason]:
+        reasons = list(config.reasons())
+        if not reasons and config.body != self.name:
+            reasons.append(Reason("config.body", f"the {self.name} body cannot run a {config.body} config"))
+        if not reasons and config.wave_size != target.wave_size:
+            reasons.append(Reason("config.wave_size", f"{config.wave_size}, but {target.arch} waves have "
+                                                      f"{target.wave_size} lanes"))
+        return reasons
+
+
+class WarpBody(Body):
+    name = "warp"
+    numerics = SCALAR_ROWS
+
+    def target_reasons(self, spec, target, config):
+        return row_reasons(spec, config.wave_size, target.arch, self.name)
+
+    def spec_reasons(self, spec, config):
+        return row_reasons(spec, config.wave_size, "", self.name)
+
+    def default_config(self, spec, target):
+        return KernelConfig(body="warp", wave_size=target.wave_size)
+
+    def workspaces(self, spec, config):
+        out = [Workspace("d", None, _dims("lse", 3), zero=False)]
+        if spec.dtype != "f32":
+            out += [Workspace(f"{g}_acc", g, _dims(g, 4, hdim), zero=True)
+                    for g, hdim in (("dk", spec.hdim_q), ("dv", spec.hdim_v))]
+        return out
+
+    def zeroed_outputs(self, spec):
+        return ("dk", "dv") if spec.dtype == "f32" else ()
+
+    def launch(self, stage, spec, config):
+        if stage == "dq_dk_dv":
+            return Launch((Dim("q", 2), Dim("q", 1), Dim("q", 0)), (config.wave_size, 1, 1))
+        return _row_launch(stage, spec, config)
+
+    def alignment(self, spec, config):
+        w, b = config.wave_size, BYTES[spec.dtype]
+        q, v = spec.hdim_q // w, spec.hdim_v // w   # the dq_dk_dv kernel's per-lane slices
+        q, v = (max(x & -x, 1) for x in (q, v))
+        rq, rv = row_alignment(spec.hdim_q, w, b), row_alignment(spec.hdim_v, w, b)
+        return {"q": q, "k": q, "dq": max(q, rq), "dk": max(q, rq), "v": v, "o": rv, "do": max(v, rv),
+                "dv": max(v, rv)}
+
+
+class TiledBody(Body):
+    name = "tiled"
+    numerics = MATRIX_K16
+
+    def target_reasons(self, spec, target, config):
+        if target.vendor != "nvidia":
+            return [Reason("body", f"the tiled body has no matrix atom for {target.arch} yet (MFMA comes with "
+                                   "the AMD issue)", "use body='warp'")]
+        out = []
+        if not self.spec_reasons(spec, config):
+            need = self.shared_layout(spec, config)[-1].end
+            if need > target.max_shared_bytes:
+                out.append(Reason("config", f"the tiles need {need} bytes of shared memory, {target.arch} has "
+                                            f"{target.max_shared_bytes}", "use smaller block_m / block_n or stages=1"))
+        if config.threads > target.max_threads_per_block:
+            out.append(Reason("config.warps", f"{config.threads} threads per work-group, {target.arch} allows "
+                                              f"{target.max_threads_per_block}"))
+        return out
+
+    def spec_reasons(self, spec, config):
+        if spec.dtype not in ("f16", "bf16"):
+            return [Reason("dtype", f"the tiled body computes f16 and bf16 on matrix instructions, not {spec.dtype}",
+                           "use body='warp' for f32")]
+        return row_reasons(spec, config.wave_size, "", self.name) + self._tile_reasons(spec, config)
+
+    @staticmethod
+    def _tile_reasons(spec, config) -> list[Reason]:
+        """The divisibility the fragment arithmetic relies on (16 x 8 x 16 instruction tiles)."""
+        out = []
+        for name in ("hdim_q", "hdim_v"):
+            if getattr(spec, name) % 16:
+                out.append(Reason(name, f"{getattr(spec, name)} is not a multiple of 16 (the matrix instruction's K)",
+                                  "use a multiple of 16, or body='warp'"))
+        bm, bn = config.block_m, config.block_n
+        checks = [
+            ("sdp_warps", bn % (16 * config.sdp_warps[0]) == 0 and bm % (16 * config.sdp_warps[1]) == 0,
+             "block_n / keys and block_m / queries must be multiples of 16"),
+            ("dkv_warps", bn % (16 * config.dkv_warps[0]) == 0
+             and all(d % (8 * config.dkv_warps[1]) == 0 for d in (spec.hdim_q, spec.hdim_v)),
+             "block_n / keys must be a multiple of 16 and each head dim / columns a multiple of 8"),
+            ("dq_warps", bm % (16 * config.dq_warps[0]) == 0 and spec.hdim_q % (8 * config.dq_warps[1]) == 0,
+             "block_m / rows must be a multiple of 16 and hdim_q / columns a multiple of 8"),
+        ]
+        out += [Reason(f"config.{name}", f"{getattr(config, name)} does not tile block_m {bm} x block_n {bn} x "
+                                         f"hdim {spec.hdim_q}/{spec.hdim_v}: {why}")
+                for name, ok, why in checks if not ok]
+        return out
+
+    def default_config(self, spec, target):
+        return tiled_config(spec, target)
+
+    def workspaces(self, spec, config):
+        # dQ rows padded to whole query blocks: the atomics of the last block need no bounds checks.
+        rows = mul(ceildiv(Dim("q", 2), config.block_m), config.block_m)
+        # dQ partials are summed unscaled: the convert applies the softmax scale once per element.
+        return [Workspace("d", None, _dims("lse", 3), zero=False),
+                Workspace("dq_acc", "dq", _dims("q", 4)[:2] + (rows, spec.hdim_q), zero=True, factor=spec.scale)]
+
+    def launch(self, stage, spec, config):
+        if stage == "dq_dk_dv":
+            return Launch((ceildiv(Dim("k", 2), config.block_n), Dim("k", 1), Dim("k", 0)), (config.threads, 1, 1),
+                          self.shared_layout(spec, config)[-1].end)
+        return _row_launch(stage, spec, config)
+
+    def alignment(self, spec, config):
+        b = BYTES[spec.dtype]
+        rows = {"q": row_alignment(spec.hdim_q, config.wave_size, b), "v": row_alignment(spec.hdim_v, config.wave_size, b)}
+        # 16-byte cp.async of Q, K, V, dO rows; 4-byte stores of dK, dV pairs; the row kernels' vectors.
+        tiles = {name: max(COPY_ELEMENTS, rows["q" if name in ("q", "k", "dq", "dk") else "v"])
+                 for name in ("q", "k", "v", "do")}
+        return {**tiles, "o": rows["v"], "dq": rows["q"], "dk": 2, "dv": 2}
+
+    @staticmethod
+    def shared_layout(spec: AttentionBwdSpec, config: KernelConfig) -> list[SharedTile]:
+        """The dynamic shared memory of dq_dk_dv, in order; the last tile's end is the size."""
+        bm, bn, stages = config.block_m, config.block_n, config.stages
+        wanted = [("k", bn, spec.hdim_q, ELEMENT_BYTES, 1), ("v", bn, spec.hdim_v, ELEMENT_BYTES, 1),
+                  ("q", bm, spec.hdim_q, ELEMENT_BYTES, stages), ("do", bm, spec.hdim_v, ELEMENT_BYTES, stages),
+                  ("ds", bn, bm, ELEMENT_BYTES, 1)]
+        if not config.p_in_registers:
+            wanted.append(("p", bn, bm, ELEMENT_BYTES, 1))
+        wanted += [("lse", 1, bm, LSE_BYTES, stages), ("d", 1, bm, LSE_BYTES, stages)]
+        tiles, offset = [], 0
+        for name, rows, cols, element, copies in wanted:
+            tiles.append(SharedTile(name, offset, rows, cols, element, copies))
+            offset = -(-tiles[-1].end // TILE_ALIGN) * TILE_ALIGN
+        return tiles
+
+
+BODIES: dict[str, Body] = {body.name: body for body in (WarpBody(), TiledBody())}
+# body="auto" takes the first body that supports the spec, fastest first.
+AUTO_ORDER = ("tiled", "warp")
+
+
+# The tiled body's configurations on sm_90 by head-dim bucket: chosen by measurement on the H200
+# (tools/reports/bench_notes.md says which run picked each row and what it beat).
+_SM90 = dict(body="tiled", wave_size=32, warps=8, instruction="mma.m16n8k16", swizzle="xor")
+TILED_TABLE: dict[int, KernelConfig] = {
+    64: KernelConfig(**_SM90, block_m=128, block_n=128, stages=2, sdp_warps=(4, 2), dkv_warps=(4, 2),
+                     dq_warps=(4, 2), p_in_registers=False),
+    128: KernelConfig(**_SM90, block_m=64, block_n=128, stages=2, sdp_warps=(4, 2), dkv_warps=(4, 2),
+                      dq_warps=(2, 4), p_in_registers=False),
+    256: KernelConfig(**_SM90, block_m=32, block_n=64, stages=2, sdp_warps=(4, 2), dkv_warps=(2, 4),
+                      dq_warps=(2, 4), p_in_registers=False),
+}
+
+
+def tiled_config(spec: AttentionBwdSpec, target: Target) -> KernelConfig:
+    """The table's row for the larger head dim (the next bucket up)."""
+    hdim = max(spec.hdim_q, spec.hdim_v)
+    bucket = next((b for b in sorted(TILED_TABLE) if hdim <= b), max(TILED_TABLE))
+    return replace(TILED_TABLE[bucket], wave_size=target.wave_size)
+
+
+def get_body(name: str) -> Body:
+    if name not in BODIES:
+        raise SpecError([Reason("body", f"unknown body {name!r}", f"use one of {', '.join(BODIES)} or auto")])
+    return BODIES[name]
+
+
+def body_of(config: KernelConfig) -> Body:
+    return get_body(config.body)
+
+
+def choose_config(spec: AttentionBwdSpec, target: Target, body: str = "auto") -> KernelConfig:
+    """The config to compile `spec` for `target` with: `body` = warp | tiled | auto (the fastest body
+    that supports the spec). SpecError with every reason when the requested body cannot."""
+    reasons = spec.reasons()
+    if reasons:
+        raise SpecError(reasons)
+    if body != "auto":
+        chosen = get_body(body)
+        config = chosen.default_config(spec, target)
+        check_config(spec, target, config)
+        return config
+    refused = []
+    for name in AUTO_ORDER:
+        config = BODIES[name].default_config(spec, target)
+        found = BODIES[name].reasons(spec, target, config)
+        if not found:
+            return config
+        refused += found
+    raise SpecError(refused)
+
+
+def check_config(spec: AttentionBwdSpec, target: Target, config: KernelConfig) -> None:
+    """SpecError unless `config`'s body can compute `spec` on `target` with it."""
+    reasons = spec.reasons() or config.reasons() or body_of(config).reasons(spec, target, config)
+    if reasons:
+        raise SpecError(reasons)

@@ -1,0 +1,118 @@
+"""Small integer expressions of runtime sizes: grids, workspace shapes and scalar kernel arguments.
+
+The compiler writes them into the host function as memref.dim + arith ops (the launch plan is read back
+from there), the manifest stores them as JSON, and the runtime evaluates them with the sizes of the
+tensors it was given. Numpy-free and MLIR-free: the runtime imports this module.
+
+JSON forms: an int; {"dim": [buffer, index]}; {op: [a, b]} for op in OPS.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Mapping, Union
+
+from .errors import RuntimeLaunchError
+
+
+def _ceildiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+# Binary operators on non-negative sizes; division by a non-positive divisor is refused.
+OPS: dict[str, Callable[[int, int], int]] = {
+    "add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
+    "ceildiv": _ceildiv, "floordiv": lambda a, b: a // b, "min": min, "max": max,
+}
+
+
+@dataclass(frozen=True)
+class Dim:
+    """Size `index` of buffer `buffer` (a stage-operand or manifest buffer name)."""
+
+    buffer: str
+    index: int
+
+
+@dataclass(frozen=True)
+class BinOp:
+    op: str
+    lhs: "Expr"
+    rhs: "Expr"
+
+
+Expr = Union[int, Dim, BinOp]
+
+
+def ceildiv(a: Expr, b: Expr) -> Expr:
+    return BinOp("ceildiv", a, b)
+
+
+def mul(a: Expr, b: Expr) -> Expr:
+    return BinOp("mul", a, b)
+
+
+def evaluate(expr: Expr, shapes: Mapping[str, tuple[int, ...]], what: str = "expression") -> int:
+    """The value of `expr` for buffers of `shapes`; RuntimeLaunchError naming `what` if it cannot be."""
+    if isinstance(expr, bool):
+        raise RuntimeLaunchError(f"{what}: {expr!r} is not a size")
+    if isinstance(expr, int):
+        return expr
+    if isinstance(expr, Dim):
+        shape = shapes.get(expr.buffer)
+        if shape is None or not 0 <= expr.index < len(shape):
+            raise RuntimeLaunchError(f"{what}: dim {expr.index} of buffer {expr.buffer!r} does not exist")
+        return int(shape[expr.index])
+    lhs, rhs = evaluate(expr.lhs, shapes, what), evaluate(expr.rhs, shapes, what)
+    if expr.op in ("ceildiv", "floordiv") and rhs <= 0:
+        raise RuntimeLaunchError(f"{what}: {expr.op} by {rhs}")
+    return OPS[expr.op](lhs, rhs)
+
+
+def to_json(expr: Expr):
+    if isinstance(expr, int) and not isinstance(expr, bool):
+        return expr
+    if isinstance(expr, Dim):
+        return {"dim": [expr.buffer, expr.index]}
+    return {expr.op: [to_json(expr.lhs), to_json(expr.rhs)]}
+
+
+def from_json(data, what: str = "expression") -> Expr:
+    """The expression a manifest holds; RuntimeLaunchError naming `what` when it is malformed."""
+    if isinstance(data, int) and not isinstance(data, bool):
+        return data
+    if isinstance(data, dict) and len(data) == 1:
+        (op, args), = data.items()
+        if op == "dim" and isinstance(args, list) and len(args) == 2 and isinstance(args[0], str) \
+                and isinstance(args[1], int) and not isinstance(args[1], bool):
+            return Dim(args[0], args[1])
+        if op in OPS and isinstance(args, list) and len(args) == 2:
+            return BinOp(op, from_json(args[0], what), from_json(args[1], what))
+    raise RuntimeLaunchError(f"{what}: {data!r} is not a size expression (an int, {{\"dim\": [buffer, index]}} "
+                             f"or {{op: [a, b]}} with op one of {', '.join(OPS)})")
+
+
+def buffers_of(expr: Expr) -> set[str]:
+    """The buffers an expression reads sizes of."""
+    if isinstance(expr, Dim):
+        return {expr.buffer}
+    if isinstance(expr, BinOp):
+        return buffers_of(expr.lhs) | buffers_of(expr.rhs)
+    return set()
+
+
+def rename(expr: Expr, names: Mapping[str, str]) -> Expr:
+    """`expr` with its buffer names mapped through `names` (stage operands -> plan buffers)."""
+    if isinstance(expr, Dim):
+        return Dim(names.get(expr.buffer, expr.buffer), expr.index)
+    if isinstance(expr, BinOp):
+        return BinOp(expr.op, rename(expr.lhs, names), rename(expr.rhs, names))
+    return expr
+
+
+def describe(expr: Expr) -> str:
+    """A readable form, e.g. ceildiv(k[2], 128)."""
+    if isinstance(expr, Dim):
+        return f"{expr.buffer}[{expr.index}]"
+    if isinstance(expr, BinOp):
+        return f"{expr.op}({describe(expr.lhs)}, {describe(expr.rhs)})"
+    return str(expr)

@@ -1,0 +1,46 @@
+"""What the body-expansion passes share: find the stage ops of one body inside gpu.funcs, check that
+their kernel was launched as the body expects, and replace each by what the body builds."""
+from __future__ import annotations
+
+from typing import Callable
+
+from fmha_mlir.bodies import body_of
+from fmha_mlir.dialects import fmha
+from fmha_mlir.kernel_config import KernelConfig
+from fmha_mlir.mlir import ir
+from fmha_mlir.spec import AttentionBwdSpec
+
+from .base import PassFailure, rewriting
+from .ir_builders import collect_ops, enclosing_op
+from .stages_to_gpu import stage_name
+from .verify import verified_spec
+
+# builder(stage op, spec, config): builds the stage's body in front of the op.
+StageBuilder = Callable[["ir.Operation", AttentionBwdSpec, KernelConfig], None]
+
+
+def expand_stages(module: "ir.Operation", body: str, builders: dict[str, StageBuilder]) -> None:
+    """Expand every stage op under `module` whose config names `body` with builders[op.name]."""
+    for op in collect_ops(module, builders):
+        config = fmha.config_of(op)
+        if config.body != body:
+            continue
+        spec = _checked_spec(op, config)
+        with rewriting(op):
+            builders[op.name](op, spec, config)
+        op.erase()
+
+
+def _checked_spec(op: "ir.Operation", config: KernelConfig) -> AttentionBwdSpec:
+    """The op's spec once the op is known to be expandable here; PassFailure saying why not."""
+    kernel = enclosing_op(op, "gpu.func")
+    if kernel is None:
+        raise PassFailure(f"'{op.name}' is outside a gpu.func; run fmha-stages-to-gpu first", op)
+    spec = verified_spec(op)
+    launch = body_of(config).launch(stage_name(op), spec, config)
+    block = kernel.attributes["known_block_size"] if "known_block_size" in kernel.attributes else None
+    if block is None or list(ir.DenseI32ArrayAttr(block)) != list(launch.block):
+        got = "none" if block is None else list(ir.DenseI32ArrayAttr(block))
+        raise PassFailure(f"the enclosing kernel has known_block_size {got} but the {config.body} body's "
+                          f"{stage_name(op)} needs {list(launch.block)}: outline it with fmha-stages-to-gpu", op)
+    return spec

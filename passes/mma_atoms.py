@@ -1,0 +1,166 @@
+"""Matrix atoms: what the tiled body asks of a matrix instruction, and how each target spells it.
+
+An atom loads operand fragments of one instruction tile from a shared tile, issues the product, turns
+accumulators into the next product's A operand, and says which matrix element each accumulator
+register holds. The body (tiled_body.py) is written against this interface only; the lane layouts come
+from fmha_mlir/matrix_layouts.py, which the CPU interpreter reads too.
+
+MmaSyncAtom: NVIDIA mma.sync.m16n8k16 (f16 / bf16 operands, f32 accumulators), operands through ldmatrix.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fmha_mlir import matrix_layouts
+from fmha_mlir.mlir import arith, ir, vector
+
+from .ir_builders import create_op, index
+from .shared_tiles import LaneValues, Tile
+
+M, N, K = matrix_layouts.MMA_M16N8K16.m, matrix_layouts.MMA_M16N8K16.n, matrix_layouts.MMA_M16N8K16.k
+
+
+@dataclass(frozen=True)
+class Lane:
+    """This thread's place in its warp, as index values."""
+
+    lane: "ir.Value"
+    group: "ir.Value"     # lane / 4: the accumulator row inside an 8-row half
+    thread: "ir.Value"    # lane % 4: the accumulator column pair
+    row8: "ir.Value"      # lane % 8: the row whose address this lane gives to ldmatrix
+    low: "ir.Value"       # (lane / 8) % 2 and
+    high: "ir.Value"      # lane / 16: which 8x8 matrix of an ldmatrix x4 that row belongs to
+
+
+class MmaSyncAtom:
+    """mma.sync.m16n8k16: A 16x16 (vector<4x2xT>), B 16x8 (vector<2x2xT>), C 16x8 (vector<2x2xf32>).
+
+    Operands come from shared tiles through ldmatrix: lanes 8i..8i+7 address the rows of matrix i, and
+    matrix i of an x4 covers rows +8 (i % 2) or +8 (i // 2) and columns +8 (i // 2) or +8 (i % 2) of
+    the 16x16 block, depending on which of A, B and .trans it feeds (see the loaders). Each lane's part
+    of every address is built once (shared_tiles.LaneValues)."""
+
+    m, n, k = M, N, K
+
+    def __init__(self, element: "ir.Type", lane: "ir.Value", lanes: LaneValues):
+        self.element = element
+        self.lanes = lanes
+        with lanes.hoist:
+            four, eight = index(4), index(8)
+            matrix = arith.divui(lane, eight)
+            self.lane = Lane(lane, arith.divui(lane, four), arith.remui(lane, four), arith.remui(lane, eight),
+                             arith.remui(matrix, index(2)), arith.divui(matrix, index(2)))
+            # (row within the 16-row block, chunk within the 16-column block) each lane addresses:
+            self.rows_low = arith.addi(self.lane.row8, arith.muli(self.lane.low, eight))    # rows +8 (i % 2)
+            self.rows_high = arith.addi(self.lane.row8, arith.muli(self.lane.high, eight))  # rows +8 (i // 2)
+            self.zero_index = index(0)
+            self.zero = arith.constant(ir.VectorType.get([2, 2], ir.F32Type.get()), ir.DenseElementsAttr.get_splat(
+                ir.VectorType.get([2, 2], ir.F32Type.get()), ir.FloatAttr.get_f32(0.0)))
+        self.a_type = ir.VectorType.get([4, 2], element)
+        self.b_type = ir.VectorType.get([2, 2], element)
+        self.c_type = ir.VectorType.get([2, 2], ir.F32Type.get())
+
+    # -- operand fragments ------------------------------------------------------------------------
+    # `row` / `col` are the tile coordinates of the 16x16 (16x8) block's first element: constants, plus
+    # `row_offset` (a stage's or warp's first row) and `chunk_offset` (a warp's first column / 8).
+
+    def load_a(self, tile: Tile, row: int, col: int, transposed: bool, row_offset=None,
+               chunk_offset=None) -> "ir.Value":
+        """A fragment of the 16x16 block at tile (row, col): A = the block (rows m, plain ldmatrix x4;
+        matrix i at rows +8 (i % 2), cols +8 (i // 2)) or, `transposed`, A = its transpose (the tile holds
+        rows k; .trans; matrix i at rows +8 (i // 2), cols +8 (i % 2))."""
+        lane = self.lane
+        rows, chunk = (self.rows_high, lane.low) if transposed else (self.rows_low, lane.high)
+        return self._ldmatrix(tile, rows, chunk, row, col, row_offset, chunk_offset, 4, transposed, self.a_type)
+
+    def load_b_pair(self, tile: Tile, row: int, col: int, n_major: bool, row_offset=None,
+                    chunk_offset=None) -> tuple["ir.Value", "ir.Value"]:
+        """B fragments of two n-tiles (one ldmatrix x4). `n_major`: the tile holds rows n (B^T row-major:
+        rows n0..n0+15 at (row, col), cols k; plain ldmatrix, matrix i at rows +8 (i // 2), cols +8 (i % 2));
+        else rows k (.trans; matrix i at rows +8 (i % 2), cols +8 (i // 2))."""
+        lane = self.lane
+        rows, chunk = (self.rows_high, lane.low) if n_major else (self.rows_low, lane.high)
+        fragments = self._ldmatrix(tile, rows, chunk, row, col, row_offset, chunk_offset, 4, not n_major,
+                                   ir.VectorType.get([4, 2], self.element))
+        return self._b_from(fragments, 0), self._b_from(fragments, 2)
+
+    def load_b(self, tile: Tile, row: int, col: int, n_major: bool, row_offset=None, chunk_offset=None) -> "ir.Value":
+        """The B fragment of one n-tile (ldmatrix x2; lanes 16-31 repeat lanes 0-15's addresses)."""
+        lane = self.lane
+        if n_major:   # matrix i: rows n0, cols k0 + 8 i
+            rows, chunk = lane.row8, lane.low
+        else:         # matrix i: rows k0 + 8 i, cols n0
+            rows, chunk = self.rows_low, self.zero_index
+        return self._ldmatrix(tile, rows, chunk, row, col, row_offset, chunk_offset, 2, not n_major, self.b_type)
+
+    def _b_from(self, fragments: "ir.Value", first: int) -> "ir.Value":
+        rows = [vector.extract(fragments, [], [first + r]) for r in range(2)]
+        return vector.from_elements(self.b_type, [vector.extract(row, [], [e]) for row in rows for e in range(2)])
+
+    def _ldmatrix(self, tile: Tile, rows, chunk, row: int, col: int, row_offset, chunk_offset, tiles: int,
+                  transpose: bool, result: "ir.Type") -> "ir.Value":
+        position = tile.element(self.lanes, rows, chunk, row, col, row_offset, chunk_offset)
+        attributes = {"numTiles": ir.IntegerAttr.get(ir.IntegerType.get_signless(32), tiles),
+                      "transpose": ir.BoolAttr.get(transpose)}
+        return create_op("nvgpu.ldmatrix", result, [tile.flat, position], attributes)
+
+    # -- products and accumulators ------------------------------------------------------------------
+
+    def mma(self, a: "ir.Value", b: "ir.Value", c: "ir.Value") -> "ir.Value":
+        attributes = {"mmaShape": ir.ArrayAttr.get([ir.IntegerAttr.get(ir.IntegerType.get_signless(64), x)
+                                                    for x in (M, N, K)])}
+        return create_op("nvgpu.mma.sync", self.c_type, [a, b, c], attributes)
+
+    def a_from_accumulators(self, low: list["ir.Value"], high: list["ir.Value"]) -> "ir.Value":
+        """The A fragment of a 16x16 k-block whose columns 0-7 are accumulator tile `low` and 8-15 `high`
+        (each given as its two f32 row pairs, already in the element type's range): A register r holds
+        row group + 8 (r % 2), columns 8 (r // 2) + 2 thread, so registers are low[0], low[1], high[0], high[1]."""
+        rows = [self.to_element(x) for x in (low[0], low[1], high[0], high[1])]
+        return vector.from_elements(self.a_type, [vector.extract(row, [], [e]) for row in rows for e in range(2)])
+
+    def to_element(self, pair: "ir.Value") -> "ir.Value":
+        """vector<2xf32> -> vector<2xT>, rounded to nearest even."""
+        return arith.truncf(ir.VectorType.get([2], self.element), pair)
+
+    def rows_of(self, c: "ir.Value") -> list["ir.Value"]:
+        """The two vector<2xf32> rows of an accumulator: row group and row group + 8."""
+        return [vector.extract(c, [], [r]) for r in range(2)]
+
+    def from_rows(self, rows: list["ir.Value"]) -> "ir.Value":
+        return vector.from_elements(self.c_type, [vector.extract(row, [], [e]) for row in rows for e in range(2)])
+
+    def accumulator_row(self, register: int) -> "ir.Value":
+        """Row (inside the 16-row tile) of accumulator register pair `register` in this lane."""
+        if register == 0:
+            return self.lane.group
+        return self.lanes.get(("accumulator_row", 1), lambda: arith.addi(self.lane.group, index(8)))
+
+    def accumulator_col(self) -> "ir.Value":
+        """First column (inside the 8-column tile) of both elements of a pair: 2 * (lane % 4)."""
+        return self.lanes.get(("accumulator_col",), lambda: arith.muli(self.lane.thread, index(2)))
+
+
+# -- async copies (cp.async): the tiled body's global -> shared loads on NVIDIA ---------------------------
+
+
+def async_copy(dst, dst_indices, src, src_indices, elements: int, count) -> None:
+    """Copy `elements` elements from src[src_indices] to dst[dst_indices] without waiting; only `count`
+    (an index value, 0..elements) are read, the rest of the destination is zero-filled. 16-byte copies
+    bypass L1 (cp.async.cg); smaller ones cannot (cp.async.ca)."""
+    segments = ir.DenseI32ArrayAttr.get([1, len(dst_indices), 1, len(src_indices), 1])
+    attributes = {"dstElements": ir.IntegerAttr.get(ir.IndexType.get(), elements), "operandSegmentSizes": segments}
+    if elements * ir.MemRefType(dst.type).element_type.width // 8 == 16:
+        attributes["bypassL1"] = ir.UnitAttr.get()
+    create_op("nvgpu.device_async_copy", ir.Type.parse("!nvgpu.device.async.token"),
+              [dst, *dst_indices, src, *src_indices, count], attributes)
+
+
+def commit_copies() -> None:
+    """Close this thread's copies issued since the last commit into one group (cp.async.commit_group)."""
+    ir.Operation.create("nvvm.cp.async.commit.group", results=[], operands=[])
+
+
+def wait_copies(pending: int) -> None:
+    """Wait until at most `pending` of this thread's most recent groups are still in flight."""
+    ir.Operation.create("nvvm.cp.async.wait.group", results=[], operands=[],
+                        attributes={"n": ir.IntegerAttr.get(ir.IntegerType.get_signless(32), pending)})

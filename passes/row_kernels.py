@@ -1,0 +1,143 @@
+"""The row kernels: dot_do_o and convert_grad, memory-bound row passes every body shares (docs/ir.md
+level 4), and the row geometry the warp body's dq_dk_dv uses.
+
+A row is shared by L lanes (fmha_mlir.bodies.row_lanes: 16 bytes per lane where the head dim allows),
+lane t owning head-dim elements [t * E, (t + 1) * E), E = hdim / L, computing in f32. Work-group
+(x, y, z) of ROW_KERNEL_WAVES waves takes consecutive rows of head y, batch z: hundreds of thousands of
+one-wave work-groups with 8-byte loads left the GPU scheduling blocks and waiting on latency instead
+of moving bytes (measured: tools/reports/bench_notes.md). The warp body's dq_dk_dv keeps one wave per
+row and work-group.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fmha_mlir.dialects import fmha
+from fmha_mlir.mlir import arith, gpu, ir, memref, scf
+from fmha_mlir.spec import AttentionBwdSpec
+
+from .ir_builders import index
+from .lane_slice import LaneSlice, copy_slice, load_f32
+
+
+@dataclass(frozen=True)
+class Wave:
+    """Where a group of `size` lanes works: the row (batch, head, seqlen index) it owns, and this lane's
+    place in the group (a whole wave for the warp body; a part of one for the row kernels)."""
+
+    batch: "ir.Value"
+    head: "ir.Value"
+    row: "ir.Value"
+    lane: "ir.Value"
+    size: int
+
+    @staticmethod
+    def current(size: int) -> "Wave":
+        """The wave of a one-wave work-group: row = block id x."""
+        block = [gpu.block_id(d) for d in (gpu.Dimension.x, gpu.Dimension.y, gpu.Dimension.z)]
+        return Wave(batch=block[2], head=block[1], row=block[0], lane=gpu.thread_id(gpu.Dimension.x), size=size)
+
+    @staticmethod
+    def of_rows(threads: int, lanes: int) -> "Wave":
+        """Group g of `lanes` lanes in a work-group of `threads`: row = block id x * threads / lanes + g."""
+        block = [gpu.block_id(d) for d in (gpu.Dimension.x, gpu.Dimension.y, gpu.Dimension.z)]
+        thread = gpu.thread_id(gpu.Dimension.x)
+        row = arith.addi(arith.muli(block[0], index(threads // lanes)), arith.divui(thread, index(lanes)))
+        return Wave(batch=block[2], head=block[1], row=row, lane=arith.remui(thread, index(lanes)), size=lanes)
+
+    def clamped(self, seqlen: "ir.Value") -> "Wave":
+        """The same lanes reading row min(row, seqlen - 1): a row past the end still takes part in its
+        wave's reductions (no lane may sit one out), but must store nothing."""
+        last = arith.subi(seqlen, index(1))
+        return Wave(self.batch, self.head, arith.minui(self.row, last), self.lane, self.size)
+
+    def slice_of(self, buffer: "ir.Value") -> LaneSlice:
+        """This lane's slice of the head dim of a rank-4 `buffer`."""
+        return LaneSlice.of_lane(self.lane, ir.MemRefType(buffer.type).shape[-1] // self.size)
+
+    @property
+    def indices(self) -> list["ir.Value"]:
+        return [self.batch, self.head, self.row]
+
+
+def dot_do_o(op: "ir.Operation", spec: AttentionBwdSpec, wave: Wave) -> None:
+    """d[b, h, s] = sum(dO * O) over the row: lane partials, a reduction over the row's lanes, its first
+    lane stores (rows past the end compute on the last row and store nothing)."""
+    o, do, d = op.operands
+    seqlen = memref.dim(o, index(2))
+    reading = wave.clamped(seqlen)
+    row = reading.indices
+    lanes = wave.slice_of(o)
+    total = fmha.WaveReduceOp.build(dot(load_f32(do, row, lanes), load_f32(o, row, lanes)), wave.size)
+    stores = arith.andi(arith.cmpi(arith.CmpIPredicate.eq, wave.lane, index(0)),
+                        arith.cmpi(arith.CmpIPredicate.ult, wave.row, seqlen))
+    if_first = scf.IfOp(stores)
+    with ir.InsertionPoint(if_first.then_block):
+        memref.store(total, d, wave.indices)
+        scf.yield_([])
+
+
+def convert_grad(op: "ir.Operation", spec: AttentionBwdSpec, wave: Wave) -> None:
+    """out[b, h, s, :] = factor * acc[b, h, s, :] rounded to T (acc may have more rows: never read)."""
+    acc, out = op.operands
+    with _inside_rows(wave, out):
+        copy_slice(acc, out, wave.indices, wave.slice_of(acc), fmha.ConvertGradOp.factor_of(op))
+
+
+ROW_STAGES = {fmha.DotDoOOp.NAME: dot_do_o, fmha.ConvertGradOp.NAME: convert_grad}
+
+
+def row_stage_builders() -> dict:
+    """op name -> (op, spec, config) builder of the row stages, with the geometry the bodies launch:
+    the entries every body expansion pass shares."""
+    def with_geometry(builder):
+        return lambda op, spec, config: builder(op, spec, row_wave(op, spec, config))
+
+    return {name: with_geometry(builder) for name, builder in ROW_STAGES.items()}
+
+
+class _inside_rows:
+    """Build the body under `scf.if row < seqlen of rows`: the last work-group's waves past the end skip
+    it (whole waves, so wave reductions stay complete)."""
+
+    def __init__(self, wave: Wave, rows: "ir.Value"):
+        self.wave, self.rows = wave, rows
+
+    def __enter__(self):
+        seqlen = memref.dim(self.rows, index(2))
+        self.guard = scf.IfOp(arith.cmpi(arith.CmpIPredicate.slt, self.wave.row, seqlen))
+        self.point = ir.InsertionPoint(self.guard.then_block)
+        self.point.__enter__()
+
+    def __exit__(self, *exc):
+        if exc[0] is None:
+            scf.yield_([])
+        self.point.__exit__(*exc)
+
+
+def dot(a: list["ir.Value"], b: list["ir.Value"]) -> "ir.Value":
+    """sum(a * b) of one lane's elements, as an fma chain."""
+    total = arith.mulf(a[0], b[0])
+    for x, y in zip(a[1:], b[1:]):
+        total = fma(x, y, total)
+    return total
+
+
+def fma(a: "ir.Value", b: "ir.Value", c: "ir.Value") -> "ir.Value":
+    """a * b + c, contractible into one fma by every backend.
+
+    Not math.fma: convert-gpu-to-nvvm turns it into a libdevice call (__nv_fmaf) that ptxas cannot link.
+    """
+    contract = ir.Attribute.parse("#arith.fastmath<contract>")
+    return arith.addf(arith.mulf(a, b, fastmath=contract), c, fastmath=contract)
+
+
+def row_wave(op: "ir.Operation", spec: AttentionBwdSpec, config) -> Wave:
+    """The row geometry of a row stage op, as fmha_mlir.bodies launches it."""
+    from fmha_mlir.bodies import ROW_KERNEL_WAVES, row_lanes, row_stage_hdim
+    from fmha_mlir.dtypes import BYTES
+
+    from .stages_to_gpu import stage_name
+
+    lanes = row_lanes(row_stage_hdim(stage_name(op), spec), config.wave_size, BYTES[spec.dtype])
+    return Wave.of_rows(config.wave_size * ROW_KERNEL_WAVES, lanes)

@@ -1,0 +1,464 @@
+"""The tiled body's dq_dk_dv (docs/design/tiled-body.md): FlashAttention-2's shape on a matrix atom.
+
+One work-group per (key block of Bc keys, kv head, batch) = block id (x, y, z), `warps` warps. K and V of
+the block stay in shared memory and dK, dV in registers; the work-group walks the query blocks of Br rows
+that see its keys, for every query head of its GQA group, double-buffering Q / dO / LSE / D with async
+copies. Per step, with S^T (keys as rows) so that P^T and dS^T come out of the accumulators in the layout
+the next products take as A:
+
+    S^T = K Q^T;  P^T = exp2(S^T scale log2(e) - LSE log2(e));  dP^T = V dO^T;  dS^T = P^T (dP^T - D)
+    dV += P^T dO;  dK += dS^T Q;  dQ += dS K (f32 atomics into dq_acc, scaled)
+
+Rows past seqlen_q and keys past seqlen_k are zero-filled by the copies, so no per-element bounds
+checks are needed (docs/design/tiled-body.md, "Masks"); only tiles the mask cuts are masked.
+"""
+from __future__ import annotations
+
+import math as pymath
+from dataclasses import dataclass
+
+from fmha_mlir.bodies import COPY_ELEMENTS, TiledBody
+from fmha_mlir.dialects import fmha
+from fmha_mlir.dialects.fmha_types import element_type
+from fmha_mlir.kernel_config import KernelConfig
+from fmha_mlir.mlir import arith, gpu, ir, memref, scf, vector
+from fmha_mlir.spec import AttentionBwdSpec, Mask
+
+from .ir_builders import dims, f32, index
+from .mma_atoms import MmaSyncAtom, async_copy, commit_copies, wait_copies
+from .shared_tiles import LaneValues, Tile, shared_views
+
+LOG2_E = pymath.log2(pymath.e)
+
+
+@dataclass(frozen=True)
+class WarpTile:
+    """The part of a product's output one warp computes: rows [row0, row0 + rows) x cols [col0, col0 + cols)."""
+
+    row0: "ir.Value"   # index, relative to the product's output
+    col0: "ir.Value"
+    rows: int
+    cols: int
+
+
+def warp_tile(warp: "ir.Value", layout: tuple[int, int], rows: int, cols: int) -> WarpTile:
+    """Warp w of a (along rows, along cols) layout takes block (w / along_cols, w % along_cols)."""
+    per_rows, per_cols = rows // layout[0], cols // layout[1]
+    along = index(layout[1])
+    return WarpTile(arith.muli(arith.divui(warp, along), index(per_rows)),
+                    arith.muli(arith.remui(warp, along), index(per_cols)), per_rows, per_cols)
+
+
+class _Kernel:
+    """Builds one dq_dk_dv kernel; the helpers read like the loop they emit."""
+
+    def __init__(self, op: "ir.Operation", spec: AttentionBwdSpec, config: KernelConfig):
+        self.spec, self.config = spec, config
+        (self.q, self.k, self.v, self.do, self.lse, self.d, self.dq_acc, self.dk_out,
+         self.dv_out) = op.operands
+        self.element = element_type(spec.dtype)
+        self.bm, self.bn = config.block_m, config.block_n
+        tid = gpu.thread_id(gpu.Dimension.x)
+        self.tid = tid
+        self.warp = arith.divui(tid, index(config.wave_size))
+        lane = arith.remui(tid, index(config.wave_size))
+        # Everything that depends on the lane and warp alone is built before this marker (LaneValues).
+        marker = arith.constant(ir.IndexType.get(), 0)
+        self.lanes = LaneValues(ir.InsertionPoint(marker.owner))
+        self.atom = MmaSyncAtom(self.element, lane, self.lanes)
+        self.tiles = shared_views(TiledBody.shared_layout(spec, config), self.element, config.swizzle == "xor")
+        self.key_block = gpu.block_id(gpu.Dimension.x)
+        self.kv_head = gpu.block_id(gpu.Dimension.y)
+        self.batch = gpu.block_id(gpu.Dimension.z)
+        self.seqlen_q, = dims(self.q, [2])
+        self.seqlen_k, = dims(self.k, [2])
+        self.k0 = arith.muli(self.key_block, index(self.bn))
+        self.scale_log2 = spec.scale * LOG2_E
+
+    # -- copies into shared memory ------------------------------------------------------------------
+
+    def copy_rows(self, source: "ir.Value", prefix: list, first: "ir.Value", limit: "ir.Value", tile: Tile,
+                  row_offset: "ir.Value") -> None:
+        """Async-copy rows [first, first + tile.rows) of source[prefix..., row, :] into the tile from row
+        `row_offset` on, 16 bytes per copy; rows at or past `limit` are zero-filled (and read nothing).
+        Thread t copies chunks t, t + threads, ...: when a round covers whole rows, a multiple of 8, its
+        shared address is the thread's hoisted one plus a constant."""
+        chunks = tile.chunks_per_row
+        total = tile.rows * chunks
+        threads = self.config.threads
+        regular = threads % chunks == 0 and (threads // chunks) % 8 == 0
+        if regular:
+            lane_row = self.lanes.get(("copy_row", chunks), lambda: arith.divui(self.tid, index(chunks)))
+            lane_chunk = self.lanes.get(("copy_chunk", chunks), lambda: arith.remui(self.tid, index(chunks)))
+        for start in range(0, total, threads):
+            chunk = arith.addi(self.tid, index(start))
+            if regular:
+                row = arith.addi(lane_row, index(start // chunks))
+                dst = tile.element(self.lanes, lane_row, lane_chunk, row=start // chunks, row_offset=row_offset)
+                col = arith.muli(lane_chunk, index(COPY_ELEMENTS))
+            else:
+                row, col8 = arith.divui(chunk, index(chunks)), arith.remui(chunk, index(chunks))
+                dst = tile.element(LaneValues(ir.InsertionPoint.current), row, col8, row_offset=row_offset)
+                col = arith.muli(col8, index(COPY_ELEMENTS))
+            src_row = _i32(arith.addi(first, row))   # rows and their bounds fit i32: cheaper compares
+            last = _i32(arith.subi(limit, index(1)))
+            valid = arith.cmpi(arith.CmpIPredicate.sle, src_row, last)
+            clamped = arith.index_cast(ir.IndexType.get(), arith.minsi(src_row, last))
+            count = arith.select(valid, index(COPY_ELEMENTS), index(0))
+            copy = lambda: async_copy(tile.flat, [dst], source, prefix + [clamped, col], COPY_ELEMENTS, count)
+            if total - start >= threads:
+                copy()
+            else:  # the last round has fewer chunks than threads
+                guard = scf.IfOp(arith.cmpi(arith.CmpIPredicate.ult, chunk, index(total)))
+                with ir.InsertionPoint(guard.then_block):
+                    copy()
+                    scf.yield_([])
+
+    def copy_row_values(self, source: "ir.Value", prefix: list, first: "ir.Value", tile: Tile, stage: "ir.Value",
+                        offset: int) -> None:
+        """Async-copy source[prefix..., first + i] (f32, i < block_m) into tile row `stage`, 4 bytes each,
+        zero past seqlen_q. Threads [offset, offset + block_m) do it."""
+        mine = arith.subi(self.tid, index(offset))
+        inside = arith.andi(arith.cmpi(arith.CmpIPredicate.sge, self.tid, index(offset)),
+                            arith.cmpi(arith.CmpIPredicate.slt, self.tid, index(offset + self.bm)))
+        guard = scf.IfOp(inside)
+        with ir.InsertionPoint(guard.then_block):
+            row = arith.addi(first, mine)
+            valid = arith.cmpi(arith.CmpIPredicate.slt, row, self.seqlen_q)
+            clamped = arith.minsi(row, arith.subi(self.seqlen_q, index(1)))
+            count = arith.select(valid, index(1), index(0))
+            async_copy(tile.flat, [arith.addi(arith.muli(stage, index(self.bm)), mine)], source, prefix + [clamped], 1,
+                       count)
+            scf.yield_([])
+
+    def load_step(self, head: "ir.Value", m: "ir.Value", stage: "ir.Value") -> None:
+        """Issue the copies of query block m of `head` into buffer `stage`, as one group."""
+        q0 = arith.muli(m, index(self.bm))
+        row0 = arith.muli(stage, index(self.bm))
+        prefix = [self.batch, head]
+        self.copy_rows(self.q, prefix, q0, self.seqlen_q, self.tiles["q"], row0)
+        self.copy_rows(self.do, prefix, q0, self.seqlen_q, self.tiles["do"], row0)
+        self.copy_row_values(self.lse, prefix, q0, self.tiles["lse"], stage, 0)
+        self.copy_row_values(self.d, prefix, q0, self.tiles["d"], stage, self.bm)
+        commit_copies()
+
+    # -- the products --------------------------------------------------------------------------------
+
+    def gemm(self, acc: list[list["ir.Value"]], tile: WarpTile, k_extent: int, load_a, load_b_pair) -> list[list]:
+        """acc[mi][ni] += A[mi-th 16 rows] B[ni-th 8 cols] over k_extent, 16 at a time (unrolled)."""
+        atom = self.atom
+        m_tiles, n_tiles = tile.rows // atom.m, tile.cols // atom.n
+        for k0 in range(0, k_extent, atom.k):
+            a = [load_a(mi, k0) for mi in range(m_tiles)]
+            for ni in range(0, n_tiles, 2):
+                b = load_b_pair(ni, k0)
+                for nj, fragment in zip((ni, ni + 1), b):
+                    if nj < n_tiles:
+                        for mi in range(m_tiles):
+                            acc[mi][nj] = atom.mma(a[mi], fragment, acc[mi][nj])
+        return acc
+
+    def b_pair_loader(self, tile: Tile, n_major: bool, n_tiles: int, row_offset=None, chunk_offset=None,
+                      row_base: int = 0):
+        """load_b_pair(ni, k0) for B from `tile`: ldmatrix x4 for two n-tiles, x2 for a last odd one.
+        n_major: the tile's rows are n (from row_base + row_offset), its columns k; else rows k, columns n
+        (from chunk_offset)."""
+        atom = self.atom
+
+        def load(ni, k0):
+            n0 = ni * atom.n
+            row, col = (row_base + n0, k0) if n_major else (k0, n0)
+            if ni + 1 < n_tiles:
+                return atom.load_b_pair(tile, row, col, n_major, row_offset, chunk_offset)
+            return (atom.load_b(tile, row, col, n_major, row_offset, chunk_offset),)
+
+        return load
+
+    def zeros(self, tile: WarpTile) -> list[list["ir.Value"]]:
+        return [[self.atom.zero for _ in range(tile.cols // self.atom.n)] for _ in range(tile.rows // self.atom.m)]
+
+    # -- the loop ------------------------------------------------------------------------------------
+
+    def build(self) -> None:
+        spec, config, atom = self.spec, self.config, self.atom
+        tiles = self.tiles
+        g = spec.gqa_ratio
+        lo, hi = query_block_range(spec.mask, self.k0, self.bn, self.bm, self.seqlen_q, self.seqlen_k)
+        blocks = arith.maxsi(arith.subi(hi, lo), index(0))
+        steps = arith.muli(blocks, index(g))   # every query head of the kv head's group
+        first_head = arith.muli(self.kv_head, index(g))
+
+        kv_prefix = [self.batch, self.kv_head]
+        self.copy_rows(self.k, kv_prefix, self.k0, self.seqlen_k, tiles["k"], index(0))
+        self.copy_rows(self.v, kv_prefix, self.k0, self.seqlen_k, tiles["v"], index(0))
+        commit_copies()
+
+        with self.lanes.hoist:
+            self.sdp = warp_tile(self.warp, config.sdp_warps, self.bn, self.bm)
+            self.dkv = warp_tile(self.warp, config.dkv_warps, self.bn, spec.hdim_q)
+            self.dkv_v = warp_tile(self.warp, config.dkv_warps, self.bn, spec.hdim_v)
+            self.dq_tile = warp_tile(self.warp, config.dq_warps, self.bm, spec.hdim_q)
+        dk0, dv0 = self.zeros(self.dkv), self.zeros(self.dkv_v)
+        shapes = [(len(dk0), len(dk0[0])), (len(dv0), len(dv0[0]))]
+
+        has_steps = arith.cmpi(arith.CmpIPredicate.sgt, steps, index(0))
+        if config.stages == 2:
+            prologue = scf.IfOp(has_steps)
+            with ir.InsertionPoint(prologue.then_block):
+                self.load_step(first_head, lo, index(0))
+                scf.yield_([])
+
+        # (head, m) of the step is carried and advanced with selects: no division in the loop.
+        loop = scf.ForOp(index(0), steps, index(1), [first_head, lo] + _flatten(dk0) + _flatten(dv0))
+        with ir.InsertionPoint(loop.body):
+            it = loop.induction_variable
+            head, m, *carried = list(loop.inner_iter_args)
+            dk = _unflatten(carried[:len(_flatten(dk0))], *shapes[0])
+            dv = _unflatten(carried[len(_flatten(dk0)):], *shapes[1])
+            next_head, next_m = self.advance(head, m, lo, hi)
+            stage = arith.andi(it, index(1)) if config.stages == 2 else index(0)
+            if config.stages == 2:
+                wait_copies(0)
+                gpu.barrier()
+                prefetch = scf.IfOp(arith.cmpi(arith.CmpIPredicate.slt, arith.addi(it, index(1)), steps))
+                with ir.InsertionPoint(prefetch.then_block):
+                    self.load_step(next_head, next_m, arith.xori(stage, index(1)))
+                    scf.yield_([])
+            else:
+                gpu.barrier()    # the previous step's reads of the buffers are done
+                self.load_step(head, m, stage)
+                wait_copies(0)
+                gpu.barrier()
+            dk, dv = self.step(head, m, stage, dk, dv)
+            scf.yield_([next_head, next_m] + _flatten(dk) + _flatten(dv))
+        wait_copies(0)
+        results = list(loop.results)[2:]
+        self.store_grad(self.dk_out, _unflatten(results[:len(_flatten(dk0))], *shapes[0]), self.dkv, spec.scale)
+        self.store_grad(self.dv_out, _unflatten(results[len(_flatten(dk0)):], *shapes[1]), self.dkv_v, None)
+
+    @staticmethod
+    def advance(head, m, lo, hi):
+        """The step after (head, m): the next query block, or the next head's first one."""
+        nxt = arith.addi(m, index(1))
+        wrap = arith.cmpi(arith.CmpIPredicate.sge, nxt, hi)
+        return arith.select(wrap, arith.addi(head, index(1)), head), arith.select(wrap, lo, nxt)
+
+    def step(self, head, m, stage, dk, dv):
+        """One query block: S^T, P^T, dP^T, dS^T, then dV, dK, dQ."""
+        spec, config, atom, tiles = self.spec, self.config, self.atom, self.tiles
+        q0 = arith.muli(m, index(self.bm))
+        stage_rows = arith.muli(stage, index(self.bm))
+        sdp, dkv, dkv_v, dqt = self.sdp, self.dkv, self.dkv_v, self.dq_tile
+        m_tiles, n_tiles = sdp.rows // atom.m, sdp.cols // atom.n
+        query_rows = arith.addi(stage_rows, sdp.col0)   # this warp's queries in the Q / dO buffers
+
+        # S^T = K Q^T and dP^T = V dO^T: A = K / V rows (plain ldmatrix), B = Q / dO rows (n-major).
+        s = self.gemm(self.zeros(sdp), sdp, spec.hdim_q,
+                      lambda mi, k0: atom.load_a(tiles["k"], mi * atom.m, k0, False, sdp.row0),
+                      self.b_pair_loader(tiles["q"], True, n_tiles, query_rows))
+        lse, dsum = self.row_values(stage, sdp, n_tiles)
+        p = self.probabilities(s, lse, m, q0, sdp)
+        dp = self.gemm(self.zeros(sdp), sdp, spec.hdim_v,
+                       lambda mi, k0: atom.load_a(tiles["v"], mi * atom.m, k0, False, sdp.row0),
+                       self.b_pair_loader(tiles["do"], True, n_tiles, query_rows))
+        ds = [[[arith.mulf(p[mi][ni][r], arith.subf(dp_r, dsum[ni])) for r, dp_r in enumerate(atom.rows_of(dp[mi][ni]))]
+               for ni in range(n_tiles)] for mi in range(m_tiles)]
+        self.store_transposed(tiles["ds"], ds, sdp)
+        if not config.p_in_registers:
+            self.store_transposed(tiles["p"], p, sdp)
+        gpu.barrier()
+
+        # dV += P^T dO, dK += dS^T Q: A = P^T / dS^T (registers or smem), B = dO / Q rows (k-major: .trans).
+        if config.p_in_registers:
+            load_p = lambda mi, k0: atom.a_from_accumulators(p[mi][k0 // atom.n], p[mi][k0 // atom.n + 1])
+            load_ds = lambda mi, k0: atom.a_from_accumulators(ds[mi][k0 // atom.n], ds[mi][k0 // atom.n + 1])
+        else:
+            load_p = lambda mi, k0: atom.load_a(tiles["p"], mi * atom.m, k0, False, dkv.row0)
+            load_ds = lambda mi, k0: atom.load_a(tiles["ds"], mi * atom.m, k0, False, dkv.row0)
+        dv = self.gemm(dv, dkv_v, self.bm, load_p,
+                       self.b_pair_loader(tiles["do"], False, dkv_v.cols // atom.n, stage_rows, self.chunks(dkv_v.col0)))
+        dk = self.gemm(dk, dkv, self.bm, load_ds,
+                       self.b_pair_loader(tiles["q"], False, dkv.cols // atom.n, stage_rows, self.chunks(dkv.col0)))
+
+        # dQ = dS K: A = dS = (dS^T)^T (.trans of the stored dS^T), B = K rows (k-major: .trans).
+        dq = self.gemm(self.zeros(dqt), dqt, self.bn,
+                       lambda mi, k0: atom.load_a(tiles["ds"], k0, mi * atom.m, True, None, self.chunks(dqt.row0)),
+                       self.b_pair_loader(tiles["k"], False, dqt.cols // atom.n, None, self.chunks(dqt.col0)))
+        self.add_dq(dq, head, q0, dqt)
+        return dk, dv
+
+    def chunks(self, column: "ir.Value") -> "ir.Value":
+        """A warp's first column in 16-byte chunks (hoisted)."""
+        return self.lanes.get(("chunks", id(column)), lambda: arith.divui(column, index(COPY_ELEMENTS)))
+
+    def row_values(self, stage, sdp: WarpTile, n_tiles: int):
+        """LSE * log2(e) and D of the query columns this lane holds: one vector<2xf32> per n-tile."""
+        lse, dsum = [], []
+        lane_col = self.lanes.get(("row_values", id(sdp.col0)), lambda: arith.addi(sdp.col0, self.atom.accumulator_col()))
+        base = arith.addi(arith.muli(stage, index(self.bm)), lane_col)
+        pair = ir.VectorType.get([2], ir.F32Type.get())
+        for ni in range(n_tiles):
+            at = arith.addi(base, index(ni * self.atom.n))
+            lse.append(arith.mulf(vector.load(pair, self.tiles["lse"].flat, [at], alignment=8),
+                                  _splat(f32(LOG2_E), [2])))
+            dsum.append(vector.load(pair, self.tiles["d"].flat, [at], alignment=8))
+        return lse, dsum
+
+    def probabilities(self, s, lse, m, q0, sdp: WarpTile):
+        """P^T per accumulator row pair (f32): exp2(S^T scale log2 e - lse log2 e), masked only on tiles
+        the mask cuts."""
+        atom, mask = self.atom, self.spec.mask
+        m_tiles, n_tiles = len(s), len(s[0])
+
+        def compute(masked: bool):
+            out = []
+            for mi in range(m_tiles):
+                row = []
+                for ni in range(n_tiles):
+                    pairs = []
+                    for r, pair in enumerate(atom.rows_of(s[mi][ni])):
+                        if masked:
+                            key = arith.addi(arith.addi(self.k0, sdp.row0), arith.addi(index(mi * atom.m),
+                                                                                      atom.accumulator_row(r)))
+                            qcol = arith.addi(arith.addi(q0, sdp.col0), arith.addi(index(ni * atom.n),
+                                                                                  atom.accumulator_col()))
+                            queries = vector.from_elements(ir.VectorType.get([2], ir.IndexType.get()),
+                                                           [qcol, arith.addi(qcol, index(1))])
+                            score = fmha.MaskedScoreOp.build(pair, queries, key, self.seqlen_q, self.seqlen_k, mask,
+                                                             self.scale_log2)
+                        else:
+                            score = arith.mulf(pair, _splat(f32(self.scale_log2), [2]), fastmath=_contract())
+                        pairs.append(fmha.Exp2Op.build(arith.subf(score, lse[ni], fastmath=_contract())))
+                    row.append(pairs)
+                out.append(row)
+            return out
+
+        if mask.kind == "none":
+            return compute(False)
+        cut = tile_is_cut(mask, self.k0, self.bn, q0, self.bm, self.seqlen_q, self.seqlen_k)
+        pair_type = ir.VectorType.get([2], ir.F32Type.get())
+        branch = scf.IfOp(cut, [pair_type] * (m_tiles * n_tiles * 2), has_else=True)
+        with ir.InsertionPoint(branch.then_block):
+            scf.yield_(_flatten3(compute(True)))
+        with ir.InsertionPoint(branch.else_block):
+            scf.yield_(_flatten3(compute(False)))
+        flat = list(branch.results)
+        return [[flat[(mi * n_tiles + ni) * 2:(mi * n_tiles + ni) * 2 + 2] for ni in range(n_tiles)]
+                for mi in range(m_tiles)]
+
+    def store_transposed(self, tile: Tile, values, sdp: WarpTile) -> None:
+        """Store per-pair f32 values of the S^T layout into `tile` ([keys x queries], element type): each
+        lane writes its two adjacent query columns of one key row as one 4-byte store."""
+        atom = self.atom
+        pair_col = atom.accumulator_col()
+        for mi, row in enumerate(values):
+            for ni, pairs in enumerate(row):
+                for r, pair in enumerate(pairs):
+                    at = tile.element(self.lanes, atom.lane.group, atom.zero_index, row=mi * atom.m + 8 * r,
+                                      col=ni * atom.n, row_offset=sdp.row0, chunk_offset=self.chunks(sdp.col0))
+                    vector.store(atom.to_element(pair), tile.flat, [arith.addi(at, pair_col)], alignment=4)
+
+    def add_dq(self, dq, head, q0, tile: WarpTile) -> None:
+        """dq_acc[b, head, q0 + row, col] += dS K, one f32 atomic per element (rows are padded; the
+        convert applies the softmax scale)."""
+        atom = self.atom
+        for mi, row in enumerate(dq):
+            for ni, c in enumerate(row):
+                col = arith.addi(arith.addi(tile.col0, index(ni * atom.n)), atom.accumulator_col())
+                for r, pair in enumerate(atom.rows_of(c)):
+                    q = arith.addi(arith.addi(q0, tile.row0), arith.addi(index(mi * atom.m), atom.accumulator_row(r)))
+                    for e in range(2):
+                        value = vector.extract(pair, [], [e])
+                        fmha.AtomicAddOp.build(value, self.dq_acc, [self.batch, head, q,
+                                                                     arith.addi(col, index(e)) if e else col])
+
+    def store_grad(self, out, acc, tile: WarpTile, scale: float | None) -> None:
+        """out[b, kv_head, k0 + row, col] = acc (times scale), rounded; rows past seqlen_k are not stored."""
+        atom = self.atom
+        for mi, row in enumerate(acc):
+            for r in range(2):
+                key = arith.addi(arith.addi(self.k0, tile.row0), arith.addi(index(mi * atom.m), atom.accumulator_row(r)))
+                inside = scf.IfOp(arith.cmpi(arith.CmpIPredicate.slt, key, self.seqlen_k))
+                with ir.InsertionPoint(inside.then_block):
+                    for ni, c in enumerate(row):
+                        pair = atom.rows_of(c)[r]
+                        if scale is not None:
+                            pair = arith.mulf(pair, _splat(f32(scale), [2]))
+                        col = arith.addi(arith.addi(tile.col0, index(ni * atom.n)), atom.accumulator_col())
+                        vector.store(atom.to_element(pair), out, [self.batch, self.kv_head, key, col], alignment=4)
+                    scf.yield_([])
+
+
+def dq_dk_dv(op: "ir.Operation", spec: AttentionBwdSpec, config: KernelConfig) -> None:
+    _Kernel(op, spec, config).build()
+
+
+# -- which query blocks and tiles a key block meets ----------------------------------------------------
+
+
+def query_block_range(mask: Mask, k0, block_n: int, block_m: int, seqlen_q, seqlen_k):
+    """[lo, hi) of the query blocks with a query that sees a key of [k0, k0 + block_n) (hi may be <= lo)."""
+    blocks = arith.ceildivsi(seqlen_q, index(block_m))
+    zero = index(0)
+    if mask.kind == "none":
+        return zero, blocks
+    if mask.kind == "causal_top_left":     # k <= q: q >= k0
+        return arith.divsi(k0, index(block_m)), blocks
+    off = arith.subi(seqlen_k, seqlen_q)   # bottom-right alignment: k <= q + off
+    if mask.kind == "causal_bottom_right":
+        return arith.maxsi(zero, arith.floordivsi(arith.subi(k0, off), index(block_m))), blocks
+    lo, hi = zero, blocks                  # window: q + off - left <= k <= q + off + right
+    if mask.window_right >= 0:
+        first = arith.subi(arith.subi(k0, off), index(mask.window_right))
+        lo = arith.maxsi(zero, arith.floordivsi(first, index(block_m)))
+    if mask.window_left >= 0:
+        last = arith.addi(arith.subi(arith.addi(k0, index(block_n - 1)), off), index(mask.window_left))
+        hi = arith.minsi(blocks, arith.addi(arith.floordivsi(last, index(block_m)), index(1)))
+    return lo, hi
+
+
+def tile_is_cut(mask: Mask, k0, block_n: int, q0, block_m: int, seqlen_q, seqlen_k) -> "ir.Value":
+    """i1: the mask hides some (query, key) of the tile [q0, q0 + block_m) x [k0, k0 + block_n)."""
+    k_last = arith.addi(k0, index(block_n - 1))
+    q_last = arith.addi(q0, index(block_m - 1))
+    if mask.kind == "causal_top_left":
+        return arith.cmpi(arith.CmpIPredicate.sgt, k_last, q0)
+    off = arith.subi(seqlen_k, seqlen_q)
+    if mask.kind == "causal_bottom_right":
+        return arith.cmpi(arith.CmpIPredicate.sgt, k_last, arith.addi(q0, off))
+    cut = arith.constant(ir.IntegerType.get_signless(1), 0)
+    if mask.window_left >= 0:   # the farthest key below must stay in reach of the last query
+        cut = arith.ori(cut, arith.cmpi(arith.CmpIPredicate.slt, k0,
+                                        arith.subi(arith.addi(q_last, off), index(mask.window_left))))
+    if mask.window_right >= 0:
+        cut = arith.ori(cut, arith.cmpi(arith.CmpIPredicate.sgt, k_last,
+                                        arith.addi(arith.addi(q0, off), index(mask.window_right))))
+    return cut
+
+
+# -- small helpers -------------------------------------------------------------------------------------
+
+
+def _contract() -> "ir.Attribute":
+    """Lets LLVM fuse score * scale - lse into one fma."""
+    return ir.Attribute.parse("#arith.fastmath<contract>")
+
+
+def _i32(value: "ir.Value") -> "ir.Value":
+    return arith.index_cast(ir.IntegerType.get_signless(32), value)
+
+
+def _splat(value, shape):
+    return vector.broadcast(ir.VectorType.get(shape, value.type), value)
+
+
+def _flatten(acc):
+    return [c for row in acc for c in row]
+
+
+def _unflatten(flat, rows, cols):
+    return [list(flat[r * cols:(r + 1) * cols]) for r in range(rows)]
+
+
+def _flatten3(values):
+    return [pair for row in values for pairs in row for pair in pairs]

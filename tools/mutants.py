@@ -1,0 +1,272 @@
+"""Mutation testing of the numerical gate and the tests that use it.
+
+    python -m fmha_mlir.tools.mutants [--jobs 2] [--only NAME ...] [--report FILE]
+
+Each mutant is one exact text substitution in the compiler's source (a 1% error in one gradient for one
+dtype, an off-by-one key range, a wrong GQA head map, ...). For each, a scratch copy of the package and
+of test/python gets the substitution and runs a fast subset of the suite (SUBSET); the mutant is killed
+when a test of the subset fails. First the unmutated copy must pass the subset, and every mutant's
+original text must occur exactly once in its file, so that a refactor cannot silently retire a mutant.
+The table printed at the end (mutant -> killing tests) is the one in the README's testing section;
+the exit status is 1 when a mutant survives: then the tests are wrong, not the mutant.
+
+Needs MLIR (the subset compiles kernels); runs on the CPU interpreter.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+# The package as setuptools maps it (pyproject.toml's package-dir): scratch/pkg/fmha_mlir/...
+PACKAGE_DIRS = {"fmha_mlir": "fmha_mlir", "dialects": "fmha_mlir/dialects", "passes": "fmha_mlir/passes",
+                "tools": "fmha_mlir/tools"}
+# Every (arch, body) and dtype at GQA 4 and every mask (interpreter matrix, hdim 64), GQA 2 with two
+# kv heads and the gpu stage (pipeline tests), multi-tile tiled problems, the lowered mask semantics,
+# the warp body's exact key ranges. One pytest process: the kernels compile once per mutant.
+SUBSET_FILES = ("test/python/test_interp_matrix.py", "test/python/test_interp_pipeline.py",
+                "test/python/test_interp_fmha_ops.py", "test/python/test_lowering.py")
+SUBSET_SELECTION = ("(test_interp_matrix and d64 and g4) or test_interp_pipeline or (test_interp_fmha_ops and lowered)"
+                    " or (test_lowering and key_range)")
+TIMEOUT_S = 900
+
+
+@dataclass(frozen=True)
+class Mutant:
+    name: str
+    path: str           # repository-relative
+    original: str       # must occur exactly once
+    replacement: str
+
+
+def _per_dtype(name: str, path: str, original: str, replacement: str, dtypes) -> list[Mutant]:
+    """One mutant per dtype: `replacement` may use {dt}, the dtype the error is confined to."""
+    return [Mutant(f"{name} [{dt}]", path, original, replacement.format(dt=dt)) for dt in dtypes]
+
+
+ALL_DTYPES = ("f16", "bf16", "f32")
+TILED_DTYPES = ("f16", "bf16")
+WARP, TILED = "passes/warp_body.py", "passes/tiled_body.py"
+KEY_RANGE, ROWS, LOWERING = "passes/key_range.py", "passes/row_kernels.py", "passes/kernel_op_lowering.py"
+
+MUTANTS: list[Mutant] = [
+    # -- the warp body ---------------------------------------------------------------------------------
+    *_per_dtype("warp: dS x1.01", WARP,
+                "ds = arith.mulf(arith.mulf(p, arith.subf(dp, d_row)), scale)",
+                'ds = arith.mulf(arith.mulf(p, arith.subf(dp, d_row)), f32(spec.scale * (1.01 if spec.dtype == "{dt}" else 1.0)))',
+                ALL_DTYPES),
+    Mutant("warp: P exponent x1.005", WARP,
+           "p = fmha.Exp2Op.build(arith.subf(score, lse_log2))",
+           "p = fmha.Exp2Op.build(arith.mulf(arith.subf(score, lse_log2), f32(1.005)))"),
+    *_per_dtype("warp: dV x0.99", WARP,
+                "fmha.AtomicAddOp.build(arith.mulf(p, x), dv_out, kv_row + [column])",
+                'fmha.AtomicAddOp.build(arith.mulf(arith.mulf(p, x), f32(0.99 if spec.dtype == "{dt}" else 1.0)), dv_out, kv_row + [column])',
+                ALL_DTYPES),
+    *_per_dtype("warp: dK x0.99", WARP,
+                "fmha.AtomicAddOp.build(arith.mulf(ds, x), dk_out, kv_row + [column])",
+                'fmha.AtomicAddOp.build(arith.mulf(arith.mulf(ds, x), f32(0.99 if spec.dtype == "{dt}" else 1.0)), dk_out, kv_row + [column])',
+                ALL_DTYPES),
+    *_per_dtype("warp: dQ x0.99", WARP,
+                "store_from_f32(list(loop.results), dq_out, row, q_slice)",
+                'store_from_f32([arith.mulf(r, f32(0.99 if spec.dtype == "{dt}" else 1.0)) for r in loop.results], dq_out, row, q_slice)',
+                ALL_DTYPES),
+    Mutant("warp: GQA head map h % g", WARP,
+           "arith.divui(wave.head, index(spec.gqa_ratio))", "arith.remui(wave.head, index(spec.gqa_ratio))"),
+    Mutant("warp: first visible key dropped", WARP,
+           "loop = scf.ForOp(first_key, end_key, index(1)", "loop = scf.ForOp(arith.addi(first_key, index(1)), end_key, index(1)"),
+    Mutant("warp: last visible key dropped", WARP,
+           "loop = scf.ForOp(first_key, end_key, index(1)", "loop = scf.ForOp(first_key, arith.subi(end_key, index(1)), index(1)"),
+    # The warp body's key range is exact and masked_score still guards each score, so a widened range
+    # leaves the numbers right (the admitted key gets P = 0) but makes masked keys cost: the exact-range
+    # test kills these.
+    Mutant("warp: causal_top_left key range takes key q+1", KEY_RANGE,
+           "return zero, arith.minsi(seqlen_k, arith.addi(q, index(1)))",
+           "return zero, arith.minsi(seqlen_k, arith.addi(q, index(2)))"),
+    Mutant("warp: causal_bottom_right key range takes the key right of the diagonal", KEY_RANGE,
+           "hi = arith.addi(last, index(1))", "hi = arith.addi(last, index(2))"),
+    Mutant("warp: window key range takes the key left of it", KEY_RANGE,
+           "lo = arith.maxsi(zero, arith.subi(last, index(mask.window_left)))",
+           "lo = arith.maxsi(zero, arith.subi(last, index(mask.window_left + 1)))"),
+    Mutant("warp: window key range takes the key right of it", KEY_RANGE,
+           "hi = arith.minsi(seqlen_k, arith.addi(last, index(mask.window_right + 1)))",
+           "hi = arith.minsi(seqlen_k, arith.addi(last, index(mask.window_right + 2)))"),
+    # -- the row kernels (every body) ------------------------------------------------------------------
+    *_per_dtype("rows: D x1.01", ROWS,
+                "memref.store(total, d, wave.indices)",
+                'memref.store(arith.mulf(total, arith.constant(ir.F32Type.get(), 1.01 if spec.dtype == "{dt}" else 1.0)), d, wave.indices)',
+                ALL_DTYPES),
+    # -- the tiled body --------------------------------------------------------------------------------
+    *_per_dtype("tiled: dS x1.01", TILED,
+                "ds = [[[arith.mulf(p[mi][ni][r], arith.subf(dp_r, dsum[ni]))",
+                'ds = [[[arith.mulf(arith.mulf(p[mi][ni][r], arith.subf(dp_r, dsum[ni])), _splat(f32(1.01 if spec.dtype == "{dt}" else 1.0), [2]))',
+                TILED_DTYPES),
+    Mutant("tiled: P exponent x1.005", TILED,
+           "pairs.append(fmha.Exp2Op.build(arith.subf(score, lse[ni], fastmath=_contract())))",
+           "pairs.append(fmha.Exp2Op.build(arith.mulf(arith.subf(score, lse[ni], fastmath=_contract()), _splat(f32(1.005), [2]))))"),
+    *_per_dtype("tiled: dV x0.99", TILED,
+                "*shapes[1]), self.dkv_v, None)",
+                '*shapes[1]), self.dkv_v, 0.99 if spec.dtype == "{dt}" else None)',
+                TILED_DTYPES),
+    *_per_dtype("tiled: dK x0.99", TILED,
+                "*shapes[0]), self.dkv, spec.scale)",
+                '*shapes[0]), self.dkv, spec.scale * (0.99 if spec.dtype == "{dt}" else 1.0))',
+                TILED_DTYPES),
+    *_per_dtype("tiled: dQ x0.99", TILED,
+                "value = vector.extract(pair, [], [e])",
+                'value = arith.mulf(vector.extract(pair, [], [e]), f32(0.99 if self.spec.dtype == "{dt}" else 1.0))',
+                TILED_DTYPES),
+    Mutant("tiled: GQA group starts at head kv (not kv * g)", TILED,
+           "first_head = arith.muli(self.kv_head, index(g))", "first_head = self.kv_head"),
+    Mutant("tiled: first key of each block dropped (K copied one row late)", TILED,
+           "self.copy_rows(self.k, kv_prefix, self.k0, self.seqlen_k,",
+           "self.copy_rows(self.k, kv_prefix, arith.addi(self.k0, index(1)), self.seqlen_k,"),
+    Mutant("tiled: last key dropped (K rows stop at seqlen_k - 1)", TILED,
+           "self.copy_rows(self.k, kv_prefix, self.k0, self.seqlen_k,",
+           "self.copy_rows(self.k, kv_prefix, self.k0, arith.subi(self.seqlen_k, index(1)),"),
+    Mutant("tiled: last query block skipped", TILED,
+           "blocks = arith.maxsi(arith.subi(hi, lo), index(0))",
+           "blocks = arith.maxsi(arith.subi(arith.subi(hi, index(1)), lo), index(0))"),
+    Mutant("tiled: a causal tile is cut only past its last query (wrong corner)", TILED,
+           "return arith.cmpi(arith.CmpIPredicate.sgt, k_last, q0)",
+           "return arith.cmpi(arith.CmpIPredicate.sgt, k_last, q_last)"),
+    # -- the lowered mask (the tiled body's cut tiles) -------------------------------------------------
+    Mutant("mask: causal_top_left admits key q+1", LOWERING,
+           'return _cmp("sle", k_pos, q_pos)', 'return _cmp("sle", k_pos, _shifted(q_pos, 1))'),
+    Mutant("mask: causal_bottom_right admits the key right of the diagonal", LOWERING,
+           'return _cmp("sle", k_pos, last)', 'return _cmp("sle", k_pos, _shifted(last, 1))'),
+    Mutant("mask: window admits the key left of it", LOWERING,
+           "_shifted(last, -mask.window_left)", "_shifted(last, -mask.window_left - 1)"),
+    Mutant("mask: window admits the key right of it", LOWERING,
+           "_shifted(last, mask.window_right)", "_shifted(last, mask.window_right + 1)"),
+]
+
+
+@dataclass
+class Outcome:
+    mutant: Mutant | None    # None: the unmutated baseline
+    killers: list[str]
+    seconds: float
+    note: str = ""
+
+    @property
+    def killed(self) -> bool:
+        return bool(self.killers)
+
+
+def check_mutants(mutants: list[Mutant]) -> list[str]:
+    """Problems with the list itself: a file missing, an original text absent or ambiguous."""
+    problems = []
+    names = [m.name for m in mutants]
+    problems += [f"duplicate mutant name {n!r}" for n in sorted(set(names)) if names.count(n) > 1]
+    for m in mutants:
+        path = ROOT / m.path
+        count = path.read_text().count(m.original) if path.is_file() else -1
+        if count != 1:
+            where = "is missing" if count < 0 else f"contains its original text {count} times (needs exactly 1)"
+            problems.append(f"mutant {m.name!r}: {m.path} {where}: update the mutant to the code")
+    return problems
+
+
+def snapshot(directory: Path) -> Path:
+    """The package (mapped as setuptools maps it), test/python and pyproject.toml under `directory`:
+    taken once, so that edits to the working tree during a run change nothing."""
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "reports")
+    for source, target in PACKAGE_DIRS.items():
+        shutil.copytree(ROOT / source, directory / "pkg" / target, ignore=ignore, dirs_exist_ok=True)
+    shutil.copytree(ROOT / "test" / "python", directory / "test" / "python", ignore=ignore)
+    shutil.copy(ROOT / "pyproject.toml", directory / "pyproject.toml")
+    return directory
+
+
+def run_subset(base: Path, mutant: Mutant | None) -> Outcome:
+    start = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="fmha-mutant-") as tmp:
+        scratch = Path(tmp) / "copy"
+        shutil.copytree(base, scratch)
+        if mutant is not None:
+            target = scratch / "pkg" / _package_path(mutant.path)
+            target.write_text(target.read_text().replace(mutant.original, mutant.replacement))
+        env = {**os.environ, "PYTHONPATH": str(scratch / "pkg"), "PYTHONDONTWRITEBYTECODE": "1"}
+        command = [sys.executable, "-m", "pytest", "-q", "-rfE", "-p", "no:cacheprovider", *SUBSET_FILES,
+                   "-k", SUBSET_SELECTION]
+        try:
+            done = subprocess.run(command, cwd=scratch, env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            return Outcome(mutant, [f"the subset (timed out after {TIMEOUT_S} s)"], time.monotonic() - start)
+        killers = re.findall(r"^(?:FAILED|ERROR) (\S+)", done.stdout, re.MULTILINE)
+        note = ""
+        if done.returncode not in (0, 1) or (done.returncode == 1 and not killers):
+            killers.append(f"the subset (pytest exit {done.returncode})")
+            note = done.stdout[-2000:] + done.stderr[-2000:]
+        return Outcome(mutant, killers, time.monotonic() - start, note)
+
+
+def _package_path(path: str) -> str:
+    top, _, rest = path.partition("/")
+    return f"{PACKAGE_DIRS[top]}/{rest}"
+
+
+def table(outcomes: list[Outcome]) -> str:
+    lines = ["| mutant | file | killed by (tests of the subset that fail) |", "|---|---|---|"]
+    for o in outcomes:
+        tests = sorted({_short(k) for k in o.killers})
+        shown = ", ".join(tests[:4]) + (f" and {len(tests) - 4} more" if len(tests) > 4 else "")
+        lines.append(f"| {o.mutant.name} | {o.mutant.path} | {shown if tests else '**SURVIVED**'} |")
+    return "\n".join(lines)
+
+
+def _short(nodeid: str) -> str:
+    return nodeid.replace("test/python/", "").replace("test_variant_matches_the_oracle", "variant")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--jobs", type=int, default=2, help="mutants run at once (default 2)")
+    parser.add_argument("--only", nargs="*", default=None, help="run the mutants whose name contains one of these")
+    parser.add_argument("--report", default=None, help="also write the table (markdown) to this file")
+    args = parser.parse_args(argv)
+
+    problems = check_mutants(MUTANTS)
+    if problems:
+        print("\n".join(problems), file=sys.stderr)
+        return 2
+    mutants = [m for m in MUTANTS if args.only is None or any(s in m.name for s in args.only)]
+    with tempfile.TemporaryDirectory(prefix="fmha-mutants-") as tmp:
+        return _run(snapshot(Path(tmp) / "base"), mutants, args)
+
+
+def _run(base: Path, mutants: list[Mutant], args) -> int:
+    baseline = run_subset(base, None)
+    if baseline.killed:
+        print(f"the unmutated package fails the subset: {baseline.killers}\n{baseline.note}", file=sys.stderr)
+        return 2
+    print(f"baseline: the subset passes unmutated ({baseline.seconds:.0f} s); {len(mutants)} mutants", flush=True)
+    outcomes = []
+    with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        for outcome in pool.map(lambda mutant: run_subset(base, mutant), mutants):
+            state = f"killed by {len(outcome.killers)} tests" if outcome.killed else "SURVIVED"
+            print(f"  {outcome.mutant.name}: {state} ({outcome.seconds:.0f} s)", flush=True)
+            outcomes.append(outcome)
+    report = table(outcomes)
+    survivors = [o.mutant.name for o in outcomes if not o.killed]
+    summary = f"{len(outcomes) - len(survivors)} of {len(outcomes)} mutants killed"
+    print(f"\n{report}\n\n{summary}")
+    if args.report:
+        Path(args.report).write_text(f"{report}\n\n{summary}\n")
+    if survivors:
+        print(f"surviving mutants (the tests miss them): {', '.join(survivors)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
