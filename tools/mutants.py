@@ -216,11 +216,11 @@ def _package_path(path: str) -> str:
 
 
 def table(outcomes: list[Outcome]) -> str:
-    lines = ["| mutant | file | killed by (tests of the subset that fail) |", "|---|---|---|"]
+    lines = ["| mutant | file | failing tests of the subset: how many, and the first two |", "|---|---|---|"]
     for o in outcomes:
         tests = sorted({_short(k) for k in o.killers})
-        shown = ", ".join(tests[:4]) + (f" and {len(tests) - 4} more" if len(tests) > 4 else "")
-        lines.append(f"| {o.mutant.name} | {o.mutant.path} | {shown if tests else '**SURVIVED**'} |")
+        shown = f"{len(tests)}: " + ", ".join(f"`{t}`" for t in tests[:2]) if tests else "**SURVIVED**"
+        lines.append(f"| {o.mutant.name} | {o.mutant.path} | {shown} |")
     return "\n".join(lines)
 
 
