@@ -103,6 +103,10 @@ CONFIG_ATTRIBUTE = "config"
 # On gpu.func kernels (fmha-stages-to-gpu): what the kernel computes, kept to the end of the pipeline.
 SPEC_ATTRIBUTE = "fmha.spec"
 KERNEL_CONFIG_ATTRIBUTE = "fmha.config"
+# On the host function's arguments (the frontend) and workspace allocs (fmha-decompose-bwd): the names
+# the launch plan gives its buffers.
+OPERAND_ATTRIBUTE = "fmha.operand"
+WORKSPACE_ATTRIBUTE = "fmha.workspace"
 
 
 def config_attribute(config: KernelConfig) -> "ir.DictAttr":
@@ -163,3 +167,30 @@ def _config_value(attr: "ir.Attribute"):
     if isinstance(attr, ir.DenseI64ArrayAttr):
         return list(attr)
     return None
+
+
+# --- what a kernel computes: fmha.spec / fmha.config on its gpu.func ------------------------------------
+
+
+def describe_kernel(kernel: "ir.Operation", spec: AttentionBwdSpec, config: KernelConfig) -> None:
+    kernel.attributes[SPEC_ATTRIBUTE] = ir.DictAttr.get(spec_attributes(spec))
+    kernel.attributes[KERNEL_CONFIG_ATTRIBUTE] = config_attribute(config)
+
+
+def describes_kernel(kernel: "ir.Operation") -> bool:
+    return SPEC_ATTRIBUTE in kernel.attributes and KERNEL_CONFIG_ATTRIBUTE in kernel.attributes
+
+
+def read_kernel_description(kernel: "ir.Operation", problems: list[str]
+                            ) -> tuple[AttentionBwdSpec | None, KernelConfig | None]:
+    """The spec and config describe_kernel wrote (not checked against each other), or Nones with problems."""
+    spec = read_spec(_AttributesOf(ir.DictAttr(kernel.attributes[SPEC_ATTRIBUTE])), problems)
+    config = read_config(kernel, problems, True, KERNEL_CONFIG_ATTRIBUTE) if not problems else None
+    return spec, config
+
+
+class _AttributesOf:
+    """A dictionary attribute seen as an op's attributes, for the op-attribute readers."""
+
+    def __init__(self, attr: "ir.DictAttr"):
+        self.attributes = {attr[i].name: attr[i].attr for i in range(len(attr))}

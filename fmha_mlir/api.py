@@ -146,12 +146,13 @@ def _run_in_place(bundle: Bundle, device: Executor, inputs: tuple):
     outputs = tuple(torch.empty(t.shape, dtype=t.dtype, device=t.device) for t in (q, k, v))
     # Our launches go to the legacy default stream: wait for whatever torch queued that made the inputs.
     torch.cuda.synchronize(q.device)
-    tensors = dict(zip(("q", "k", "v", "o", "do", "lse", "dq", "dk", "dv"), map(_device_array, inputs + outputs)))
+    tensors = dict(zip(("q", "k", "v", "o", "do", "lse", "dq", "dk", "dv"), map(torch_device_array, inputs + outputs)))
     run_bundle(bundle, device, tensors)
     return outputs
 
 
-def _device_array(t) -> DeviceArray:
+def torch_device_array(t) -> DeviceArray:
+    """A torch CUDA tensor as the runtime's DeviceArray (same memory, strides in bytes; kept alive)."""
     return DeviceArray(t.data_ptr(), tuple(t.shape), tuple(s * t.element_size() for s in t.stride()),
                        STORAGE[_torch_dtype(t)], owner=t)
 
@@ -167,10 +168,15 @@ def _is_torch(x) -> bool:
     return type(x).__module__.startswith("torch")
 
 
-def _torch_dtype(t) -> str:
+def torch_dtype_names() -> dict:
+    """torch dtype -> our dtype name (torch is imported only when asked)."""
     import torch
 
-    names = {torch.float16: "f16", torch.bfloat16: "bf16", torch.float32: "f32"}
+    return {torch.float16: "f16", torch.bfloat16: "bf16", torch.float32: "f32"}
+
+
+def _torch_dtype(t) -> str:
+    names = torch_dtype_names()
     if t.dtype not in names:
         raise SpecError([Reason("dtype", f"unsupported torch dtype {t.dtype}", "use float16, bfloat16 or float32")])
     return names[t.dtype]

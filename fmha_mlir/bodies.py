@@ -268,11 +268,11 @@ class TiledBody(Body):
 
     def alignment(self, spec, config):
         b = BYTES[spec.dtype]
-        rows = {"q": row_alignment(spec.hdim_q, config.wave_size, b), "v": row_alignment(spec.hdim_v, config.wave_size, b)}
+        rows_q, rows_v = (row_alignment(h, config.wave_size, b) for h in (spec.hdim_q, spec.hdim_v))
         # 16-byte cp.async of Q, K, V, dO rows; 4-byte stores of dK, dV pairs; the row kernels' vectors.
-        tiles = {name: max(COPY_ELEMENTS, rows["q" if name in ("q", "k", "dq", "dk") else "v"])
-                 for name in ("q", "k", "v", "do")}
-        return {**tiles, "o": rows["v"], "dq": rows["q"], "dk": 2, "dv": 2}
+        copies = {"q": max(COPY_ELEMENTS, rows_q), "k": max(COPY_ELEMENTS, rows_q), "v": max(COPY_ELEMENTS, rows_v),
+                  "do": max(COPY_ELEMENTS, rows_v)}
+        return {**copies, "o": rows_v, "dq": rows_q, "dk": 2, "dv": 2}
 
     @staticmethod
     def shared_layout(spec: AttentionBwdSpec, config: KernelConfig) -> list[SharedTile]:

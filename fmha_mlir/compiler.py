@@ -19,7 +19,7 @@ from .backends import Backend, backend_for
 from .backends.pipeline import render_pass, render_pipeline
 from .bodies import check_config, choose_config
 from .dialects import fmha
-from .dialects.fmha_attrs import KERNEL_CONFIG_ATTRIBUTE, SPEC_ATTRIBUTE, read_config, read_spec
+from .dialects.fmha_attrs import describes_kernel, read_kernel_description
 from .errors import CompileError, PipelineError, SpecError
 from .kernel_config import KernelConfig
 from .launch_plan import host_function, kernel_metadata, read_launch_plan
@@ -307,7 +307,7 @@ def _spec_and_config_in(module: "ir.Module") -> tuple[AttentionBwdSpec | None, K
         raise CompileError(f"the input's spec or config attributes are invalid: {exc}", stage="parse") from None
     described = set()
     for kernel in collect_ops(module.operation, ["gpu.func"]):
-        if SPEC_ATTRIBUTE in kernel.attributes and KERNEL_CONFIG_ATTRIBUTE in kernel.attributes:
+        if describes_kernel(kernel):
             described.add(_described_kernel(kernel))
     if len(described) > 1:
         raise CompileError("the input's kernels describe different specs or configs (fmha.spec / fmha.config): "
@@ -315,17 +315,9 @@ def _spec_and_config_in(module: "ir.Module") -> tuple[AttentionBwdSpec | None, K
     return described.pop() if described else (None, None)
 
 
-class _Attributes:
-    """A dictionary attribute seen as an op's attributes, for the op-attribute readers."""
-
-    def __init__(self, attr: "ir.Attribute"):
-        self.attributes = {attr[i].name: attr[i].attr for i in range(len(attr))}
-
-
 def _described_kernel(kernel: "ir.Operation") -> tuple[AttentionBwdSpec, KernelConfig]:
     problems: list[str] = []
-    spec = read_spec(_Attributes(ir.DictAttr(kernel.attributes[SPEC_ATTRIBUTE])), problems)
-    config = read_config(kernel, problems, True, KERNEL_CONFIG_ATTRIBUTE) if not problems else None
+    spec, config = read_kernel_description(kernel, problems)
     reasons = spec.reasons() if spec is not None else []
     if problems or reasons or spec is None or config is None:
         raise CompileError("a kernel's fmha.spec / fmha.config is invalid: " + "; ".join(problems + list(map(str, reasons))),

@@ -2,9 +2,9 @@
 from __future__ import annotations
 
 from fmha_mlir.dialects.fmha import OPERAND_NAMES, AttentionBwdOp, tensor_kinds
+from fmha_mlir.dialects.fmha_attrs import OPERAND_ATTRIBUTE
 from fmha_mlir.dialects.fmha_types import ROWS_RANK, rows_type, tensor_type
 from fmha_mlir.kernel_config import KernelConfig
-from fmha_mlir.launch_plan import OPERAND_ATTRIBUTE
 from fmha_mlir.mlir import func, ir
 from fmha_mlir.spec import AttentionBwdSpec
 

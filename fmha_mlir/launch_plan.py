@@ -10,14 +10,14 @@ steps. Nothing about the stages is hard-coded here.
 from __future__ import annotations
 
 from .dialects.fmha import INPUTS, OPERAND_DIMS
+from .dialects.fmha_attrs import OPERAND_ATTRIBUTE, WORKSPACE_ATTRIBUTE
 from .diagnostics import position_of
 from .errors import CompileError
 from .mlir import ir
-from .shape_expr import BinOp, Dim, Expr, to_json
+from .runtime.args import SCALAR_TYPES
+from .shape_expr import ARITH_OPS, BinOp, Dim, Expr, to_json
 from .spec import DTYPES
 
-OPERAND_ATTRIBUTE = "fmha.operand"
-WORKSPACE_ATTRIBUTE = "fmha.workspace"
 # Code-object facts copied into each kernel's "metadata" on AMD (hsaco_metadata field names).
 HSACO_FIELDS = ("vgpr_count", "sgpr_count", "agpr_count", "group_segment_fixed_size",
                 "private_segment_fixed_size", "kernarg_segment_size", "kernarg_segment_align",
@@ -25,10 +25,9 @@ HSACO_FIELDS = ("vgpr_count", "sgpr_count", "agpr_count", "group_segment_fixed_s
 # Host ops that only compute what the steps refer to (sizes, casts) or free workspaces: no step of their own.
 _STEPLESS_OPS = frozenset({"arith.constant", "memref.dim", "memref.cast", "memref.dealloc", "func.return",
                            "arith.index_cast", "arith.index_castui"})
-# Index arithmetic the plan can express, by shape_expr operator.
-_ARITH = {"arith.addi": "add", "arith.subi": "sub", "arith.muli": "mul", "arith.ceildivui": "ceildiv",
-          "arith.ceildivsi": "ceildiv", "arith.divui": "floordiv", "arith.minui": "min", "arith.maxui": "max"}
-_SCALARS = {"i32", "i64", "f32"}
+# Index arithmetic the plan can express: the ops expr_value builds, and the signed ceildiv a hand-written
+# host function may use (the same on non-negative sizes).
+_ARITH = {**{name: op for op, name in ARITH_OPS.items()}, "arith.ceildivsi": "ceildiv"}
 
 
 class PlanError(CompileError):
@@ -160,7 +159,7 @@ class _PlanReader:
             elif str(value.type) == "f32":
                 args.append({"scalar": "f32", "value": _float_constant(value, op)})
                 signature.append({"scalar": "f32"})
-            elif str(value.type) in _SCALARS:
+            elif str(value.type) in SCALAR_TYPES:
                 args.append({"scalar": str(value.type), "value": to_json(self._expr(value, op))})
                 signature.append({"scalar": str(value.type)})
             else:

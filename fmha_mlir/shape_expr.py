@@ -23,6 +23,12 @@ OPS: dict[str, Callable[[int, int], int]] = {
     "add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
     "ceildiv": _ceildiv, "floordiv": lambda a, b: a // b, "min": min, "max": max,
 }
+# The arith op that computes each operator on index values in the host function (unsigned: sizes are
+# non-negative). The compiler builds them, the launch plan reads them back.
+ARITH_OPS: dict[str, str] = {
+    "add": "arith.addi", "sub": "arith.subi", "mul": "arith.muli", "ceildiv": "arith.ceildivui",
+    "floordiv": "arith.divui", "min": "arith.minui", "max": "arith.maxui",
+}
 
 
 @dataclass(frozen=True)
@@ -98,21 +104,3 @@ def buffers_of(expr: Expr) -> set[str]:
     if isinstance(expr, BinOp):
         return buffers_of(expr.lhs) | buffers_of(expr.rhs)
     return set()
-
-
-def rename(expr: Expr, names: Mapping[str, str]) -> Expr:
-    """`expr` with its buffer names mapped through `names` (stage operands -> plan buffers)."""
-    if isinstance(expr, Dim):
-        return Dim(names.get(expr.buffer, expr.buffer), expr.index)
-    if isinstance(expr, BinOp):
-        return BinOp(expr.op, rename(expr.lhs, names), rename(expr.rhs, names))
-    return expr
-
-
-def describe(expr: Expr) -> str:
-    """A readable form, e.g. ceildiv(k[2], 128)."""
-    if isinstance(expr, Dim):
-        return f"{expr.buffer}[{expr.index}]"
-    if isinstance(expr, BinOp):
-        return f"{expr.op}({describe(expr.lhs)}, {describe(expr.rhs)})"
-    return str(expr)

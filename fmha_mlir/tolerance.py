@@ -68,10 +68,6 @@ class GradCheck:
         """max|err| / allowed: the share of the bound the kernel uses (> 1 fails)."""
         return self.max_abs_err / self.allowed if self.allowed > 0 else (0.0 if self.max_abs_err == 0 else np.inf)
 
-    @property
-    def ck_passed(self) -> bool:
-        return self.max_abs_err <= self.ck_allowed
-
     def __str__(self) -> str:
         verdict = "PASS" if self.passed else "FAIL"
         return (f"{self.name}: max|err| {self.max_abs_err:.3e} vs allowed {self.allowed:.3e} "

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from fmha_mlir.bodies import body_of, Workspace
+from fmha_mlir.bodies import Workspace, body_of
 from fmha_mlir.dialects import fmha
+from fmha_mlir.dialects.fmha_attrs import WORKSPACE_ATTRIBUTE
 from fmha_mlir.dialects.fmha_types import rows_type, tensor_type
 from fmha_mlir.mlir import gpu, ir, memref
 from fmha_mlir.spec import AttentionBwdSpec
@@ -23,9 +24,6 @@ from fmha_mlir.spec import AttentionBwdSpec
 from .base import FmhaPass, PassFailure, rewriting
 from .ir_builders import collect_ops, expr_value, f32
 from .verify import verified_spec
-
-WORKSPACE_ATTRIBUTE = "fmha.workspace"
-
 
 @dataclasses.dataclass(frozen=True)
 class DecomposeBwd(FmhaPass):

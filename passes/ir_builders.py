@@ -5,7 +5,7 @@ Every helper builds at the current insertion point and location (callers open
 """
 from __future__ import annotations
 
-from fmha_mlir.mlir import arith, ir, memref
+from fmha_mlir.mlir import arith, ir, memref, vector
 
 
 def collect_ops(root: "ir.Operation", names) -> list["ir.Operation"]:
@@ -39,8 +39,24 @@ def index(value: int) -> "ir.Value":
     return arith.constant(ir.IndexType.get(), value)
 
 
+def i32(value: int) -> "ir.Value":
+    return arith.constant(ir.IntegerType.get_signless(32), value)
+
+
 def f32(value: float) -> "ir.Value":
     return arith.constant(ir.F32Type.get(), value)
+
+
+def vector_shape(value_type: "ir.Type") -> list[int]:
+    """The shape of a vector type, [] for a scalar."""
+    return list(ir.VectorType(value_type).shape) if isinstance(value_type, ir.VectorType) else []
+
+
+def splat(value: "ir.Value", shape: list[int]) -> "ir.Value":
+    """`value` broadcast to vector<shape> (unchanged when shape is empty or it already is a vector)."""
+    if not shape or isinstance(value.type, ir.VectorType):
+        return value
+    return vector.broadcast(ir.VectorType.get(shape, value.type), value)
 
 
 def dims(value: "ir.Value", positions) -> list["ir.Value"]:
@@ -60,19 +76,11 @@ def create_op(name: str, result_type: "ir.Type", operands: list, attributes: dic
 
 def expr_value(expr, operands: dict) -> "ir.Value":
     """The index value of a fmha_mlir.shape_expr expression over named memref `operands`."""
-    from fmha_mlir.shape_expr import BinOp, Dim
+    from fmha_mlir.shape_expr import ARITH_OPS, BinOp, Dim
 
     if isinstance(expr, Dim):
         return memref.dim(operands[expr.buffer], index(expr.index))
     if isinstance(expr, BinOp):
         lhs, rhs = expr_value(expr.lhs, operands), expr_value(expr.rhs, operands)
-        return _BINOPS[expr.op](lhs, rhs)
+        return getattr(arith, ARITH_OPS[expr.op].removeprefix("arith."))(lhs, rhs)
     return index(expr)
-
-
-_BINOPS = {
-    "add": lambda a, b: arith.addi(a, b), "sub": lambda a, b: arith.subi(a, b),
-    "mul": lambda a, b: arith.muli(a, b), "ceildiv": lambda a, b: arith.ceildivui(a, b),
-    "floordiv": lambda a, b: arith.divui(a, b), "min": lambda a, b: arith.minui(a, b),
-    "max": lambda a, b: arith.maxui(a, b),
-}

@@ -14,7 +14,7 @@ from fmha_mlir.mlir import arith, gpu, ir, memref, vector
 from fmha_mlir.spec import Mask
 
 from .base import PassFailure, rewriting
-from .ir_builders import collect_ops, enclosing_op, f32, index
+from .ir_builders import collect_ops, enclosing_op, f32, index, splat, vector_shape
 from .key_range import diagonal
 
 KERNEL_OPS = (fmha.WaveReduceOp.NAME, fmha.Exp2Op.NAME, fmha.MaskedScoreOp.NAME, fmha.AtomicAddOp.NAME)
@@ -82,24 +82,13 @@ def lower_masked_score(op: "ir.Operation") -> "ir.Value":
     """dot * scale_log2 where the key is visible (fmha_mlir.spec.Mask.visible), -inf where it is not;
     elementwise when dot is a vector (scalar operands apply to every element)."""
     dot, q_pos, k_pos, seqlen_q, seqlen_k = op.operands
-    shape = _vector_shape(dot.type)
+    shape = vector_shape(dot.type)
     score = arith.mulf(dot, splat(f32(fmha.MaskedScoreOp.scale_log2_of(op)), shape))
     q_pos, k_pos, seqlen_q, seqlen_k = (splat(v, shape) for v in (q_pos, k_pos, seqlen_q, seqlen_k))
     visible = _visibility(fmha.MaskedScoreOp.mask_of(op), q_pos, k_pos, seqlen_q, seqlen_k)
     if visible is None:
         return score
     return arith.select(visible, score, splat(f32(float("-inf")), shape))
-
-
-def _vector_shape(value_type: "ir.Type") -> list[int]:
-    return list(ir.VectorType(value_type).shape) if isinstance(value_type, ir.VectorType) else []
-
-
-def splat(value: "ir.Value", shape: list[int]) -> "ir.Value":
-    """`value` broadcast to vector<shape> (unchanged when shape is empty or it already is a vector)."""
-    if not shape or isinstance(value.type, ir.VectorType):
-        return value
-    return vector.broadcast(ir.VectorType.get(shape, value.type), value)
 
 
 def elementwise(value: "ir.Value", scalar_op) -> "ir.Value":
@@ -137,7 +126,7 @@ def _cmp(predicate: str, lhs, rhs) -> "ir.Value":
 def _shifted(position: "ir.Value", amount: int) -> "ir.Value":
     if amount == 0:
         return position
-    return arith.addi(position, splat(index(amount), _vector_shape(position.type)))
+    return arith.addi(position, splat(index(amount), vector_shape(position.type)))
 
 
 # --- fmha.atomic_add --------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from fmha_mlir.dtypes import BYTES
 from fmha_mlir.mlir import arith, ir, memref, vector
 
-from .ir_builders import index, memref_type
+from .ir_builders import f32, index, memref_type, splat, vector_shape
 
 
 @dataclass(frozen=True)
@@ -54,10 +54,7 @@ def copy_slice(source: "ir.Value", dest: "ir.Value", row: list["ir.Value"], lane
     """dest[row..., slice] = factor * source[row..., slice], converted through f32 as one (vector) value."""
     value = _to_f32(_load(source, row, lane_slice))
     if factor != 1.0:
-        shape = _vector_shape(value.type)
-        constant = arith.constant(ir.F32Type.get(), factor)
-        value = arith.mulf(value, vector.broadcast(ir.VectorType.get(shape, ir.F32Type.get()), constant)
-                           if shape else constant)
+        value = arith.mulf(value, splat(f32(factor), vector_shape(value.type)))
     _store(value, dest, row, lane_slice)
 
 
@@ -83,7 +80,7 @@ def _store(value: "ir.Value", buffer: "ir.Value", row: list["ir.Value"], lane_sl
 
 
 def _to_f32(value: "ir.Value") -> "ir.Value":
-    shape = _vector_shape(value.type)
+    shape = vector_shape(value.type)
     f32 = ir.VectorType.get(shape, ir.F32Type.get()) if shape else ir.F32Type.get()
     return value if value.type == f32 else arith.extf(f32, value)
 
@@ -91,12 +88,8 @@ def _to_f32(value: "ir.Value") -> "ir.Value":
 def _from_f32(value: "ir.Value", element: "ir.Type") -> "ir.Value":
     if element == ir.F32Type.get():
         return value
-    shape = _vector_shape(value.type)
+    shape = vector_shape(value.type)
     return arith.truncf(ir.VectorType.get(shape, element) if shape else element, value)
-
-
-def _vector_shape(value_type: "ir.Type") -> list[int]:
-    return list(ir.VectorType(value_type).shape) if isinstance(value_type, ir.VectorType) else []
 
 
 def _alignment(element: "ir.Type", width: int) -> int:

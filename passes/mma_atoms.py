@@ -126,9 +126,6 @@ class MmaSyncAtom:
         """The two vector<2xf32> rows of an accumulator: row group and row group + 8."""
         return [vector.extract(c, [], [r]) for r in range(2)]
 
-    def from_rows(self, rows: list["ir.Value"]) -> "ir.Value":
-        return vector.from_elements(self.c_type, [vector.extract(row, [], [e]) for row in rows for e in range(2)])
-
     def accumulator_row(self, register: int) -> "ir.Value":
         """Row (inside the 16-row tile) of accumulator register pair `register` in this lane."""
         if register == 0:

@@ -65,10 +65,6 @@ class Tile:
     def chunks_per_row(self) -> int:
         return self.cols // COPY_ELEMENTS
 
-    @property
-    def copy_elements(self) -> int:
-        return self.rows * self.cols
-
     def element(self, lanes: LaneValues, row_lane: "ir.Value", chunk_lane: "ir.Value", row: int = 0,
                 col: int = 0, row_offset: "ir.Value | None" = None, chunk_offset: "ir.Value | None" = None
                 ) -> "ir.Value":

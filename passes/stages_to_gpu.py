@@ -11,11 +11,11 @@ import dataclasses
 
 from fmha_mlir.bodies import body_of
 from fmha_mlir.dialects import fmha
-from fmha_mlir.dialects.fmha_attrs import KERNEL_CONFIG_ATTRIBUTE, SPEC_ATTRIBUTE, config_attribute, spec_attributes
+from fmha_mlir.dialects.fmha_attrs import describe_kernel
 from fmha_mlir.mlir import gpu, ir
 
 from .base import FmhaPass, PassFailure, rewriting
-from .ir_builders import collect_ops, enclosing_op, expr_value, index
+from .ir_builders import collect_ops, enclosing_op, expr_value, i32, index
 from .verify import verified_spec
 
 KERNEL_MODULE = "fmha_kernels"
@@ -43,7 +43,7 @@ class StagesToGpu(FmhaPass):
             with rewriting(op):
                 operands = dict(zip(STAGE_CLASSES[op.name].OPERANDS, op.operands))
                 grid = [expr_value(e, operands) for e in launch.grid]
-                shared = _i32(launch.shared_bytes) if launch.shared_bytes else None
+                shared = i32(launch.shared_bytes) if launch.shared_bytes else None
                 gpu.LaunchFuncOp([KERNEL_MODULE, name], grid, [index(n) for n in launch.block], list(op.operands),
                                  dynamic_shared_memory_size=shared)
             op.erase()
@@ -52,12 +52,6 @@ class StagesToGpu(FmhaPass):
 def kernel_symbol(spec, config, stage: str) -> str:
     """<spec.kernel_prefix>_<config.tag>_<stage> (docs/ir.md, kernel symbols)."""
     return f"{spec.kernel_prefix}_{config.tag}_{stage}"
-
-
-def _i32(value: int) -> "ir.Value":
-    from fmha_mlir.mlir import arith
-
-    return arith.constant(ir.IntegerType.get_signless(32), value)
 
 
 def _kernel_module(module: "ir.Operation") -> "ir.Operation":
@@ -94,8 +88,7 @@ def _ensure_kernel(kernels: "ir.Operation", name: str, stage: "ir.Operation", bl
         # Not the builder's kernel=True: it adds a discardable `gpu.kernel` attribute next to the
         # `kernel` property, and convert-gpu-to-rocdl/-nvvm then abort on the duplicate.
         kernel.operation.attributes["kernel"] = ir.UnitAttr.get()
-        kernel.operation.attributes[SPEC_ATTRIBUTE] = ir.DictAttr.get(spec_attributes(spec))
-        kernel.operation.attributes[KERNEL_CONFIG_ATTRIBUTE] = config_attribute(config)
+        describe_kernel(kernel.operation, spec, config)
         entry = kernel.body.blocks.append(*operand_types, arg_locs=[stage.location] * len(operand_types))
     with ir.InsertionPoint(entry), stage.location:
         copy = stage.clone()

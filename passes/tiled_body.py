@@ -24,7 +24,7 @@ from fmha_mlir.kernel_config import KernelConfig
 from fmha_mlir.mlir import arith, gpu, ir, memref, scf, vector
 from fmha_mlir.spec import AttentionBwdSpec, Mask
 
-from .ir_builders import dims, f32, index
+from .ir_builders import dims, f32, index, splat
 from .mma_atoms import MmaSyncAtom, async_copy, commit_copies, wait_copies
 from .shared_tiles import LaneValues, Tile, shared_views
 
@@ -63,7 +63,7 @@ class _Kernel:
         self.warp = arith.divui(tid, index(config.wave_size))
         lane = arith.remui(tid, index(config.wave_size))
         # Everything that depends on the lane and warp alone is built before this marker (LaneValues).
-        marker = arith.constant(ir.IndexType.get(), 0)
+        marker = index(0)
         self.lanes = LaneValues(ir.InsertionPoint(marker.owner))
         self.atom = MmaSyncAtom(self.element, lane, self.lanes)
         self.tiles = shared_views(TiledBody.shared_layout(spec, config), self.element, config.swizzle == "xor")
@@ -90,6 +90,7 @@ class _Kernel:
         if regular:
             lane_row = self.lanes.get(("copy_row", chunks), lambda: arith.divui(self.tid, index(chunks)))
             lane_chunk = self.lanes.get(("copy_chunk", chunks), lambda: arith.remui(self.tid, index(chunks)))
+        last = _i32(arith.subi(limit, index(1)))
         for start in range(0, total, threads):
             chunk = arith.addi(self.tid, index(start))
             if regular:
@@ -101,7 +102,6 @@ class _Kernel:
                 dst = tile.element(LaneValues(ir.InsertionPoint.current), row, col8, row_offset=row_offset)
                 col = arith.muli(col8, index(COPY_ELEMENTS))
             src_row = _i32(arith.addi(first, row))   # rows and their bounds fit i32: cheaper compares
-            last = _i32(arith.subi(limit, index(1)))
             valid = arith.cmpi(arith.CmpIPredicate.sle, src_row, last)
             clamped = arith.index_cast(ir.IndexType.get(), arith.minsi(src_row, last))
             count = arith.select(valid, index(COPY_ELEMENTS), index(0))
@@ -300,7 +300,7 @@ class _Kernel:
         for ni in range(n_tiles):
             at = arith.addi(base, index(ni * self.atom.n))
             lse.append(arith.mulf(vector.load(pair, self.tiles["lse"].flat, [at], alignment=8),
-                                  _splat(f32(LOG2_E), [2])))
+                                  splat(f32(LOG2_E), [2])))
             dsum.append(vector.load(pair, self.tiles["d"].flat, [at], alignment=8))
         return lse, dsum
 
@@ -327,7 +327,7 @@ class _Kernel:
                             score = fmha.MaskedScoreOp.build(pair, queries, key, self.seqlen_q, self.seqlen_k, mask,
                                                              self.scale_log2)
                         else:
-                            score = arith.mulf(pair, _splat(f32(self.scale_log2), [2]), fastmath=_contract())
+                            score = arith.mulf(pair, splat(f32(self.scale_log2), [2]), fastmath=_contract())
                         pairs.append(fmha.Exp2Op.build(arith.subf(score, lse[ni], fastmath=_contract())))
                     row.append(pairs)
                 out.append(row)
@@ -383,7 +383,7 @@ class _Kernel:
                     for ni, c in enumerate(row):
                         pair = atom.rows_of(c)[r]
                         if scale is not None:
-                            pair = arith.mulf(pair, _splat(f32(scale), [2]))
+                            pair = arith.mulf(pair, splat(f32(scale), [2]))
                         col = arith.addi(arith.addi(tile.col0, index(ni * atom.n)), atom.accumulator_col())
                         vector.store(atom.to_element(pair), out, [self.batch, self.kv_head, key, col], alignment=4)
                     scf.yield_([])
@@ -446,10 +446,6 @@ def _contract() -> "ir.Attribute":
 
 def _i32(value: "ir.Value") -> "ir.Value":
     return arith.index_cast(ir.IntegerType.get_signless(32), value)
-
-
-def _splat(value, shape):
-    return vector.broadcast(ir.VectorType.get(shape, value.type), value)
 
 
 def _flatten(acc):

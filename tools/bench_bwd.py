@@ -32,6 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
+from fmha_mlir.api import bundle_path, torch_device_array, torch_dtype_names
 from fmha_mlir.bodies import TILED_TABLE, choose_config
 from fmha_mlir.kernel_config import KernelConfig
 from fmha_mlir.spec import AttentionBwdSpec, Mask
@@ -91,7 +92,7 @@ SWEEP: dict[int, list[KernelConfig]] = {
 
 
 def bundle_dir(directory: Path, row: Row, config: KernelConfig) -> Path:
-    return directory / ARCH / f"{row.spec.kernel_prefix}_{config.tag}"
+    return bundle_path(directory, row.spec, ARCH, config=config)
 
 
 def row_configs(row: Row, sweep: bool) -> list[KernelConfig]:
@@ -162,13 +163,9 @@ def _ptxas_facts(ptx: str, ptxas: str) -> dict:
 # -- run (on the GPU) ---------------------------------------------------------------------------------
 
 
-def _torch_dtype(torch, dtype: str):
-    return {"f16": torch.float16, "bf16": torch.bfloat16}[dtype]
-
-
 def _inputs(torch, row: Row, seed: int):
     g = torch.Generator(device="cuda").manual_seed(seed)
-    dt = _torch_dtype(torch, row.dtype)
+    dt = next(t for t, name in torch_dtype_names().items() if name == row.dtype)
     shape = lambda heads: (row.batch, heads, row.seqlen, row.hdim)  # noqa: E731
     q = torch.randn(shape(row.heads_q), generator=g, device="cuda", dtype=dt)
     k = torch.randn(shape(row.heads_kv), generator=g, device="cuda", dtype=dt)
@@ -255,15 +252,6 @@ def _flex(torch, row: Row, sets, repeats: int):
         return None, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
 
 
-def _device_array(torch, t):
-    from fmha_mlir.dtypes import STORAGE
-    from fmha_mlir.runtime.device_array import DeviceArray
-
-    name = {torch.float16: "f16", torch.bfloat16: "bf16", torch.float32: "f32"}[t.dtype]
-    return DeviceArray(t.data_ptr(), tuple(t.shape), tuple(s * t.element_size() for s in t.stride()), STORAGE[name],
-                       owner=t)
-
-
 def _ours(torch, bundle, device, row: Row, sets, repeats: int):
     """(median seconds, the gradients of the first set) for one bundle on device-resident tensors."""
     from fmha_mlir.runtime.runner import PreparedRun
@@ -273,7 +261,7 @@ def _ours(torch, bundle, device, row: Row, sets, repeats: int):
         o, lse = _forward(torch, row, q, k, v)
         tensors = {"q": q, "k": k, "v": v, "o": o, "do": do, "lse": lse.contiguous(),
                    "dq": torch.empty_like(q), "dk": torch.empty_like(k), "dv": torch.empty_like(v)}
-        runs.append((PreparedRun(bundle, device, {n: _device_array(torch, t) for n, t in tensors.items()}), tensors))
+        runs.append((PreparedRun(bundle, device, {n: torch_device_array(t) for n, t in tensors.items()}), tensors))
     index = [0]
 
     def once():

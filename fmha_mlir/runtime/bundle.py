@@ -17,12 +17,12 @@ from ..kernel_config import KernelConfig
 from ..numerics import Numerics
 from ..spec import AttentionBwdSpec, Mask
 from ..target import TARGETS, Target
+from .args import SCALAR_TYPES
 
 FORMAT = "fmha-bundle/2"
 MANIFEST_FILE = "manifest.json"
 REQUIRED_KEYS = ("format", "compiler", "spec", "config", "numerics", "target", "binary", "interp_ir", "buffers",
                  "steps", "kernels")
-SCALAR_TYPES = ("i32", "i64", "f32")
 BUFFER_ROLES = ("input", "output", "workspace")
 BINARY_FORMATS = {"rocdl": ("hsaco",), "nvvm": ("ptx", "cubin")}  # by Target.backend
 
@@ -193,10 +193,7 @@ def _validate_buffer(name: str, buf, buffers: dict) -> None:
         raise RuntimeLaunchError(f"manifest buffer {name!r} needs 'align': a positive element count")
     for dim in dims:
         if buf["role"] == "workspace":
-            expr = shape_expr.from_json(dim, f"manifest workspace {name!r}")
-            unknown = shape_expr.buffers_of(expr) - set(buffers)
-            if unknown:
-                raise RuntimeLaunchError(f"manifest workspace {name!r} is sized by unknown buffer(s) {sorted(unknown)}")
+            _check_sizes(dim, f"manifest workspace {name!r}", "is sized by", buffers)
         elif not (isinstance(dim, str) or (isinstance(dim, int) and not isinstance(dim, bool) and dim > 0)):
             raise RuntimeLaunchError(f"manifest buffer {name!r} dimension {dim!r} must be a dimension name or a "
                                      "positive static size")
@@ -239,12 +236,16 @@ def _validate_step(index: int, step, buffers: dict, kernels: dict) -> None:
         if not isinstance(dims, list) or len(dims) != 3:
             raise RuntimeLaunchError(f"{where} ({kernel}) needs '{key}' with 3 entries, got {dims!r}")
     for dim in step["grid"]:
-        expr = shape_expr.from_json(dim, f"{where} ({kernel}) grid")
-        unknown = shape_expr.buffers_of(expr) - set(buffers)
-        if unknown:
-            raise RuntimeLaunchError(f"{where} ({kernel}) grid uses unknown buffer(s) {sorted(unknown)}")
+        _check_sizes(dim, f"{where} ({kernel}) grid", "uses", buffers)
     if not all(isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in step["block"]):
         raise RuntimeLaunchError(f"{where} ({kernel}) block {step['block']!r} must be 3 positive integers")
+
+
+def _check_sizes(data, what: str, verb: str, buffers: dict) -> None:
+    """`data` is a size expression over the manifest's buffers ("<what> <verb> unknown buffer(s)" if not)."""
+    unknown = shape_expr.buffers_of(shape_expr.from_json(data, what)) - set(buffers)
+    if unknown:
+        raise RuntimeLaunchError(f"{what} {verb} unknown buffer(s) {sorted(unknown)}")
 
 
 def _validate_arg(where: str, kernel: str, arg, param, buffers: dict) -> None:

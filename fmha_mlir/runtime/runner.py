@@ -23,6 +23,7 @@ from .bundle import Bundle
 from .device_array import DeviceArray
 from .executor import Allocation, Executor
 
+
 @dataclass(frozen=True)
 class Layout:
     """Where a buffer's elements sit in its allocation: strides in elements, element 0 first."""
@@ -270,7 +271,8 @@ class PreparedRun:
     def launch(self) -> None:
         """Run every step (the launches' arguments are bound and packed once, on the first call)."""
         if self._prepared is None:
-            self._prepared = [_prepare_step(self.bundle, self.device, index, step, self.layouts, self.buffers)
+            shapes = {name: layout.shape for name, layout in self.layouts.items()}
+            self._prepared = [_prepare_step(self.bundle, self.device, index, step, shapes, self.buffers)
                               for index, step in enumerate(self.bundle.steps)]
         for run in self._prepared:
             run()
@@ -317,14 +319,13 @@ def run_bundle(bundle: Bundle, device: Executor, tensors: Mapping[str, np.ndarra
         return run.results()
 
 
-def _prepare_step(bundle: Bundle, device: Executor, index: int, step: dict, layouts: dict[str, Layout],
+def _prepare_step(bundle: Bundle, device: Executor, index: int, step: dict, shapes: Mapping[str, tuple[int, ...]],
                   buffers: dict[str, DeviceBuffer]):
-    """A callable running one step of the plan on these buffers."""
+    """A callable running one step of the plan on these buffers (of these logical shapes)."""
     if step["op"] == "zero":
         allocation = buffers[step["buffer"]].allocation
         return lambda: device.zero(allocation)
     kernel = step["kernel"]
-    shapes = {name: layout.shape for name, layout in layouts.items()}
     where = f"manifest step {index} ({kernel})"
     grid = [shape_expr.evaluate(shape_expr.from_json(e), shapes, f"{where} grid") for e in step["grid"]]
     if any(n < 1 for n in grid):
