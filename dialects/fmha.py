@@ -449,9 +449,11 @@ class MaskedScoreOp:
 
 
 class AtomicAddOp:
-    """buffer[indices] += value: a relaxed, device-scope f32 add with no result."""
+    """buffer[indices] += value: a relaxed, device-scope f32 add with no result. A vector<N x f32> value
+    (N = 2 or 4) adds element i at the last index + i: one vector atomic where the target has one."""
 
     NAME = "fmha.atomic_add"
+    VECTOR_WIDTHS = (2, 4)
 
     @classmethod
     def build(cls, value: "ir.Value", buffer: "ir.Value", indices: Sequence["ir.Value"], loc=None) -> "ir.Operation":
@@ -466,8 +468,9 @@ class AtomicAddOp:
             return [f"takes a value, a buffer and one index per buffer dim, got {len(operands)} operands"]
         value, buffer, indices = operands[0], operands[1], operands[2:]
         problems = []
-        if str(value.type) != "f32":
-            problems.append(f"operand #0 ('value') must be f32, got {value.type}")
+        if str(value.type) != "f32" and cls.width_of(value) is None:
+            widths = " or ".join(f"vector<{n}xf32>" for n in cls.VECTOR_WIDTHS)
+            problems.append(f"operand #0 ('value') must be f32 or {widths}, got {value.type}")
         if not isinstance(buffer.type, ir.MemRefType) or str(buffer.type.element_type) != "f32":
             problems.append(f"operand #1 ('buffer') must be a ranked memref of f32, got {buffer.type}")
             return problems
@@ -477,6 +480,16 @@ class AtomicAddOp:
             if str(value.type) != "index":
                 problems.append(f"operand #{dim + 2} (index of dim {dim}) must be index, got {value.type}")
         return problems
+
+    @classmethod
+    def width_of(cls, value: "ir.Value") -> int | None:
+        """N of a vector<N x f32> value the op takes; None for anything else (f32 included)."""
+        if not isinstance(value.type, ir.VectorType):
+            return None
+        t = ir.VectorType(value.type)
+        if t.rank != 1 or str(t.element_type) != "f32" or t.shape[0] not in cls.VECTOR_WIDTHS:
+            return None
+        return t.shape[0]
 
 
 OPS = {cls.NAME: cls for cls in (AttentionBwdOp, *STAGE_OPS, WaveReduceOp, Exp2Op, MaskedScoreOp, AtomicAddOp)}

@@ -262,8 +262,8 @@ class TiledBody(Body):
 
     def launch(self, stage, spec, config):
         if stage == "dq_dk_dv":
-            return Launch((ceildiv(Dim("k", 2), config.block_n), Dim("k", 1), Dim("k", 0)), (config.threads, 1, 1),
-                          self.shared_layout(spec, config)[-1].end)
+            return Launch(tiled_grid(config, ceildiv(Dim("k", 2), config.block_n), Dim("k", 1), Dim("k", 0)),
+                          (config.threads, 1, 1), self.shared_layout(spec, config)[-1].end)
         return _row_launch(stage, spec, config)
 
     def alignment(self, spec, config):
@@ -291,6 +291,23 @@ class TiledBody(Body):
         return tiles
 
 
+# Where (key block, kv head, batch) of a dq_dk_dv work-group sit among the block ids (x, y, z).
+_GRID_POSITIONS = {"keys_inner": (0, 1, 2), "keys_outer": (2, 0, 1)}
+
+
+def tiled_grid(config: KernelConfig, key_block, kv_head, batch) -> tuple:
+    """The (x, y, z) of (key block, kv head, batch) in config.grid_order: counts to a grid."""
+    out = [None] * 3
+    for position, value in zip(_GRID_POSITIONS[config.grid_order], (key_block, kv_head, batch)):
+        out[position] = value
+    return tuple(out)
+
+
+def tiled_block_ids(config: KernelConfig, ids) -> tuple:
+    """(key block, kv head, batch) from the block ids (x, y, z): the inverse of tiled_grid."""
+    return tuple(ids[position] for position in _GRID_POSITIONS[config.grid_order])
+
+
 BODIES: dict[str, Body] = {body.name: body for body in (WarpBody(), TiledBody())}
 # body="auto" takes the first body that supports the spec, fastest first.
 AUTO_ORDER = ("tiled", "warp")
@@ -304,7 +321,7 @@ TILED_TABLE: dict[int, KernelConfig] = {
                      dq_warps=(4, 2), p_in_registers=False),
     128: KernelConfig(**_SM90, block_m=64, block_n=128, stages=2, sdp_warps=(4, 2), dkv_warps=(4, 2),
                       dq_warps=(2, 4), p_in_registers=False),
-    256: KernelConfig(**_SM90, block_m=32, block_n=64, stages=2, sdp_warps=(4, 2), dkv_warps=(2, 4),
+    256: KernelConfig(**_SM90, block_m=64, block_n=64, stages=2, sdp_warps=(2, 4), dkv_warps=(2, 4),
                       dq_warps=(2, 4), p_in_registers=False),
 }
 

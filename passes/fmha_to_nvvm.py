@@ -1,7 +1,8 @@
 """convert-fmha-to-nvvm: fmha kernel-level ops -> NVIDIA target ops (docs/ir.md level 5).
 
 wave_reduce is a gpu.shuffle xor butterfly (shfl.sync.bfly); exp2 calls the ex2.approx.ftz intrinsic
-directly, since math.exp2 would become a libdevice call and llvm.intr.exp2 is illegal for NVVM.
+directly, since math.exp2 would become a libdevice call and llvm.intr.exp2 is illegal for NVVM. A
+vector atomic_add stays for fmha-vector-atomics-to-nvvm (docs/ir.md, level 5).
 """
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ from fmha_mlir.target import TARGETS
 
 from .base import FmhaPass
 from .ir_builders import create_op
-from .kernel_op_lowering import elementwise, lower_kernel_ops, reduce_width, shared_lowerings, shuffle_xor_reduce
+from .kernel_op_lowering import (elementwise, is_vector_atomic_add, lower_kernel_ops, reduce_width, shared_lowerings,
+                                 shuffle_xor_reduce)
 
 EX2_INTRINSIC = "llvm.nvvm.ex2.approx.ftz.f32"
 WARP_SIZE = TARGETS["sm_90"].wave_size
@@ -29,7 +31,8 @@ class ConvertFmhaToNvvm(FmhaPass):
         lowerings = shared_lowerings()
         lowerings[fmha.WaveReduceOp.NAME] = lower_wave_reduce
         lowerings[fmha.Exp2Op.NAME] = lower_exp2
-        lower_kernel_ops(module, lowerings)
+        # Vector atomic adds need the buffer's address: fmha-vector-atomics-to-nvvm lowers them later.
+        lower_kernel_ops(module, lowerings, deferred=is_vector_atomic_add)
 
 
 def lower_wave_reduce(op: "ir.Operation") -> "ir.Value":

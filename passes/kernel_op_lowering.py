@@ -24,8 +24,10 @@ KERNEL_OPS = (fmha.WaveReduceOp.NAME, fmha.Exp2Op.NAME, fmha.MaskedScoreOp.NAME,
 Lowering = Callable[["ir.Operation"], "ir.Value | None"]
 
 
-def lower_kernel_ops(module: "ir.Operation", lowerings: dict[str, Lowering]) -> None:
-    """Replace each kernel-level op under `module` with what its lowering in `lowerings` builds.
+def lower_kernel_ops(module: "ir.Operation", lowerings: dict[str, Lowering],
+                     deferred: Callable[["ir.Operation"], bool] = lambda op: False) -> None:
+    """Replace each kernel-level op under `module` with what its lowering in `lowerings` builds; the ops
+    `deferred` selects are verified and left for a later pass of the target.
 
     Every op is verified first (the fmha ops are unregistered: MLIR checked nothing about them).
     """
@@ -35,6 +37,8 @@ def lower_kernel_ops(module: "ir.Operation", lowerings: dict[str, Lowering]) -> 
             raise PassFailure("invalid op: " + "; ".join(problems), op)
         if enclosing_op(op, "gpu.func") is None:
             raise PassFailure(f"'{op.name}' must be inside a gpu.func (run fmha-stages-to-gpu first)", op)
+        if deferred(op):
+            continue
         with rewriting(op):
             replacement = lowerings[op.name](op)
         if replacement is not None:
@@ -133,7 +137,18 @@ def _shifted(position: "ir.Value", amount: int) -> "ir.Value":
 
 
 def lower_atomic_add(op: "ir.Operation") -> None:
-    """memref.atomic_rmw addf; fmha-hardware-atomics later relaxes it to a device-scope hardware add."""
+    """memref.atomic_rmw addf, one per element of a vector value (at the last index + i);
+    fmha-hardware-atomics later relaxes each to a device-scope hardware add."""
     value, buffer, *indices = op.operands
-    memref.atomic_rmw(arith.AtomicRMWKind.addf, value, buffer, indices)
+    width = fmha.AtomicAddOp.width_of(value)
+    if width is None:
+        memref.atomic_rmw(arith.AtomicRMWKind.addf, value, buffer, indices)
+        return None
+    for e in range(width):
+        last = arith.addi(indices[-1], index(e)) if e else indices[-1]
+        memref.atomic_rmw(arith.AtomicRMWKind.addf, vector.extract(value, [], [e]), buffer, indices[:-1] + [last])
     return None
+
+
+def is_vector_atomic_add(op: "ir.Operation") -> bool:
+    return op.name == fmha.AtomicAddOp.NAME and fmha.AtomicAddOp.width_of(op.operands[0]) is not None

@@ -23,6 +23,7 @@ _TABLE: dict[str, str] = {
     "convert-fmha-to-rocdl": "fmha_to_rocdl:ConvertFmhaToRocdl",
     "convert-fmha-to-nvvm": "fmha_to_nvvm:ConvertFmhaToNvvm",
     "fmha-hardware-atomics": "hardware_atomics:HardwareAtomics",
+    "fmha-vector-atomics-to-nvvm": "vector_atomics_to_nvvm:VectorAtomicsToNvvm",
 }
 
 # Upstream passes that take a chip name: (option, the Target.backend whose arches it accepts).

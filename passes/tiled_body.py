@@ -1,10 +1,10 @@
 """The tiled body's dq_dk_dv (docs/design/tiled-body.md): FlashAttention-2's shape on a matrix atom.
 
-One work-group per (key block of Bc keys, kv head, batch) = block id (x, y, z), `warps` warps. K and V of
-the block stay in shared memory and dK, dV in registers; the work-group walks the query blocks of Br rows
-that see its keys, for every query head of its GQA group, double-buffering Q / dO / LSE / D with async
-copies. Per step, with S^T (keys as rows) so that P^T and dS^T come out of the accumulators in the layout
-the next products take as A:
+One work-group per (key block of Bc keys, kv head, batch) (their block ids: bodies.tiled_grid), `warps`
+warps. K and V of the block stay in shared memory and dK, dV in registers; the work-group walks the
+query blocks of Br rows that see its keys, for every query head of its GQA group, double-buffering
+Q / dO / LSE / D with async copies. Per step, with S^T (keys as rows) so that P^T and dS^T come out of
+the accumulators in the layout the next products take as A:
 
     S^T = K Q^T;  P^T = exp2(S^T scale log2(e) - LSE log2(e));  dP^T = V dO^T;  dS^T = P^T (dP^T - D)
     dV += P^T dO;  dK += dS^T Q;  dQ += dS K (f32 atomics into dq_acc, scaled)
@@ -17,7 +17,7 @@ from __future__ import annotations
 import math as pymath
 from dataclasses import dataclass
 
-from fmha_mlir.bodies import COPY_ELEMENTS, TiledBody
+from fmha_mlir.bodies import COPY_ELEMENTS, TiledBody, tiled_block_ids
 from fmha_mlir.dialects import fmha
 from fmha_mlir.dialects.fmha_types import element_type
 from fmha_mlir.kernel_config import KernelConfig
@@ -67,9 +67,8 @@ class _Kernel:
         self.lanes = LaneValues(ir.InsertionPoint(marker.owner))
         self.atom = MmaSyncAtom(self.element, lane, self.lanes)
         self.tiles = shared_views(TiledBody.shared_layout(spec, config), self.element, config.swizzle == "xor")
-        self.key_block = gpu.block_id(gpu.Dimension.x)
-        self.kv_head = gpu.block_id(gpu.Dimension.y)
-        self.batch = gpu.block_id(gpu.Dimension.z)
+        self.key_block, self.kv_head, self.batch = tiled_block_ids(
+            config, [gpu.block_id(d) for d in (gpu.Dimension.x, gpu.Dimension.y, gpu.Dimension.z)])
         self.seqlen_q, = dims(self.q, [2])
         self.seqlen_k, = dims(self.k, [2])
         self.k0 = arith.muli(self.key_block, index(self.bn))
@@ -359,18 +358,15 @@ class _Kernel:
                     vector.store(atom.to_element(pair), tile.flat, [arith.addi(at, pair_col)], alignment=4)
 
     def add_dq(self, dq, head, q0, tile: WarpTile) -> None:
-        """dq_acc[b, head, q0 + row, col] += dS K, one f32 atomic per element (rows are padded; the
-        convert applies the softmax scale)."""
+        """dq_acc[b, head, q0 + row, col:col + 2] += dS K: one vector<2xf32> atomic per accumulator pair
+        (adjacent columns; rows are padded; the convert applies the softmax scale)."""
         atom = self.atom
         for mi, row in enumerate(dq):
             for ni, c in enumerate(row):
                 col = arith.addi(arith.addi(tile.col0, index(ni * atom.n)), atom.accumulator_col())
                 for r, pair in enumerate(atom.rows_of(c)):
                     q = arith.addi(arith.addi(q0, tile.row0), arith.addi(index(mi * atom.m), atom.accumulator_row(r)))
-                    for e in range(2):
-                        value = vector.extract(pair, [], [e])
-                        fmha.AtomicAddOp.build(value, self.dq_acc, [self.batch, head, q,
-                                                                     arith.addi(col, index(e)) if e else col])
+                    fmha.AtomicAddOp.build(pair, self.dq_acc, [self.batch, head, q, col])
 
     def store_grad(self, out, acc, tile: WarpTile, scale: float | None) -> None:
         """out[b, kv_head, k0 + row, col] = acc (times scale), rounded; rows past seqlen_k are not stored."""

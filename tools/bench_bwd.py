@@ -75,19 +75,10 @@ ROWS = [Row(*shape, causal, dtype) for dtype in ("bf16", "f16") for shape in SHA
 # Candidate tiled configs per head dim, measured by `build --sweep` + `run`.
 _BASE = dict(body="tiled", wave_size=32, instruction="mma.m16n8k16", swizzle="xor")
 SWEEP: dict[int, list[KernelConfig]] = {
-    64: [TILED_TABLE[64],
-         KernelConfig(**_BASE, block_m=64, block_n=128, warps=8, stages=2, sdp_warps=(8, 1), dkv_warps=(8, 1),
-                      dq_warps=(4, 2), p_in_registers=True),
-         KernelConfig(**_BASE, block_m=64, block_n=128, warps=16, stages=2, sdp_warps=(4, 4), dkv_warps=(4, 4),
-                      dq_warps=(4, 4))],
-    128: [TILED_TABLE[128],
-          KernelConfig(**_BASE, block_m=64, block_n=128, warps=8, stages=2, sdp_warps=(8, 1), dkv_warps=(8, 1),
-                       dq_warps=(2, 4), p_in_registers=True),
-          KernelConfig(**_BASE, block_m=64, block_n=128, warps=16, stages=2, sdp_warps=(4, 4), dkv_warps=(4, 4),
-                       dq_warps=(4, 4))],
-    256: [TILED_TABLE[256],
-          KernelConfig(**_BASE, block_m=64, block_n=64, warps=8, stages=1, sdp_warps=(2, 4), dkv_warps=(2, 4),
-                       dq_warps=(2, 4))],
+    64: [TILED_TABLE[64], dataclasses.replace(TILED_TABLE[64], grid_order="keys_inner")],
+    128: [TILED_TABLE[128], dataclasses.replace(TILED_TABLE[128], grid_order="keys_inner")],
+    256: [TILED_TABLE[256], KernelConfig(**_BASE, block_m=32, block_n=64, warps=8, stages=2, sdp_warps=(4, 2),
+                                         dkv_warps=(2, 4), dq_warps=(2, 4))],
 }
 
 

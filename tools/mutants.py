@@ -107,11 +107,11 @@ MUTANTS: list[Mutant] = [
     # -- the tiled body --------------------------------------------------------------------------------
     *_per_dtype("tiled: dS x1.01", TILED,
                 "ds = [[[arith.mulf(p[mi][ni][r], arith.subf(dp_r, dsum[ni]))",
-                'ds = [[[arith.mulf(arith.mulf(p[mi][ni][r], arith.subf(dp_r, dsum[ni])), _splat(f32(1.01 if spec.dtype == "{dt}" else 1.0), [2]))',
+                'ds = [[[arith.mulf(arith.mulf(p[mi][ni][r], arith.subf(dp_r, dsum[ni])), splat(f32(1.01 if spec.dtype == "{dt}" else 1.0), [2]))',
                 TILED_DTYPES),
     Mutant("tiled: P exponent x1.005", TILED,
            "pairs.append(fmha.Exp2Op.build(arith.subf(score, lse[ni], fastmath=_contract())))",
-           "pairs.append(fmha.Exp2Op.build(arith.mulf(arith.subf(score, lse[ni], fastmath=_contract()), _splat(f32(1.005), [2]))))"),
+           "pairs.append(fmha.Exp2Op.build(arith.mulf(arith.subf(score, lse[ni], fastmath=_contract()), splat(f32(1.005), [2]))))"),
     *_per_dtype("tiled: dV x0.99", TILED,
                 "*shapes[1]), self.dkv_v, None)",
                 '*shapes[1]), self.dkv_v, 0.99 if spec.dtype == "{dt}" else None)',
@@ -121,9 +121,11 @@ MUTANTS: list[Mutant] = [
                 '*shapes[0]), self.dkv, spec.scale * (0.99 if spec.dtype == "{dt}" else 1.0))',
                 TILED_DTYPES),
     *_per_dtype("tiled: dQ x0.99", TILED,
-                "value = vector.extract(pair, [], [e])",
-                'value = arith.mulf(vector.extract(pair, [], [e]), f32(0.99 if self.spec.dtype == "{dt}" else 1.0))',
+                "fmha.AtomicAddOp.build(pair, self.dq_acc,",
+                'fmha.AtomicAddOp.build(arith.mulf(pair, splat(f32(0.99 if self.spec.dtype == "{dt}" else 1.0), [2])), self.dq_acc,',
                 TILED_DTYPES),
+    Mutant("interp: a vector atomic's elements all land on the first index", "fmha_mlir/runtime/interp/ops_memory.py",
+           "at[:-1] + [at[-1] + e]", "at[:-1] + [at[-1]]"),
     Mutant("tiled: GQA group starts at head kv (not kv * g)", TILED,
            "first_head = arith.muli(self.kv_head, index(g))", "first_head = self.kv_head"),
     Mutant("tiled: first key of each block dropped (K copied one row late)", TILED,
@@ -187,6 +189,10 @@ def snapshot(directory: Path) -> Path:
     return directory
 
 
+# Python errors a mutant's own text causes: a test failing with one of these did not catch a wrong number.
+BROKEN_ERRORS = "NameError|SyntaxError|IndentationError|ImportError|UnboundLocalError|AttributeError|TypeError"
+
+
 def run_subset(base: Path, mutant: Mutant | None) -> Outcome:
     start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="fmha-mutant-") as tmp:
@@ -204,6 +210,10 @@ def run_subset(base: Path, mutant: Mutant | None) -> Outcome:
             return Outcome(mutant, [f"the subset (timed out after {TIMEOUT_S} s)"], time.monotonic() - start)
         killers = re.findall(r"^(?:FAILED|ERROR) (\S+)", done.stdout, re.MULTILINE)
         note = ""
+        broken = sorted(set(re.findall(rf"^(?:FAILED|ERROR) \S+ - ({BROKEN_ERRORS})\b", done.stdout, re.MULTILINE)))
+        if broken:   # the mutated code does not run: its tests died of that, not of a wrong gradient
+            return Outcome(mutant, [], time.monotonic() - start, f"the mutant is broken ({', '.join(broken)}): "
+                           + done.stdout[-2000:])
         if done.returncode not in (0, 1) or (done.returncode == 1 and not killers):
             killers.append(f"the subset (pytest exit {done.returncode})")
             note = done.stdout[-2000:] + done.stderr[-2000:]

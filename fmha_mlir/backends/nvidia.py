@@ -34,12 +34,13 @@ class NvidiaBackend(Backend):
         return ["convert-fmha-to-nvvm"]
 
     def attach_target_pass(self) -> str:
-        # PTX 8.0 for sm_90: the matrix and async-copy instructions the tiled body uses.
-        return render_pass("nvvm-attach-target", chip=self.target.arch, features="+ptx80")
+        # PTX 8.1 for sm_90: the matrix and async-copy instructions and red.global.add.v2.f32.
+        return render_pass("nvvm-attach-target", chip=self.target.arch, features="+ptx81")
 
     def module_passes(self) -> list[str]:
-        # nvgpu ops (mma.sync, ldmatrix, cp.async) become nvvm ops before the gpu conversion runs.
-        return ["convert-nvgpu-to-nvvm"]
+        # Vector atomics and nvgpu ops (mma.sync, ldmatrix, cp.async) become inline PTX and nvvm ops
+        # before the gpu conversion runs.
+        return ["fmha-vector-atomics-to-nvvm", "convert-nvgpu-to-nvvm"]
 
     def gpu_to_llvm_passes(self) -> list[str]:
         return ["convert-nvvm-to-llvm", "convert-gpu-to-nvvm"]

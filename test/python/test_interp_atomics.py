@@ -2,6 +2,7 @@
 import numpy as np
 import pytest
 
+from fmha_mlir.runtime.interp.errors import InterpreterError
 from interp_support import GLOBAL_INDEX, run
 
 ADD_BODY = GLOBAL_INDEX + """
@@ -86,3 +87,31 @@ def test_atomics_only_from_executing_lanes():
     }}"""
     run(ADD_BODY.format(atomic=atomic), ARGS, [vals, acc])
     np.testing.assert_array_equal(acc, [3, 3, 2, 2])
+
+
+VECTOR_BODY = GLOBAL_INDEX + """
+    %c2 = arith.constant 2 : index
+    %c3 = arith.constant 3 : index
+    %x = memref.load %vals[%i] : memref<?xf32>
+    %y = arith.addf %x, %x : f32
+    %pair = vector.from_elements %x, %y : vector<2xf32>
+    %slot = arith.remui %i, %c3 : index
+    %at = arith.muli %slot, %c2 : index
+    "fmha.atomic_add"(%pair, %acc, %at) : (vector<2xf32>, memref<?xf32>, index) -> ()"""
+
+
+@pytest.mark.parametrize("order", ["sequential", "random"])
+def test_vector_atomic_add_adds_each_element_at_the_next_position(order):
+    """Lane i adds (v, 2v) at slots 2 (i % 3) and 2 (i % 3) + 1: the pair lands on adjacent elements."""
+    vals = np.arange(1, 193, dtype=np.float32)  # 3 blocks of 64 lanes; exact sums in any order
+    acc = np.zeros(6, np.float32)
+    run(VECTOR_BODY, "%vals: memref<?xf32>, %acc: memref<?xf32>", [vals, acc], grid=(3, 1, 1),
+        atomic_order=order, seed=4)
+    per_slot = vals.reshape(-1, 3).sum(axis=0)
+    np.testing.assert_array_equal(acc, np.stack([per_slot, 2 * per_slot], axis=1).reshape(-1))
+
+
+def test_vector_atomic_add_past_the_end_is_an_error():
+    vals = np.ones(64, np.float32)
+    with pytest.raises(InterpreterError, match=r"out of bounds for a memref of shape \(5,\)"):
+        run(VECTOR_BODY, "%vals: memref<?xf32>, %acc: memref<?xf32>", [vals, np.zeros(5, np.float32)], grid=(1, 1, 1))

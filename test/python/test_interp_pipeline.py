@@ -3,6 +3,8 @@
 expanded into target-neutral fmha kernel ops and, for the tiled body, nvgpu matrix ops), judged by the
 one gate against the float64 oracle."""
 
+import dataclasses
+
 import pytest
 
 from fmha_mlir.compiler import INTERP_IR_FILE, compile_spec
@@ -59,8 +61,10 @@ M32N64_P_IN_SHARED = KernelConfig(**SMALL_TILES, block_m=32, block_n=64, warps=4
      M32N32_DOUBLE_BUFFERED),
     (AttentionBwdSpec("bf16", 64, mask=Mask("causal_top_left")), ProblemSize(1, 2, 130, 130), None),
     (AttentionBwdSpec("f16", 64, gqa_ratio=2), ProblemSize(2, 2, 150, 260), None),
+    (AttentionBwdSpec("bf16", 64, mask=Mask("causal_top_left"), gqa_ratio=2), ProblemSize(2, 4, 100, 130),
+     dataclasses.replace(M32N32_DOUBLE_BUFFERED, grid_order="keys_inner")),
 ], ids=["br-sq>sk-m32n32", "window-m32n64-p-shared", "window-left-unbounded-dv64", "tl-table-config",
-        "none-batch2-table-config"])
+        "none-batch2-table-config", "tl-batch2-gqa-keys-inner"])
 def test_tiled_body_across_tiles(spec, size, config):
     """Several key blocks per head and several query blocks per key block: the double-buffered query
     loop, the GQA head walk, tiles the mask cuts next to tiles it leaves whole, and partial last
@@ -73,3 +77,6 @@ def test_tiled_body_across_tiles(spec, size, config):
     assert all(c.passed for c in checks), "\n".join(map(str, checks))
     config = bundle.config
     assert size.seqlen_k > config.block_n and size.seqlen_q > config.block_m  # two tiles or more on each axis
+    grid = next(s["grid"] for s in bundle.manifest["steps"] if str(s.get("kernel")).endswith("dq_dk_dv"))
+    key_axis = {"keys_inner": 0, "keys_outer": 2}[config.grid_order]
+    assert grid[key_axis] == {"ceildiv": [{"dim": ["k", 2]}, config.block_n]}  # the order the kernel reads

@@ -9,6 +9,7 @@ from .errors import InterpreterError
 from .memory import allocate, atomic, load, row_major, store
 from .parser import Operation
 from .types import MemRefType, VectorType
+from .values import to_lanes
 
 # memref.atomic_rmw's `kind` enum (arith::AtomicRMWKind), in its printed integer encoding.
 ATOMIC_KINDS = ("addf", "addi", "andi", "assign", "maximumf", "maxnumf", "maxs", "maxu", "minimumf",
@@ -73,7 +74,23 @@ def compile_atomic_rmw(op: Operation, cc: KernelCompiler):
 
 
 def compile_fmha_atomic_add(op: Operation, cc: KernelCompiler):
-    return _compile_atomic(op, cc, "addf")
+    """fmha.atomic_add; a vector<N x f32> value adds element i at the last index + i, each element its
+    own atomic (as red.global.add.vN.f32 is: the elements are not one indivisible update)."""
+    if not isinstance(op.operand_types[0], VectorType):
+        return _compile_atomic(op, cc, "addf")
+    value, mem, *indices = cc.operands(op)
+    width = _vector_extent(op, cc, op.operand_types[0])
+    what = cc.describe(op)
+
+    def run(st, mask):
+        env = st.env
+        x = to_lanes(env[value], st.grid.lanes, 1)
+        at = [env[i] for i in indices]
+        for e in range(width):
+            atomic(env[mem], at[:-1] + [at[-1] + e], x[:, e], "addf", mask, st.grid, st.atomic_permutation(),
+                   False, what)
+
+    return run
 
 
 def compile_dim(op: Operation, cc: KernelCompiler):

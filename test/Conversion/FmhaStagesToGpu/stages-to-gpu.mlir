@@ -117,22 +117,22 @@ module {
 
 // -----
 
-// A tiled-body stage: one work-group of 8 warps per key block of 128 (grid x = ceil(seqlen_k / 128),
-// y = kv heads, z = batch) with the body's dynamic shared memory.
+// A tiled-body stage: one work-group of 8 warps per key block of 128 with the body's dynamic shared
+// memory; the default grid order (keys_outer) is x = kv heads, y = batch, z = ceil(seqlen_k / 128).
 
 !t = memref<?x?x?x64xbf16, strided<[?, ?, ?, 1]>>
 !acc = memref<?x?x?x64xf32, strided<[?, ?, ?, 1]>>
 !rows = memref<?x?x?xf32, strided<[?, ?, 1]>>
 
 // CHECK-LABEL: func.func @tiled
+// CHECK-DAG:  %[[H:.*]] = memref.dim %arg1, %c1
+// CHECK-DAG:  %[[B:.*]] = memref.dim %arg1, %c0
 // CHECK-DAG:  %[[SK:.*]] = memref.dim %arg1, %c2
 // CHECK-DAG:  %[[BN:.*]] = arith.constant 128 : index
 // CHECK:      %[[BLOCKS:.*]] = arith.ceildivui %[[SK]], %[[BN]]
-// CHECK-DAG:  %[[H:.*]] = memref.dim %arg1, %c1
-// CHECK-DAG:  %[[B:.*]] = memref.dim %arg1, %c0
 // CHECK-DAG:  %[[T:.*]] = arith.constant 256 : index
 // CHECK-DAG:  %[[SMEM:.*]] = arith.constant {{[0-9]+}} : i32
-// CHECK:      gpu.launch_func @fmha_kernels::@fmha_bwd_bf16_d64x64_g1_nomask_tiled_m64n128w8s2_{{[0-9a-f]+}}_dq_dk_dv blocks in (%[[BLOCKS]], %[[H]], %[[B]]) threads in (%[[T]], %{{.*}}, %{{.*}}) dynamic_shared_memory_size %[[SMEM]]
+// CHECK:      gpu.launch_func @fmha_kernels::@fmha_bwd_bf16_d64x64_g1_nomask_tiled_m64n128w8s2_{{[0-9a-f]+}}_dq_dk_dv blocks in (%[[H]], %[[B]], %[[BLOCKS]]) threads in (%[[T]], %{{.*}}, %{{.*}}) dynamic_shared_memory_size %[[SMEM]]
 // CHECK:        gpu.func @fmha_bwd_bf16_d64x64_g1_nomask_tiled_m64n128w8s2_{{[0-9a-f]+}}_dq_dk_dv({{.*}}) kernel
 // CHECK-SAME:       known_block_size = array<i32: 256, 1, 1>
 func.func @tiled(%q: !t, %k: !t, %v: !t, %do: !t, %lse: !rows, %d: !rows, %dq_acc: !acc, %dk: !t, %dv: !t) {

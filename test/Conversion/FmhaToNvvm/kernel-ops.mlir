@@ -72,3 +72,17 @@ gpu.module @kernels {
     gpu.return
   }
 }
+
+// -----
+
+// A vector atomic_add stays for fmha-vector-atomics-to-nvvm (it needs the buffer's address).
+
+gpu.module @kernels {
+  // CHECK-LABEL: gpu.func @vector_atomic_kept
+  gpu.func @vector_atomic_kept(%p: vector<2xf32>, %acc: memref<?xf32>, %k: index) kernel {
+    // CHECK-NEXT: "fmha.atomic_add"(%{{.*}}, %{{.*}}, %{{.*}}) : (vector<2xf32>, memref<?xf32>, index) -> ()
+    // CHECK-NOT: memref.atomic_rmw
+    "fmha.atomic_add"(%p, %acc, %k) : (vector<2xf32>, memref<?xf32>, index) -> ()
+    gpu.return
+  }
+}

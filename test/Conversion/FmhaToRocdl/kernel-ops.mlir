@@ -132,4 +132,19 @@ gpu.module @kernels {
     "fmha.atomic_add"(%v, %buf, %i, %i, %i, %i) : (f32, memref<?x?x?x64xf32, strided<[?, ?, ?, 1]>>, index, index, index, index) -> ()
     gpu.return
   }
+
+  // AMD has no vector f32 atomic: one scalar add per element, element e at the last index + e.
+  // CHECK-LABEL: gpu.func @vector_atomic_add
+  // CHECK-SAME: (%[[P:[^:]*]]: vector<2xf32>, %[[BUF:[^:]*]]: memref<?x?x?x64xf32, strided<[?, ?, ?, 1]>>, %[[I:[^:]*]]: index)
+  gpu.func @vector_atomic_add(%p: vector<2xf32>, %buf: memref<?x?x?x64xf32, strided<[?, ?, ?, 1]>>, %i: index) kernel {
+    // CHECK: %[[X0:.*]] = vector.extract %[[P]][0] : f32 from vector<2xf32>
+    // CHECK: memref.atomic_rmw addf %[[X0]], %[[BUF]][%[[I]], %[[I]], %[[I]], %[[I]]]
+    // CHECK: %[[ONE:.*]] = arith.constant 1 : index
+    // CHECK: %[[NEXT:.*]] = arith.addi %[[I]], %[[ONE]] : index
+    // CHECK: %[[X1:.*]] = vector.extract %[[P]][1] : f32 from vector<2xf32>
+    // CHECK: memref.atomic_rmw addf %[[X1]], %[[BUF]][%[[I]], %[[I]], %[[I]], %[[NEXT]]]
+    // CHECK-NOT: fmha.atomic_add
+    "fmha.atomic_add"(%p, %buf, %i, %i, %i, %i) : (vector<2xf32>, memref<?x?x?x64xf32, strided<[?, ?, ?, 1]>>, index, index, index, index) -> ()
+    gpu.return
+  }
 }

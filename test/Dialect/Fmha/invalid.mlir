@@ -569,8 +569,17 @@ func.func @masked_score_window_type(%x: f32, %i: index) {
 
 // atomic_add_value
 func.func @atomic_add_value(%h: f16, %b: memref<?x?xf32>, %i: index) {
-  // expected-error @+1 {{'fmha.atomic_add' op operand #0 ('value') must be f32, got f16}}
+  // expected-error @+1 {{'fmha.atomic_add' op operand #0 ('value') must be f32 or vector<2xf32> or vector<4xf32>, got f16}}
   "fmha.atomic_add"(%h, %b, %i, %i) : (f16, memref<?x?xf32>, index, index) -> ()
+  return
+}
+
+// -----
+
+// atomic_add_vector_width
+func.func @atomic_add_vector_width(%v: vector<3xf32>, %b: memref<?x?xf32>, %i: index) {
+  // expected-error @+1 {{'fmha.atomic_add' op operand #0 ('value') must be f32 or vector<2xf32> or vector<4xf32>, got vector<3xf32>}}
+  "fmha.atomic_add"(%v, %b, %i, %i) : (vector<3xf32>, memref<?x?xf32>, index, index) -> ()
   return
 }
 

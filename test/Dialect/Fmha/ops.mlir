@@ -85,6 +85,7 @@ func.func @convert_grad_static_output(%acc: !acc64, %dk: memref<2x4x16x64xf16>) 
 // CHECK: %[[E:[^ ]*]] = "fmha.exp2"(%[[R]]) : (f32) -> f32
 // CHECK: %[[S:[^ ]*]] = "fmha.masked_score"(%[[E]], %[[I]], %[[J]], %[[N]], %[[N]]) {mask = "causal_bottom_right", scale_log2 = 1.275000e-01 : f32, window_left = -1 : i64, window_right = -1 : i64} : (f32, index, index, index, index) -> f32
 // CHECK: "fmha.atomic_add"(%[[S]], %[[BUF]], %[[I]], %[[J]], %[[I]], %[[J]]) : (f32, memref<?x?x?x?xf32, strided<[?, ?, ?, 1]>>, index, index, index, index) -> ()
+// CHECK: "fmha.atomic_add"(%[[P:[^,]*]], %[[BUF]], %[[I]], %[[J]], %[[I]], %[[J]]) : (vector<2xf32>, memref<?x?x?x?xf32, strided<[?, ?, ?, 1]>>, index, index, index, index) -> ()
 func.func @kernel_ops(%x: f32, %i: index, %j: index, %n: index, %buf: memref<?x?x?x?xf32, strided<[?, ?, ?, 1]>>) {
   %r = "fmha.wave_reduce"(%x) {kind = "add", width = 64 : i32} : (f32) -> f32
   %e = "fmha.exp2"(%r) : (f32) -> f32
@@ -92,6 +93,8 @@ func.func @kernel_ops(%x: f32, %i: index, %j: index, %n: index, %buf: memref<?x?
       {mask = "causal_bottom_right", window_left = -1 : i64, window_right = -1 : i64, scale_log2 = 0.1275 : f32}
       : (f32, index, index, index, index) -> f32
   "fmha.atomic_add"(%s, %buf, %i, %j, %i, %j) : (f32, memref<?x?x?x?xf32, strided<[?, ?, ?, 1]>>, index, index, index, index) -> ()
+  %p = vector.broadcast %s : f32 to vector<2xf32>
+  "fmha.atomic_add"(%p, %buf, %i, %j, %i, %j) : (vector<2xf32>, memref<?x?x?x?xf32, strided<[?, ?, ?, 1]>>, index, index, index, index) -> ()
   return
 }
 

@@ -1,0 +1,43 @@
+// RUN: fmha-opt %s --split-input-file --pass-pipeline='builtin.module(fmha-vector-atomics-to-nvvm)' | FileCheck %s
+// RUN: fmha-opt %s --split-input-file --pass-pipeline='builtin.module(fmha-vector-atomics-to-nvvm,gpu.module(convert-gpu-to-nvvm),reconcile-unrealized-casts)' | FileCheck %s --check-prefix=LLVM
+
+// One red.global.add.v2.f32 at the element's address: aligned pointer + (offset + sum of index x stride) x 4.
+
+gpu.module @kernels {
+  // CHECK-LABEL: gpu.func @pair
+  // CHECK-SAME: (%[[P:[^:]*]]: vector<2xf32>, %[[BUF:[^:]*]]: memref<?x?xf32, strided<[?, 1]>>, %[[I:[^:]*]]: index, %[[J:[^:]*]]: index)
+  // LLVM-LABEL: llvm.func @pair
+  gpu.func @pair(%p: vector<2xf32>, %buf: memref<?x?xf32, strided<[?, 1]>>, %i: index, %j: index) kernel {
+    // CHECK: %{{.*}}, %[[OFF:[^,]*]], %{{.*}}:2, %[[STRIDES:[^:]*]]:2 = memref.extract_strided_metadata %[[BUF]]
+    // CHECK: %[[R:.*]] = arith.muli %[[I]], %[[STRIDES]]#0 : index
+    // CHECK: %[[A:.*]] = arith.addi %[[OFF]], %[[R]] : index
+    // CHECK: %[[C:.*]] = arith.muli %[[J]], %[[STRIDES]]#1 : index
+    // CHECK: %[[E:.*]] = arith.addi %[[A]], %[[C]] : index
+    // CHECK: %[[BASE:.*]] = memref.extract_aligned_pointer_as_index %[[BUF]]
+    // CHECK: %[[FOUR:.*]] = arith.constant 4 : index
+    // CHECK: %[[BYTES:.*]] = arith.muli %[[E]], %[[FOUR]] : index
+    // CHECK: %[[ADDR:.*]] = arith.addi %[[BASE]], %[[BYTES]] : index
+    // CHECK: %[[I64:.*]] = arith.index_cast %[[ADDR]] : index to i64
+    // CHECK: %[[PTR:.*]] = llvm.inttoptr %[[I64]] : i64 to !llvm.ptr
+    // CHECK: %[[X0:.*]] = vector.extract %[[P]][0]
+    // CHECK: %[[X1:.*]] = vector.extract %[[P]][1]
+    // CHECK: llvm.inline_asm has_side_effects "{ .reg .b64 ga; cvta.to.global.u64 ga, $0; red.relaxed.gpu.global.add.v2.f32 [ga], {$1, $2}; }", "l,f,f" %[[PTR]], %[[X0]], %[[X1]] : (!llvm.ptr, f32, f32) -> ()
+    // CHECK-NOT: fmha.atomic_add
+    // LLVM: llvm.inline_asm has_side_effects "{{.*}}red.relaxed.gpu.global.add.v2.f32{{.*}}", "l,f,f"
+    // LLVM-NOT: memref.
+    // LLVM-NOT: atomicrmw
+    "fmha.atomic_add"(%p, %buf, %i, %j) : (vector<2xf32>, memref<?x?xf32, strided<[?, 1]>>, index, index) -> ()
+    gpu.return
+  }
+}
+
+// -----
+
+gpu.module @kernels {
+  // CHECK-LABEL: gpu.func @quad
+  gpu.func @quad(%p: vector<4xf32>, %buf: memref<?xf32>, %i: index) kernel {
+    // CHECK: llvm.inline_asm has_side_effects "{{.*}}red.relaxed.gpu.global.add.v4.f32 [ga], {$1, $2, $3, $4}; }", "l,f,f,f,f"
+    "fmha.atomic_add"(%p, %buf, %i) : (vector<4xf32>, memref<?xf32>, index) -> ()
+    gpu.return
+  }
+}
