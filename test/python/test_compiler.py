@@ -333,3 +333,13 @@ def test_a_second_gpu_module_is_an_error_not_silently_dropped():
     text = kernels.rsplit("}", 1)[0] + "  gpu.module @more" + second + "}\n"
     with pytest.raises(CompileError, match="the kernel stage has 2 gpu.module ops; the bundle needs exactly one"):
         Compiler().compile_module(text, "gpu", "gfx942")
+
+
+def test_verifying_once_per_stage_compiles_the_same_code(compiler):
+    """The default verifies each stage's output once; verify_each_pass runs MLIR's verifier after every
+    pass. Same IR either way, and every stage's text is there to read (printed on demand)."""
+    spec = AttentionBwdSpec("f16", 64, mask=Mask("causal_top_left"))
+    once = compiler.compile_spec(spec, "sm_90")
+    each = Compiler(verify_each_pass=True).compile_spec(spec, "sm_90")
+    assert once.isa == each.isa and once.interp_ir == each.interp_ir
+    assert list(once.stages) == list(IR_STAGES) and all(once.stages[s] == each.stages[s] for s in IR_STAGES)

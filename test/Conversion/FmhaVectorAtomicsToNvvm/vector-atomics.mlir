@@ -1,7 +1,8 @@
 // RUN: fmha-opt %s --split-input-file --pass-pipeline='builtin.module(fmha-vector-atomics-to-nvvm)' | FileCheck %s
 // RUN: fmha-opt %s --split-input-file --pass-pipeline='builtin.module(fmha-vector-atomics-to-nvvm,gpu.module(convert-gpu-to-nvvm),reconcile-unrealized-casts)' | FileCheck %s --check-prefix=LLVM
 
-// One red.global.add.v2.f32 at the element's address: aligned pointer + (offset + sum of index x stride) x 4.
+// One red.global.add.v2.f32 at the element's address: the aligned pointer, offset (a getelementptr over
+// f32) by offset + sum of index x stride.
 
 gpu.module @kernels {
   // CHECK-LABEL: gpu.func @pair
@@ -14,11 +15,10 @@ gpu.module @kernels {
     // CHECK: %[[C:.*]] = arith.muli %[[J]], %[[STRIDES]]#1 : index
     // CHECK: %[[E:.*]] = arith.addi %[[A]], %[[C]] : index
     // CHECK: %[[BASE:.*]] = memref.extract_aligned_pointer_as_index %[[BUF]]
-    // CHECK: %[[FOUR:.*]] = arith.constant 4 : index
-    // CHECK: %[[BYTES:.*]] = arith.muli %[[E]], %[[FOUR]] : index
-    // CHECK: %[[ADDR:.*]] = arith.addi %[[BASE]], %[[BYTES]] : index
-    // CHECK: %[[I64:.*]] = arith.index_cast %[[ADDR]] : index to i64
-    // CHECK: %[[PTR:.*]] = llvm.inttoptr %[[I64]] : i64 to !llvm.ptr
+    // CHECK: %[[BASE64:.*]] = arith.index_cast %[[BASE]] : index to i64
+    // CHECK: %[[START:.*]] = llvm.inttoptr %[[BASE64]] : i64 to !llvm.ptr
+    // CHECK: %[[E64:.*]] = arith.index_cast %[[E]] : index to i64
+    // CHECK: %[[PTR:.*]] = llvm.getelementptr %[[START]][%[[E64]]] : (!llvm.ptr, i64) -> !llvm.ptr, f32
     // CHECK: %[[X0:.*]] = vector.extract %[[P]][0]
     // CHECK: %[[X1:.*]] = vector.extract %[[P]][1]
     // CHECK: llvm.inline_asm has_side_effects "{ .reg .b64 ga; cvta.to.global.u64 ga, $0; red.relaxed.gpu.global.add.v2.f32 [ga], {$1, $2}; }", "l,f,f" %[[PTR]], %[[X0]], %[[X1]] : (!llvm.ptr, f32, f32) -> ()
