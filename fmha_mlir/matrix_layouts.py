@@ -73,3 +73,61 @@ class MmaShape:
 
 
 MMA_M16N8K16 = MmaShape(16, 8, 16, a_registers=4, b_registers=2, c_registers=2)
+
+
+# --- AMD MFMA (wave64) ------------------------------------------------------------------------------
+#
+# From AMD's CDNA3 ISA guide (MI300, "Matrix Fused-Multiply-Add (MFMA)", the dependent-operand layout
+# tables) and the CDNA4 guide (MI350) for the double-K variants, as AMD's matrix instruction calculator
+# prints them (`--detail-instruction`), for one block (blocks = 1, cbsz = abid = 0, blgp = none):
+#   A (M x K) vector<KL x T>: lane l holds row l % M, columns KL * (l // M) + i   (i < KL)
+#   B (K x N) vector<KL x T>: lane l holds rows KL * (l // N) + i, column l % N
+#   C, D (M x N) vector<M*N/64 x f32>: register r of lane l holds column l % N and row
+#       8 * (r // 4) + 4 * (l // 32) + r % 4 for 32x32 tiles, 4 * (l // 16) + r for 16x16 tiles,
+#       i.e. 4-row groups, the 64 / N lane groups of a wave taking consecutive groups.
+# KL = K * M / 64 elements per lane: 4 for 32x32x8 and 16x16x16 (gfx942 and gfx950), 8 for 32x32x16 and
+# 16x16x32 (gfx950 only). The tests derive the same tables a second way, from composable_kernel's
+# xdlops parameters (group size, input blocks, threads per block, k per block).
+
+
+@dataclass(frozen=True)
+class MfmaShape:
+    """One MFMA instruction (f16 / bf16 operands, f32 accumulators) and the chips that have it."""
+
+    m: int
+    n: int
+    k: int
+    chips: tuple[str, ...]
+
+    @property
+    def k_per_lane(self) -> int:
+        return self.k * self.m // WAVE64
+
+    @property
+    def c_registers(self) -> int:
+        return self.m * self.n // WAVE64
+
+    @property
+    def name(self) -> str:
+        return f"{self.m}x{self.n}x{self.k}"
+
+
+WAVE64 = 64
+MFMA_SHAPES = {s.name: s for s in (MfmaShape(32, 32, 8, ("gfx942", "gfx950")), MfmaShape(16, 16, 16, ("gfx942", "gfx950")),
+                                   MfmaShape(32, 32, 16, ("gfx950",)), MfmaShape(16, 16, 32, ("gfx950",)))}
+
+
+def mfma_a(shape: MfmaShape, lane: int, item: int) -> tuple[int, int]:
+    """(row, k) of A[M][K] held by element `item` of `lane`'s A operand."""
+    return lane % shape.m, shape.k_per_lane * (lane // shape.m) + item
+
+
+def mfma_b(shape: MfmaShape, lane: int, item: int) -> tuple[int, int]:
+    """(k, col) of B[K][N] held by element `item` of `lane`'s B operand."""
+    return shape.k_per_lane * (lane // shape.n) + item, lane % shape.n
+
+
+def mfma_c(shape: MfmaShape, lane: int, register: int) -> tuple[int, int]:
+    """(row, col) of C/D[M][N] held by accumulator register `register` of `lane`."""
+    groups = WAVE64 // shape.n            # lane groups of a wave: 2 for 32x32, 4 for 16x16
+    return 4 * groups * (register // 4) + 4 * (lane // shape.n) + register % 4, lane % shape.n

@@ -34,9 +34,9 @@ PACKAGE_DIRS = {"fmha_mlir": "fmha_mlir", "dialects": "fmha_mlir/dialects", "pas
 # kv heads and the gpu stage (pipeline tests), multi-tile tiled problems, the lowered mask semantics,
 # the warp body's exact key ranges. One pytest process: the kernels compile once per mutant.
 SUBSET_FILES = ("test/python/test_interp_matrix.py", "test/python/test_interp_pipeline.py",
-                "test/python/test_interp_fmha_ops.py", "test/python/test_lowering.py")
+                "test/python/test_interp_fmha_ops.py", "test/python/test_lowering.py", "test/python/test_interp_mfma.py")
 SUBSET_SELECTION = ("(test_interp_matrix and d64 and g4) or test_interp_pipeline or (test_interp_fmha_ops and lowered)"
-                    " or (test_lowering and key_range)")
+                    " or (test_lowering and key_range) or test_interp_mfma")
 TIMEOUT_S = 900
 
 
@@ -124,6 +124,13 @@ MUTANTS: list[Mutant] = [
                 "fmha.AtomicAddOp.build(pair, self.dq_acc,",
                 'fmha.AtomicAddOp.build(arith.mulf(pair, splat(f32(0.99 if self.spec.dtype == "{dt}" else 1.0), [2])), self.dq_acc,',
                 TILED_DTYPES),
+    # -- the AMD matrix layouts (the interpreter reads the same table: only the second source catches it)
+    Mutant("amd: MFMA accumulator row groups of the two lane halves swapped", "fmha_mlir/matrix_layouts.py",
+           "4 * groups * (register // 4) + 4 * (lane // shape.n) + register % 4",
+           "4 * groups * (register // 4) + 4 * (groups - 1 - lane // shape.n) + register % 4"),
+    Mutant("amd: MFMA emulation scatters D by the inverse of its layout", "fmha_mlir/runtime/interp/ops_amdgpu.py",
+           "env[out] = d[:, d_positions].reshape(g.lanes, shape.c_registers)",
+           "env[out] = d[:, c_holders.reshape(d_positions.shape)].reshape(g.lanes, shape.c_registers)"),
     Mutant("interp: a vector atomic's elements all land on the first index", "fmha_mlir/runtime/interp/ops_memory.py",
            "at[:-1] + [at[-1] + e]", "at[:-1] + [at[-1]]"),
     Mutant("tiled: GQA group starts at head kv (not kv * g)", TILED,

@@ -1,6 +1,9 @@
 """Shared helpers of the interpreter tests: readable MLIR -> generic form (through the bindings) -> run."""
 from __future__ import annotations
 
+import numpy as np
+
+from fmha_mlir.dtypes import bf16_bits, bf16_value
 from fmha_mlir.mlir import ir, make_context
 from fmha_mlir.runtime.interp import Interpreter
 
@@ -41,3 +44,13 @@ def run(body: str, args: str, values: list, grid=(1, 1, 1), block=(64, 1, 1), wa
     interp = Interpreter(generic(kernel_module(body, args, workgroup=workgroup)), wave_size, **options)
     interp.run_kernel("k", values, grid, block, shared_bytes)
     return interp
+
+
+def random_values(rng, shape, dtype):
+    """Values exactly representable in `dtype` (f16 or bf16), as float64, and their storage array."""
+    x = rng.standard_normal(shape)
+    if dtype == "bf16":
+        bits = bf16_bits(x)
+        return bf16_value(bits).astype(np.float64), bits
+    half = x.astype(np.float16)
+    return half.astype(np.float64), half

@@ -21,10 +21,10 @@ import numpy as np
 import pytest
 
 from fmha_mlir import matrix_layouts
-from fmha_mlir.dtypes import bf16_bits, bf16_value
+from fmha_mlir.dtypes import bf16_value
 from fmha_mlir.runtime.interp import InterpreterError
 
-from interp_support import run
+from interp_support import random_values, run
 
 WARP = 32
 
@@ -76,16 +76,6 @@ def test_ldmatrix_layout_follows_the_ptx_isa(transpose):
 
 
 # --- data in the element types -------------------------------------------------------------------
-
-def random_values(rng, shape, dtype):
-    """Values exactly representable in `dtype` (float64) and their storage array."""
-    x = rng.standard_normal(shape)
-    if dtype == "bf16":
-        bits = bf16_bits(x)
-        return bf16_value(bits).astype(np.float64), bits
-    half = x.astype(np.float16)
-    return half.astype(np.float64), half
-
 
 def values_of(stored, dtype):
     return (bf16_value(stored) if dtype == "bf16" else stored).astype(np.float64)

@@ -5,7 +5,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import ops_arith, ops_crosslane, ops_fmha, ops_gpu, ops_memory, ops_nvgpu, ops_scf, ops_vector
+from . import ops_amdgpu, ops_arith, ops_crosslane, ops_fmha, ops_gpu, ops_memory, ops_nvgpu, ops_scf, ops_vector
 from .compiler import CompiledRegion, KernelCompiler, State, run_region
 from .errors import InterpreterError
 from .lanes import LaneGrid
@@ -15,7 +15,8 @@ from .types import MemRefType, ScalarType
 from .workgroup import WorkgroupMemory
 
 HANDLERS = {**ops_arith.HANDLERS, **ops_memory.HANDLERS, **ops_vector.HANDLERS, **ops_scf.HANDLERS,
-            **ops_gpu.HANDLERS, **ops_crosslane.HANDLERS, **ops_fmha.HANDLERS, **ops_nvgpu.HANDLERS}
+            **ops_gpu.HANDLERS, **ops_crosslane.HANDLERS, **ops_fmha.HANDLERS, **ops_nvgpu.HANDLERS,
+            **ops_amdgpu.HANDLERS}
 ATOMIC_ORDERS = ("sequential", "random")
 DEFAULT_MAX_LANES = 1 << 16
 # Workgroup memory of one chunk, all work-groups together: bounds the race detector's shadow (3 bytes

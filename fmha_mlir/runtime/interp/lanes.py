@@ -10,6 +10,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .errors import InterpreterError
+
 
 @dataclass(frozen=True)
 class LaneGrid:
@@ -65,3 +67,23 @@ class LaneGrid:
         block = tuple(int(a[lane]) for a in self.block_id)
         thread = tuple(int(a[lane]) for a in self.thread_id)
         return f"lane {self.first_group * self.group_threads + int(lane)} (block {block}, thread {thread})"
+
+
+def require_whole_groups(st, mask, width: int, what: str, unit: str) -> None:
+    """A collective op of `width` lanes (a warp's mma.sync, a wave's MFMA): the interpreter runs waves of
+    `width`, and every executing lane's whole group executes it; else an error naming the first lane."""
+    g = st.grid
+    if g.wave_size != width:
+        raise InterpreterError(f"{what}: needs {unit}s of {width} lanes (the interpreter runs waves of "
+                               f"{g.wave_size})")
+    if mask is None:  # only partial groups can fail: that depends on the geometry, once per chunk
+        key = ("partial groups", width)
+        if key not in st.cache:
+            st.cache[key] = g.incomplete_groups(None, width)
+        partial = st.cache[key]
+    else:
+        partial = g.incomplete_groups(mask, width)
+    if partial.any():
+        lane = int(np.argmax(partial))
+        raise InterpreterError(f"{what}: {g.describe(lane)} is in a {unit} that does not execute it whole: all "
+                               f"{width} lanes of a {unit} must execute it together (a divergent or partial {unit})")

@@ -20,6 +20,7 @@ import numpy as np
 from ... import matrix_layouts as layouts
 from .compiler import KernelCompiler
 from .errors import InterpreterError
+from .lanes import require_whole_groups
 from .memory import element_index, flat_index, to_values
 from .ops_memory import segments
 from .parser import Operation
@@ -72,20 +73,7 @@ LDMATRIX_SOURCES = {(t, n): _ldmatrix_sources(t, n) for t in (False, True) for n
 
 
 def _whole_warps(st, mask, what: str) -> None:
-    g = st.grid
-    if g.wave_size != WARP:
-        raise InterpreterError(f"{what}: needs warps of {WARP} lanes (the interpreter runs waves of "
-                               f"{g.wave_size})")
-    if mask is None:  # only partial warps can fail: that depends on the geometry, once per chunk
-        if "partial warps" not in st.cache:
-            st.cache["partial warps"] = g.incomplete_groups(None, WARP)
-        partial = st.cache["partial warps"]
-    else:
-        partial = g.incomplete_groups(mask, WARP)
-    if partial.any():
-        lane = int(np.argmax(partial))
-        raise InterpreterError(f"{what}: {g.describe(lane)} is in a warp that does not execute it whole: all "
-                               f"{WARP} lanes of a warp must execute it together (a divergent or partial warp)")
+    require_whole_groups(st, mask, WARP, what, "warp")
 
 
 def _first_bad(g, bad, mask):
