@@ -18,7 +18,7 @@ from fmha_mlir.dialects import fmha
 from fmha_mlir.mlir import arith, ir, memref, vector
 
 from .base import FmhaPass, PassFailure, rewriting
-from .ir_builders import collect_ops, index
+from .ir_builders import collect_ops
 
 def red_asm(width: int) -> str:
     """PTX of one relaxed, device-scope vector add of `width` f32 at generic address $0."""

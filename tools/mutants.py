@@ -34,9 +34,10 @@ PACKAGE_DIRS = {"fmha_mlir": "fmha_mlir", "dialects": "fmha_mlir/dialects", "pas
 # kv heads and the gpu stage (pipeline tests), multi-tile tiled problems, the lowered mask semantics,
 # the warp body's exact key ranges. One pytest process: the kernels compile once per mutant.
 SUBSET_FILES = ("test/python/test_interp_matrix.py", "test/python/test_interp_pipeline.py",
-                "test/python/test_interp_fmha_ops.py", "test/python/test_lowering.py", "test/python/test_interp_mfma.py")
+                "test/python/test_interp_fmha_ops.py", "test/python/test_lowering.py", "test/python/test_interp_mfma.py",
+                "test/python/test_mfma_atom.py")
 SUBSET_SELECTION = ("(test_interp_matrix and d64 and g4) or test_interp_pipeline or (test_interp_fmha_ops and lowered)"
-                    " or (test_lowering and key_range) or test_interp_mfma")
+                    " or (test_lowering and key_range) or test_interp_mfma or test_mfma_atom")
 TIMEOUT_S = 900
 
 
@@ -131,6 +132,8 @@ MUTANTS: list[Mutant] = [
     Mutant("amd: MFMA emulation scatters D by the inverse of its layout", "fmha_mlir/runtime/interp/ops_amdgpu.py",
            "env[out] = d[:, d_positions].reshape(g.lanes, shape.c_registers)",
            "env[out] = d[:, c_holders.reshape(d_positions.shape)].reshape(g.lanes, shape.c_registers)"),
+    Mutant("amd: the MFMA atom stores accumulator register r at the wrong row", "passes/mfma_atom.py",
+           "index(4 * groups * (register // 4) + register % 4)", "index(4 * groups * (register % 4) + register // 4)"),
     Mutant("interp: a vector atomic's elements all land on the first index", "fmha_mlir/runtime/interp/ops_memory.py",
            "at[:-1] + [at[-1] + e]", "at[:-1] + [at[-1]]"),
     Mutant("tiled: GQA group starts at head kv (not kv * g)", TILED,
