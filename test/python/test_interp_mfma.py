@@ -1,5 +1,6 @@
 """AMD MFMA (wave64): the lane layouts of fmha_mlir/matrix_layouts.py against a second source, and the
-interpreter's amdgpu.mfma against NumPy for every modelled instruction.
+interpreter's amdgpu.mfma against NumPy for every modelled instruction; and amdgpu.raw_buffer_load's
+out-of-range rule (the AMD tiled body's copies read rows past the sequence end as zeros).
 
 The layouts in matrix_layouts.py are written from AMD's CDNA3 / CDNA4 ISA guides ("Matrix Fused-Multiply-
 Add", the operand layout tables, as AMD's matrix instruction calculator prints them). The second source
@@ -124,3 +125,44 @@ def test_mfma_rejects_what_it_does_not_model():
     %d = amdgpu.mfma 32x32x8 %a * %a + %c {blocks = 1 : i32, abid = 0 : i32, cbsz = 1 : i32} blgp = none : vector<4xbf16>, vector<4xbf16>, vector<16xf32>"""
     with pytest.raises(InterpreterError, match=r"amdgpu.mfma .*: cbsz = 1 is not modelled \(only 0\)"):
         run(body, "%unused: index", [0])
+
+
+# --- amdgpu.raw_buffer_load ----------------------------------------------------------------------
+
+BUFFER_LOAD = """
+    %t = gpu.thread_id x
+    %t32 = arith.index_cast %t : index to i32
+    %ri = memref.load %rows[%t] : memref<64xi32>
+    %ci = memref.load %cols[%t] : memref<64xi32>
+    %v = amdgpu.raw_buffer_load {{boundsCheck = true}} %buf[%ri, %ci] : memref<4x5xf32>, i32, i32 -> {result}
+    vector.store {stored}, %out[%t, %z] : memref<64x2xf32>, vector<{n}xf32>"""
+
+
+def buffer_load(rows, cols, width: int):
+    buf = np.arange(1, 21, dtype=np.float32).reshape(4, 5)
+    out = np.full((64, 2), np.nan, np.float32)
+    result = "f32" if width == 1 else f"vector<{width}xf32>"
+    stored = "%vv" if width == 1 else "%v"
+    body = "    %z = arith.constant 0 : index" + BUFFER_LOAD.format(result=result, stored=stored, n=width)
+    if width == 1:
+        body = body.replace("    vector.store", "    %vv = vector.broadcast %v : f32 to vector<1xf32>\n    vector.store")
+    run(body, "%buf: memref<4x5xf32>, %rows: memref<64xi32>, %cols: memref<64xi32>, %out: memref<64x2xf32>",
+        [buf, np.array(rows, np.int32), np.array(cols, np.int32), out], block=(64, 1, 1))
+    return out[:, :width]
+
+
+def test_raw_buffer_load_reads_the_buffer_as_one_range_and_zero_outside_it():
+    """Lanes 0-3: inside; lane 4: past its row but inside the buffer (the next row's element); lane 5:
+    past the last element (0); lane 6: a negative index (0)."""
+    rows = [0, 1, 3, 2, 0, 4, -1] + [0] * 57
+    cols = [0, 2, 4, 1, 7, 0, 0] + [0] * 57
+    got = buffer_load(rows, cols, 1)[:7, 0]
+    np.testing.assert_array_equal(got, [1, 8, 20, 12, 8, 0, 0])
+
+
+def test_raw_buffer_load_vector_partly_outside_is_an_error():
+    rows, cols = [3] + [0] * 63, [4] + [0] * 63   # elements 19 and 20 of a 20-element buffer
+    with pytest.raises(InterpreterError, match=r"amdgpu.raw_buffer_load .*: lane 0 .* loads elements \[19, 21\) of "
+                                               r"a 20-element buffer: partly outside the buffer"):
+        buffer_load(rows, cols, 2)
+    np.testing.assert_array_equal(buffer_load([3, 4] + [0] * 62, [3, 0] + [0] * 62, 2)[:2], [[19, 20], [0, 0]])

@@ -1,4 +1,5 @@
-"""AMD matrix cores: amdgpu.mfma (wave64), emulated with the lane layouts of fmha_mlir/matrix_layouts.py.
+"""AMD ops: amdgpu.mfma (wave64), emulated with the lane layouts of fmha_mlir/matrix_layouts.py, and
+amdgpu.raw_buffer_load with the buffer's out-of-range rule.
 
 An MFMA is wave-collective: all 64 lanes of a wave take part, and a divergent or partial wave is an
 error (the hardware reads the inactive lanes' registers anyway). Only the plain form is modelled:
@@ -11,7 +12,10 @@ import numpy as np
 
 from ... import matrix_layouts as layouts
 from .compiler import KernelCompiler
+from .errors import InterpreterError
 from .lanes import require_whole_groups
+from .memory import to_values
+from .ops_memory import segments
 from .parser import Operation
 from .types import VectorType
 from .values import to_lanes
@@ -89,4 +93,45 @@ def compile_mfma(op: Operation, cc: KernelCompiler):
     return run
 
 
-HANDLERS = {"amdgpu.mfma": compile_mfma}
+def compile_raw_buffer_load(op: Operation, cc: KernelCompiler):
+    """The element at memref.load's linear index, in a buffer of num_records = max over dims of size x
+    stride elements (MLIR's lowering: the memref as one flat range, so an index past the end of a row
+    but inside the buffer reads the next row). A load wholly outside returns zeros (boundsCheck, the
+    default; a negative i32 index is a huge unsigned offset); one partly outside is chipset-dependent
+    (MLIR's documentation) and an error here, as is any out-of-range load without boundsCheck.
+    indexOffset and sgprOffset are not modelled."""
+    (mem,), indices, sgpr = segments(op, cc)
+    if sgpr or "indexOffset" in op.attributes:
+        raise cc.error(op, "indexOffset / sgprOffset are not modelled")
+    checked = bool(cc.attr(op, "boundsCheck")) if "boundsCheck" in op.attributes else True
+    t, mem_t = op.result_types[0], op.operand_types[0]
+    extent = t.shape[0] if isinstance(t, VectorType) else 1
+    if (t.elem if isinstance(t, VectorType) else t) != mem_t.elem:
+        raise cc.error(op, f"loads {t} from a memref of {mem_t.elem}")
+    out = cc.result(op)
+    what = cc.describe(op)
+
+    def run(st, mask):
+        env, g = st.env, st.grid
+        m = env[mem]
+        linear = np.broadcast_to(m.offset + sum(np.asarray(env[i], np.int64) * s for i, s in zip(indices, m.strides)),
+                                 (g.lanes,))
+        records = max(int(size) * int(stride) for size, stride in zip(m.sizes, m.strides))
+        inside = (linear >= 0) & (linear + extent <= records)
+        outside = (linear < 0) | (linear >= records)
+        active = np.ones(g.lanes, bool) if mask is None else mask
+        bad = active & ~inside & ~outside if checked else active & ~inside
+        if bad.any():
+            lane = int(np.argmax(bad))
+            rule = "partly outside the buffer (chipset-dependent)" if checked else "outside the buffer without boundsCheck"
+            raise InterpreterError(f"{what}: {g.describe(lane)} loads elements [{int(linear[lane])}, "
+                                   f"{int(linear[lane]) + extent}) of a {records}-element buffer: {rule}")
+        flat = np.where(inside, linear, 0)[:, None] + np.arange(extent, dtype=np.int64)
+        values = to_values(m.storage.take(flat, mode="clip"), m.elem)
+        values = np.where(inside[:, None], values, np.zeros((), values.dtype))
+        env[out] = values if isinstance(t, VectorType) else values[:, 0]
+
+    return run
+
+
+HANDLERS = {"amdgpu.mfma": compile_mfma, "amdgpu.raw_buffer_load": compile_raw_buffer_load}
