@@ -20,6 +20,10 @@ from fmha_mlir.mlir import arith, ir, memref, vector
 from .base import FmhaPass, PassFailure, rewriting
 from .ir_builders import collect_ops
 
+# llvm.getelementptr's marker for "this index is an operand, not a constant" (LLVM::GEPOp::kDynamicIndex).
+GEP_DYNAMIC_INDEX = -2 ** 31
+
+
 def red_asm(width: int) -> str:
     """PTX of one relaxed, device-scope vector add of `width` f32 at generic address $0."""
     values = ", ".join(f"${i + 1}" for i in range(width))
@@ -54,17 +58,16 @@ def _last_dim_contiguous(t: "ir.MemRefType") -> bool:
 
 def _emit_red(op: "ir.Operation", width: int) -> None:
     value, buffer, *indices = op.operands
-    rank = len(indices)
     metadata = memref.ExtractStridedMetadataOp(buffer)
-    offset, strides = metadata.offset, list(metadata.strides)
-    for i, stride in zip(indices, strides[:rank]):
+    offset = metadata.offset
+    for i, stride in zip(indices, metadata.strides):
         offset = arith.addi(offset, arith.muli(i, stride))
     base = arith.index_cast(ir.IntegerType.get_signless(64), memref.extract_aligned_pointer_as_index(buffer))
     start = ir.Operation.create("llvm.inttoptr", results=[ir.Type.parse("!llvm.ptr")], operands=[base]).result
     i64_offset = arith.index_cast(ir.IntegerType.get_signless(64), offset)
     pointer = ir.Operation.create("llvm.getelementptr", results=[ir.Type.parse("!llvm.ptr")],
                                   operands=[start, i64_offset], attributes={
-                                      "rawConstantIndices": ir.DenseI32ArrayAttr.get([-2147483648]),
+                                      "rawConstantIndices": ir.DenseI32ArrayAttr.get([GEP_DYNAMIC_INDEX]),
                                       "elem_type": ir.TypeAttr.get(ir.F32Type.get())}).result
     elements = [vector.extract(value, [], [e]) for e in range(width)]
     ir.Operation.create("llvm.inline_asm", results=[], operands=[pointer, *elements], attributes={

@@ -102,15 +102,17 @@ def test_mfma_matches_numpy(name, dtype):
     out = np.full((2, 128, regs), np.nan, np.float32)
     args = (f"%ain: memref<2x128x{kl}x{dtype}>, %bin: memref<2x128x{kl}x{dtype}>, %cin: memref<2x128x{regs}xf32>, "
             f"%out: memref<2x128x{regs}xf32>")
-    run(mfma_kernel(shape, dtype), args, [per_thread(a_stored, layouts.mfma_a, kl), per_thread(b_stored, layouts.mfma_b, kl),
-                                          per_thread(c, layouts.mfma_c, regs), out], grid=(2, 1, 1), block=(128, 1, 1))
+    fragments_in = [per_thread(a_stored, layouts.mfma_a, kl), per_thread(b_stored, layouts.mfma_b, kl),
+                    per_thread(c, layouts.mfma_c, regs), out]
+    run(mfma_kernel(shape, dtype), args, fragments_in, grid=(2, 1, 1), block=(128, 1, 1))
     want = (np.matmul(a, b) + c.astype(np.float64)).astype(np.float32)
     np.testing.assert_array_equal(out, per_thread(want, layouts.mfma_c, regs))
 
 
 def test_mfma_needs_the_whole_wave():
     shape = layouts.MFMA_SHAPES["32x32x8"]
-    args = "%ain: memref<2x128x4xbf16>, %bin: memref<2x128x4xbf16>, %cin: memref<2x128x16xf32>, %out: memref<2x128x16xf32>"
+    args = ("%ain: memref<2x128x4xbf16>, %bin: memref<2x128x4xbf16>, %cin: memref<2x128x16xf32>, "
+            "%out: memref<2x128x16xf32>")
     values = [np.zeros((2, 128, 4), np.uint16), np.zeros((2, 128, 4), np.uint16), np.zeros((2, 128, 16), np.float32),
               np.zeros((2, 128, 16), np.float32)]
     with pytest.raises(InterpreterError, match=r"amdgpu.mfma .*: lane 64 .* is in a wave that does not execute it "
@@ -145,7 +147,8 @@ def buffer_load(rows, cols, width: int):
     stored = "%vv" if width == 1 else "%v"
     body = "    %z = arith.constant 0 : index" + BUFFER_LOAD.format(result=result, stored=stored, n=width)
     if width == 1:
-        body = body.replace("    vector.store", "    %vv = vector.broadcast %v : f32 to vector<1xf32>\n    vector.store")
+        broadcast = "    %vv = vector.broadcast %v : f32 to vector<1xf32>\n"
+        body = body.replace("    vector.store", broadcast + "    vector.store")
     run(body, "%buf: memref<4x5xf32>, %rows: memref<64xi32>, %cols: memref<64xi32>, %out: memref<64x2xf32>",
         [buf, np.array(rows, np.int32), np.array(cols, np.int32), out], block=(64, 1, 1))
     return out[:, :width]

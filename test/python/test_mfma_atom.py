@@ -1,8 +1,9 @@
 """The AMD matrix atom (passes/mfma_atom.py) in a whole kernel: A and B^T copied into LDS, a barrier, the
 k loop of amdgpu.mfma with fragments read from LDS by the atom, D stored by the atom's accumulator
 positions. The interpreter must compute A @ B as the instructions do (each MFMA's exact products and
-sum rounded once to f32) for every MFMA shape, and the same kernel must compile for its chips to MFMA instructions fed by LDS reads
-(ds_read_b64 or its paired form for KL = 4, ds_read_b128 for KL = 8), with no scratch."""
+sum rounded once to f32) for every MFMA shape, and the same kernel must compile for its chips to MFMA
+instructions fed by LDS reads (ds_read_b64 or its paired form for KL = 4, ds_read_b128 for KL = 8), with
+no scratch."""
 import re
 
 import numpy as np

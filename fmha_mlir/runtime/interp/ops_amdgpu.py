@@ -68,7 +68,8 @@ def compile_mfma(op: Operation, cc: KernelCompiler):
         if attr in op.attributes:
             raise cc.error(op, f"{attr} is not modelled")
     ta, tb, tc = op.operand_types
-    for role, t, length, elems in (("A", ta, shape.k_per_lane, OPERAND_TYPES), ("B", tb, shape.k_per_lane, OPERAND_TYPES),
+    for role, t, length, elems in (("A", ta, shape.k_per_lane, OPERAND_TYPES),
+                                   ("B", tb, shape.k_per_lane, OPERAND_TYPES),
                                    ("C", tc, shape.c_registers, ("f32",)),
                                    ("the result", op.result_types[0], shape.c_registers, ("f32",))):
         if not isinstance(t, VectorType) or t.shape != (length,) or t.elem.name not in elems:
@@ -123,7 +124,8 @@ def compile_raw_buffer_load(op: Operation, cc: KernelCompiler):
         bad = active & ~inside & ~outside if checked else active & ~inside
         if bad.any():
             lane = int(np.argmax(bad))
-            rule = "partly outside the buffer (chipset-dependent)" if checked else "outside the buffer without boundsCheck"
+            rule = ("partly outside the buffer (chipset-dependent)" if checked
+                    else "outside the buffer without boundsCheck")
             raise InterpreterError(f"{what}: {g.describe(lane)} loads elements [{int(linear[lane])}, "
                                    f"{int(linear[lane]) + extent}) of a {records}-element buffer: {rule}")
         flat = np.where(inside, linear, 0)[:, None] + np.arange(extent, dtype=np.int64)
