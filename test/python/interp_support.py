@@ -46,6 +46,11 @@ def run(body: str, args: str, values: list, grid=(1, 1, 1), block=(64, 1, 1), wa
     return interp
 
 
+def index_constants(*values: int) -> str:
+    """MLIR lines `%cN = arith.constant N : index` for each value: the usual constants of a test body."""
+    return "\n".join(f"    %c{v} = arith.constant {v} : index" for v in values)
+
+
 def random_values(rng, shape, dtype):
     """Values exactly representable in `dtype` (f16 or bf16), as float64, and their storage array."""
     x = rng.standard_normal(shape)

@@ -24,7 +24,7 @@ from fmha_mlir import matrix_layouts
 from fmha_mlir.dtypes import bf16_value
 from fmha_mlir.runtime.interp import InterpreterError
 
-from interp_support import random_values, run
+from interp_support import index_constants, random_values, run
 
 WARP = 32
 
@@ -101,14 +101,7 @@ def ldmatrix_kernel(tiles: int, transpose: bool, t: str) -> str:
     return f"""
     %t = gpu.thread_id x
     %g = gpu.block_id x
-    %c0 = arith.constant 0 : index
-    %c2 = arith.constant 2 : index
-    %c3 = arith.constant 3 : index
-    %c4 = arith.constant 4 : index
-    %c5 = arith.constant 5 : index
-    %c8 = arith.constant 8 : index
-    %c16 = arith.constant 16 : index
-    %c32 = arith.constant 32 : index
+{index_constants(0, 2, 3, 4, 5, 8, 16, 32)}
     %far = arith.constant 1000 : index
     %ntiles = arith.constant {tiles} : index
     %smem = gpu.dynamic_shared_memory : {SMEM}
@@ -281,14 +274,7 @@ def test_cp_async_ldmatrix_mma_pipeline_computes_a_matmul(dtype):
     body = f"""
     %t = gpu.thread_id x
     %g = gpu.block_id x
-    %c0 = arith.constant 0 : index
-    %c2 = arith.constant 2 : index
-    %c4 = arith.constant 4 : index
-    %c8 = arith.constant 8 : index
-    %c16 = arith.constant 16 : index
-    %c32 = arith.constant 32 : index
-    %c48 = arith.constant 48 : index
-    %c512 = arith.constant 512 : index
+{index_constants(0, 2, 4, 8, 16, 32, 48, 512)}
     %smem = gpu.dynamic_shared_memory : {SMEM}
     %stage = memref.view %smem[%c0][] : {SMEM} to {stage}
     %isa = arith.cmpi ult, %t, %c32 : index

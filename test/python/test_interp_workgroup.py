@@ -9,7 +9,7 @@ import pytest
 from fmha_mlir.dtypes import bf16_bits
 from fmha_mlir.runtime.interp import InterpreterError
 
-from interp_support import run
+from interp_support import index_constants, run
 
 SMEM = "memref<?xi8, #gpu.address_space<workgroup>>"
 F32X32 = "memref<32xf32, #gpu.address_space<workgroup>>"
@@ -18,10 +18,7 @@ IO = "%in: memref<?xf32>, %out: memref<?xf32>"
 PROLOGUE = f"""
     %t = gpu.thread_id x
     %g = gpu.block_id x
-    %c0 = arith.constant 0 : index
-    %c32 = arith.constant 32 : index
-    %c63 = arith.constant 63 : index
-    %c64 = arith.constant 64 : index
+{index_constants(0, 32, 63, 64)}
     %gbase = arith.muli %g, %c64 : index
     %i = arith.addi %gbase, %t : index
     %warp0 = arith.cmpi ult, %t, %c32 : index
@@ -259,10 +256,7 @@ SRC = "memref<?x256xf32>"
 ASYNC_PROLOGUE = f"""
     %t = gpu.thread_id x
     %g = gpu.block_id x
-    %c0 = arith.constant 0 : index
-    %c4 = arith.constant 4 : index
-    %c128 = arith.constant 128 : index
-    %c256 = arith.constant 256 : index
+{index_constants(0, 4, 128, 256)}
     %col = arith.muli %t, %c4 : index
     %shifted = arith.addi %col, %c128 : index
     %other = arith.remui %shifted, %c256 : index

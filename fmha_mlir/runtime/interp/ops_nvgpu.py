@@ -72,10 +72,6 @@ def _ldmatrix_sources(transpose: bool, tiles: int):
 LDMATRIX_SOURCES = {(t, n): _ldmatrix_sources(t, n) for t in (False, True) for n in (1, 2, 4)}
 
 
-def _whole_warps(st, mask, what: str) -> None:
-    require_whole_groups(st, mask, WARP, what, "warp")
-
-
 def _first_bad(g, bad, mask):
     bad = np.broadcast_to(bad, (g.lanes,))
     if mask is not None:
@@ -208,7 +204,7 @@ def compile_ldmatrix(op: Operation, cc: KernelCompiler):
 
     def run(st, mask):
         env, g = st.env, st.grid
-        _whole_warps(st, mask, what)
+        require_whole_groups(st, mask, WARP, what, "warp")
         m = env[mem]
         if m.shared is None:
             raise InterpreterError(f"{what}: ldmatrix reads workgroup memory only")
@@ -266,7 +262,7 @@ def compile_mma_sync(op: Operation, cc: KernelCompiler):
 
     def run(st, mask):
         env, g = st.env, st.grid
-        _whole_warps(st, mask, what)
+        require_whole_groups(st, mask, WARP, what, "warp")
 
         def matrix(slot, holders):
             fragments = to_lanes(env[slot], g.lanes, 2).reshape(-1, holders.size)  # [warps, lanes * 2 * R]
