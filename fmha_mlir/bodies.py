@@ -17,7 +17,8 @@ from typing import ClassVar
 
 from .dtypes import BYTES
 from .errors import Reason, SpecError
-from .kernel_config import KernelConfig
+from .kernel_config import MMA_SYNC, KernelConfig
+from .matrix_layouts import MFMA_SHAPES, MMA_M16N8K16
 from .numerics import MATRIX_K16, SCALAR_ROWS, Numerics
 from .shape_expr import Dim, Expr, ceildiv, mul
 from .spec import AttentionBwdSpec
@@ -207,11 +208,8 @@ class TiledBody(Body):
     numerics = MATRIX_K16
 
     def target_reasons(self, spec, target, config):
-        if target.vendor != "nvidia":
-            return [Reason("body", f"the tiled body has no matrix atom for {target.arch} yet (MFMA comes with "
-                                   "the AMD issue)", "use body='warp'")]
-        out = []
-        if not self.spec_reasons(spec, config):
+        out = self._instruction_reasons(target, config)
+        if not out and not self.spec_reasons(spec, config):
             need = self.shared_layout(spec, config)[-1].end
             if need > target.max_shared_bytes:
                 out.append(Reason("config", f"the tiles need {need} bytes of shared memory, {target.arch} has "
@@ -219,7 +217,29 @@ class TiledBody(Body):
         if config.threads > target.max_threads_per_block:
             out.append(Reason("config.warps", f"{config.threads} threads per work-group, {target.arch} allows "
                                               f"{target.max_threads_per_block}"))
+        if not out and target.vendor == "amd" and not tiled_table(target.arch).get(_bucket(spec)):
+            out.append(Reason("hdim_q", f"the tiled body has no {target.arch} tile for head dim {_bucket(spec)}: "
+                                        "AMD_TILED_TABLE says why", "use body='warp'"))
         return out
+
+    @staticmethod
+    def _instruction_reasons(target, config) -> list[Reason]:
+        """The matrix instruction must be the target's, and MFMA configs take what the MFMA body builds:
+        register-staged copies (one Q / dO buffer), P^T and dS^T through LDS, unswizzled tiles."""
+        shape = config.mfma
+        if target.vendor == "nvidia":
+            return [] if config.instruction == MMA_SYNC else [Reason(
+                "config.instruction", f"{config.instruction} is not an {target.arch} instruction", f"use {MMA_SYNC}")]
+        if shape is None or target.arch not in shape.chips:
+            have = [f"mfma.{n}" for n, s in MFMA_SHAPES.items() if target.arch in s.chips]
+            return [Reason("config.instruction", f"{config.instruction} is not an {target.arch} instruction",
+                           f"use one of {', '.join(have)}")]
+        wrong = [(name, value, want) for name, value, want in (("stages", config.stages, 1),
+                                                                 ("p_in_registers", config.p_in_registers, False),
+                                                                 ("swizzle", config.swizzle, "none"))
+                 if value != want]
+        return [Reason(f"config.{name}", f"{value!r}: the MFMA body builds {want!r} only", f"use {name}={want!r}")
+                for name, value, want in wrong]
 
     def spec_reasons(self, spec, config):
         if spec.dtype not in ("f16", "bf16"):
@@ -229,25 +249,32 @@ class TiledBody(Body):
 
     @staticmethod
     def _tile_reasons(spec, config) -> list[Reason]:
-        """The divisibility the fragment arithmetic relies on (16 x 8 x 16 instruction tiles)."""
+        """The divisibility the fragment arithmetic relies on: each warp's part of a product is whole
+        instruction tiles (rows m, columns n; S^T's columns in pairs of mma.sync n-tiles, one ldmatrix x4)
+        and every contraction whole instruction k steps. Threads [0, 2 block_m) copy LSE and D."""
+        m, n_sdp, n, k = instruction_tile(config.instruction)
         out = []
         for name in ("hdim_q", "hdim_v"):
-            if getattr(spec, name) % 16:
-                out.append(Reason(name, f"{getattr(spec, name)} is not a multiple of 16 (the matrix instruction's K)",
-                                  "use a multiple of 16, or body='warp'"))
+            if getattr(spec, name) % k:
+                out.append(Reason(name, f"{getattr(spec, name)} is not a multiple of {k} (the matrix instruction's K)",
+                                  f"use a multiple of {k}, or body='warp'"))
         bm, bn = config.block_m, config.block_n
         checks = [
-            ("sdp_warps", bn % (16 * config.sdp_warps[0]) == 0 and bm % (16 * config.sdp_warps[1]) == 0,
-             "block_n / keys and block_m / queries must be multiples of 16"),
-            ("dkv_warps", bn % (16 * config.dkv_warps[0]) == 0
-             and all(d % (8 * config.dkv_warps[1]) == 0 for d in (spec.hdim_q, spec.hdim_v)),
-             "block_n / keys must be a multiple of 16 and each head dim / columns a multiple of 8"),
-            ("dq_warps", bm % (16 * config.dq_warps[0]) == 0 and spec.hdim_q % (8 * config.dq_warps[1]) == 0,
-             "block_m / rows must be a multiple of 16 and hdim_q / columns a multiple of 8"),
+            ("sdp_warps", bn % (m * config.sdp_warps[0]) == 0 and bm % (n_sdp * config.sdp_warps[1]) == 0,
+             f"block_n / keys must be a multiple of {m} and block_m / queries of {n_sdp}"),
+            ("dkv_warps", bn % (m * config.dkv_warps[0]) == 0 and bm % k == 0
+             and all(d % (n * config.dkv_warps[1]) == 0 for d in (spec.hdim_q, spec.hdim_v)),
+             f"block_n / keys must be a multiple of {m}, each head dim / columns of {n} and block_m of {k}"),
+            ("dq_warps", bm % (m * config.dq_warps[0]) == 0 and bn % k == 0
+             and spec.hdim_q % (n * config.dq_warps[1]) == 0,
+             f"block_m / rows must be a multiple of {m}, hdim_q / columns of {n} and block_n of {k}"),
         ]
         out += [Reason(f"config.{name}", f"{getattr(config, name)} does not tile block_m {bm} x block_n {bn} x "
                                          f"hdim {spec.hdim_q}/{spec.hdim_v}: {why}")
                 for name, ok, why in checks if not ok]
+        if config.threads < 2 * bm:
+            out.append(Reason("config.warps", f"{config.threads} threads cannot copy the {bm} LSE and {bm} D values "
+                                              "of a query block at once", "use more warps or a smaller block_m"))
         return out
 
     def default_config(self, spec, target):
@@ -269,10 +296,12 @@ class TiledBody(Body):
     def alignment(self, spec, config):
         b = BYTES[spec.dtype]
         rows_q, rows_v = (row_alignment(h, config.wave_size, b) for h in (spec.hdim_q, spec.hdim_v))
-        # 16-byte cp.async of Q, K, V, dO rows; 4-byte stores of dK, dV pairs; the row kernels' vectors.
+        # 16-byte copies of Q, K, V, dO rows; dK, dV stored as pairs (mma.sync) or single elements (MFMA: a
+        # lane's accumulators lie along a column); the row kernels' vectors.
         copies = {"q": max(COPY_ELEMENTS, rows_q), "k": max(COPY_ELEMENTS, rows_q), "v": max(COPY_ELEMENTS, rows_v),
                   "do": max(COPY_ELEMENTS, rows_v)}
-        return {**copies, "o": rows_v, "dq": rows_q, "dk": 2, "dv": 2}
+        stores = 1 if config.mfma else 2
+        return {**copies, "o": rows_v, "dq": rows_q, "dk": stores, "dv": stores}
 
     @staticmethod
     def shared_layout(spec: AttentionBwdSpec, config: KernelConfig) -> list[SharedTile]:
@@ -313,9 +342,19 @@ BODIES: dict[str, Body] = {body.name: body for body in (WarpBody(), TiledBody())
 AUTO_ORDER = ("tiled", "warp")
 
 
-# The tiled body's configurations on sm_90 by head-dim bucket: chosen by measurement on the H200
-# (tools/reports/bench_notes.md says which run picked each row and what it beat).
-_SM90 = dict(body="tiled", wave_size=32, warps=8, instruction="mma.m16n8k16", swizzle="xor")
+def instruction_tile(instruction: str) -> tuple[int, int, int, int]:
+    """(m, S^T column multiple, n, k) of a warp's instruction tile: mma.sync's S^T columns come in
+    pairs of n-tiles (one ldmatrix x4 feeds two)."""
+    if instruction == MMA_SYNC:
+        return MMA_M16N8K16.m, 2 * MMA_M16N8K16.n, MMA_M16N8K16.n, MMA_M16N8K16.k
+    shape = MFMA_SHAPES[instruction.removeprefix("mfma.")]
+    return shape.m, shape.n, shape.n, shape.k
+
+
+# The tiled body's configurations by target and head-dim bucket (the larger head dim, next bucket up).
+# sm_90: chosen by measurement on the H200 (tools/reports/bench_notes.md says which run picked each row
+# and what it beat).
+_SM90 = dict(body="tiled", wave_size=32, warps=8, instruction=MMA_SYNC, swizzle="xor")
 TILED_TABLE: dict[int, KernelConfig] = {
     64: KernelConfig(**_SM90, block_m=128, block_n=128, stages=2, sdp_warps=(4, 2), dkv_warps=(4, 2),
                      dq_warps=(4, 2), p_in_registers=False),
@@ -325,12 +364,50 @@ TILED_TABLE: dict[int, KernelConfig] = {
                       dq_warps=(2, 4), p_in_registers=False),
 }
 
+# gfx942 / gfx950: no AMD GPU is lent, so these are chosen from the code objects (tools/amd_static_report.py,
+# tools/reports/amd_static.md), by three rules:
+#   - occupancy >= 2 waves per SIMD: 8 waves per CU (4 SIMDs), i.e. one 8-wave work-group whose LDS
+#     (K, V, Q, dO, P^T, dS^T, LSE, D: TiledBody.shared_layout) fits the CU's 64 KB (gfx942) / 160 KB
+#     (gfx950); registers are not the limit (the report shows < 128 VGPRs + AGPRs per lane);
+#   - every wave owns whole instruction tiles of S^T, dK / dV and dQ: 16x16 instructions, since with 8
+#     waves the S^T tile of these blocks (bn x bm <= 8192) has too few 32x32 tiles to go round;
+#   - within that, the largest key block (fewer key blocks: fewer dQ atomics per FLOP and more reuse of
+#     Q / dO per load), then the largest query block.
+# gfx942 has no d256 row: K, V, Q and dO of the smallest block that gives 8 waves whole S^T tiles
+# (64 keys x 32 queries) need 96 KB of LDS; those specs take the warp body.
+_AMD = dict(body="tiled", wave_size=64, warps=8, stages=1, swizzle="none")
+AMD_TILED_TABLE: dict[str, dict[int, KernelConfig]] = {
+    "gfx942": {   # 64 KB LDS, 16x16x16
+        64: KernelConfig(**_AMD, instruction="mfma.16x16x16", block_m=64, block_n=64, sdp_warps=(4, 2),
+                         dkv_warps=(4, 2), dq_warps=(4, 2)),                        # 48.5 KB LDS
+        128: KernelConfig(**_AMD, instruction="mfma.16x16x16", block_m=32, block_n=64, sdp_warps=(4, 2),
+                          dkv_warps=(4, 2), dq_warps=(2, 4)),                       # 56.3 KB
+    },
+    "gfx950": {   # 160 KB LDS, the double-K 16x16x32
+        64: KernelConfig(**_AMD, instruction="mfma.16x16x32", block_m=64, block_n=128, sdp_warps=(4, 2),
+                         dkv_warps=(4, 2), dq_warps=(4, 2)),                        # 80.5 KB
+        128: KernelConfig(**_AMD, instruction="mfma.16x16x32", block_m=32, block_n=128, sdp_warps=(4, 2),
+                          dkv_warps=(4, 2), dq_warps=(2, 4)),                       # 96.3 KB
+        256: KernelConfig(**_AMD, instruction="mfma.16x16x32", block_m=32, block_n=64, sdp_warps=(4, 2),
+                          dkv_warps=(4, 2), dq_warps=(2, 4)),                       # 104.3 KB
+    },
+}
+
+
+def _bucket(spec: AttentionBwdSpec) -> int:
+    hdim = max(spec.hdim_q, spec.hdim_v)
+    return next((b for b in sorted(TILED_TABLE) if hdim <= b), max(TILED_TABLE))
+
+
+def tiled_table(arch: str) -> dict[int, KernelConfig]:
+    return AMD_TILED_TABLE.get(arch, TILED_TABLE)
+
 
 def tiled_config(spec: AttentionBwdSpec, target: Target) -> KernelConfig:
-    """The table's row for the larger head dim (the next bucket up)."""
-    hdim = max(spec.hdim_q, spec.hdim_v)
-    bucket = next((b for b in sorted(TILED_TABLE) if hdim <= b), max(TILED_TABLE))
-    return replace(TILED_TABLE[bucket], wave_size=target.wave_size)
+    """The target table's row for the larger head dim (the next bucket up); gfx942 d256 has none (the
+    body then refuses with the reason) and takes the d128 row's shape to say so."""
+    table = tiled_table(target.arch)
+    return replace(table.get(_bucket(spec)) or table[max(table)], wave_size=target.wave_size)
 
 
 def get_body(name: str) -> Body:

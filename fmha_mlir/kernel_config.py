@@ -14,9 +14,12 @@ import json
 from dataclasses import dataclass
 
 from .errors import Reason, SpecError
+from .matrix_layouts import MFMA_SHAPES
 
 BODY_NAMES = ("warp", "tiled")
-INSTRUCTIONS = ("mma.m16n8k16",)
+# NVIDIA mma.sync, AMD MFMA (wave64; which chips have which: matrix_layouts.MFMA_SHAPES).
+MMA_SYNC = "mma.m16n8k16"
+INSTRUCTIONS = (MMA_SYNC,) + tuple(f"mfma.{name}" for name in MFMA_SHAPES)
 SWIZZLES = ("xor", "none")
 # How dq_dk_dv's work-groups map to block ids; the hardware dispatches them in linear-id order (x fastest).
 #   keys_inner: (key block, kv head, batch): one head's key blocks run together and share its Q / dO in L2.
@@ -48,6 +51,11 @@ class KernelConfig:
     p_in_registers: bool = False   # P^T and dS^T feed dV and dK from the accumulators of S^T and dP^T
     swizzle: str = "none"          # shared-memory tile layout: 16-byte chunks XOR-ed with the row
     grid_order: str = "keys_outer"  # block ids of the work-groups (GRID_ORDERS)
+
+    @property
+    def mfma(self):
+        """The MFMA shape (matrix_layouts.MfmaShape) of an AMD config; None for NVIDIA's and the warp body's."""
+        return MFMA_SHAPES.get(self.instruction.removeprefix("mfma.")) if self.instruction.startswith("mfma.") else None
 
     @property
     def threads(self) -> int:

@@ -1,9 +1,11 @@
-"""fmha-extern-dynamic-shared: make dynamic shared memory a real `.extern .shared` array on NVIDIA.
+"""fmha-extern-dynamic-shared: make dynamic shared memory the backend's real dynamic window.
 
-convert-gpu-to-nvvm lowers gpu.dynamic_shared_memory to an internal `[0 x i8]` global, which NVPTX
-prints as a 1-byte *static* shared variable: the "dynamic" window then starts at an offset and overlaps
-static shared variables (seen on the H200). External linkage makes it `.extern .shared .align A .b8 x[]`,
-placed after all static shared memory; 1024-byte alignment suits every swizzle and TMA layout.
+convert-gpu-to-nvvm and convert-gpu-to-rocdl lower gpu.dynamic_shared_memory to an internal `[0 x i8]`
+global. NVPTX prints that as a 1-byte *static* shared variable: the "dynamic" window then starts at an
+offset and overlaps static shared variables (seen on the H200). External linkage makes it
+`.extern .shared .align A .b8 x[]` on NVIDIA and, on AMDGPU, the external zero-sized LDS global that
+the backend places after all static LDS (the size comes from the launch). 1024-byte alignment suits
+every swizzle and TMA layout.
 """
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ SHARED_ADDRESS_SPACE = 3
 @dataclasses.dataclass(frozen=True)
 class ExternDynamicShared(FmhaPass):
     NAME: ClassVar[str] = "fmha-extern-dynamic-shared"
-    DESCRIPTION: ClassVar[str] = "Give lowered dynamic shared memory external linkage and 1024-byte alignment (NVVM)"
+    DESCRIPTION: ClassVar[str] = "Give lowered dynamic shared memory external linkage and 1024-byte alignment"
 
     def run_on_module(self, module: "ir.Operation") -> None:
         for op in collect_ops(module, ["llvm.mlir.global"]):

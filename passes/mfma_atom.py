@@ -1,16 +1,16 @@
 """The AMD matrix atom: amdgpu.mfma (wave64) with operand fragments read from LDS tiles.
 
-The AMD tiled body (issue 8; docs/design/tiled-body.md, section 5) will be written against this atom as
-the sm_90 body is against mma_atoms.MmaSyncAtom. There is no ldmatrix: each lane reads its own A or B
-fragment, KL elements contiguous along k (8 bytes, ds_read_b64, for the KL = 4 instructions; 16 bytes,
-ds_read_b128, for gfx950's KL = 8), from a row-major tile whose rows are the operand's m (A) or n (B)
-and whose columns are k. Lane layouts come from fmha_mlir/matrix_layouts.py, which the interpreter's
-amdgpu.mfma reads too.
+The AMD tiled body (passes/tiled_body_mfma.py; docs/design/tiled-body.md, section 5) is written against
+this atom as the sm_90 body is against mma_atoms.MmaSyncAtom. There is no ldmatrix: each lane reads its
+own A or B fragment, KL elements contiguous along k (8 bytes, ds_read_b64, for the KL = 4 instructions;
+16 bytes, ds_read_b128, for gfx950's KL = 8), from a row-major tile whose rows are the operand's m (A)
+or n (B) and whose columns are k; from a tile stored the other way round, KL single-element reads.
+Lane layouts come from fmha_mlir/matrix_layouts.py, which the interpreter's amdgpu.mfma reads too.
 """
 from __future__ import annotations
 
 from fmha_mlir import matrix_layouts
-from fmha_mlir.mlir import arith, ir, vector
+from fmha_mlir.mlir import arith, ir, memref, vector
 
 from .ir_builders import create_op, index, splat
 from .shared_tiles import LaneValues
@@ -45,6 +45,24 @@ class MfmaAtom:
         """B fragment of columns [col0, col0 + N) x k [k0, k0 + K), read from `tile` holding B^T
         ([n x k], row-major: each lane's KL elements contiguous)."""
         return vector.load(self.operand_type, tile, [_plus(col0, self.b_col), _plus(k0, self.b_k)])
+
+    def load_a_transposed(self, tile: "ir.Value", row0, k0) -> "ir.Value":
+        """The same A fragment read from a tile holding A^T ([k x rows], row-major): KL single-element
+        reads down a column (ds_read_u16), since the lane's k run is not contiguous there."""
+        return self._gather(tile, _plus(k0, self.a_k), _plus(row0, self.a_row))
+
+    def load_b_transposed(self, tile: "ir.Value", col0, k0) -> "ir.Value":
+        """The same B fragment read from a tile holding B itself ([k x n], row-major): KL single-element reads."""
+        return self._gather(tile, _plus(k0, self.b_k), _plus(col0, self.b_col))
+
+    def _gather(self, tile, k, other) -> "ir.Value":
+        items = [memref.load(tile, [k if i == 0 else arith.addi(k, index(i)), other])
+                 for i in range(self.shape.k_per_lane)]
+        return vector.from_elements(self.operand_type, items)
+
+    def accumulator_rows(self) -> list["ir.Value"]:
+        """Row (inside the M x N tile) of each accumulator register of this lane; the column is b_col."""
+        return [self.accumulator_position(r)[0] for r in range(self.shape.c_registers)]
 
     def mma(self, a: "ir.Value", b: "ir.Value", c: "ir.Value") -> "ir.Value":
         """D = A B + C: one block, no broadcast, no B-lane permutation."""

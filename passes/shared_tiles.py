@@ -107,13 +107,23 @@ class Tile:
 
 def shared_views(layout: list[SharedTile], element: "ir.Type", swizzle: bool) -> dict[str, Tile]:
     """Flat views of every tile of `layout` over the kernel's dynamic shared memory."""
+    return {tile.name: Tile(view, tile.rows, tile.cols, swizzle and tile.element_bytes == 2)
+            for tile, view in _views(layout, element, lambda tile: [tile.rows * tile.cols * tile.copies])}
+
+
+def shared_grids(layout: list[SharedTile], element: "ir.Type") -> dict[str, "ir.Value"]:
+    """Row-major 2-D views [copies * rows x cols] of every tile of `layout` (unswizzled)."""
+    shape = lambda tile: [tile.rows * tile.copies, tile.cols]
+    return {tile.name: view for tile, view in _views(layout, element, shape)}
+
+
+def _views(layout: list[SharedTile], element: "ir.Type", shape) -> list[tuple[SharedTile, "ir.Value"]]:
     workgroup = ir.Attribute.parse("#gpu.address_space<workgroup>")
     base = gpu.dynamic_shared_memory(ir.MemRefType.get([ir.ShapedType.get_dynamic_size()],
                                                        ir.IntegerType.get_signless(8), memory_space=workgroup))
-    tiles = {}
+    out = []
     for tile in layout:
         typ = ir.F32Type.get() if tile.element_bytes == 4 else element
-        view_type = ir.MemRefType.get([tile.rows * tile.cols * tile.copies], typ, memory_space=workgroup)
-        view = memref.view(view_type, base, index(tile.offset), [])
-        tiles[tile.name] = Tile(view, tile.rows, tile.cols, swizzle and tile.element_bytes == 2)
-    return tiles
+        view_type = ir.MemRefType.get(shape(tile), typ, memory_space=workgroup)
+        out.append((tile, memref.view(view_type, base, index(tile.offset), [])))
+    return out

@@ -14,65 +14,27 @@ checks are needed (docs/design/tiled-body.md, "Masks"); only tiles the mask cuts
 """
 from __future__ import annotations
 
-import math as pymath
-from dataclasses import dataclass
-
-from fmha_mlir.bodies import COPY_ELEMENTS, TiledBody, tiled_block_ids
+from fmha_mlir.bodies import COPY_ELEMENTS, TiledBody
 from fmha_mlir.dialects import fmha
-from fmha_mlir.dialects.fmha_types import element_type
 from fmha_mlir.kernel_config import KernelConfig
-from fmha_mlir.mlir import arith, gpu, ir, memref, scf, vector
-from fmha_mlir.spec import AttentionBwdSpec, Mask
+from fmha_mlir.mlir import arith, gpu, ir, scf, vector
+from fmha_mlir.spec import AttentionBwdSpec
 
-from .ir_builders import dims, f32, index, splat
+from .ir_builders import f32, index, splat
 from .mma_atoms import MmaSyncAtom, async_copy, commit_copies, wait_copies
 from .shared_tiles import LaneValues, Tile, shared_views
-
-LOG2_E = pymath.log2(pymath.e)
-
-
-@dataclass(frozen=True)
-class WarpTile:
-    """The part of a product's output one warp computes: rows [row0, row0 + rows) x cols [col0, col0 + cols)."""
-
-    row0: "ir.Value"   # index, relative to the product's output
-    col0: "ir.Value"
-    rows: int
-    cols: int
+from .tile_schedule import (LOG2_E, TiledKernel, WarpTile, advance, contract, flatten, flatten3, i32,
+                            query_block_range, tile_is_cut, unflatten, warp_tile)
 
 
-def warp_tile(warp: "ir.Value", layout: tuple[int, int], rows: int, cols: int) -> WarpTile:
-    """Warp w of a (along rows, along cols) layout takes block (w / along_cols, w % along_cols)."""
-    per_rows, per_cols = rows // layout[0], cols // layout[1]
-    along = index(layout[1])
-    return WarpTile(arith.muli(arith.divui(warp, along), index(per_rows)),
-                    arith.muli(arith.remui(warp, along), index(per_cols)), per_rows, per_cols)
-
-
-class _Kernel:
+class _Kernel(TiledKernel):
     """Builds one dq_dk_dv kernel; the helpers read like the loop they emit."""
 
-    def __init__(self, op: "ir.Operation", spec: AttentionBwdSpec, config: KernelConfig):
-        self.spec, self.config = spec, config
-        (self.q, self.k, self.v, self.do, self.lse, self.d, self.dq_acc, self.dk_out,
-         self.dv_out) = op.operands
-        self.element = element_type(spec.dtype)
-        self.bm, self.bn = config.block_m, config.block_n
-        tid = gpu.thread_id(gpu.Dimension.x)
-        self.tid = tid
-        self.warp = arith.divui(tid, index(config.wave_size))
-        lane = arith.remui(tid, index(config.wave_size))
-        # Everything that depends on the lane and warp alone is built before this marker (LaneValues).
-        marker = index(0)
-        self.lanes = LaneValues(ir.InsertionPoint(marker.owner))
-        self.atom = MmaSyncAtom(self.element, lane, self.lanes)
-        self.tiles = shared_views(TiledBody.shared_layout(spec, config), self.element, config.swizzle == "xor")
-        self.key_block, self.kv_head, self.batch = tiled_block_ids(
-            config, [gpu.block_id(d) for d in (gpu.Dimension.x, gpu.Dimension.y, gpu.Dimension.z)])
-        self.seqlen_q, = dims(self.q, [2])
-        self.seqlen_k, = dims(self.k, [2])
-        self.k0 = arith.muli(self.key_block, index(self.bn))
-        self.scale_log2 = spec.scale * LOG2_E
+    def make_atom(self, lane):
+        return MmaSyncAtom(self.element, lane, self.lanes)
+
+    def make_tiles(self):
+        return shared_views(TiledBody.shared_layout(self.spec, self.config), self.element, self.config.swizzle == "xor")
 
     # -- copies into shared memory ------------------------------------------------------------------
 
@@ -89,7 +51,7 @@ class _Kernel:
         if regular:
             lane_row = self.lanes.get(("copy_row", chunks), lambda: arith.divui(self.tid, index(chunks)))
             lane_chunk = self.lanes.get(("copy_chunk", chunks), lambda: arith.remui(self.tid, index(chunks)))
-        last = _i32(arith.subi(limit, index(1)))
+        last = i32(arith.subi(limit, index(1)))
         for start in range(0, total, threads):
             chunk = arith.addi(self.tid, index(start))
             if regular:
@@ -100,7 +62,7 @@ class _Kernel:
                 row, col8 = arith.divui(chunk, index(chunks)), arith.remui(chunk, index(chunks))
                 dst = tile.element(LaneValues(ir.InsertionPoint.current), row, col8, row_offset=row_offset)
                 col = arith.muli(col8, index(COPY_ELEMENTS))
-            src_row = _i32(arith.addi(first, row))   # rows and their bounds fit i32: cheaper compares
+            src_row = i32(arith.addi(first, row))   # rows and their bounds fit i32: cheaper compares
             valid = arith.cmpi(arith.CmpIPredicate.sle, src_row, last)
             clamped = arith.index_cast(ir.IndexType.get(), arith.minsi(src_row, last))
             count = arith.select(valid, index(COPY_ELEMENTS), index(0))
@@ -117,18 +79,12 @@ class _Kernel:
                         offset: int) -> None:
         """Async-copy source[prefix..., first + i] (f32, i < block_m) into tile row `stage`, 4 bytes each,
         zero past seqlen_q. Threads [offset, offset + block_m) do it."""
-        mine = arith.subi(self.tid, index(offset))
-        inside = arith.andi(arith.cmpi(arith.CmpIPredicate.sge, self.tid, index(offset)),
-                            arith.cmpi(arith.CmpIPredicate.slt, self.tid, index(offset + self.bm)))
-        guard = scf.IfOp(inside)
-        with ir.InsertionPoint(guard.then_block):
-            row = arith.addi(first, mine)
-            valid = arith.cmpi(arith.CmpIPredicate.slt, row, self.seqlen_q)
-            clamped = arith.minsi(row, arith.subi(self.seqlen_q, index(1)))
+        def copy(mine, clamped, valid):
             count = arith.select(valid, index(1), index(0))
             async_copy(tile.flat, [arith.addi(arith.muli(stage, index(self.bm)), mine)], source, prefix + [clamped], 1,
                        count)
-            scf.yield_([])
+
+        self.per_query_row(first, offset, copy)
 
     def load_step(self, head: "ir.Value", m: "ir.Value", stage: "ir.Value") -> None:
         """Issue the copies of query block m of `head` into buffer `stage`, as one group."""
@@ -208,13 +164,13 @@ class _Kernel:
                 scf.yield_([])
 
         # (head, m) of the step is carried and advanced with selects: no division in the loop.
-        loop = scf.ForOp(index(0), steps, index(1), [first_head, lo] + _flatten(dk0) + _flatten(dv0))
+        loop = scf.ForOp(index(0), steps, index(1), [first_head, lo] + flatten(dk0) + flatten(dv0))
         with ir.InsertionPoint(loop.body):
             it = loop.induction_variable
             head, m, *carried = list(loop.inner_iter_args)
-            dk = _unflatten(carried[:len(_flatten(dk0))], *shapes[0])
-            dv = _unflatten(carried[len(_flatten(dk0)):], *shapes[1])
-            next_head, next_m = self.advance(head, m, lo, hi)
+            dk = unflatten(carried[:len(flatten(dk0))], *shapes[0])
+            dv = unflatten(carried[len(flatten(dk0)):], *shapes[1])
+            next_head, next_m = advance(head, m, lo, hi)
             stage = arith.andi(it, index(1)) if config.stages == 2 else index(0)
             if config.stages == 2:
                 wait_copies(0)
@@ -229,18 +185,11 @@ class _Kernel:
                 wait_copies(0)
                 gpu.barrier()
             dk, dv = self.step(head, m, stage, dk, dv)
-            scf.yield_([next_head, next_m] + _flatten(dk) + _flatten(dv))
+            scf.yield_([next_head, next_m] + flatten(dk) + flatten(dv))
         wait_copies(0)
         results = list(loop.results)[2:]
-        self.store_grad(self.dk_out, _unflatten(results[:len(_flatten(dk0))], *shapes[0]), self.dkv, spec.scale)
-        self.store_grad(self.dv_out, _unflatten(results[len(_flatten(dk0)):], *shapes[1]), self.dkv_v, None)
-
-    @staticmethod
-    def advance(head, m, lo, hi):
-        """The step after (head, m): the next query block, or the next head's first one."""
-        nxt = arith.addi(m, index(1))
-        wrap = arith.cmpi(arith.CmpIPredicate.sge, nxt, hi)
-        return arith.select(wrap, arith.addi(head, index(1)), head), arith.select(wrap, lo, nxt)
+        self.store_grad(self.dk_out, unflatten(results[:len(flatten(dk0))], *shapes[0]), self.dkv, spec.scale)
+        self.store_grad(self.dv_out, unflatten(results[len(flatten(dk0)):], *shapes[1]), self.dkv_v, None)
 
     def step(self, head, m, stage, dk, dv):
         """One query block: S^T, P^T, dP^T, dS^T, then dV, dK, dQ."""
@@ -326,8 +275,8 @@ class _Kernel:
                             score = fmha.MaskedScoreOp.build(pair, queries, key, self.seqlen_q, self.seqlen_k, mask,
                                                              self.scale_log2)
                         else:
-                            score = arith.mulf(pair, splat(f32(self.scale_log2), [2]), fastmath=_contract())
-                        pairs.append(fmha.Exp2Op.build(arith.subf(score, lse[ni], fastmath=_contract())))
+                            score = arith.mulf(pair, splat(f32(self.scale_log2), [2]), fastmath=contract())
+                        pairs.append(fmha.Exp2Op.build(arith.subf(score, lse[ni], fastmath=contract())))
                     row.append(pairs)
                 out.append(row)
             return out
@@ -338,9 +287,9 @@ class _Kernel:
         pair_type = ir.VectorType.get([2], ir.F32Type.get())
         branch = scf.IfOp(cut, [pair_type] * (m_tiles * n_tiles * 2), has_else=True)
         with ir.InsertionPoint(branch.then_block):
-            scf.yield_(_flatten3(compute(True)))
+            scf.yield_(flatten3(compute(True)))
         with ir.InsertionPoint(branch.else_block):
-            scf.yield_(_flatten3(compute(False)))
+            scf.yield_(flatten3(compute(False)))
         flat = list(branch.results)
         return [[flat[(mi * n_tiles + ni) * 2:(mi * n_tiles + ni) * 2 + 2] for ni in range(n_tiles)]
                 for mi in range(m_tiles)]
@@ -387,70 +336,3 @@ class _Kernel:
 
 def dq_dk_dv(op: "ir.Operation", spec: AttentionBwdSpec, config: KernelConfig) -> None:
     _Kernel(op, spec, config).build()
-
-
-# -- which query blocks and tiles a key block meets ----------------------------------------------------
-
-
-def query_block_range(mask: Mask, k0, block_n: int, block_m: int, seqlen_q, seqlen_k):
-    """[lo, hi) of the query blocks with a query that sees a key of [k0, k0 + block_n) (hi may be <= lo)."""
-    blocks = arith.ceildivsi(seqlen_q, index(block_m))
-    zero = index(0)
-    if mask.kind == "none":
-        return zero, blocks
-    if mask.kind == "causal_top_left":     # k <= q: q >= k0
-        return arith.divsi(k0, index(block_m)), blocks
-    off = arith.subi(seqlen_k, seqlen_q)   # bottom-right alignment: k <= q + off
-    if mask.kind == "causal_bottom_right":
-        return arith.maxsi(zero, arith.floordivsi(arith.subi(k0, off), index(block_m))), blocks
-    lo, hi = zero, blocks                  # window: q + off - left <= k <= q + off + right
-    if mask.window_right >= 0:
-        first = arith.subi(arith.subi(k0, off), index(mask.window_right))
-        lo = arith.maxsi(zero, arith.floordivsi(first, index(block_m)))
-    if mask.window_left >= 0:
-        last = arith.addi(arith.subi(arith.addi(k0, index(block_n - 1)), off), index(mask.window_left))
-        hi = arith.minsi(blocks, arith.addi(arith.floordivsi(last, index(block_m)), index(1)))
-    return lo, hi
-
-
-def tile_is_cut(mask: Mask, k0, block_n: int, q0, block_m: int, seqlen_q, seqlen_k) -> "ir.Value":
-    """i1: the mask hides some (query, key) of the tile [q0, q0 + block_m) x [k0, k0 + block_n)."""
-    k_last = arith.addi(k0, index(block_n - 1))
-    q_last = arith.addi(q0, index(block_m - 1))
-    if mask.kind == "causal_top_left":
-        return arith.cmpi(arith.CmpIPredicate.sgt, k_last, q0)
-    off = arith.subi(seqlen_k, seqlen_q)
-    if mask.kind == "causal_bottom_right":
-        return arith.cmpi(arith.CmpIPredicate.sgt, k_last, arith.addi(q0, off))
-    cut = arith.constant(ir.IntegerType.get_signless(1), 0)
-    if mask.window_left >= 0:   # the farthest key below must stay in reach of the last query
-        cut = arith.ori(cut, arith.cmpi(arith.CmpIPredicate.slt, k0,
-                                        arith.subi(arith.addi(q_last, off), index(mask.window_left))))
-    if mask.window_right >= 0:
-        cut = arith.ori(cut, arith.cmpi(arith.CmpIPredicate.sgt, k_last,
-                                        arith.addi(arith.addi(q0, off), index(mask.window_right))))
-    return cut
-
-
-# -- small helpers -------------------------------------------------------------------------------------
-
-
-def _contract() -> "ir.Attribute":
-    """Lets LLVM fuse score * scale - lse into one fma."""
-    return ir.Attribute.parse("#arith.fastmath<contract>")
-
-
-def _i32(value: "ir.Value") -> "ir.Value":
-    return arith.index_cast(ir.IntegerType.get_signless(32), value)
-
-
-def _flatten(acc):
-    return [c for row in acc for c in row]
-
-
-def _unflatten(flat, rows, cols):
-    return [list(flat[r * cols:(r + 1) * cols]) for r in range(rows)]
-
-
-def _flatten3(values):
-    return [pair for row in values for pairs in row for pair in pairs]

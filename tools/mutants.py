@@ -56,7 +56,8 @@ def _per_dtype(name: str, path: str, original: str, replacement: str, dtypes) ->
 
 ALL_DTYPES = ("f16", "bf16", "f32")
 TILED_DTYPES = ("f16", "bf16")
-WARP, TILED = "passes/warp_body.py", "passes/tiled_body.py"
+WARP, TILED, SCHEDULE = "passes/warp_body.py", "passes/tiled_body.py", "passes/tile_schedule.py"
+MFMA_BODY = "passes/tiled_body_mfma.py"
 KEY_RANGE, ROWS, LOWERING = "passes/key_range.py", "passes/row_kernels.py", "passes/kernel_op_lowering.py"
 
 MUTANTS: list[Mutant] = [
@@ -111,8 +112,8 @@ MUTANTS: list[Mutant] = [
                 'ds = [[[arith.mulf(arith.mulf(p[mi][ni][r], arith.subf(dp_r, dsum[ni])), splat(f32(1.01 if spec.dtype == "{dt}" else 1.0), [2]))',
                 TILED_DTYPES),
     Mutant("tiled: P exponent x1.005", TILED,
-           "pairs.append(fmha.Exp2Op.build(arith.subf(score, lse[ni], fastmath=_contract())))",
-           "pairs.append(fmha.Exp2Op.build(arith.mulf(arith.subf(score, lse[ni], fastmath=_contract()), splat(f32(1.005), [2]))))"),
+           "pairs.append(fmha.Exp2Op.build(arith.subf(score, lse[ni], fastmath=contract())))",
+           "pairs.append(fmha.Exp2Op.build(arith.mulf(arith.subf(score, lse[ni], fastmath=contract()), splat(f32(1.005), [2]))))"),
     *_per_dtype("tiled: dV x0.99", TILED,
                 "*shapes[1]), self.dkv_v, None)",
                 '*shapes[1]), self.dkv_v, 0.99 if spec.dtype == "{dt}" else None)',
@@ -150,9 +151,21 @@ MUTANTS: list[Mutant] = [
     Mutant("tiled: last query block skipped", TILED,
            "blocks = arith.maxsi(arith.subi(hi, lo), index(0))",
            "blocks = arith.maxsi(arith.subi(arith.subi(hi, index(1)), lo), index(0))"),
-    Mutant("tiled: a causal tile is cut only past its last query (wrong corner)", TILED,
+    Mutant("tiled: a causal tile is cut only past its last query (wrong corner)", SCHEDULE,
            "return arith.cmpi(arith.CmpIPredicate.sgt, k_last, q0)",
            "return arith.cmpi(arith.CmpIPredicate.sgt, k_last, q_last)"),
+    # -- the MFMA tiled body (gfx942 / gfx950) -----------------------------------------------------------
+    Mutant("mfma body: dQ x0.99 [bf16]", MFMA_BODY,
+           "fmha.AtomicAddOp.build(vector.extract(acc, [], [r]), self.dq_acc,",
+           'fmha.AtomicAddOp.build(arith.mulf(vector.extract(acc, [], [r]), f32(0.99 if self.spec.dtype == "bf16" else 1.0)), self.dq_acc,'),
+    Mutant("mfma body: dQ's A read along the rows of dS^T (untransposed)", MFMA_BODY,
+           'lambda row, k0: atom.load_a_transposed(tiles["ds"], row, k0)', 'lambda row, k0: atom.load_a(tiles["ds"], row, k0)'),
+    Mutant("mfma body: dK's B read along the rows of Q (untransposed)", MFMA_BODY,
+           'lambda col, k0: atom.load_b_transposed(tiles["q"], col, k0)', 'lambda col, k0: atom.load_b(tiles["q"], col, k0)'),
+    Mutant("mfma body: a cut tile's keys one row late", MFMA_BODY,
+           "[arith.addi(first, r) for r in self.rows]", "[arith.addi(arith.addi(first, r), index(1)) for r in self.rows]"),
+    Mutant("mfma body: rows past the sequence end keep the clamped row's values", MFMA_BODY,
+           "return arith.select(valid, loaded, arith.constant(result, zero))", "return loaded"),
     # -- the lowered mask (the tiled body's cut tiles) -------------------------------------------------
     Mutant("mask: causal_top_left admits key q+1", LOWERING,
            'return _cmp("sle", k_pos, q_pos)', 'return _cmp("sle", k_pos, _shifted(q_pos, 1))'),

@@ -36,6 +36,9 @@ class AmdBackend(Backend):
         return [render_pass("convert-amdgpu-to-rocdl", chipset=self.target.arch),
                 render_pass("convert-gpu-to-rocdl", chipset=self.target.arch)]
 
+    def fixup_passes(self) -> list[str]:
+        return ["fmha-extern-dynamic-shared"]
+
     def binary_options(self) -> dict:
         return {"format": "bin", "toolkit": lld_toolkit()}
 

@@ -3,7 +3,10 @@ import pytest
 
 from fmha_mlir.compiler import Compiler
 from fmha_mlir.spec import AttentionBwdSpec, Mask
-from fmha_mlir.tools.amd_static_report import Loop, allocated_vgprs, innermost_loops, waves_per_simd
+from fmha_mlir.bodies import AMD_TILED_TABLE
+from fmha_mlir.runtime.hsaco_metadata import read_hsaco_metadata
+from fmha_mlir.tools.amd_static_report import (PARTS, Loop, allocated_vgprs, innermost_loops, roofline, tile_step,
+                                              waves_per_simd)
 
 
 @pytest.mark.parametrize("vgpr,agpr,allocated", [(1, 0, 8), (22, 0, 24), (38, 0, 40), (130, 128, 264), (256, 256, 512)])
@@ -50,8 +53,40 @@ def test_only_the_innermost_loop_of_the_kernel_is_counted():
 
 def test_the_warp_body_loop_has_no_scratch_and_no_mfma():
     """On a real code object: the gfx942 warp body's key loop (vector ALU and global memory only)."""
-    result = Compiler().compile_spec(AttentionBwdSpec("bf16", 64, mask=Mask("causal_top_left")), "gfx942")
+    result = Compiler().compile_spec(AttentionBwdSpec("bf16", 64, mask=Mask("causal_top_left")), "gfx942", body="warp")
     name = next(n for n in result.kernel_names if n.endswith("dq_dk_dv"))
     loops = innermost_loops(result.isa, name)
     assert len(loops) == 1 and loops[0].mfma == 0 and loops[0].global_memory > 0 and loops[0].instructions > 20
     assert ".private_segment_fixed_size: 0" in result.isa
+
+
+@pytest.mark.parametrize("arch,hdim", [(arch, h) for arch, rows in AMD_TILED_TABLE.items() for h in rows])
+def test_every_tiled_table_row_has_mfma_in_its_loop_no_scratch_and_two_waves_per_simd(arch, hdim):
+    """Issue 8's static facts for each gfx942 / gfx950 table row, from the code object (causal: the loop
+    holds both the cut and the whole tile's code)."""
+    spec = AttentionBwdSpec("bf16", hdim, mask=Mask("causal_bottom_right"))
+    result = Compiler().compile_spec(spec, arch)
+    assert result.config == AMD_TILED_TABLE[arch][hdim]
+    name = next(n for n in result.kernel_names if n.endswith("dq_dk_dv"))
+    kernel = read_hsaco_metadata(result.binary)["kernels"][name]
+    step = next(s for s in result.manifest["steps"] if s.get("kernel") == name)
+    lds = kernel["group_segment_fixed_size"] + step["shared_bytes"]
+    assert kernel["private_segment_fixed_size"] == 0 and kernel["wavefront_size"] == 64
+    waves, _ = waves_per_simd(kernel["vgpr_count"], kernel["agpr_count"], lds, result.config.warps, arch)
+    assert waves >= 2
+    loop, = innermost_loops(result.isa, name)
+    config = result.config
+    per_wave = 2 * config.block_m * config.block_n * (3 * hdim + 2 * hdim) // config.warps
+    shape = config.mfma
+    assert loop.mfma == per_wave // (2 * shape.m * shape.n * shape.k)   # every product's MFMAs, once per step
+
+
+def test_the_tile_step_counts_and_the_roofline():
+    from fmha_mlir.kernel_config import KernelConfig
+    spec = AttentionBwdSpec("bf16", 128)
+    config = KernelConfig(body="tiled", wave_size=64, block_m=32, block_n=64, warps=8, instruction="mfma.16x16x16")
+    flops, moved = tile_step(spec, config)
+    assert flops == 2 * 32 * 64 * 5 * 128
+    assert moved == 32 * 256 * 2 + 8 * 32 + 32 * 128 * 4
+    assert roofline(flops, moved, PARTS["gfx942"]) == pytest.approx(flops / moved * 5.3)
+    assert roofline(10 ** 9, 1, PARTS["gfx950"]) == PARTS["gfx950"].peak_tflops

@@ -7,6 +7,8 @@ import io
 import re
 
 import pytest
+
+from fmha_mlir.target import get_target
 from elftools.elf.elffile import ELFFile
 
 from fmha_mlir.compiler import IR_STAGES, STAGES, Compiler, dump_name
@@ -46,13 +48,19 @@ def test_matrix_compiles_to_hsaco(compiler, spec, arch):
     metadata = read_hsaco_metadata(result.binary)
     assert metadata["arch"] == arch
     assert sorted(metadata["kernels"]) == sorted(_stage_names(result)) == sorted(result.kernel_names)
-    blocks = {s["kernel"]: s["block"] for s in result.manifest["steps"] if s["op"] == "launch"}
+    tiled = spec.dtype != "f32" and not (arch == "gfx942" and spec.hdim_q == 256)   # gfx942 d256: no LDS room
+    assert result.config.body == ("tiled" if tiled else "warp")
+    launches = {s["kernel"]: s for s in result.manifest["steps"] if s["op"] == "launch"}
     for name, kernel in result.manifest["kernels"].items():
-        facts = kernel["metadata"]
-        # The code object admits exactly the block the plan launches (row kernels: 8 waves).
+        facts, launch = kernel["metadata"], launches[name]
+        # The code object admits exactly the block the plan launches (row kernels and the tiled body: 8 waves).
         assert (facts["wavefront_size"], facts["private_segment_fixed_size"], facts["max_flat_workgroup_size"]) \
-            == (64, 0, blocks[name][0]), name
-        assert blocks[name][0] == (64 if name.endswith("dq_dk_dv") else 512), name
+            == (64, 0, launch["block"][0]), name
+        assert launch["block"][0] == (64 if name.endswith("dq_dk_dv") and not tiled else 512), name
+        # LDS: the tiled body's is all dynamic (the plan's shared_bytes), and with the static part fits the chip.
+        dynamic = launch.get("shared_bytes", 0)
+        assert (dynamic > 0) == (tiled and name.endswith("dq_dk_dv")), name
+        assert facts["group_segment_fixed_size"] + dynamic <= get_target(arch).max_shared_bytes
         # The memref ABI: 2 pointers, offset, sizes and strides per argument, 8 bytes each.
         assert facts["kernarg_segment_size"] >= 8 * sum(3 + 2 * arg["rank"] for arg in kernel["args"])
     Bundle(result.manifest, result.bundle_files())  # the runtime's own manifest validation
@@ -98,14 +106,15 @@ def test_results_are_cached_per_spec_and_target(compiler):
 
 def test_the_cache_tells_backend_options_apart():
     compiler = Compiler()
-    dpp = compiler.compile_spec(BF16, "gfx942")
+    dpp = compiler.compile_spec(BF16, "gfx942", body="warp")
     compiler.amd_reduce = "shuffle"
-    shuffle = compiler.compile_spec(BF16, "gfx942")
+    shuffle = compiler.compile_spec(BF16, "gfx942", body="warp")
     assert "ds_swizzle" in shuffle.isa and "ds_swizzle" not in dpp.isa
 
 
 def test_launch_plan_of_a_bf16_spec(compiler):
-    result = compiler.compile_spec(BF16, "gfx942")
+    """The warp body's plan on gfx942: dK / dV through f32 workspaces, one wave per query row."""
+    result = compiler.compile_spec(BF16, "gfx942", body="warp")
     manifest, tag = result.manifest, result.config.tag
     prefix = f"{BF16.kernel_prefix}_{tag}"
     assert manifest["target"] == {"arch": "gfx942", "backend": "rocdl", "wave_size": 64}
@@ -175,9 +184,11 @@ def test_interp_ir_is_the_generic_kernel_module(compiler, arch):
     assert "llvm.func" not in result.interp_ir
     reduction = '"amdgpu.dpp"' if arch == "gfx942" else '"gpu.shuffle"'
     assert reduction in result.interp_ir
-    if arch == "sm_90":  # the tiled body's matrix and copy ops stay at the level the interpreter runs
-        assert all(f'"{op}"' in result.interp_ir for op in ("nvgpu.mma.sync", "nvgpu.ldmatrix",
-                                                            "nvgpu.device_async_copy", "gpu.dynamic_shared_memory"))
+    # The tiled body's matrix and copy ops stay at the level the interpreter runs.
+    assert result.config.body == "tiled"
+    matrix_ops = {"sm_90": ("nvgpu.mma.sync", "nvgpu.ldmatrix", "nvgpu.device_async_copy"),
+                  "gfx942": ("amdgpu.mfma", "amdgpu.raw_buffer_load")}[arch]
+    assert all(f'"{op}"' in result.interp_ir for op in matrix_ops + ("gpu.dynamic_shared_memory",))
 
 
 def test_dumps_restart_to_the_same_code(tmp_path):

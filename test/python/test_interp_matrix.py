@@ -2,7 +2,8 @@
 against the oracle through the one gate.
 
 dtype x mask x hdim x GQA ratio x (arch, body): gfx942 warp body (wave64, DPP reductions), sm_90 warp
-body (wave32, shuffles) and sm_90 tiled body (mma.sync tiles, f16/bf16 only), at small odd sizes:
+body (wave32, shuffles), sm_90 tiled body (mma.sync tiles) and gfx942 / gfx950 tiled body (MFMA tiles;
+f16/bf16 only, gfx942 without d256, which takes the warp body), at small odd sizes:
 seqlen_q < seqlen_k and seqlen_q > seqlen_k (rows that see no key under bottom-right masks), lengths
 that fill no tile, BHSD and BSHD storage, atomics applied in a random order.
 """
@@ -23,7 +24,7 @@ from fmha_mlir.spec import Mask
 from fmha_mlir.target import get_target
 from fmha_mlir.variants import variant_matrix
 
-TARGETS = (("gfx942", "warp"), ("sm_90", "warp"), ("sm_90", "tiled"))
+TARGETS = (("gfx942", "warp"), ("sm_90", "warp"), ("sm_90", "tiled"), ("gfx942", "tiled"), ("gfx950", "tiled"))
 # A window small enough to cut these short rows on both sides.
 
 
@@ -48,6 +49,8 @@ def compiler():
 def test_the_matrix_covers_every_body():
     assert {(arch, body) for _, arch, body in MATRIX} == set(TARGETS)
     assert {spec.dtype for spec, _, body in MATRIX if body == "tiled"} == {"f16", "bf16"}
+    assert {(arch, spec.hdim_q) for spec, arch, body in MATRIX if body == "tiled"} == {
+        (arch, h) for arch in ("sm_90", "gfx942", "gfx950") for h in (64, 128, 256)} - {("gfx942", 256)}
 
 
 @pytest.mark.parametrize("index", range(len(MATRIX)),

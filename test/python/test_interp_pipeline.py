@@ -31,6 +31,8 @@ def stage_bundle(compiled, stage: str) -> Bundle:
     ("sm_90", "warp", "f16", "window:5,3", 2, "sequential", "gpu"),
     ("sm_90", "tiled", "bf16", "bottom_right", 2, "random", "gpu"),
     ("sm_90", "tiled", "f16", "window:5,3", 1, "sequential", "kernel"),
+    ("gfx942", "tiled", "bf16", "bottom_right", 2, "random", "gpu"),
+    ("gfx950", "tiled", "f16", "window:5,3", 1, "sequential", "gpu"),
 ])
 def test_compiled_kernels_match_the_oracle(arch, body, dtype, mask, gqa, atomic_order, stage):
     spec = AttentionBwdSpec(dtype=dtype, hdim_q=64, gqa_ratio=gqa, mask=Mask.parse(mask))
@@ -80,3 +82,38 @@ def test_tiled_body_across_tiles(spec, size, config):
     grid = next(s["grid"] for s in bundle.manifest["steps"] if str(s.get("kernel")).endswith("dq_dk_dv"))
     key_axis = {"keys_inner": 0, "keys_outer": 2}[config.grid_order]
     assert grid[key_axis] == {"ceildiv": [{"dim": ["k", 2]}, config.block_n]}  # the order the kernel reads
+
+
+MFMA_TILES = dict(body="tiled", wave_size=64, stages=1, swizzle="none")
+M64N64_32X32X8 = KernelConfig(**MFMA_TILES, instruction="mfma.32x32x8", block_m=64, block_n=64, warps=4,
+                              sdp_warps=(2, 2), dkv_warps=(2, 2), dq_warps=(2, 2))
+M32N64_32X32X16 = KernelConfig(**MFMA_TILES, instruction="mfma.32x32x16", block_m=32, block_n=64, warps=2,
+                               sdp_warps=(2, 1), dkv_warps=(2, 1), dq_warps=(1, 2))
+M32N32_16X16X32 = KernelConfig(**MFMA_TILES, instruction="mfma.16x16x32", block_m=32, block_n=32, warps=4,
+                               sdp_warps=(2, 2), dkv_warps=(1, 4), dq_warps=(2, 2), grid_order="keys_inner")
+
+
+@pytest.mark.parametrize("arch,spec,size,config", [
+    ("gfx942", AttentionBwdSpec("bf16", 64, mask=Mask("causal_bottom_right"), gqa_ratio=2), ProblemSize(1, 4, 150, 100),
+     M64N64_32X32X8),
+    ("gfx942", AttentionBwdSpec("f16", 128, hdim_v=64, mask=Mask("sliding_window", 20, 7)), ProblemSize(1, 1, 90, 170),
+     dataclasses.replace(M32N64_32X32X16, instruction="mfma.32x32x8")),
+    ("gfx950", AttentionBwdSpec("bf16", 64, mask=Mask("sliding_window", -1, 0)), ProblemSize(1, 2, 70, 100),
+     M32N64_32X32X16),
+    ("gfx950", AttentionBwdSpec("f16", 64, mask=Mask("causal_top_left"), gqa_ratio=2), ProblemSize(2, 4, 100, 130),
+     M32N32_16X16X32),
+    ("gfx942", AttentionBwdSpec("bf16", 128, mask=Mask("causal_top_left")), ProblemSize(1, 2, 130, 130), None),
+    ("gfx950", AttentionBwdSpec("f16", 256, gqa_ratio=2), ProblemSize(2, 2, 80, 150), None),
+], ids=["gfx942-br-sq>sk-32x32x8", "gfx942-window-dv64-32x32x8", "gfx950-window-left-unbounded-32x32x16",
+        "gfx950-tl-batch2-gqa-keys-inner-16x16x32", "gfx942-tl-table-config", "gfx950-none-d256-table-config"])
+def test_mfma_tiled_body_across_tiles(arch, spec, size, config):
+    """The MFMA body over several key and query blocks: every MFMA shape (the table uses the 16x16
+    ones), the GQA head walk, cut and whole tiles, partial last blocks, both grid orders."""
+    bundle = stage_bundle(compile_spec(spec, arch, body="tiled", config=config), "kernel")
+    problem = make_problem(spec, size, seed=11, layout="bshd")
+    grads = run_bundle(bundle, CpuExecutor(atomic_order="random", seed=2),
+                       {n: problem.tensors[n] for n in ("q", "k", "v", "o", "do", "lse")})
+    checks = problem.check(grads, bundle.numerics)
+    assert all(c.passed for c in checks), "\n".join(map(str, checks))
+    assert bundle.config.mfma is not None and bundle.config.wave_size == 64
+    assert size.seqlen_k > bundle.config.block_n and size.seqlen_q > bundle.config.block_m

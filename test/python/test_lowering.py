@@ -181,7 +181,7 @@ def test_select_kernel_config_options_are_checked():
 
 @pytest.mark.parametrize("spec,target,body,expected", [
     (F16_GQA, "sm_90", "auto", "tiled"), (F32_TOP_LEFT, "sm_90", "auto", "warp"),
-    (F16_GQA, "gfx942", "auto", "warp"), (F16_GQA, "sm_90", "warp", "warp"),
+    (F16_GQA, "gfx942", "auto", "tiled"), (F32_TOP_LEFT, "gfx950", "auto", "warp"), (F16_GQA, "sm_90", "warp", "warp"),
 ])
 def test_select_kernel_config_picks_the_fastest_body_that_supports_the_spec(spec, target, body, expected):
     ctx = make_context()
@@ -198,7 +198,10 @@ def test_select_kernel_config_names_every_reason_a_body_refuses():
     message = _failure(text, "fmha-select-kernel-config{target=sm_90 body=tiled}")
     assert "no kernel config for sm_90: dtype: the tiled body computes f16 and bf16" in message
     message = _failure(text, "fmha-select-kernel-config{target=gfx942 body=tiled}")
-    assert "the tiled body has no matrix atom for gfx942 yet" in message
+    assert "no kernel config for gfx942: dtype: the tiled body computes f16 and bf16" in message
+    d256 = str(build_problem_module(AttentionBwdSpec("bf16", 256), make_context()))
+    message = _failure(d256, "fmha-select-kernel-config{target=gfx942 body=tiled}")
+    assert "config: the tiles need 106752 bytes of shared memory, gfx942 has 65536" in message
 
 
 # --- fmha-expand-warp-body ----------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 // bf16, causal top-left, hdim 128, MHA on gfx942: hardware float atomics, v_exp_f32, DPP reductions.
-// RUN: fmha-compile --dtype bf16 --mask top_left --hdim 128 --target gfx942 --emit isa | FileCheck %s
-// RUN: fmha-compile --dtype bf16 --mask top_left --hdim 128 --target gfx942 --emit isa | FileCheck %s --check-prefix=NEVER
-// RUN: fmha-compile --dtype bf16 --mask top_left --hdim 128 --target gfx942 --emit metadata | FileCheck %s --check-prefix=META
+// RUN: fmha-compile --dtype bf16 --mask top_left --hdim 128 --target gfx942 --body warp --emit isa | FileCheck %s
+// RUN: fmha-compile --dtype bf16 --mask top_left --hdim 128 --target gfx942 --body warp --emit isa | FileCheck %s --check-prefix=NEVER
+// RUN: fmha-compile --dtype bf16 --mask top_left --hdim 128 --target gfx942 --body warp --emit metadata | FileCheck %s --check-prefix=META
 
 // dot_do_o: a row of 128 bf16 is 16 lanes of 16 bytes, so D is a 16-lane sum: the four in-row
 // DPP steps and nothing that crosses rows.

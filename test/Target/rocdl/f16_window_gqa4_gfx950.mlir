@@ -1,7 +1,7 @@
 // f16, sliding window (16, 0), hdim 64, GQA 4 on gfx950.
-// RUN: fmha-compile --dtype f16 --mask window:16,0 --hdim 64 --gqa 4 --target gfx950 --emit isa | FileCheck %s
-// RUN: fmha-compile --dtype f16 --mask window:16,0 --hdim 64 --gqa 4 --target gfx950 --emit isa | FileCheck %s --check-prefix=NEVER
-// RUN: fmha-compile --dtype f16 --mask window:16,0 --hdim 64 --gqa 4 --target gfx950 --emit metadata | FileCheck %s --check-prefix=META
+// RUN: fmha-compile --dtype f16 --mask window:16,0 --hdim 64 --gqa 4 --target gfx950 --body warp --emit isa | FileCheck %s
+// RUN: fmha-compile --dtype f16 --mask window:16,0 --hdim 64 --gqa 4 --target gfx950 --body warp --emit isa | FileCheck %s --check-prefix=NEVER
+// RUN: fmha-compile --dtype f16 --mask window:16,0 --hdim 64 --gqa 4 --target gfx950 --body warp --emit metadata | FileCheck %s --check-prefix=META
 
 // CHECK: .amdgcn_target "amdgcn-amd-amdhsa-{{.*}}gfx950"
 // CHECK-LABEL: fmha_bwd_f16_d64x64_g4_win16_0_warp64_dq_dk_dv:

@@ -1,6 +1,6 @@
 // --reduce shuffle: wave sums become the xor butterfly (LDS permutes) instead of DPP.
-// RUN: fmha-compile --dtype f16 --mask none --hdim 64 --target gfx942 --reduce shuffle --emit isa | FileCheck %s
-// RUN: fmha-compile --dtype f16 --mask none --hdim 64 --target gfx942 --reduce shuffle --emit isa | FileCheck %s --check-prefix=NEVER
+// RUN: fmha-compile --dtype f16 --mask none --hdim 64 --target gfx942 --body warp --reduce shuffle --emit isa | FileCheck %s
+// RUN: fmha-compile --dtype f16 --mask none --hdim 64 --target gfx942 --body warp --reduce shuffle --emit isa | FileCheck %s --check-prefix=NEVER
 
 // dot_do_o gives each row 64*2/16 = 8 lanes: a three-step butterfly inside the row, all of it
 // ds_swizzle (xor below 32 needs no bpermute).

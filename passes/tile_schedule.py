@@ -1,0 +1,149 @@
+"""What every tiled body shares, whatever its matrix atom: the kernel's frame (operands, lane and
+block ids, sequence lengths), which query blocks and tiles a key block meets, how warps split a
+product's output, and the loop's (head, query block) walk."""
+from __future__ import annotations
+
+import math as pymath
+from dataclasses import dataclass
+
+from fmha_mlir.bodies import tiled_block_ids
+from fmha_mlir.dialects.fmha_types import element_type
+from fmha_mlir.kernel_config import KernelConfig
+from fmha_mlir.mlir import arith, gpu, ir, scf
+from fmha_mlir.spec import AttentionBwdSpec, Mask
+
+from .ir_builders import dims, index
+from .shared_tiles import LaneValues
+
+LOG2_E = pymath.log2(pymath.e)
+
+
+class TiledKernel:
+    """The frame of one dq_dk_dv kernel of a tiled body; a body supplies its atom and its tiles."""
+
+    def __init__(self, op: "ir.Operation", spec: AttentionBwdSpec, config: KernelConfig):
+        self.spec, self.config = spec, config
+        (self.q, self.k, self.v, self.do, self.lse, self.d, self.dq_acc, self.dk_out,
+         self.dv_out) = op.operands
+        self.element = element_type(spec.dtype)
+        self.bm, self.bn = config.block_m, config.block_n
+        self.tid = gpu.thread_id(gpu.Dimension.x)
+        self.warp = arith.divui(self.tid, index(config.wave_size))
+        lane = arith.remui(self.tid, index(config.wave_size))
+        # Everything that depends on the lane and warp alone is built before this marker (LaneValues).
+        marker = index(0)
+        self.lanes = LaneValues(ir.InsertionPoint(marker.owner))
+        self.atom = self.make_atom(lane)
+        self.tiles = self.make_tiles()
+        self.key_block, self.kv_head, self.batch = tiled_block_ids(
+            config, [gpu.block_id(d) for d in (gpu.Dimension.x, gpu.Dimension.y, gpu.Dimension.z)])
+        self.seqlen_q, = dims(self.q, [2])
+        self.seqlen_k, = dims(self.k, [2])
+        self.k0 = arith.muli(self.key_block, index(self.bn))
+        self.scale_log2 = spec.scale * LOG2_E
+
+    def make_atom(self, lane: "ir.Value"):
+        raise NotImplementedError
+
+    def per_query_row(self, first: "ir.Value", offset: int, copy) -> None:
+        """Threads [offset, offset + block_m) each take query row first + i (i = tid - offset): copy(i,
+        the row clamped into the sequence, whether it is inside) builds the copy of its LSE or D value."""
+        mine = arith.subi(self.tid, index(offset))
+        inside = arith.andi(arith.cmpi(arith.CmpIPredicate.sge, self.tid, index(offset)),
+                            arith.cmpi(arith.CmpIPredicate.slt, self.tid, index(offset + self.bm)))
+        guard = scf.IfOp(inside)
+        with ir.InsertionPoint(guard.then_block):
+            row = arith.addi(first, mine)
+            valid = arith.cmpi(arith.CmpIPredicate.slt, row, self.seqlen_q)
+            clamped = arith.minsi(row, arith.subi(self.seqlen_q, index(1)))
+            copy(mine, clamped, valid)
+            scf.yield_([])
+
+    def make_tiles(self) -> dict:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class WarpTile:
+    """The part of a product's output one warp computes: rows [row0, row0 + rows) x cols [col0, col0 + cols)."""
+
+    row0: "ir.Value"   # index, relative to the product's output
+    col0: "ir.Value"
+    rows: int
+    cols: int
+
+
+def warp_tile(warp: "ir.Value", layout: tuple[int, int], rows: int, cols: int) -> WarpTile:
+    """Warp w of a (along rows, along cols) layout takes block (w / along_cols, w % along_cols)."""
+    per_rows, per_cols = rows // layout[0], cols // layout[1]
+    along = index(layout[1])
+    return WarpTile(arith.muli(arith.divui(warp, along), index(per_rows)),
+                    arith.muli(arith.remui(warp, along), index(per_cols)), per_rows, per_cols)
+
+
+def advance(head, m, lo, hi):
+    """The step after (head, m): the next query block, or the next head's first one."""
+    nxt = arith.addi(m, index(1))
+    wrap = arith.cmpi(arith.CmpIPredicate.sge, nxt, hi)
+    return arith.select(wrap, arith.addi(head, index(1)), head), arith.select(wrap, lo, nxt)
+
+
+def query_block_range(mask: Mask, k0, block_n: int, block_m: int, seqlen_q, seqlen_k):
+    """[lo, hi) of the query blocks with a query that sees a key of [k0, k0 + block_n) (hi may be <= lo)."""
+    blocks = arith.ceildivsi(seqlen_q, index(block_m))
+    zero = index(0)
+    if mask.kind == "none":
+        return zero, blocks
+    if mask.kind == "causal_top_left":     # k <= q: q >= k0
+        return arith.divsi(k0, index(block_m)), blocks
+    off = arith.subi(seqlen_k, seqlen_q)   # bottom-right alignment: k <= q + off
+    if mask.kind == "causal_bottom_right":
+        return arith.maxsi(zero, arith.floordivsi(arith.subi(k0, off), index(block_m))), blocks
+    lo, hi = zero, blocks                  # window: q + off - left <= k <= q + off + right
+    if mask.window_right >= 0:
+        first = arith.subi(arith.subi(k0, off), index(mask.window_right))
+        lo = arith.maxsi(zero, arith.floordivsi(first, index(block_m)))
+    if mask.window_left >= 0:
+        last = arith.addi(arith.subi(arith.addi(k0, index(block_n - 1)), off), index(mask.window_left))
+        hi = arith.minsi(blocks, arith.addi(arith.floordivsi(last, index(block_m)), index(1)))
+    return lo, hi
+
+
+def tile_is_cut(mask: Mask, k0, block_n: int, q0, block_m: int, seqlen_q, seqlen_k) -> "ir.Value":
+    """i1: the mask hides some (query, key) of the tile [q0, q0 + block_m) x [k0, k0 + block_n)."""
+    k_last = arith.addi(k0, index(block_n - 1))
+    q_last = arith.addi(q0, index(block_m - 1))
+    if mask.kind == "causal_top_left":
+        return arith.cmpi(arith.CmpIPredicate.sgt, k_last, q0)
+    off = arith.subi(seqlen_k, seqlen_q)
+    if mask.kind == "causal_bottom_right":
+        return arith.cmpi(arith.CmpIPredicate.sgt, k_last, arith.addi(q0, off))
+    cut = arith.constant(ir.IntegerType.get_signless(1), 0)
+    if mask.window_left >= 0:   # the farthest key below must stay in reach of the last query
+        cut = arith.ori(cut, arith.cmpi(arith.CmpIPredicate.slt, k0,
+                                        arith.subi(arith.addi(q_last, off), index(mask.window_left))))
+    if mask.window_right >= 0:
+        cut = arith.ori(cut, arith.cmpi(arith.CmpIPredicate.sgt, k_last,
+                                        arith.addi(arith.addi(q0, off), index(mask.window_right))))
+    return cut
+
+
+def contract() -> "ir.Attribute":
+    """Lets LLVM fuse score * scale - lse into one fma."""
+    return ir.Attribute.parse("#arith.fastmath<contract>")
+
+
+def i32(value: "ir.Value") -> "ir.Value":
+    return arith.index_cast(ir.IntegerType.get_signless(32), value)
+
+
+def flatten(acc):
+    return [c for row in acc for c in row]
+
+
+def unflatten(flat, rows, cols):
+    return [list(flat[r * cols:(r + 1) * cols]) for r in range(rows)]
+
+
+def flatten3(values):
+    return [pair for row in values for pairs in row for pair in pairs]

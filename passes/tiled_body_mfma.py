@@ -1,0 +1,279 @@
+"""The tiled body on AMD MFMA (gfx942, gfx950; wave64): the sm_90 body's schedule on amdgpu.mfma.
+
+The same work-groups, loop and products as tiled_body.py (one work-group per key block of Bc keys and
+kv head; the query blocks of every query head of its GQA group; S^T with keys as rows), with what the
+instruction changes (docs/design/tiled-body.md, section 5):
+
+- *Accumulator groups.* A lane's MFMA accumulator is one column and groups of 4 rows, so in S^T a lane
+  holds keys of ONE query: LSE and D are one scalar per lane per n-tile, and the mask is applied with
+  a vector of keys against a scalar query.
+- *Operands from LDS, no ldmatrix.* A and B fragments are read k-contiguous where the tile's rows are
+  the operand's m / n (K, V, Q, dO, P^T, dS^T for S^T, dP^T, dV, dK) and element by element where they
+  are k (dO, Q for dV / dK; dS^T and K for dQ): passes/mfma_atom.py.
+- *Copies through registers.* Global to LDS by 16-byte `amdgpu.raw_buffer_load` (the buffer resource
+  keeps the base in SGPRs), rows past the sequence end replaced by zeros with a select: the buffer's own
+  out-of-range rule only covers the last rows of the whole tensor, not of a head. One Q / dO buffer.
+- *dQ* by scalar f32 atomics (`global_atomic_add_f32`; neither chip has a packed f32 add), dK / dV
+  stored one element at a time (a lane's four rows are four addresses).
+
+P^T and dS^T go through LDS as [keys x queries] tiles, written element by element from the accumulators
+so that dV's and dK's A operands read k-contiguous. Tile sizes: bodies.AMD_TILED_TABLE.
+"""
+from __future__ import annotations
+
+from fmha_mlir.bodies import COPY_ELEMENTS, TiledBody
+from fmha_mlir.dialects import fmha
+from fmha_mlir.kernel_config import KernelConfig
+from fmha_mlir.mlir import arith, gpu, ir, memref, scf, vector
+from fmha_mlir.spec import AttentionBwdSpec
+
+from .ir_builders import create_op, f32, index, splat
+from .mfma_atom import MfmaAtom
+from .shared_tiles import shared_grids
+from .tile_schedule import (LOG2_E, TiledKernel, WarpTile, advance, contract, flatten, i32, query_block_range,
+                            tile_is_cut, unflatten, warp_tile)
+
+
+class _Kernel(TiledKernel):
+    """Builds one dq_dk_dv kernel; the helpers read like the loop they emit."""
+
+    def __init__(self, op: "ir.Operation", spec: AttentionBwdSpec, config: KernelConfig):
+        super().__init__(op, spec, config)
+        with self.lanes.hoist:
+            self.sdp = warp_tile(self.warp, config.sdp_warps, self.bn, self.bm)
+            self.dkv = warp_tile(self.warp, config.dkv_warps, self.bn, spec.hdim_q)
+            self.dkv_v = warp_tile(self.warp, config.dkv_warps, self.bn, spec.hdim_v)
+            self.dq_tile = warp_tile(self.warp, config.dq_warps, self.bm, spec.hdim_q)
+            self.rows = self.atom.accumulator_rows()
+
+    def make_atom(self, lane):
+        return MfmaAtom(self.config.mfma, self.element, lane, self.lanes)
+
+    def make_tiles(self):
+        return shared_grids(TiledBody.shared_layout(self.spec, self.config), self.element)
+
+    # -- copies into LDS -----------------------------------------------------------------------------
+
+    def buffer_load(self, result: "ir.Type", source: "ir.Value", indices: list, valid: "ir.Value") -> "ir.Value":
+        """amdgpu.raw_buffer_load of source[indices] (in range by construction), zero where not `valid`."""
+        loaded = create_op("amdgpu.raw_buffer_load", result, [source] + [i32(i) for i in indices],
+                           {"operandSegmentSizes": ir.DenseI32ArrayAttr.get([1, len(indices), 0])})
+        element = result.element_type if isinstance(result, ir.VectorType) else result
+        zero = ir.FloatAttr.get(element, 0.0)
+        if isinstance(result, ir.VectorType):
+            zero = ir.DenseElementsAttr.get_splat(result, zero)
+        return arith.select(valid, loaded, arith.constant(result, zero))
+
+    def copy_rows(self, source: "ir.Value", prefix: list, first: "ir.Value", limit: "ir.Value", tile: "ir.Value",
+                  rows: int, cols: int) -> None:
+        """Rows [first, first + rows) of source[prefix..., row, :] into tile rows [0, rows), 16 bytes per
+        lane and load; rows at or past `limit` become zeros. All of a round's loads are issued before its
+        stores, so their latencies overlap."""
+        chunks = cols // COPY_ELEMENTS
+        total, threads = rows * chunks, self.config.threads
+        chunk_type = ir.VectorType.get([COPY_ELEMENTS], self.element)
+        last = arith.subi(limit, index(1))
+        pending = []
+        for start in range(0, total, threads):
+            chunk = arith.addi(self.tid, index(start))
+            row = arith.divui(chunk, index(chunks))
+            col = arith.muli(arith.remui(chunk, index(chunks)), index(COPY_ELEMENTS))
+            src_row = arith.addi(first, row)
+            valid = arith.cmpi(arith.CmpIPredicate.slt, src_row, limit)
+            at = prefix + [arith.minsi(src_row, last), col]
+            if total - start >= threads:
+                pending.append((self.buffer_load(chunk_type, source, at, valid), row, col))
+            else:  # the last round has fewer chunks than threads
+                guard = scf.IfOp(arith.cmpi(arith.CmpIPredicate.ult, chunk, index(total)))
+                with ir.InsertionPoint(guard.then_block):
+                    vector.store(self.buffer_load(chunk_type, source, at, valid), tile, [row, col])
+                    scf.yield_([])
+        for value, row, col in pending:
+            vector.store(value, tile, [row, col])
+
+    def copy_row_values(self, source: "ir.Value", prefix: list, first: "ir.Value", tile: "ir.Value",
+                        offset: int) -> None:
+        """source[prefix..., first + i] (f32, i < block_m) into tile[0, i], zero past seqlen_q; threads
+        [offset, offset + block_m) do it."""
+        def copy(mine, clamped, valid):
+            memref.store(self.buffer_load(ir.F32Type.get(), source, prefix + [clamped], valid), tile, [index(0), mine])
+
+        self.per_query_row(first, offset, copy)
+
+    def load_step(self, head: "ir.Value", q0: "ir.Value") -> None:
+        prefix = [self.batch, head]
+        self.copy_rows(self.q, prefix, q0, self.seqlen_q, self.tiles["q"], self.bm, self.spec.hdim_q)
+        self.copy_rows(self.do, prefix, q0, self.seqlen_q, self.tiles["do"], self.bm, self.spec.hdim_v)
+        self.copy_row_values(self.lse, prefix, q0, self.tiles["lse"], 0)
+        self.copy_row_values(self.d, prefix, q0, self.tiles["d"], self.bm)
+
+    # -- the products --------------------------------------------------------------------------------
+
+    def gemm(self, acc: list[list["ir.Value"]], tile: WarpTile, k_extent: int, load_a, load_b) -> list[list]:
+        """acc[mi][ni] += A[mi-th M rows] B[ni-th N cols] over k_extent, K at a time (unrolled); each
+        fragment is read once per k step and used by every tile of its row or column."""
+        atom = self.atom
+        m_tiles, n_tiles = tile.rows // atom.m, tile.cols // atom.n
+        for k0 in range(0, k_extent, atom.k):
+            a = [load_a(arith.addi(tile.row0, index(mi * atom.m)), k0) for mi in range(m_tiles)]
+            b = [load_b(arith.addi(tile.col0, index(ni * atom.n)), k0) for ni in range(n_tiles)]
+            for mi in range(m_tiles):
+                for ni in range(n_tiles):
+                    acc[mi][ni] = atom.mma(a[mi], b[ni], acc[mi][ni])
+        return acc
+
+    def zeros(self, tile: WarpTile) -> list[list["ir.Value"]]:
+        return [[self.atom.zero for _ in range(tile.cols // self.atom.n)] for _ in range(tile.rows // self.atom.m)]
+
+    # -- the loop ------------------------------------------------------------------------------------
+
+    def build(self) -> None:
+        spec, tiles = self.spec, self.tiles
+        g = spec.gqa_ratio
+        lo, hi = query_block_range(spec.mask, self.k0, self.bn, self.bm, self.seqlen_q, self.seqlen_k)
+        steps = arith.muli(arith.maxsi(arith.subi(hi, lo), index(0)), index(g))   # every query head of the group
+        first_head = arith.muli(self.kv_head, index(g))
+
+        kv_prefix = [self.batch, self.kv_head]
+        self.copy_rows(self.k, kv_prefix, self.k0, self.seqlen_k, tiles["k"], self.bn, spec.hdim_q)
+        self.copy_rows(self.v, kv_prefix, self.k0, self.seqlen_k, tiles["v"], self.bn, spec.hdim_v)
+        dk0, dv0 = self.zeros(self.dkv), self.zeros(self.dkv_v)
+        shapes = [(len(dk0), len(dk0[0])), (len(dv0), len(dv0[0]))]
+        split = len(flatten(dk0))
+
+        # (head, m) of the step is carried and advanced with selects: no division in the loop.
+        loop = scf.ForOp(index(0), steps, index(1), [first_head, lo] + flatten(dk0) + flatten(dv0))
+        with ir.InsertionPoint(loop.body):
+            head, m, *carried = list(loop.inner_iter_args)
+            dk, dv = unflatten(carried[:split], *shapes[0]), unflatten(carried[split:], *shapes[1])
+            next_head, next_m = advance(head, m, lo, hi)
+            q0 = arith.muli(m, index(self.bm))
+            gpu.barrier()    # the previous step's reads of Q, dO, P^T, dS^T are done
+            self.load_step(head, q0)
+            gpu.barrier()
+            dk, dv = self.step(head, q0, dk, dv)
+            scf.yield_([next_head, next_m] + flatten(dk) + flatten(dv))
+        results = list(loop.results)[2:]
+        self.store_grad(self.dk_out, unflatten(results[:split], *shapes[0]), self.dkv, spec.scale)
+        self.store_grad(self.dv_out, unflatten(results[split:], *shapes[1]), self.dkv_v, None)
+
+    def step(self, head, q0, dk, dv):
+        """One query block: S^T, P^T, dP^T, dS^T, then dV, dK, dQ."""
+        spec, atom, tiles = self.spec, self.atom, self.tiles
+        sdp, dkv, dkv_v, dqt = self.sdp, self.dkv, self.dkv_v, self.dq_tile
+
+        # S^T = K Q^T, dP^T = V dO^T: A = K / V rows, B^T = Q / dO rows (all k-contiguous).
+        s = self.gemm(self.zeros(sdp), sdp, spec.hdim_q, lambda row, k0: atom.load_a(tiles["k"], row, k0),
+                      lambda col, k0: atom.load_b(tiles["q"], col, k0))
+        lse, dsum = self.row_values(sdp)
+        p = self.probabilities(s, lse, q0)
+        dp = self.gemm(self.zeros(sdp), sdp, spec.hdim_v, lambda row, k0: atom.load_a(tiles["v"], row, k0),
+                       lambda col, k0: atom.load_b(tiles["do"], col, k0))
+        ds = [[arith.mulf(p[mi][ni], arith.subf(dp[mi][ni], splat(dsum[ni], [atom.shape.c_registers])))
+               for ni in range(len(p[0]))] for mi in range(len(p))]
+        self.store_transposed(tiles["p"], p, sdp)
+        self.store_transposed(tiles["ds"], ds, sdp)
+        gpu.barrier()
+
+        # dV += P^T dO, dK += dS^T Q: A = P^T / dS^T rows; B = dO / Q, read down their columns.
+        dv = self.gemm(dv, dkv_v, self.bm, lambda row, k0: atom.load_a(tiles["p"], row, k0),
+                       lambda col, k0: atom.load_b_transposed(tiles["do"], col, k0))
+        dk = self.gemm(dk, dkv, self.bm, lambda row, k0: atom.load_a(tiles["ds"], row, k0),
+                       lambda col, k0: atom.load_b_transposed(tiles["q"], col, k0))
+        # dQ = dS K: A = (dS^T)^T and B = K, both read down the columns of their tiles.
+        dq = self.gemm(self.zeros(dqt), dqt, self.bn, lambda row, k0: atom.load_a_transposed(tiles["ds"], row, k0),
+                       lambda col, k0: atom.load_b_transposed(tiles["k"], col, k0))
+        self.add_dq(dq, head, q0, dqt)
+        return dk, dv
+
+    def row_values(self, sdp: WarpTile):
+        """LSE * log2(e) and D of the query this lane holds in each n-tile: one f32 each."""
+        lse, dsum = [], []
+        lane_col = self.lanes.get(("row_values", id(sdp.col0)), lambda: arith.addi(sdp.col0, self.atom.b_col))
+        for ni in range(sdp.cols // self.atom.n):
+            at = [index(0), arith.addi(lane_col, index(ni * self.atom.n))]
+            lse.append(arith.mulf(memref.load(self.tiles["lse"], at), f32(LOG2_E)))
+            dsum.append(memref.load(self.tiles["d"], at))
+        return lse, dsum
+
+    def probabilities(self, s, lse, q0):
+        """P^T per accumulator (f32): exp2(S^T scale log2 e - lse log2 e), masked only on tiles the mask cuts."""
+        atom, mask, sdp = self.atom, self.spec.mask, self.sdp
+        width = atom.shape.c_registers
+
+        def compute(masked: bool):
+            out = []
+            for mi, row in enumerate(s):
+                keys = None
+                if masked:
+                    first = arith.addi(arith.addi(self.k0, sdp.row0), index(mi * atom.m))
+                    keys = vector.from_elements(ir.VectorType.get([width], ir.IndexType.get()),
+                                                [arith.addi(first, r) for r in self.rows])
+                values = []
+                for ni, acc in enumerate(row):
+                    if masked:
+                        query = arith.addi(arith.addi(q0, sdp.col0), arith.addi(index(ni * atom.n), atom.b_col))
+                        score = fmha.MaskedScoreOp.build(acc, query, keys, self.seqlen_q, self.seqlen_k, mask,
+                                                         self.scale_log2)
+                    else:
+                        score = arith.mulf(acc, splat(f32(self.scale_log2), [width]), fastmath=contract())
+                    values.append(fmha.Exp2Op.build(arith.subf(score, splat(lse[ni], [width]), fastmath=contract())))
+                out.append(values)
+            return out
+
+        if mask.kind == "none":
+            return compute(False)
+        cut = tile_is_cut(mask, self.k0, self.bn, q0, self.bm, self.seqlen_q, self.seqlen_k)
+        branch = scf.IfOp(cut, [atom.c_type] * (len(s) * len(s[0])), has_else=True)
+        with ir.InsertionPoint(branch.then_block):
+            scf.yield_(flatten(compute(True)))
+        with ir.InsertionPoint(branch.else_block):
+            scf.yield_(flatten(compute(False)))
+        return unflatten(list(branch.results), len(s), len(s[0]))
+
+    def store_transposed(self, tile: "ir.Value", values, sdp: WarpTile) -> None:
+        """S^T-layout f32 accumulators into `tile` ([keys x queries], element type), one element per
+        register: a lane's registers are rows of one column."""
+        atom = self.atom
+        for mi, row in enumerate(values):
+            key0 = arith.addi(sdp.row0, index(mi * atom.m))
+            for ni, acc in enumerate(row):
+                col = arith.addi(arith.addi(sdp.col0, index(ni * atom.n)), atom.b_col)
+                rounded = arith.truncf(ir.VectorType.get([atom.shape.c_registers], self.element), acc)
+                for r, key in enumerate(self.rows):
+                    memref.store(vector.extract(rounded, [], [r]), tile, [arith.addi(key0, key), col])
+
+    def add_dq(self, dq, head, q0, tile: WarpTile) -> None:
+        """dq_acc[b, head, q0 + row, col] += dS K, one f32 atomic per register (rows are padded to whole
+        query blocks; the convert applies the softmax scale)."""
+        atom = self.atom
+        for mi, row in enumerate(dq):
+            q_first = arith.addi(arith.addi(q0, tile.row0), index(mi * atom.m))
+            for ni, acc in enumerate(row):
+                col = arith.addi(arith.addi(tile.col0, index(ni * atom.n)), atom.b_col)
+                for r, offset in enumerate(self.rows):
+                    fmha.AtomicAddOp.build(vector.extract(acc, [], [r]), self.dq_acc,
+                                           [self.batch, head, arith.addi(q_first, offset), col])
+
+    def store_grad(self, out, acc, tile: WarpTile, scale: float | None) -> None:
+        """out[b, kv_head, k0 + row, col] = acc (times scale), rounded; rows past seqlen_k are not stored."""
+        atom = self.atom
+        width = atom.shape.c_registers
+        rounded = [[arith.truncf(ir.VectorType.get([width], self.element),
+                                 c if scale is None else arith.mulf(c, splat(f32(scale), [width])))
+                    for c in row] for row in acc]
+        for mi, row in enumerate(rounded):
+            first = arith.addi(arith.addi(self.k0, tile.row0), index(mi * atom.m))
+            for r, offset in enumerate(self.rows):
+                key = arith.addi(first, offset)
+                inside = scf.IfOp(arith.cmpi(arith.CmpIPredicate.slt, key, self.seqlen_k))
+                with ir.InsertionPoint(inside.then_block):
+                    for ni, c in enumerate(row):
+                        col = arith.addi(arith.addi(tile.col0, index(ni * atom.n)), atom.b_col)
+                        memref.store(vector.extract(c, [], [r]), out, [self.batch, self.kv_head, key, col])
+                    scf.yield_([])
+
+
+def dq_dk_dv(op: "ir.Operation", spec: AttentionBwdSpec, config: KernelConfig) -> None:
+    _Kernel(op, spec, config).build()
+
