@@ -59,7 +59,8 @@ class Launch:
 
 @dataclass(frozen=True)
 class SharedTile:
-    """One buffer in the tiled body's dynamic shared memory: `copies` tiles of rows x cols."""
+    """One buffer in the tiled body's dynamic shared memory: `copies` tiles of rows x cols, each row
+    followed by `pad` unused elements."""
 
     name: str
     offset: int          # bytes from the start of dynamic shared memory
@@ -67,10 +68,16 @@ class SharedTile:
     cols: int
     element_bytes: int
     copies: int = 1
+    pad: int = 0
+
+    @property
+    def pitch(self) -> int:
+        """Elements from one row's start to the next's."""
+        return self.cols + self.pad
 
     @property
     def copy_bytes(self) -> int:
-        return self.rows * self.cols * self.element_bytes
+        return self.rows * self.pitch * self.element_bytes
 
     @property
     def end(self) -> int:
@@ -225,21 +232,24 @@ class TiledBody(Body):
     @staticmethod
     def _instruction_reasons(target, config) -> list[Reason]:
         """The matrix instruction must be the target's, and MFMA configs take what the MFMA body builds:
-        register-staged copies (one Q / dO buffer), P^T and dS^T through LDS, unswizzled tiles."""
+        register-staged copies (one Q / dO buffer), P^T and dS^T through LDS, padded or plain tiles."""
         shape = config.mfma
         if target.vendor == "nvidia":
-            return [] if config.instruction == MMA_SYNC else [Reason(
-                "config.instruction", f"{config.instruction} is not an {target.arch} instruction", f"use {MMA_SYNC}")]
+            if config.instruction != MMA_SYNC:
+                return [Reason("config.instruction", f"{config.instruction} is not an {target.arch} instruction",
+                               f"use {MMA_SYNC}")]
+            return [] if config.swizzle != "pad" else [
+                Reason("config.swizzle", "'pad' is the MFMA body's layout", "use swizzle='xor' or 'none'")]
         if shape is None or target.arch not in shape.chips:
             have = [f"mfma.{n}" for n, s in MFMA_SHAPES.items() if target.arch in s.chips]
             return [Reason("config.instruction", f"{config.instruction} is not an {target.arch} instruction",
                            f"use one of {', '.join(have)}")]
-        wrong = [(name, value, want) for name, value, want in (("stages", config.stages, 1),
-                                                                 ("p_in_registers", config.p_in_registers, False),
-                                                                 ("swizzle", config.swizzle, "none"))
-                 if value != want]
-        return [Reason(f"config.{name}", f"{value!r}: the MFMA body builds {want!r} only", f"use {name}={want!r}")
-                for name, value, want in wrong]
+        wrong = [(name, value, want) for name, value, want in (("stages", config.stages, (1,)),
+                                                                 ("p_in_registers", config.p_in_registers, (False,)),
+                                                                 ("swizzle", config.swizzle, ("pad", "none")))
+                 if value not in want]
+        return [Reason(f"config.{name}", f"{value!r}: the MFMA body builds {' or '.join(map(repr, want))} only",
+                       f"use {name}={want[0]!r}") for name, value, want in wrong]
 
     def spec_reasons(self, spec, config):
         if spec.dtype not in ("f16", "bf16"):
@@ -313,9 +323,10 @@ class TiledBody(Body):
         if not config.p_in_registers:
             wanted.append(("p", bn, bm, ELEMENT_BYTES, 1))
         wanted += [("lse", 1, bm, LSE_BYTES, stages), ("d", 1, bm, LSE_BYTES, stages)]
+        pad = config.mfma.k_per_lane if config.swizzle == "pad" else 0
         tiles, offset = [], 0
         for name, rows, cols, element, copies in wanted:
-            tiles.append(SharedTile(name, offset, rows, cols, element, copies))
+            tiles.append(SharedTile(name, offset, rows, cols, element, copies, pad if element == ELEMENT_BYTES else 0))
             offset = -(-tiles[-1].end // TILE_ALIGN) * TILE_ALIGN
         return tiles
 
@@ -372,24 +383,26 @@ TILED_TABLE: dict[int, KernelConfig] = {
 #   - every wave owns whole instruction tiles of S^T, dK / dV and dQ: 16x16 instructions, since with 8
 #     waves the S^T tile of these blocks (bn x bm <= 8192) has too few 32x32 tiles to go round;
 #   - within that, the largest key block (fewer key blocks: fewer dQ atomics per FLOP and more reuse of
-#     Q / dO per load), then the largest query block.
+#     Q / dO per load), then the largest query block;
+#   - rows of the 2-byte tiles padded by one operand fragment (swizzle="pad": 8 or 16 bytes), so a
+#     fragment read's 16 rows start in different banks (test_lds_banks.py: 16x fewer LDS passes).
 # gfx942 has no d256 row: K, V, Q and dO of the smallest block that gives 8 waves whole S^T tiles
 # (64 keys x 32 queries) need 96 KB of LDS; those specs take the warp body.
-_AMD = dict(body="tiled", wave_size=64, warps=8, stages=1, swizzle="none")
+_AMD = dict(body="tiled", wave_size=64, warps=8, stages=1, swizzle="pad")
 AMD_TILED_TABLE: dict[str, dict[int, KernelConfig]] = {
     "gfx942": {   # 64 KB LDS, 16x16x16
         64: KernelConfig(**_AMD, instruction="mfma.16x16x16", block_m=64, block_n=64, sdp_warps=(4, 2),
-                         dkv_warps=(4, 2), dq_warps=(4, 2)),                        # 48.5 KB LDS
+                         dkv_warps=(4, 2), dq_warps=(4, 2)),                        # 51.5 KB LDS
         128: KernelConfig(**_AMD, instruction="mfma.16x16x16", block_m=32, block_n=64, sdp_warps=(4, 2),
-                          dkv_warps=(4, 2), dq_warps=(2, 4)),                       # 56.3 KB
+                          dkv_warps=(4, 2), dq_warps=(2, 4)),                       # 58.8 KB
     },
     "gfx950": {   # 160 KB LDS, the double-K 16x16x32
         64: KernelConfig(**_AMD, instruction="mfma.16x16x32", block_m=64, block_n=128, sdp_warps=(4, 2),
-                         dkv_warps=(4, 2), dq_warps=(4, 2)),                        # 80.5 KB
+                         dkv_warps=(4, 2), dq_warps=(4, 2)),                        # 90.5 KB
         128: KernelConfig(**_AMD, instruction="mfma.16x16x32", block_m=32, block_n=128, sdp_warps=(4, 2),
-                          dkv_warps=(4, 2), dq_warps=(2, 4)),                       # 96.3 KB
+                          dkv_warps=(4, 2), dq_warps=(2, 4)),                       # 105.3 KB
         256: KernelConfig(**_AMD, instruction="mfma.16x16x32", block_m=32, block_n=64, sdp_warps=(4, 2),
-                          dkv_warps=(4, 2), dq_warps=(2, 4)),                       # 104.3 KB
+                          dkv_warps=(4, 2), dq_warps=(2, 4)),                       # 109.3 KB
     },
 }
 

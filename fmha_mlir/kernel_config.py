@@ -20,7 +20,10 @@ BODY_NAMES = ("warp", "tiled")
 # NVIDIA mma.sync, AMD MFMA (wave64; which chips have which: matrix_layouts.MFMA_SHAPES).
 MMA_SYNC = "mma.m16n8k16"
 INSTRUCTIONS = (MMA_SYNC,) + tuple(f"mfma.{name}" for name in MFMA_SHAPES)
-SWIZZLES = ("xor", "none")
+# Shared-memory tile layouts: "xor" (mma.sync: 16-byte chunks XOR-ed with the row), "pad" (MFMA: each row
+# of a 2-byte tile padded by one operand fragment, 8 or 16 bytes, so that the rows one fragment read
+# touches start in different banks), "none".
+SWIZZLES = ("xor", "none", "pad")
 # How dq_dk_dv's work-groups map to block ids; the hardware dispatches them in linear-id order (x fastest).
 #   keys_inner: (key block, kv head, batch): one head's key blocks run together and share its Q / dO in L2.
 #   keys_outer: (kv head, batch, key block): every head's first key block goes first; under a causal mask
@@ -49,7 +52,7 @@ class KernelConfig:
     dkv_warps: tuple[int, int] = (1, 1)
     dq_warps: tuple[int, int] = (1, 1)
     p_in_registers: bool = False   # P^T and dS^T feed dV and dK from the accumulators of S^T and dP^T
-    swizzle: str = "none"          # shared-memory tile layout: 16-byte chunks XOR-ed with the row
+    swizzle: str = "none"          # shared-memory tile layout (SWIZZLES)
     grid_order: str = "keys_outer"  # block ids of the work-groups (GRID_ORDERS)
 
     @property

@@ -112,8 +112,9 @@ def shared_views(layout: list[SharedTile], element: "ir.Type", swizzle: bool) ->
 
 
 def shared_grids(layout: list[SharedTile], element: "ir.Type") -> dict[str, "ir.Value"]:
-    """Row-major 2-D views [copies * rows x cols] of every tile of `layout` (unswizzled)."""
-    shape = lambda tile: [tile.rows * tile.copies, tile.cols]
+    """Row-major 2-D views [copies * rows x pitch] of every tile of `layout` (padded or plain; the
+    pad columns are never read)."""
+    shape = lambda tile: [tile.rows * tile.copies, tile.pitch]
     return {tile.name: view for tile, view in _views(layout, element, shape)}
 
 

@@ -6,11 +6,11 @@
 !t = memref<?x?x?x128xbf16, strided<[?, ?, ?, 1]>>
 !rows = memref<?x?x?xf32, strided<[?, ?, 1]>>
 
-// d128 on gfx942 takes the table's 32 x 64 tile, 8 waves, 16x16x16; 57600 bytes of LDS.
+// d128 on gfx942 takes the table's 32 x 64 tile, 8 waves, 16x16x16; 60160 bytes of LDS.
 // CHECK-LABEL: func.func @bwd
 // CHECK:         gpu.launch_func @fmha_kernels::@fmha_bwd_bf16_d128x128_g2_br_tiled_m32n64w8s1_{{[0-9a-f]+}}_dot_do_o
 // CHECK:         gpu.launch_func @fmha_kernels::@fmha_bwd_bf16_d128x128_g2_br_tiled_m32n64w8s1_{{[0-9a-f]+}}_dq_dk_dv
-// CHECK-SAME:      threads in (%{{.*}}, %{{.*}}, %{{.*}}) dynamic_shared_memory_size %c57600_i32
+// CHECK-SAME:      threads in (%{{.*}}, %{{.*}}, %{{.*}}) dynamic_shared_memory_size %c60160_i32
 // CHECK:         gpu.launch_func @fmha_kernels::@fmha_bwd_bf16_d128x128_g2_br_tiled_m32n64w8s1_{{[0-9a-f]+}}_convert_dq
 // CHECK:       gpu.module @fmha_kernels [#rocdl.target<chip = "gfx942">]
 // CHECK:         llvm.mlir.global external @__dynamic_shmem__0() {addr_space = 3 : i32, alignment = 1024 : i64, dso_local} : !llvm.array<0 x i8>

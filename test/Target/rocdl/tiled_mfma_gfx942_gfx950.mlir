@@ -21,10 +21,11 @@
 // LOOPS950:       {{^}}fmha_bwd_f16_d64x64_g1_win16_0_tiled_m64n128w8s1_{{[0-9a-f]+}}_dq_dk_dv: loop .LBB{{[0-9_]+}}: {{[0-9]+}} instructions, 40 mfma,
 
 // gfx942, d128: 32 queries x 64 keys per step, 16x16x16 (the gfx942 table row): 16-byte buffer loads into
-// LDS, the 16x16x16 MFMA, scalar f32 dQ atomics.
+// LDS (rows padded by 8 bytes are 8-byte aligned: each 16-byte copy is stored as one ds_write2_b64),
+// the 16x16x16 MFMA, scalar f32 dQ atomics.
 // GFX942-LABEL: fmha_bwd_bf16_d128x128_g4_br_tiled_m32n64w8s1_{{[0-9a-f]+}}_dq_dk_dv:
 // GFX942:       buffer_load_dwordx4
-// GFX942:       ds_write_b128
+// GFX942:       ds_write2_b64
 // GFX942:       v_mfma_f32_16x16x16_bf16
 // GFX942:       global_atomic_add_f32
 // GFX942-LABEL: fmha_bwd_bf16_d128x128_g4_br_tiled_m32n64w8s1_{{[0-9a-f]+}}_convert_dq:
@@ -46,8 +47,9 @@
 // META:       "vgpr_spill_count": 0,
 // META:       "wavefront_size": 64
 
-// K, V [64 x 128], Q, dO [32 x 128], P^T, dS^T [64 x 32] bf16, LSE and D [32] f32, 128-byte aligned.
+// K, V [64 x 128], Q, dO [32 x 128], P^T, dS^T [64 x 32] bf16 with rows padded by 4 elements, LSE and D
+// [32] f32, 128-byte aligned.
 // PLAN:      "kernel": "fmha_bwd_bf16_d128x128_g4_br_tiled_m32n64w8s1_{{[0-9a-f]+}}_dq_dk_dv",
-// PLAN:      "shared_bytes": 57600
+// PLAN:      "shared_bytes": 60160
 // PLAN950:   "kernel": "fmha_bwd_f16_d64x64_g1_win16_0_tiled_m64n128w8s1_{{[0-9a-f]+}}_dq_dk_dv",
-// PLAN950:   "shared_bytes": 82432
+// PLAN950:   "shared_bytes": 92672
