@@ -20,6 +20,8 @@ SPEC_ATTRIBUTES = {
     "scale": "f32", "bias": "string", "dbias": "bool", "deterministic": "bool",
 }
 MASK_ATTRIBUTES = ("mask", "window_left", "window_right")
+# Written only when the feature is on; absent reads as its default (no softcap).
+OPTIONAL_SPEC_ATTRIBUTES = {"softcap": ("f32", 0.0)}
 
 
 def i64(value: int) -> "ir.IntegerAttr":
@@ -48,6 +50,7 @@ def spec_attributes(spec: AttentionBwdSpec) -> dict[str, "ir.Attribute"]:
         "scale": f32(spec.scale),
         "bias": ir.StringAttr.get(spec.bias),
         "dbias": ir.BoolAttr.get(spec.dbias), "deterministic": ir.BoolAttr.get(spec.deterministic),
+        **({"softcap": f32(spec.softcap)} if spec.softcap else {}),
     }
 
 
@@ -87,6 +90,8 @@ def read_spec(op: "ir.Operation", problems: list[str]) -> AttentionBwdSpec | Non
     """
     values = {name: read_attribute(op, name, kind, problems)
               for name, kind in SPEC_ATTRIBUTES.items() if name not in MASK_ATTRIBUTES}
+    for name, (kind, default) in OPTIONAL_SPEC_ATTRIBUTES.items():
+        values[name] = read_attribute(op, name, kind, problems) if name in op.attributes else default
     mask = read_mask(op, problems)
     if mask is None or None in values.values():
         return None

@@ -332,8 +332,9 @@ def _check_abort_traps(module: "ir.Module", source_name: str) -> None:
 
 
 def _as_stored(spec: AttentionBwdSpec) -> AttentionBwdSpec:
-    """The spec as attributes hold it: the scale rounded to f32."""
-    return dataclasses.replace(spec, scale=struct.unpack("f", struct.pack("f", spec.scale))[0])
+    """The spec as attributes hold it: the scale and the softcap rounded to f32."""
+    f32 = lambda x: struct.unpack("f", struct.pack("f", x))[0]
+    return dataclasses.replace(spec, scale=f32(spec.scale), softcap=f32(spec.softcap))
 
 
 def _spec_and_config_in(module: "ir.Module") -> tuple[AttentionBwdSpec | None, KernelConfig | None]:

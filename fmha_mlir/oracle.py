@@ -80,11 +80,14 @@ def is_positive_int(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
-def _check_problem(q, k, v, *, mask: Mask, scale, gqa_ratio, o=None, do=None, lse=None, bias=None):
+def _check_problem(q, k, v, *, mask: Mask, scale, gqa_ratio, o=None, do=None, lse=None, bias=None,
+                   softcap=0.0):
     """Raise SpecError naming every tensor whose shape does not fit the others."""
     reasons = list(mask.reasons())
     if not (isinstance(scale, (int, float, np.number)) and np.isfinite(scale) and scale > 0):
         reasons.append(Reason("scale", f"softmax scale must be finite and > 0 (got {scale!r})"))
+    if not (isinstance(softcap, (int, float, np.number)) and np.isfinite(softcap) and softcap >= 0):
+        reasons.append(Reason("softcap", f"must be finite and >= 0, 0 for none (got {softcap!r})"))
     if not is_positive_int(gqa_ratio):
         reasons.append(Reason("gqa_ratio", f"must be a positive integer (got {gqa_ratio!r})"))
     for name, x in (("q", q), ("k", k), ("v", v)):
@@ -130,6 +133,7 @@ class _Arithmetic:
     store: Callable[[np.ndarray], np.ndarray]
     round_p_ds: bool = False
     sum_chunk: int | None = None
+    tanh: Callable[[np.ndarray], np.ndarray] = np.tanh
 
     def operand(self, x: np.ndarray) -> np.ndarray:
         """P or dS as the products see it."""
@@ -145,7 +149,15 @@ def _lowp_arithmetic(dtype: str, numerics: Numerics) -> _Arithmetic:
     if not isinstance(numerics, Numerics):
         raise SpecError([Reason("numerics", f"must be a fmha_mlir.numerics.Numerics (got {numerics!r})")])
     return _Arithmetic(np.float32, lambda x: round_to(x, dtype).astype(np.float32), numerics.round_p_ds,
-                       numerics.sum_chunk)
+                       numerics.sum_chunk, kernel_tanh)
+
+
+def kernel_tanh(y: np.ndarray) -> np.ndarray:
+    """tanh as the kernels compute it (passes/score_mods.py), in f32: 1 - 2 / (2^(2 y log2 e) + 1)."""
+    y = np.asarray(y, dtype=np.float32)
+    with np.errstate(over="ignore"):
+        e = np.exp2(y * np.float32(2 * np.log2(np.e)))
+    return np.float32(1) - np.float32(2) / (e + np.float32(1))
 
 
 def _swap(x: np.ndarray) -> np.ndarray:
@@ -187,9 +199,11 @@ def _reduce_to_shape(x: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     return x.sum(axis=kept, keepdims=True)
 
 
-def _scores(q, k_exp, *, mask: Mask, scale, bias, acc) -> np.ndarray:
-    """scale * Q K^T + bias in `acc`, -inf where the key is masked."""
+def _scores(q, k_exp, *, mask: Mask, scale, bias, acc, softcap=0.0, tanh=np.tanh) -> np.ndarray:
+    """scale * Q K^T (through c tanh(. / c) with softcap c > 0) + bias in `acc`, -inf where masked."""
     s = (q @ _swap(k_exp)) * acc(scale)
+    if softcap:
+        s = acc(softcap) * tanh(s / acc(softcap))
     if bias is not None:
         s = s + np.asarray(bias, dtype=acc)
     visible = visible_matrix(mask, q.shape[2], k_exp.shape[2])
@@ -204,21 +218,28 @@ class _Terms:
     k_exp: np.ndarray   # k expanded to the query heads
     do: np.ndarray
     p: np.ndarray
-    ds: np.ndarray
+    ds: np.ndarray        # dL / d(scale Q K^T): what the dQ and dK products take
     d: np.ndarray
+    ds_score: np.ndarray  # dL / dS of the final scores: dbias
 
 
-def _backward_terms(q, k, v, o, do, lse, *, mask, scale, gqa_ratio, bias, arith: _Arithmetic) -> _Terms:
-    _check_problem(q, k, v, mask=mask, scale=scale, gqa_ratio=gqa_ratio, o=o, do=do, lse=lse, bias=bias)
+def _backward_terms(q, k, v, o, do, lse, *, mask, scale, gqa_ratio, bias, arith: _Arithmetic,
+                    softcap=0.0) -> _Terms:
+    _check_problem(q, k, v, mask=mask, scale=scale, gqa_ratio=gqa_ratio, o=o, do=do, lse=lse, bias=bias,
+                   softcap=softcap)
     q, k, v, o, do, lse = (np.asarray(x, dtype=arith.acc) for x in (q, k, v, o, do, lse))
     k_exp = _expand_kv(k, gqa_ratio)
-    s = _scores(q, k_exp, mask=mask, scale=scale, bias=bias, acc=arith.acc)
+    s = _scores(q, k_exp, mask=mask, scale=scale, bias=bias, acc=arith.acc, softcap=softcap, tanh=arith.tanh)
     # lse = +inf (row sees no key) and s = -inf (masked) both give exp(-inf) = 0: no NaN.
     p = np.exp(s - lse[..., None])
     d = np.sum(do * o, axis=-1)
     dp = do @ _swap(_expand_kv(v, gqa_ratio))
-    ds = p * (dp - d[..., None])
-    return _Terms(q, k_exp, do, p, ds, d)
+    ds_score = p * (dp - d[..., None])
+    ds = ds_score
+    if softcap:   # d(c tanh(x / c)) / dx = 1 - tanh^2(x / c)
+        t = arith.tanh((q @ _swap(k_exp)) * arith.acc(scale) / arith.acc(softcap))
+        ds = ds_score * (arith.acc(1) - t * t)
+    return _Terms(q, k_exp, do, p, ds, d, ds_score)
 
 
 def _gradients(terms: _Terms, *, scale, gqa_ratio, bias, arith: _Arithmetic) -> Gradients:
@@ -227,7 +248,7 @@ def _gradients(terms: _Terms, *, scale, gqa_ratio, bias, arith: _Arithmetic) -> 
     dq = _sequential_matmul(ds, terms.k_exp, arith.sum_chunk) * scale
     dk = _sequential_matmul(_swap(ds), terms.q, arith.sum_chunk, gqa_ratio) * scale
     dv = _sequential_matmul(_swap(p), terms.do, arith.sum_chunk, gqa_ratio)
-    dbias = None if bias is None else arith.store(_reduce_to_shape(terms.ds, np.shape(bias)))
+    dbias = None if bias is None else arith.store(_reduce_to_shape(terms.ds_score, np.shape(bias)))
     out = [None if g is None else arith.store(g).astype(np.float64) for g in (dq, dk, dv, dbias)]
     return Gradients(out[0], out[1], out[2], terms.d.astype(np.float64), out[3])
 
@@ -235,11 +256,11 @@ def _gradients(terms: _Terms, *, scale, gqa_ratio, bias, arith: _Arithmetic) -> 
 # ---------------------------------------------------------------------------------------------------
 # public oracles
 
-def forward(q, k, v, *, mask: Mask, scale: float, gqa_ratio: int, bias=None) -> Forward:
+def forward(q, k, v, *, mask: Mask, scale: float, gqa_ratio: int, bias=None, softcap: float = 0.0) -> Forward:
     """Attention forward in float64: O, P and the natural-log lse (+inf for rows that see no key)."""
-    _check_problem(q, k, v, mask=mask, scale=scale, gqa_ratio=gqa_ratio, bias=bias)
+    _check_problem(q, k, v, mask=mask, scale=scale, gqa_ratio=gqa_ratio, bias=bias, softcap=softcap)
     q, k, v = (np.asarray(x, dtype=np.float64) for x in (q, k, v))
-    s = _scores(q, _expand_kv(k, gqa_ratio), mask=mask, scale=scale, bias=bias, acc=np.float64)
+    s = _scores(q, _expand_kv(k, gqa_ratio), mask=mask, scale=scale, bias=bias, acc=np.float64, softcap=softcap)
     row_max = s.max(axis=-1)
     empty = row_max == -np.inf
     shift = np.where(empty, 0.0, row_max)
@@ -250,22 +271,23 @@ def forward(q, k, v, *, mask: Mask, scale: float, gqa_ratio: int, bias=None) -> 
     return Forward(o=p @ _expand_kv(v, gqa_ratio), p=p, lse=lse)
 
 
-def backward(q, k, v, o, do, lse, *, mask: Mask, scale: float, gqa_ratio: int, bias=None) -> Gradients:
+def backward(q, k, v, o, do, lse, *, mask: Mask, scale: float, gqa_ratio: int, bias=None,
+             softcap: float = 0.0) -> Gradients:
     """dQ, dK, dV (and dbias, shaped like `bias`) in float64, with P recomputed from `lse`."""
     args = dict(mask=mask, scale=scale, gqa_ratio=gqa_ratio, bias=bias)
-    terms = _backward_terms(q, k, v, o, do, lse, arith=_EXACT, **args)
+    terms = _backward_terms(q, k, v, o, do, lse, arith=_EXACT, softcap=softcap, **args)
     return _gradients(terms, scale=scale, gqa_ratio=gqa_ratio, bias=bias, arith=_EXACT)
 
 
 def lowp_backward(q, k, v, o, do, lse, *, dtype: str, mask: Mask, scale: float, gqa_ratio: int,
-                  bias=None, numerics: Numerics = MATRIX_K16) -> Gradients:
+                  bias=None, numerics: Numerics = MATRIX_K16, softcap: float = 0.0) -> Gradients:
     """The backward as a `dtype` kernel with `numerics` computes it: f32 arithmetic, the long reductions
     summed in the kernel's order, P and dS rounded to `dtype` before they multiply dtype operands when
-    the body does so, outputs rounded to `dtype` (values as float64). The tolerance policy measures how
-    far this lands from the float64 oracle."""
+    the body does so, tanh (softcap) by the kernels' formula, outputs rounded to `dtype` (values as
+    float64). The tolerance policy measures how far this lands from the float64 oracle."""
     arith = _lowp_arithmetic(dtype, numerics)
     args = dict(mask=mask, scale=scale, gqa_ratio=gqa_ratio, bias=bias)
-    terms = _backward_terms(q, k, v, o, do, lse, arith=arith, **args)
+    terms = _backward_terms(q, k, v, o, do, lse, arith=arith, softcap=softcap, **args)
     return _gradients(terms, scale=scale, gqa_ratio=gqa_ratio, bias=bias, arith=arith)
 
 
@@ -289,7 +311,7 @@ def backward_deterministic_dq(q, k, v, o, do, lse, *, mask: Mask, scale: float, 
 
 
 def finite_difference_check(q, k, v, do, *, mask: Mask, scale: float, gqa_ratio: int, bias=None,
-                            samples: int = 6, eps: float = 1e-5, seed: int = 0) -> float:
+                            samples: int = 6, eps: float = 1e-5, seed: int = 0, softcap: float = 0.0) -> float:
     """Max relative error of `backward` against central differences of L = sum(O * dO), over `samples`
     random elements of each of q, k, v (and bias). The error of one element is
     |analytic - numeric| / max(|analytic|, |numeric|, 1e-3 * max|gradient tensor|, 1e-6): the floor
@@ -302,13 +324,13 @@ def finite_difference_check(q, k, v, do, *, mask: Mask, scale: float, gqa_ratio:
 
     def loss(values: dict[str, np.ndarray]) -> float:
         fwd = forward(values["q"], values["k"], values["v"], mask=mask, scale=scale, gqa_ratio=gqa_ratio,
-                      bias=values.get("bias"))
+                      bias=values.get("bias"), softcap=softcap)
         return float(np.sum(fwd.o * do))
 
     fwd = forward(inputs["q"], inputs["k"], inputs["v"], mask=mask, scale=scale, gqa_ratio=gqa_ratio,
-                  bias=inputs.get("bias"))
+                  bias=inputs.get("bias"), softcap=softcap)
     grads = backward(inputs["q"], inputs["k"], inputs["v"], fwd.o, do, fwd.lse, mask=mask, scale=scale,
-                     gqa_ratio=gqa_ratio, bias=inputs.get("bias"))
+                     gqa_ratio=gqa_ratio, bias=inputs.get("bias"), softcap=softcap)
     analytic = {"q": grads.dq, "k": grads.dk, "v": grads.dv, "bias": grads.dbias}
     rng = np.random.default_rng(seed)
     worst = 0.0

@@ -70,7 +70,7 @@ class Problem:
 
     def _options(self) -> dict:
         return dict(mask=self.spec.mask, scale=self.spec.scale, gqa_ratio=self.spec.gqa_ratio,
-                    bias=self.values.get("bias"))
+                    bias=self.values.get("bias"), softcap=self.spec.softcap)
 
     def oracle_gradients(self) -> oracle.Gradients:
         """float64 gradients (cached)."""
@@ -141,7 +141,7 @@ def make_problem(spec: AttentionBwdSpec, size: ProblemSize, seed: int = 0, layou
         extra_tensors["alibi_slopes"] = slopes
 
     fwd = oracle.forward(values["q"], values["k"], values["v"], mask=spec.mask, scale=spec.scale,
-                         gqa_ratio=spec.gqa_ratio, bias=values.get("bias"))
+                         gqa_ratio=spec.gqa_ratio, bias=values.get("bias"), softcap=spec.softcap)
     values["o"] = round_to(fwd.o, spec.dtype)
     lse = fwd.lse.astype(np.float32)
     values["lse"] = lse.astype(np.float64)

@@ -107,6 +107,7 @@ class AttentionBwdSpec:
     bias: str = "none"         # reserved for the bias issue: elementwise | alibi
     dbias: bool = False        # reserved for the bias issue
     deterministic: bool = False  # reserved for the deterministic-mode issue
+    softcap: float = 0.0       # > 0: scores are softcap * tanh(scale q.k / softcap) (FlashAttention's softcap)
 
     def __post_init__(self):
         if self.hdim_v == 0:
@@ -122,7 +123,9 @@ class AttentionBwdSpec:
         name = f"fmha_bwd_{self.dtype}_d{self.hdim_q}x{self.hdim_v}_g{self.gqa_ratio}_{mask}"
         if not math.isclose(self.scale, 1.0 / math.sqrt(self.hdim_q), rel_tol=1e-6):  # attributes hold f32
             # The scale is compiled in: a non-default one must give distinct symbols.
-            name += "_s" + f"{self.scale:.6g}".replace(".", "p").replace("-", "m").replace("+", "")
+            name += "_s" + _symbol_number(self.scale)
+        if self.softcap:
+            name += "_cap" + _symbol_number(self.softcap)
         return name
 
     def reasons(self) -> list[Reason]:
@@ -141,6 +144,10 @@ class AttentionBwdSpec:
             out.append(Reason("scale", f"softmax scale must be a positive f32 value, from {F32_MIN_NORMAL:.3g} "
                                        f"to {F32_MAX:.3g} (got {self.scale!r})", "leave it 0 for 1/sqrt(hdim_q)"))
         out += self.mask.reasons()
+        if isinstance(self.softcap, bool) or not isinstance(self.softcap, (int, float)) or not (
+                self.softcap == 0 or F32_MIN_NORMAL <= self.softcap <= F32_MAX):
+            out.append(Reason("softcap", f"must be 0 (off) or a positive f32 value, from {F32_MIN_NORMAL:.3g} to "
+                                         f"{F32_MAX:.3g} (got {self.softcap!r})", "FlashAttention's models use 30 or 50"))
         if self.bias not in BIAS_KINDS:
             out.append(Reason("bias", f"unknown bias kind {self.bias!r}", f"use one of {', '.join(BIAS_KINDS)}"))
         elif self.bias != "none" or self.dbias:
@@ -155,3 +162,8 @@ class AttentionBwdSpec:
         reasons = self.reasons()
         if reasons:
             raise SpecError(reasons)
+
+
+def _symbol_number(value: float) -> str:
+    """A float as it may appear in a symbol: 6 significant digits, '.' -> 'p', '-' -> 'm'."""
+    return f"{value:.6g}".replace(".", "p").replace("-", "m").replace("+", "")

@@ -3,7 +3,6 @@ block ids, sequence lengths), which query blocks and tiles a key block meets, ho
 product's output, and the loop's (head, query block) walk."""
 from __future__ import annotations
 
-import math as pymath
 from dataclasses import dataclass
 
 from fmha_mlir.bodies import tiled_block_ids
@@ -15,7 +14,6 @@ from fmha_mlir.spec import AttentionBwdSpec, Mask
 from .ir_builders import dims, index
 from .shared_tiles import LaneValues
 
-LOG2_E = pymath.log2(pymath.e)
 
 
 class TiledKernel:
@@ -40,7 +38,6 @@ class TiledKernel:
         self.seqlen_q, = dims(self.q, [2])
         self.seqlen_k, = dims(self.k, [2])
         self.k0 = arith.muli(self.key_block, index(self.bn))
-        self.scale_log2 = spec.scale * LOG2_E
 
     def make_atom(self, lane: "ir.Value"):
         raise NotImplementedError

@@ -22,8 +22,9 @@ from fmha_mlir.spec import AttentionBwdSpec
 
 from .ir_builders import f32, index, splat
 from .mma_atoms import MmaSyncAtom, async_copy, commit_copies, wait_copies
+from .score_mods import LOG2_E, softcap_grad, softmax_input
 from .shared_tiles import LaneValues, Tile, shared_views
-from .tile_schedule import (LOG2_E, TiledKernel, WarpTile, advance, contract, flatten, flatten3, i32,
+from .tile_schedule import (TiledKernel, WarpTile, advance, contract, flatten, flatten3, i32,
                             query_block_range, tile_is_cut, unflatten, warp_tile)
 
 
@@ -211,6 +212,8 @@ class _Kernel(TiledKernel):
                        self.b_pair_loader(tiles["do"], True, n_tiles, query_rows))
         ds = [[[arith.mulf(p[mi][ni][r], arith.subf(dp_r, dsum[ni])) for r, dp_r in enumerate(atom.rows_of(dp[mi][ni]))]
                for ni in range(n_tiles)] for mi in range(m_tiles)]
+        ds = [[[softcap_grad(ds_r, s_r, spec) for ds_r, s_r in zip(ds[mi][ni], atom.rows_of(s[mi][ni]))]
+               for ni in range(n_tiles)] for mi in range(m_tiles)]
         self.store_transposed(tiles["ds"], ds, sdp)
         if not config.p_in_registers:
             self.store_transposed(tiles["p"], p, sdp)
@@ -265,6 +268,7 @@ class _Kernel(TiledKernel):
                 for ni in range(n_tiles):
                     pairs = []
                     for r, pair in enumerate(atom.rows_of(s[mi][ni])):
+                        pre, factor = softmax_input(pair, self.spec)
                         if masked:
                             key = arith.addi(arith.addi(self.k0, sdp.row0), arith.addi(index(mi * atom.m),
                                                                                       atom.accumulator_row(r)))
@@ -272,10 +276,10 @@ class _Kernel(TiledKernel):
                                                                                   atom.accumulator_col()))
                             queries = vector.from_elements(ir.VectorType.get([2], ir.IndexType.get()),
                                                            [qcol, arith.addi(qcol, index(1))])
-                            score = fmha.MaskedScoreOp.build(pair, queries, key, self.seqlen_q, self.seqlen_k, mask,
-                                                             self.scale_log2)
+                            score = fmha.MaskedScoreOp.build(pre, queries, key, self.seqlen_q, self.seqlen_k, mask,
+                                                             factor)
                         else:
-                            score = arith.mulf(pair, splat(f32(self.scale_log2), [2]), fastmath=contract())
+                            score = arith.mulf(pre, splat(f32(factor), [2]), fastmath=contract())
                         pairs.append(fmha.Exp2Op.build(arith.subf(score, lse[ni], fastmath=contract())))
                     row.append(pairs)
                 out.append(row)

@@ -29,8 +29,9 @@ from fmha_mlir.spec import AttentionBwdSpec
 
 from .ir_builders import create_op, f32, index, splat
 from .mfma_atom import MfmaAtom
+from .score_mods import LOG2_E, softcap_grad, softmax_input
 from .shared_tiles import shared_grids
-from .tile_schedule import (LOG2_E, TiledKernel, WarpTile, advance, contract, flatten, i32, query_block_range,
+from .tile_schedule import (TiledKernel, WarpTile, advance, contract, flatten, i32, query_block_range,
                             tile_is_cut, unflatten, warp_tile)
 
 
@@ -169,8 +170,8 @@ class _Kernel(TiledKernel):
         p = self.probabilities(s, lse, q0)
         dp = self.gemm(self.zeros(sdp), sdp, spec.hdim_v, lambda row, k0: atom.load_a(tiles["v"], row, k0),
                        lambda col, k0: atom.load_b(tiles["do"], col, k0))
-        ds = [[arith.mulf(p[mi][ni], arith.subf(dp[mi][ni], splat(dsum[ni], [atom.shape.c_registers])))
-               for ni in range(len(p[0]))] for mi in range(len(p))]
+        ds = [[softcap_grad(arith.mulf(p[mi][ni], arith.subf(dp[mi][ni], splat(dsum[ni], [atom.shape.c_registers]))),
+                            s[mi][ni], spec) for ni in range(len(p[0]))] for mi in range(len(p))]
         self.store_transposed(tiles["p"], p, sdp)
         self.store_transposed(tiles["ds"], ds, sdp)
         gpu.barrier()
@@ -211,12 +212,12 @@ class _Kernel(TiledKernel):
                                                 [arith.addi(first, r) for r in self.rows])
                 values = []
                 for ni, acc in enumerate(row):
+                    pre, factor = softmax_input(acc, self.spec)
                     if masked:
                         query = arith.addi(arith.addi(q0, sdp.col0), arith.addi(index(ni * atom.n), atom.b_col))
-                        score = fmha.MaskedScoreOp.build(acc, query, keys, self.seqlen_q, self.seqlen_k, mask,
-                                                         self.scale_log2)
+                        score = fmha.MaskedScoreOp.build(pre, query, keys, self.seqlen_q, self.seqlen_k, mask, factor)
                     else:
-                        score = arith.mulf(acc, splat(f32(self.scale_log2), [width]), fastmath=contract())
+                        score = arith.mulf(pre, splat(f32(factor), [width]), fastmath=contract())
                     values.append(fmha.Exp2Op.build(arith.subf(score, splat(lse[ni], [width]), fastmath=contract())))
                 out.append(values)
             return out

@@ -4,8 +4,6 @@ the seeds' reference design; its row stages are the shared row kernels. Lane t o
 """
 from __future__ import annotations
 
-import math as pymath
-
 from fmha_mlir.dialects import fmha
 from fmha_mlir.mlir import arith, ir, memref, scf
 from fmha_mlir.spec import AttentionBwdSpec
@@ -14,8 +12,7 @@ from .ir_builders import dims, f32, index
 from .key_range import key_range
 from .lane_slice import load_f32, store_from_f32
 from .row_kernels import Wave, dot, fma
-
-LOG2_E = pymath.log2(pymath.e)
+from .score_mods import LOG2_E, softcap_grad, softmax_input
 
 
 def dq_dk_dv(op: "ir.Operation", spec: AttentionBwdSpec, wave: Wave) -> None:
@@ -35,7 +32,6 @@ def dq_dk_dv(op: "ir.Operation", spec: AttentionBwdSpec, wave: Wave) -> None:
     seqlen_k, = dims(k, [2])
     first_key, end_key = key_range(spec.mask, wave.row, seqlen_q, seqlen_k)
     scale = f32(spec.scale)
-    scale_log2 = spec.scale * LOG2_E
 
     dk_columns, dv_columns = q_slice.elements(), v_slice.elements()
 
@@ -46,10 +42,12 @@ def dq_dk_dv(op: "ir.Operation", spec: AttentionBwdSpec, wave: Wave) -> None:
         k_lane = load_f32(k, kv_row, q_slice)
         v_lane = load_f32(v, kv_row, v_slice)
         qk = fmha.WaveReduceOp.build(dot(q_lane, k_lane), wave.size)
-        score = fmha.MaskedScoreOp.build(qk, wave.row, key, seqlen_q, seqlen_k, spec.mask, scale_log2)
+        pre, factor = softmax_input(qk, spec)
+        score = fmha.MaskedScoreOp.build(pre, wave.row, key, seqlen_q, seqlen_k, spec.mask, factor)
         p = fmha.Exp2Op.build(arith.subf(score, lse_log2))
         dp = fmha.WaveReduceOp.build(dot(do_lane, v_lane), wave.size)
         ds = arith.mulf(arith.mulf(p, arith.subf(dp, d_row)), scale)
+        ds = softcap_grad(ds, qk, spec)
         for x, column in zip(do_lane, dv_columns):
             fmha.AtomicAddOp.build(arith.mulf(p, x), dv_out, kv_row + [column])
         for x, column in zip(q_lane, dk_columns):

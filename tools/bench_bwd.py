@@ -50,17 +50,18 @@ class Row:
     hdim: int
     causal: bool
     dtype: str
+    softcap: float = 0.0   # > 0: the same shape with softcap (no peer has it: only ours is timed)
 
     @property
     def spec(self) -> AttentionBwdSpec:
         return AttentionBwdSpec(dtype=self.dtype, hdim_q=self.hdim, gqa_ratio=self.heads_q // self.heads_kv,
-                                mask=Mask("causal_top_left" if self.causal else "none"))
+                                mask=Mask("causal_top_left" if self.causal else "none"), softcap=self.softcap)
 
     @property
     def label(self) -> str:
         kv = f" Hkv{self.heads_kv}" if self.heads_kv != self.heads_q else ""
         return f"{self.dtype} B{self.batch} H{self.heads_q}{kv} S{self.seqlen} D{self.hdim}" + (
-            " causal" if self.causal else "")
+            " causal" if self.causal else "") + (f" softcap {self.softcap:g}" if self.softcap else "")
 
     @property
     def flops(self) -> float:
@@ -95,14 +96,14 @@ def row_configs(row: Row, sweep: bool) -> list[KernelConfig]:
 # -- build (here) -------------------------------------------------------------------------------------
 
 
-def build(directory: Path, sweep: bool, ptxas: str | None) -> None:
+def build(directory: Path, sweep: bool, ptxas: str | None, rows: list[Row]) -> None:
     from fmha_mlir.compiler import Compiler
     from fmha_mlir.runtime.bundle import Bundle
 
     ptxas = ptxas or shutil.which("ptxas")
     compiler = Compiler(ptxas=ptxas)   # a cubin when ptxas sits in a CUDA toolkit: no JIT on the GPU
     facts = {}
-    for row in ROWS:
+    for row in rows:
         for config in row_configs(row, sweep):
             out = bundle_dir(directory, row, config)
             if out.is_dir():
@@ -295,11 +296,14 @@ def _check(row: Row, bundle, tensors) -> dict:
            "dv": (0, slice(0, 1))}
     host = {n: tensors[n][cut[n]].unsqueeze(0).float().cpu().numpy().astype(np.float64) for n in cut}
     spec = bundle.spec
-    args = dict(mask=spec.mask, scale=spec.scale, gqa_ratio=g)
+    args = dict(mask=spec.mask, scale=spec.scale, gqa_ratio=g, softcap=spec.softcap)
     exact = oracle.backward(*(host[n] for n in ("q", "k", "v", "o", "do", "lse")), **args)
     lowp = oracle.lowp_backward(*(host[n] for n in ("q", "k", "v", "o", "do", "lse")), dtype=spec.dtype,
                                 numerics=bundle.numerics, **args)
     checks = check_gradients({n: host[n] for n in ("dq", "dk", "dv")}, exact, lowp, spec.dtype, spec.hdim_q)
+    gate = {c.name: {"ratio": c.ratio, "passed": c.passed} for c in checks}
+    if spec.softcap:   # torch's SDPA backends have no softcap to compare with
+        return {"gate": gate, "vs_torch_flash": None}
     q, k, v, do = (tensors[n].detach().requires_grad_() for n in ("q", "k", "v", "do"))
     with torch.nn.attention.sdpa_kernel([torch.nn.attention.SDPBackend.FLASH_ATTENTION]):
         out = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=row.causal,
@@ -307,7 +311,7 @@ def _check(row: Row, bundle, tensors) -> dict:
         ref = torch.autograd.grad(out, (q, k, v), do)
     vs_torch = {n: float((tensors[n].float() - r.float()).abs().max() / r.float().abs().max())
                 for n, r in zip(("dq", "dk", "dv"), ref)}
-    return {"gate": {c.name: {"ratio": c.ratio, "passed": c.passed} for c in checks}, "vs_torch_flash": vs_torch}
+    return {"gate": gate, "vs_torch_flash": vs_torch}
 
 
 def run(directory: Path, report: Path, repeats: int, sweep: bool, rows: list[Row], flex: bool) -> int:
@@ -336,11 +340,11 @@ def run(directory: Path, report: Path, repeats: int, sweep: bool, rows: list[Row
             entry["ours"][config.tag] = {"seconds": seconds, "tflops": row.flops / seconds / 1e12, "check": check,
                                          "body": config.body, "steps": steps}
             del grads
-        for backend in ("FLASH_ATTENTION", "CUDNN_ATTENTION", "EFFICIENT_ATTENTION"):
+        for backend in ("FLASH_ATTENTION", "CUDNN_ATTENTION", "EFFICIENT_ATTENTION") if not row.softcap else ():
             seconds, why = _torch_backend(torch, row, backend, sets, repeats)
             entry["peers"][backend] = {"seconds": seconds, "tflops": row.flops / seconds / 1e12 if seconds else None,
                                        "why": why}
-        if flex:
+        if flex and not row.softcap:
             seconds, why = _flex(torch, row, sets, repeats)
             entry["peers"]["FLEX"] = {"seconds": seconds, "tflops": row.flops / seconds / 1e12 if seconds else None,
                                       "why": why}
@@ -418,11 +422,14 @@ def main(argv=None) -> int:
     p.add_argument("--flex", action="store_true", help="also FlexAttention (torch.compile: slow to start)")
     p.add_argument("--ptxas", help="build: ptxas of a CUDA toolkit, for cubins and register counts")
     p.add_argument("--tag", default="", help="once: the config tag (default: the body's table entry)")
+    p.add_argument("--softcap", type=float, default=0.0, help="also each row with this softcap (its speed cost)")
     args = p.parse_args(argv)
-    if args.action == "build":
-        build(args.directory, args.sweep, args.ptxas)
-        return 0
     rows = [r for r in ROWS if args.rows in r.label]
+    if args.softcap:
+        rows = [v for r in rows for v in (r, dataclasses.replace(r, softcap=args.softcap))]
+    if args.action == "build":
+        build(args.directory, args.sweep, args.ptxas, rows)
+        return 0
     if args.action == "once":
         return once(args.directory, rows[0], args.tag)
     return run(args.directory, args.report, args.repeats, args.sweep, rows, args.flex)

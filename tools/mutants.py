@@ -30,13 +30,15 @@ ROOT = Path(__file__).resolve().parent.parent
 # The package as setuptools maps it (pyproject.toml's package-dir): scratch/pkg/fmha_mlir/...
 PACKAGE_DIRS = {"fmha_mlir": "fmha_mlir", "dialects": "fmha_mlir/dialects", "passes": "fmha_mlir/passes",
                 "tools": "fmha_mlir/tools"}
-# Every (arch, body) and dtype at GQA 4 and every mask (interpreter matrix, hdim 64), GQA 2 with two
+# Every (arch, body) and dtype at GQA 4 and every mask (interpreter matrix, hdim 64), softcap in bf16 on
+# every (arch, body), GQA 2 with two
 # kv heads and the gpu stage (pipeline tests), multi-tile tiled problems, the lowered mask semantics,
 # the warp body's exact key ranges. One pytest process: the kernels compile once per mutant.
 SUBSET_FILES = ("test/python/test_interp_matrix.py", "test/python/test_interp_pipeline.py",
                 "test/python/test_interp_fmha_ops.py", "test/python/test_lowering.py", "test/python/test_interp_mfma.py",
                 "test/python/test_mfma_atom.py")
-SUBSET_SELECTION = ("(test_interp_matrix and d64 and g4) or test_interp_pipeline or (test_interp_fmha_ops and lowered)"
+SUBSET_SELECTION = ("(test_interp_matrix and (d64 and g4 or softcap and bf16 and none)) or test_interp_pipeline"
+                    " or (test_interp_fmha_ops and lowered)"
                     " or (test_lowering and key_range) or test_interp_mfma or test_mfma_atom")
 TIMEOUT_S = 900
 
@@ -166,6 +168,11 @@ MUTANTS: list[Mutant] = [
            "[arith.addi(first, r) for r in self.rows]", "[arith.addi(arith.addi(first, r), index(1)) for r in self.rows]"),
     Mutant("mfma body: rows past the sequence end keep the clamped row's values", MFMA_BODY,
            "return arith.select(valid, loaded, arith.constant(result, zero))", "return loaded"),
+    # -- score modifications (every body) -------------------------------------------------------------
+    Mutant("softcap: dS not multiplied by 1 - tanh^2", "passes/score_mods.py",
+           "return arith.mulf(ds, arith.subf(_constant(1.0, dot), arith.mulf(t, t)))", "return ds"),
+    Mutant("softcap: tanh's argument not divided by the cap", "passes/score_mods.py",
+           "_constant(2 * spec.scale * LOG2_E / spec.softcap, dot)", "_constant(2 * spec.scale * LOG2_E, dot)"),
     # -- the lowered mask (the tiled body's cut tiles) -------------------------------------------------
     Mutant("mask: causal_top_left admits key q+1", LOWERING,
            'return _cmp("sle", k_pos, q_pos)', 'return _cmp("sle", k_pos, _shifted(q_pos, 1))'),

@@ -29,6 +29,22 @@ def test_attention_bwd_matches_the_oracle(arch, spec):
     assert all(c.passed for c in checks), [str(c) for c in checks]
 
 
+@pytest.mark.parametrize("arch", ["gfx950", "sm_90"])
+def test_softcap_through_the_api_and_the_main_job(arch, capsys):
+    """softcap= reaches the kernel (a bundle without it fails the gate on these scores by far)."""
+    spec = AttentionBwdSpec(dtype="bf16", hdim_q=64, gqa_ratio=2, mask=Mask("causal_bottom_right"), softcap=2.0)
+    problem = make_problem(spec, ProblemSize(1, 4, 13, 29), seed=5)
+    t = problem.tensors
+    bwd = AttentionBackward(executor="cpu", arch=arch)
+    grads = bwd(t["q"], t["k"], t["v"], t["o"], t["do"], t["lse"], mask=spec.mask, dtype="bf16", softcap=2.0)
+    assert bwd.bundle(spec).spec.softcap == 2.0
+    assert all(c.passed for c in problem.check(dict(zip(("dq", "dk", "dv"), grads)), bwd.bundle(spec).numerics))
+    plain = bwd(t["q"], t["k"], t["v"], t["o"], t["do"], t["lse"], mask=spec.mask, dtype="bf16")
+    assert not any(c.passed for c in problem.check(dict(zip(("dq", "dk", "dv"), plain)), bwd.bundle(spec).numerics))
+    assert main_job.main(["--target", arch, "--executor", "cpu", "--softcap", "2", "--seqlen-q", "13"]) == 0
+    assert "softcap 2 |" in capsys.readouterr().out
+
+
 def test_three_elements_per_lane():
     """hdim 96 on a wave of 32: each lane owns 3 elements, an access that is not a power of two."""
     checks = _run(AttentionBwdSpec(dtype="f16", hdim_q=96), ProblemSize(1, 1, 5, 6), arch="sm_90")

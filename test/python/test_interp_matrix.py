@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 
+import numpy as np
 import pytest
 
 from fmha_mlir.api import compile_bundle
@@ -20,7 +21,7 @@ from fmha_mlir.problem import ProblemSize, make_problem
 from fmha_mlir.runtime.cpu_executor import CpuExecutor
 from fmha_mlir.runtime.runner import run_bundle
 from fmha_mlir.errors import SpecError
-from fmha_mlir.spec import Mask
+from fmha_mlir.spec import DTYPES, AttentionBwdSpec, Mask
 from fmha_mlir.target import get_target
 from fmha_mlir.variants import variant_matrix
 
@@ -39,6 +40,13 @@ def supported(spec, arch: str, body: str) -> bool:
 MATRIX = [(spec, arch, body)
           for spec, (arch, body) in itertools.product(variant_matrix(window=Mask("sliding_window", 4, 1)), TARGETS)
           if supported(spec, arch, body)]
+
+
+# softcap (issue 9) on every (arch, body) and dtype, with and without a mask, GQA 2: a cap below the
+# scores' range, so tanh is far from linear.
+SOFTCAP = [(AttentionBwdSpec(dtype, 64, gqa_ratio=2, mask=Mask(mask), softcap=2.0, scale=0.5), arch, body)
+           for (arch, body), dtype, mask in itertools.product(TARGETS, DTYPES, ("none", "causal_bottom_right"))
+           if supported(AttentionBwdSpec(dtype, 64), arch, body)]
 
 
 @pytest.fixture(scope="module")
@@ -61,6 +69,34 @@ def test_variant_matches_the_oracle(compiler, index):
     problem = make_problem(spec, ProblemSize(1, 4, *seqlens), seed=index, layout=("bhsd", "bshd")[index // 2 % 2])
     bundle = compile_bundle(spec, arch, compiler, body=body)
     assert (bundle.config.body, bundle.config.wave_size) == (body, get_target(arch).wave_size)
+    grads = run_bundle(bundle, CpuExecutor(atomic_order="random", seed=index),
+                       {name: problem.tensors[name] for name in ("q", "k", "v", "o", "do", "lse")})
+    checks = problem.check(grads, bundle.numerics)
+    assert all(check.passed for check in checks), [str(check) for check in checks]
+
+
+@pytest.mark.parametrize("arch,body", TARGETS)
+def test_softcap_saturates_without_nan(compiler, arch, body):
+    """A cap far below the scores: 2^(2 scale dot log2(e) / c) overflows to inf for the largest, tanh
+    must come out +-1 (no inf x 0 or inf / inf), the gradients still pass."""
+    spec = AttentionBwdSpec("bf16" if body == "tiled" else "f32", 64, mask=Mask("causal_bottom_right"), softcap=0.25,
+                            scale=0.5)
+    problem = make_problem(spec, ProblemSize(1, 2, 24, 40), seed=3)
+    scores = problem.values["q"] @ problem.values["k"].swapaxes(-1, -2) * 0.5
+    assert (2 * scores.max() / 0.25) * 1.4427 > 128   # past f32's exponent range
+    grads = run_bundle(compile_bundle(spec, arch, compiler, body=body), CpuExecutor(),
+                       {name: problem.tensors[name] for name in ("q", "k", "v", "o", "do", "lse")})
+    assert all(np.isfinite(g).all() for g in grads.values())
+    assert all(check.passed for check in problem.check(grads, compile_bundle(spec, arch, compiler, body=body).numerics))
+
+
+@pytest.mark.parametrize("index", range(len(SOFTCAP)),
+                         ids=[f"{s.dtype}-{s.mask}-{a}-{b}" for s, a, b in SOFTCAP])
+def test_softcap_matches_the_oracle(compiler, index):
+    spec, arch, body = SOFTCAP[index]
+    bundle = compile_bundle(spec, arch, compiler, body=body)
+    assert bundle.spec.softcap == 2.0 and bundle.config.body == body
+    problem = make_problem(spec, ProblemSize(1, 4, 24, 40), seed=index, layout="bshd")
     grads = run_bundle(bundle, CpuExecutor(atomic_order="random", seed=index),
                        {name: problem.tensors[name] for name in ("q", "k", "v", "o", "do", "lse")})
     checks = problem.check(grads, bundle.numerics)

@@ -67,6 +67,25 @@ def test_bias_and_dbias_match_finite_differences(kind):
     assert grads.dbias.shape == bias.shape
 
 
+@pytest.mark.parametrize("softcap", [0.5, 3.0])
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_softcap_matches_finite_differences(softcap, with_bias):
+    """Scores softcap * tanh(scale q.k / softcap) (+ bias after it): dQ, dK through 1 - tanh^2, dbias
+    is dS of the final scores."""
+    q, k, v, do = random_inputs(gqa_ratio=2)
+    bias = np.random.default_rng(2).standard_normal((4, 5, 7)) if with_bias else None
+    options = dict(mask=Mask("causal_bottom_right"), scale=0.9, gqa_ratio=2, softcap=softcap)
+    assert oracle.finite_difference_check(q, k, v, do, bias=bias, samples=10, **options) < FD_TOLERANCE
+    x = (q @ np.swapaxes(np.repeat(k, 2, axis=1), -1, -2)) * 0.9
+    assert np.max(np.abs(x)) > softcap   # tanh is far from linear on these scores
+
+
+def test_kernel_tanh_is_tanh_within_f32_rounding():
+    y = np.linspace(-30, 30, 20001)
+    assert np.max(np.abs(oracle.kernel_tanh(y) - np.tanh(y))) < 2e-7
+    assert oracle.kernel_tanh(np.array([-1e4, 1e4])).tolist() == [-1.0, 1.0]   # saturates, no NaN
+
+
 def test_finite_difference_check_catches_a_wrong_gradient(monkeypatch):
     q, k, v, do = random_inputs()
     right = oracle.backward

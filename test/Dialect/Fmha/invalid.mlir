@@ -744,3 +744,23 @@ func.func @masked_score_vector_seqlen(%x: vector<2xf32>, %q: vector<2xindex>, %i
   %s = "fmha.masked_score"(%x, %q, %i, %q, %i) {mask = "causal_top_left", window_left = -1 : i64, window_right = -1 : i64, scale_log2 = 0.18 : f32} : (vector<2xf32>, vector<2xindex>, index, vector<2xindex>, index) -> vector<2xf32>
   return
 }
+
+// -----
+
+// softcap_negative: the optional softcap attribute, when present, is a positive f32 (0: off).
+func.func @softcap_negative(%t: memref<1x2x8x64xf16>, %l: memref<1x2x8xf32>) {
+  // expected-error @+1 {{softcap: must be 0 (off) or a positive f32 value}}
+  "fmha.attention_bwd"(%t, %t, %t, %t, %t, %l, %t, %t, %t) {dtype = "f16", hdim_q = 64 : i64, hdim_v = 64 : i64, gqa_ratio = 1 : i64, mask = "none", window_left = -1 : i64, window_right = -1 : i64, scale = 0.125 : f32, bias = "none", dbias = false, deterministic = false, softcap = -30.0 : f32}
+      : (memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8xf32>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>) -> ()
+  return
+}
+
+// -----
+
+// softcap_f64: typed like scale.
+func.func @softcap_f64(%t: memref<1x2x8x64xf16>, %l: memref<1x2x8xf32>) {
+  // expected-error @+1 {{attribute 'softcap' must be an f32 float, got 3.000000e+01 : f64}}
+  "fmha.attention_bwd"(%t, %t, %t, %t, %t, %l, %t, %t, %t) {dtype = "f16", hdim_q = 64 : i64, hdim_v = 64 : i64, gqa_ratio = 1 : i64, mask = "none", window_left = -1 : i64, window_right = -1 : i64, scale = 0.125 : f32, bias = "none", dbias = false, deterministic = false, softcap = 30.0 : f64}
+      : (memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8xf32>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>) -> ()
+  return
+}

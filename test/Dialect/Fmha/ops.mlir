@@ -36,6 +36,20 @@ func.func @attention_bwd_identity_layout(%t: memref<2x4x16x64xf32>, %lse: memref
   return
 }
 
+// softcap is an optional spec attribute (absent: off).
+// CHECK-LABEL: func.func @attention_bwd_softcap
+// CHECK: "fmha.attention_bwd"({{.*}}) {{{.*}}scale = 1.250000e-01 : f32, softcap = 3.000000e+01 : f32{{.*}}}
+func.func @attention_bwd_softcap(%t: memref<2x4x16x64xbf16>, %lse: memref<2x4x16xf32>) {
+  "fmha.attention_bwd"(%t, %t, %t, %t, %t, %lse, %t, %t, %t) {
+      dtype = "bf16", hdim_q = 64 : i64, hdim_v = 64 : i64, gqa_ratio = 1 : i64,
+      mask = "none", window_left = -1 : i64, window_right = -1 : i64,
+      scale = 0.125 : f32, bias = "none", dbias = false, deterministic = false, softcap = 30.0 : f32}
+      : (memref<2x4x16x64xbf16>, memref<2x4x16x64xbf16>, memref<2x4x16x64xbf16>, memref<2x4x16x64xbf16>,
+         memref<2x4x16x64xbf16>, memref<2x4x16xf32>, memref<2x4x16x64xbf16>, memref<2x4x16x64xbf16>,
+         memref<2x4x16x64xbf16>) -> ()
+  return
+}
+
 // CHECK-LABEL: func.func @stages
 // CHECK: "fmha.dot_do_o"(%{{.*}}, %{{.*}}, %{{.*}}) {{{.*}}mask = "causal_top_left"{{.*}}} : (memref<?x?x?x128xf16, strided<[?, ?, ?, 1]>>, memref<?x?x?x128xf16, strided<[?, ?, ?, 1]>>, memref<?x?x?xf32, strided<[?, ?, 1]>>) -> ()
 // CHECK: "fmha.dq_dk_dv"({{.*}}) {{{.*}}} : ({{.*}}, memref<?x?x?x64xf16, strided<[?, ?, ?, 1]>>, memref<?x?x?x64xf32, strided<[?, ?, ?, 1]>>, memref<?x?x?x128xf32, strided<[?, ?, ?, 1]>>) -> ()
