@@ -114,12 +114,12 @@ class AttentionBackward:
         return self._bundles[key]
 
     def __call__(self, q, k, v, o, do, lse, *, mask: str | Mask = "none", scale: float = 0.0,
-                 dtype: str | None = None, softcap: float = 0.0):
+                 dtype: str | None = None, softcap: float = 0.0, bias: str = "none"):
         torch_like = _is_torch(q)
         spec = AttentionBwdSpec(
             dtype=_torch_dtype(q) if torch_like else infer_dtype(np.asarray(q), dtype),
             hdim_q=q.shape[-1], hdim_v=v.shape[-1], gqa_ratio=_gqa_ratio(q, k),
-            mask=mask if isinstance(mask, Mask) else Mask.parse(mask), scale=scale, softcap=softcap)
+            mask=mask if isinstance(mask, Mask) else Mask.parse(mask), scale=scale, softcap=softcap, bias=bias)
         bundle, device = self.bundle(spec), self.device()
         if torch_like and q.is_cuda and device.name == "cuda":
             return _run_in_place(bundle, device, (q, k, v, o, do, lse))
@@ -131,12 +131,13 @@ class AttentionBackward:
 
 def attention_bwd(q, k, v, o, do, lse, *, mask: str | Mask = "none", scale: float = 0.0,
                   dtype: str | None = None, executor: str | None = None, arch: str | None = None,
-                  body: str = "auto", softcap: float = 0.0):
+                  body: str = "auto", softcap: float = 0.0, bias: str = "none"):
     """dQ, dK, dV of softmax(S, masked) V for upstream gradient dO, S = Q K^T * scale or, with softcap
-    C > 0, C tanh(Q K^T * scale / C) (one-shot; for repeated calls keep an AttentionBackward, which
-    caches compiled bundles)."""
+    C > 0, C tanh(Q K^T * scale / C), plus -slope_h |i + Sk - Sq - j| with bias="alibi" (standard
+    slopes 2^(-8 (h + 1) / H)) (one-shot; for repeated calls keep an AttentionBackward, which caches
+    compiled bundles)."""
     return AttentionBackward(executor=executor, arch=arch, body=body)(q, k, v, o, do, lse, mask=mask, scale=scale,
-                                                                      dtype=dtype, softcap=softcap)
+                                                                      dtype=dtype, softcap=softcap, bias=bias)
 
 
 def _run_in_place(bundle: Bundle, device: Executor, inputs: tuple):

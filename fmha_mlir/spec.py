@@ -104,7 +104,7 @@ class AttentionBwdSpec:
     gqa_ratio: int = 1         # query heads per key/value head (1: MHA; heads_q: MQA)
     mask: Mask = field(default_factory=Mask)
     scale: float = 0.0         # softmax scale; 0: 1/sqrt(hdim_q)
-    bias: str = "none"         # reserved for the bias issue: elementwise | alibi
+    bias: str = "none"         # alibi: -slope_h |q + Sk - Sq - k|, standard slopes in the kernel; elementwise: reserved
     dbias: bool = False        # reserved for the bias issue
     deterministic: bool = False  # reserved for the deterministic-mode issue
     softcap: float = 0.0       # > 0: scores are softcap * tanh(scale q.k / softcap) (FlashAttention's softcap)
@@ -126,6 +126,8 @@ class AttentionBwdSpec:
             name += "_s" + _symbol_number(self.scale)
         if self.softcap:
             name += "_cap" + _symbol_number(self.softcap)
+        if self.bias != "none":
+            name += "_" + self.bias
         return name
 
     def reasons(self) -> list[Reason]:
@@ -150,8 +152,11 @@ class AttentionBwdSpec:
                                          f"{F32_MAX:.3g} (got {self.softcap!r})", "FlashAttention's models use 30 or 50"))
         if self.bias not in BIAS_KINDS:
             out.append(Reason("bias", f"unknown bias kind {self.bias!r}", f"use one of {', '.join(BIAS_KINDS)}"))
-        elif self.bias != "none" or self.dbias:
-            out.append(Reason("bias", "attention bias and dbias are not implemented yet", "use bias='none'"))
+        elif self.bias == "elementwise":
+            out.append(Reason("bias", "an elementwise bias tensor is not implemented yet",
+                              "use bias='none' or 'alibi'"))
+        elif self.dbias:
+            out.append(Reason("dbias", "bias gradients (dbias, d(slopes)) are not implemented yet", "use dbias=False"))
         if self.deterministic:
             out.append(Reason("deterministic", "deterministic mode is not implemented yet",
                               "use deterministic=False"))

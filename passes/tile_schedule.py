@@ -35,7 +35,7 @@ class TiledKernel:
         self.tiles = self.make_tiles()
         self.key_block, self.kv_head, self.batch = tiled_block_ids(
             config, [gpu.block_id(d) for d in (gpu.Dimension.x, gpu.Dimension.y, gpu.Dimension.z)])
-        self.seqlen_q, = dims(self.q, [2])
+        self.heads_q, self.seqlen_q = dims(self.q, [1, 2])
         self.seqlen_k, = dims(self.k, [2])
         self.k0 = arith.muli(self.key_block, index(self.bn))
 

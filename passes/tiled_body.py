@@ -22,7 +22,7 @@ from fmha_mlir.spec import AttentionBwdSpec
 
 from .ir_builders import f32, index, splat
 from .mma_atoms import MmaSyncAtom, async_copy, commit_copies, wait_copies
-from .score_mods import LOG2_E, softcap_grad, softmax_input
+from .score_mods import LOG2_E, alibi_bias, alibi_slope, softcap_grad, softmax_input
 from .shared_tiles import LaneValues, Tile, shared_views
 from .tile_schedule import (TiledKernel, WarpTile, advance, contract, flatten, flatten3, i32,
                             query_block_range, tile_is_cut, unflatten, warp_tile)
@@ -206,7 +206,8 @@ class _Kernel(TiledKernel):
                       lambda mi, k0: atom.load_a(tiles["k"], mi * atom.m, k0, False, sdp.row0),
                       self.b_pair_loader(tiles["q"], True, n_tiles, query_rows))
         lse, dsum = self.row_values(stage, sdp, n_tiles)
-        p = self.probabilities(s, lse, m, q0, sdp)
+        slope = alibi_slope(head, self.heads_q) if spec.bias == "alibi" else None
+        p = self.probabilities(s, lse, m, q0, sdp, slope)
         dp = self.gemm(self.zeros(sdp), sdp, spec.hdim_v,
                        lambda mi, k0: atom.load_a(tiles["v"], mi * atom.m, k0, False, sdp.row0),
                        self.b_pair_loader(tiles["do"], True, n_tiles, query_rows))
@@ -255,9 +256,9 @@ class _Kernel(TiledKernel):
             dsum.append(vector.load(pair, self.tiles["d"].flat, [at], alignment=8))
         return lse, dsum
 
-    def probabilities(self, s, lse, m, q0, sdp: WarpTile):
+    def probabilities(self, s, lse, m, q0, sdp: WarpTile, slope=None):
         """P^T per accumulator row pair (f32): exp2(S^T scale log2 e - lse log2 e), masked only on tiles
-        the mask cuts."""
+        the mask cuts; with ALiBi (`slope` of this step's head) its term is added first."""
         atom, mask = self.atom, self.spec.mask
         m_tiles, n_tiles = len(s), len(s[0])
 
@@ -268,14 +269,17 @@ class _Kernel(TiledKernel):
                 for ni in range(n_tiles):
                     pairs = []
                     for r, pair in enumerate(atom.rows_of(s[mi][ni])):
-                        pre, factor = softmax_input(pair, self.spec)
-                        if masked:
+                        if masked or slope is not None:
                             key = arith.addi(arith.addi(self.k0, sdp.row0), arith.addi(index(mi * atom.m),
                                                                                       atom.accumulator_row(r)))
                             qcol = arith.addi(arith.addi(q0, sdp.col0), arith.addi(index(ni * atom.n),
                                                                                   atom.accumulator_col()))
                             queries = vector.from_elements(ir.VectorType.get([2], ir.IndexType.get()),
                                                            [qcol, arith.addi(qcol, index(1))])
+                        alibi = None if slope is None else alibi_bias(slope, queries, key, self.seqlen_q,
+                                                                      self.seqlen_k, pair)
+                        pre, factor = softmax_input(pair, self.spec, alibi)
+                        if masked:
                             score = fmha.MaskedScoreOp.build(pre, queries, key, self.seqlen_q, self.seqlen_k, mask,
                                                              factor)
                         else:

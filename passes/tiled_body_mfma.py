@@ -29,7 +29,7 @@ from fmha_mlir.spec import AttentionBwdSpec
 
 from .ir_builders import create_op, f32, index, splat
 from .mfma_atom import MfmaAtom
-from .score_mods import LOG2_E, softcap_grad, softmax_input
+from .score_mods import LOG2_E, alibi_bias, alibi_slope, softcap_grad, softmax_input
 from .shared_tiles import shared_grids
 from .tile_schedule import (TiledKernel, WarpTile, advance, contract, flatten, i32, query_block_range,
                             tile_is_cut, unflatten, warp_tile)
@@ -167,7 +167,8 @@ class _Kernel(TiledKernel):
         s = self.gemm(self.zeros(sdp), sdp, spec.hdim_q, lambda row, k0: atom.load_a(tiles["k"], row, k0),
                       lambda col, k0: atom.load_b(tiles["q"], col, k0))
         lse, dsum = self.row_values(sdp)
-        p = self.probabilities(s, lse, q0)
+        slope = alibi_slope(head, self.heads_q) if spec.bias == "alibi" else None
+        p = self.probabilities(s, lse, q0, slope)
         dp = self.gemm(self.zeros(sdp), sdp, spec.hdim_v, lambda row, k0: atom.load_a(tiles["v"], row, k0),
                        lambda col, k0: atom.load_b(tiles["do"], col, k0))
         ds = [[softcap_grad(arith.mulf(p[mi][ni], arith.subf(dp[mi][ni], splat(dsum[ni], [atom.shape.c_registers]))),
@@ -197,24 +198,29 @@ class _Kernel(TiledKernel):
             dsum.append(memref.load(self.tiles["d"], at))
         return lse, dsum
 
-    def probabilities(self, s, lse, q0):
-        """P^T per accumulator (f32): exp2(S^T scale log2 e - lse log2 e), masked only on tiles the mask cuts."""
+    def probabilities(self, s, lse, q0, slope=None):
+        """P^T per accumulator (f32): exp2(S^T scale log2 e - lse log2 e), masked only on tiles the mask
+        cuts; with ALiBi (`slope` of this step's head) its term is added first."""
         atom, mask, sdp = self.atom, self.spec.mask, self.sdp
         width = atom.shape.c_registers
 
         def compute(masked: bool):
             out = []
+            positions = masked or slope is not None
             for mi, row in enumerate(s):
                 keys = None
-                if masked:
+                if positions:
                     first = arith.addi(arith.addi(self.k0, sdp.row0), index(mi * atom.m))
                     keys = vector.from_elements(ir.VectorType.get([width], ir.IndexType.get()),
                                                 [arith.addi(first, r) for r in self.rows])
                 values = []
                 for ni, acc in enumerate(row):
-                    pre, factor = softmax_input(acc, self.spec)
-                    if masked:
+                    if positions:
                         query = arith.addi(arith.addi(q0, sdp.col0), arith.addi(index(ni * atom.n), atom.b_col))
+                    alibi = None if slope is None else alibi_bias(slope, query, keys, self.seqlen_q, self.seqlen_k,
+                                                                  acc)
+                    pre, factor = softmax_input(acc, self.spec, alibi)
+                    if masked:
                         score = fmha.MaskedScoreOp.build(pre, query, keys, self.seqlen_q, self.seqlen_k, mask, factor)
                     else:
                         score = arith.mulf(pre, splat(f32(factor), [width]), fastmath=contract())

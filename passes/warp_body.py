@@ -12,7 +12,7 @@ from .ir_builders import dims, f32, index
 from .key_range import key_range
 from .lane_slice import load_f32, store_from_f32
 from .row_kernels import Wave, dot, fma
-from .score_mods import LOG2_E, softcap_grad, softmax_input
+from .score_mods import LOG2_E, alibi_bias, alibi_slope, softcap_grad, softmax_input
 
 
 def dq_dk_dv(op: "ir.Operation", spec: AttentionBwdSpec, wave: Wave) -> None:
@@ -32,6 +32,7 @@ def dq_dk_dv(op: "ir.Operation", spec: AttentionBwdSpec, wave: Wave) -> None:
     seqlen_k, = dims(k, [2])
     first_key, end_key = key_range(spec.mask, wave.row, seqlen_q, seqlen_k)
     scale = f32(spec.scale)
+    slope = alibi_slope(wave.head, dims(q, [1])[0]) if spec.bias == "alibi" else None
 
     dk_columns, dv_columns = q_slice.elements(), v_slice.elements()
 
@@ -42,7 +43,8 @@ def dq_dk_dv(op: "ir.Operation", spec: AttentionBwdSpec, wave: Wave) -> None:
         k_lane = load_f32(k, kv_row, q_slice)
         v_lane = load_f32(v, kv_row, v_slice)
         qk = fmha.WaveReduceOp.build(dot(q_lane, k_lane), wave.size)
-        pre, factor = softmax_input(qk, spec)
+        alibi = None if slope is None else alibi_bias(slope, wave.row, key, seqlen_q, seqlen_k, qk)
+        pre, factor = softmax_input(qk, spec, alibi)
         score = fmha.MaskedScoreOp.build(pre, wave.row, key, seqlen_q, seqlen_k, spec.mask, factor)
         p = fmha.Exp2Op.build(arith.subf(score, lse_log2))
         dp = fmha.WaveReduceOp.build(dot(do_lane, v_lane), wave.size)

@@ -1,7 +1,9 @@
 """The variant matrix on a GPU: build bundles where MLIR is (here), run them where the GPU is.
 
-    python tools/gpu_matrix.py build DIR [--arch sm_90] [--body auto] [--softcap C]   # needs MLIR: compiles every variant
-    python tools/gpu_matrix.py run DIR --report FILE [--jobs N] [--resume] [--softcap C]   # numpy + the GPU executor only
+    python tools/gpu_matrix.py build DIR [--arch sm_90] [--body auto] [--softcap C] [--bias alibi]
+    python tools/gpu_matrix.py run DIR --report FILE [--jobs N] [--resume] [--softcap C] [--bias alibi]
+
+(build needs MLIR and compiles every variant; run needs numpy and the GPU executor only.)
 
 Variants: dtype {f16, bf16, f32} x mask {none, top-left, bottom-right, window 64,0} x hdim {64, 128,
 256} x GQA ratio {1, 4}, each on the body `--body` picks (auto: the tiled body for f16 / bf16 on sm_90,
@@ -40,8 +42,9 @@ ODD = (ProblemSize(1, 4, 77, 1000), ProblemSize(1, 4, 1000, 77))
 SMOKE = (ProblemSize(1, 4, 9, 13),)  # --smoke: the same matrix at sizes the CPU interpreter runs in seconds
 
 
-def variants(softcap: float = 0.0) -> list[AttentionBwdSpec]:
-    return [dataclasses.replace(spec, softcap=softcap) for spec in variant_matrix(window=Mask("sliding_window", 64, 0))]
+def variants(softcap: float = 0.0, bias: str = "none") -> list[AttentionBwdSpec]:
+    return [dataclasses.replace(spec, softcap=softcap, bias=bias)
+            for spec in variant_matrix(window=Mask("sliding_window", 64, 0))]
 
 
 def problem_seed(spec: AttentionBwdSpec, size: ProblemSize, layout: str) -> int:
@@ -50,10 +53,10 @@ def problem_seed(spec: AttentionBwdSpec, size: ProblemSize, layout: str) -> int:
     return zlib.crc32(text.encode())
 
 
-def configs(arch: str, body: str, softcap: float = 0.0) -> list[tuple[AttentionBwdSpec, object]]:
+def configs(arch: str, body: str, softcap: float = 0.0, bias: str = "none") -> list[tuple]:
     """(spec, config) for every variant the body (auto: the best per spec) can compute on `arch`."""
     out = []
-    for spec in variants(softcap):
+    for spec in variants(softcap, bias):
         try:
             out.append((spec, choose_config(spec, get_target(arch), body)))
         except SpecError:  # a forced body that does not take this spec (e.g. tiled and f32)
@@ -61,9 +64,9 @@ def configs(arch: str, body: str, softcap: float = 0.0) -> list[tuple[AttentionB
     return out
 
 
-def jobs(arch: str, body: str, smoke: bool = False, softcap: float = 0.0) -> list[tuple]:
+def jobs(arch: str, body: str, smoke: bool = False, softcap: float = 0.0, bias: str = "none") -> list[tuple]:
     out = []
-    for index, (spec, config) in enumerate(configs(arch, body, softcap)):
+    for index, (spec, config) in enumerate(configs(arch, body, softcap, bias)):
         sizes = SMOKE if smoke else ((REALISTIC,) if spec.hdim_q == 128 else ()) + ODD
         for n, size in enumerate(sizes):
             layout = ("bhsd", "bshd")[(index + n) % 2]
@@ -71,12 +74,12 @@ def jobs(arch: str, body: str, smoke: bool = False, softcap: float = 0.0) -> lis
     return out
 
 
-def build(directory: Path, arch: str, body: str, softcap: float = 0.0) -> None:
+def build(directory: Path, arch: str, body: str, softcap: float = 0.0, bias: str = "none") -> None:
     from fmha_mlir.api import compile_bundle
     from fmha_mlir.compiler import Compiler
 
     compiler = Compiler()
-    built = configs(arch, body, softcap)
+    built = configs(arch, body, softcap, bias)
     for spec, config in built:
         compile_bundle(spec, arch, compiler, config=config).save(bundle_path(directory, spec, arch, config=config))
     print(f"built {len(built)} bundles for {arch} under {directory / arch}")
@@ -94,9 +97,9 @@ def _key(spec, config, size, layout) -> str:
 
 
 def run(directory: Path, arch: str, body: str, report: Path, workers: int, smoke: bool, resume: bool = False,
-        softcap: float = 0.0) -> int:
+        softcap: float = 0.0, bias: str = "none") -> int:
     device = get_executor(None, "nvidia" if arch.startswith("sm_") else "amd")
-    planned = jobs(arch, body, smoke, softcap)
+    planned = jobs(arch, body, smoke, softcap, bias)
     # --resume: keep the rows an earlier, cut-short run of the same plan wrote, run the rest.
     rows = json.loads(report.with_suffix(".json").read_text()) if resume and report.with_suffix(".json").is_file() else []
     done = {f"{r['kernel']} {r['size']} {r['layout']}" for r in rows}
@@ -114,7 +117,7 @@ def run(directory: Path, arch: str, body: str, report: Path, workers: int, smoke
             ok = all(c.passed for c in checks)
             failures += not ok
             rows.append({"kernel": f"{spec.kernel_prefix}_{config.tag}", "body": config.body, "dtype": spec.dtype,
-                         "softcap": spec.softcap,
+                         "softcap": spec.softcap, "bias": spec.bias,
                          "mask": str(spec.mask), "hdim": spec.hdim_q, "gqa": spec.gqa_ratio, "layout": layout,
                          "size": f"B{size.batch} Hq{size.heads_q} Sq{size.seqlen_q} Sk{size.seqlen_k}",
                          "seed": problem_seed(spec, size, layout),
@@ -166,11 +169,13 @@ def main(argv=None) -> int:
     p.add_argument("--resume", action="store_true",
                    help="keep the runs already in the report's .json (a run cut short) and do the rest")
     p.add_argument("--softcap", type=float, default=0.0, help="every variant with this softcap (0: none)")
+    p.add_argument("--bias", default="none", choices=("none", "alibi"), help="every variant with this bias")
     args = p.parse_args(argv)
     if args.action == "build":
-        build(args.directory, args.arch, args.body, args.softcap)
+        build(args.directory, args.arch, args.body, args.softcap, args.bias)
         return 0
-    return run(args.directory, args.arch, args.body, args.report, args.jobs, args.smoke, args.resume, args.softcap)
+    return run(args.directory, args.arch, args.body, args.report, args.jobs, args.smoke, args.resume, args.softcap,
+               args.bias)
 
 
 if __name__ == "__main__":

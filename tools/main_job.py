@@ -29,6 +29,8 @@ def parse_args(argv):
     p.add_argument("--mask", default="causal_bottom_right", help="none, top_left, bottom_right or window:L,R")
     p.add_argument("--gqa", type=int, default=2, help="query heads per key/value head")
     p.add_argument("--softcap", type=float, default=0.0, help="scores through C tanh(s / C) (0: off)")
+    p.add_argument("--bias", default="none", choices=("none", "alibi"),
+                   help="alibi: -slope_h |i - j| with the standard slopes, computed in the kernel")
     p.add_argument("--batch", type=int, default=2)
     p.add_argument("--heads", type=int, default=4, help="query heads")
     p.add_argument("--seqlen-q", type=int, default=37)
@@ -55,13 +57,14 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     try:
         spec = AttentionBwdSpec(dtype=args.dtype, hdim_q=args.hdim, hdim_v=args.hdim_v, gqa_ratio=args.gqa,
-                                mask=Mask.parse(args.mask), softcap=args.softcap)
+                                mask=Mask.parse(args.mask), softcap=args.softcap, bias=args.bias)
         size = ProblemSize(args.batch, args.heads, args.seqlen_q, args.seqlen_k)
         problem = make_problem(spec, size, seed=args.seed, layout=args.layout)
         problem.oracle_gradients()
         targets = targets_of(args)
-        softcap = f" softcap {spec.softcap:g}" if spec.softcap else ""
-        print(f"fmha-bwd: {spec.dtype} hdim {spec.hdim_q}x{spec.hdim_v} mask {spec.mask} gqa {spec.gqa_ratio}{softcap} | "
+        extras = (f" softcap {spec.softcap:g}" if spec.softcap else "") + (
+            f" bias {spec.bias}" if spec.bias != "none" else "")
+        print(f"fmha-bwd: {spec.dtype} hdim {spec.hdim_q}x{spec.hdim_v} mask {spec.mask} gqa {spec.gqa_ratio}{extras} | "
               f"B{size.batch} Hq{size.heads_q} Hkv{size.heads_kv(spec.gqa_ratio)} Sq{size.seqlen_q} "
               f"Sk{size.seqlen_k} {args.layout}")
         print(f"seed {args.seed}; the gate: max|err| <= 2 x max|same-dtype reference err| + 2^-20 max|oracle| "
@@ -82,7 +85,7 @@ def main(argv=None) -> int:
                   file=sys.stderr, flush=True)
             t = problem.tensors
             dq, dk, dv = runner(t["q"], t["k"], t["v"], t["o"], t["do"], t["lse"], mask=spec.mask,
-                                dtype=spec.dtype, scale=spec.scale, softcap=spec.softcap)
+                                dtype=spec.dtype, scale=spec.scale, softcap=spec.softcap, bias=spec.bias)
             ran = time.perf_counter()
             for check in problem.check({"dq": dq, "dk": dk, "dv": dv}, bundle.numerics):
                 failed |= not check.passed

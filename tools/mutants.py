@@ -30,14 +30,14 @@ ROOT = Path(__file__).resolve().parent.parent
 # The package as setuptools maps it (pyproject.toml's package-dir): scratch/pkg/fmha_mlir/...
 PACKAGE_DIRS = {"fmha_mlir": "fmha_mlir", "dialects": "fmha_mlir/dialects", "passes": "fmha_mlir/passes",
                 "tools": "fmha_mlir/tools"}
-# Every (arch, body) and dtype at GQA 4 and every mask (interpreter matrix, hdim 64), softcap in bf16 on
-# every (arch, body), GQA 2 with two
+# Every (arch, body) and dtype at GQA 4 and every mask (interpreter matrix, hdim 64), softcap and ALiBi in
+# bf16 on every (arch, body), GQA 2 with two
 # kv heads and the gpu stage (pipeline tests), multi-tile tiled problems, the lowered mask semantics,
 # the warp body's exact key ranges. One pytest process: the kernels compile once per mutant.
 SUBSET_FILES = ("test/python/test_interp_matrix.py", "test/python/test_interp_pipeline.py",
                 "test/python/test_interp_fmha_ops.py", "test/python/test_lowering.py", "test/python/test_interp_mfma.py",
                 "test/python/test_mfma_atom.py")
-SUBSET_SELECTION = ("(test_interp_matrix and (d64 and g4 or softcap and bf16 and none)) or test_interp_pipeline"
+SUBSET_SELECTION = ("(test_interp_matrix and (d64 and g4 or (softcap or alibi) and bf16 and none)) or test_interp_pipeline"
                     " or (test_interp_fmha_ops and lowered)"
                     " or (test_lowering and key_range) or test_interp_mfma or test_mfma_atom")
 TIMEOUT_S = 900
@@ -171,6 +171,10 @@ MUTANTS: list[Mutant] = [
     # -- score modifications (every body) -------------------------------------------------------------
     Mutant("softcap: dS not multiplied by 1 - tanh^2", "passes/score_mods.py",
            "return arith.mulf(ds, arith.subf(_constant(1.0, dot), arith.mulf(t, t)))", "return ds"),
+    Mutant("alibi: each head takes the next head's slope", "passes/score_mods.py",
+           "arith.addi(head, index(1))", "arith.addi(head, index(2))"),
+    Mutant("alibi: the distance misses the bottom-right shift", "passes/score_mods.py",
+           "arith.addi(q_pos, arith.subi(seqlen_k, seqlen_q))", "q_pos"),
     Mutant("softcap: tanh's argument not divided by the cap", "passes/score_mods.py",
            "_constant(2 * spec.scale * LOG2_E / spec.softcap, dot)", "_constant(2 * spec.scale * LOG2_E, dot)"),
     # -- the lowered mask (the tiled body's cut tiles) -------------------------------------------------

@@ -9,6 +9,7 @@ that fill no tile, BHSD and BSHD storage, atomics applied in a random order.
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 import numpy as np
@@ -47,6 +48,15 @@ MATRIX = [(spec, arch, body)
 SOFTCAP = [(AttentionBwdSpec(dtype, 64, gqa_ratio=2, mask=Mask(mask), softcap=2.0, scale=0.5), arch, body)
            for (arch, body), dtype, mask in itertools.product(TARGETS, DTYPES, ("none", "causal_bottom_right"))
            if supported(AttentionBwdSpec(dtype, 64), arch, body)]
+
+
+# ALiBi (issue 9) with the standard slopes, computed in the kernel: every (arch, body) and dtype, with
+# and without a mask, GQA 2, and after a softcap in bf16.
+ALIBI = [(AttentionBwdSpec(dtype, 64, gqa_ratio=2, mask=Mask(mask), bias="alibi"), arch, body)
+         for (arch, body), dtype, mask in itertools.product(TARGETS, DTYPES, ("none", "causal_bottom_right"))
+         if supported(AttentionBwdSpec(dtype, 64), arch, body)]
+ALIBI += [(AttentionBwdSpec("bf16", 64, gqa_ratio=2, mask=Mask("causal_top_left"), bias="alibi", softcap=2.0,
+                            scale=0.5), arch, body) for arch, body in TARGETS]
 
 
 @pytest.fixture(scope="module")
@@ -101,3 +111,20 @@ def test_softcap_matches_the_oracle(compiler, index):
                        {name: problem.tensors[name] for name in ("q", "k", "v", "o", "do", "lse")})
     checks = problem.check(grads, bundle.numerics)
     assert all(check.passed for check in checks), [str(check) for check in checks]
+
+
+@pytest.mark.parametrize("index", range(len(ALIBI)),
+                         ids=[f"{s.dtype}-{s.mask}-cap{s.softcap:g}-{a}-{b}" for s, a, b in ALIBI])
+def test_alibi_matches_the_oracle(compiler, index):
+    """Slopes 2^(-8 (h + 1) / H) of the runtime head count: 4 query heads here, slopes 1/4 .. 1/256, so the
+    bias reaches -10 over these lengths; a bundle without ALiBi fails the same problem."""
+    spec, arch, body = ALIBI[index]
+    bundle = compile_bundle(spec, arch, compiler, body=body)
+    problem = make_problem(spec, ProblemSize(1, 4, 24, 40), seed=index, layout="bshd")
+    inputs = {name: problem.tensors[name] for name in ("q", "k", "v", "o", "do", "lse")}
+    grads = run_bundle(bundle, CpuExecutor(atomic_order="random", seed=index), inputs)
+    checks = problem.check(grads, bundle.numerics)
+    assert all(check.passed for check in checks), [str(check) for check in checks]
+    if index == 0:
+        plain = compile_bundle(dataclasses.replace(spec, bias="none"), arch, compiler, body=body)
+        assert not any(c.passed for c in problem.check(run_bundle(plain, CpuExecutor(), inputs), plain.numerics))
