@@ -262,7 +262,7 @@ class TiledBody(Body):
         """The divisibility the fragment arithmetic relies on: each warp's part of a product is whole
         instruction tiles (rows m, columns n; S^T's columns in pairs of mma.sync n-tiles, one ldmatrix x4)
         and every contraction whole instruction k steps. Threads [0, 2 block_m) copy LSE and D."""
-        m, n_sdp, n, k = instruction_tile(config.instruction)
+        m, n_sdp, n, k = instruction_tile(config)
         out = []
         for name in ("hdim_q", "hdim_v"):
             if getattr(spec, name) % k:
@@ -353,12 +353,12 @@ BODIES: dict[str, Body] = {body.name: body for body in (WarpBody(), TiledBody())
 AUTO_ORDER = ("tiled", "warp")
 
 
-def instruction_tile(instruction: str) -> tuple[int, int, int, int]:
+def instruction_tile(config: KernelConfig) -> tuple[int, int, int, int]:
     """(m, S^T column multiple, n, k) of a warp's instruction tile: mma.sync's S^T columns come in
     pairs of n-tiles (one ldmatrix x4 feeds two)."""
-    if instruction == MMA_SYNC:
+    shape = config.mfma
+    if shape is None:
         return MMA_M16N8K16.m, 2 * MMA_M16N8K16.n, MMA_M16N8K16.n, MMA_M16N8K16.k
-    shape = MFMA_SHAPES[instruction.removeprefix("mfma.")]
     return shape.m, shape.n, shape.n, shape.k
 
 

@@ -199,15 +199,18 @@ def _reduce_to_shape(x: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     return x.sum(axis=kept, keepdims=True)
 
 
-def _scores(q, k_exp, *, mask: Mask, scale, bias, acc, softcap=0.0, tanh=np.tanh) -> np.ndarray:
-    """scale * Q K^T (through c tanh(. / c) with softcap c > 0) + bias in `acc`, -inf where masked."""
+def _scores(q, k_exp, *, mask: Mask, scale, bias, acc, softcap=0.0, tanh=np.tanh):
+    """(S, t): S = scale * Q K^T (through c tanh(. / c) with softcap c > 0) + bias in `acc`, -inf where
+    masked; t the tanh (what the softcap's derivative 1 - t^2 needs), None without softcap."""
     s = (q @ _swap(k_exp)) * acc(scale)
+    t = None
     if softcap:
-        s = acc(softcap) * tanh(s / acc(softcap))
+        t = tanh(s / acc(softcap))
+        s = acc(softcap) * t
     if bias is not None:
         s = s + np.asarray(bias, dtype=acc)
     visible = visible_matrix(mask, q.shape[2], k_exp.shape[2])
-    return np.where(visible, s, acc(-np.inf))
+    return np.where(visible, s, acc(-np.inf)), t
 
 
 @dataclass(frozen=True, eq=False)
@@ -229,16 +232,14 @@ def _backward_terms(q, k, v, o, do, lse, *, mask, scale, gqa_ratio, bias, arith:
                    softcap=softcap)
     q, k, v, o, do, lse = (np.asarray(x, dtype=arith.acc) for x in (q, k, v, o, do, lse))
     k_exp = _expand_kv(k, gqa_ratio)
-    s = _scores(q, k_exp, mask=mask, scale=scale, bias=bias, acc=arith.acc, softcap=softcap, tanh=arith.tanh)
+    s, t = _scores(q, k_exp, mask=mask, scale=scale, bias=bias, acc=arith.acc, softcap=softcap, tanh=arith.tanh)
     # lse = +inf (row sees no key) and s = -inf (masked) both give exp(-inf) = 0: no NaN.
     p = np.exp(s - lse[..., None])
     d = np.sum(do * o, axis=-1)
     dp = do @ _swap(_expand_kv(v, gqa_ratio))
     ds_score = p * (dp - d[..., None])
-    ds = ds_score
-    if softcap:   # d(c tanh(x / c)) / dx = 1 - tanh^2(x / c)
-        t = arith.tanh((q @ _swap(k_exp)) * arith.acc(scale) / arith.acc(softcap))
-        ds = ds_score * (arith.acc(1) - t * t)
+    # d(c tanh(x / c)) / dx = 1 - tanh^2(x / c)
+    ds = ds_score if t is None else ds_score * (arith.acc(1) - t * t)
     return _Terms(q, k_exp, do, p, ds, d, ds_score)
 
 
@@ -260,7 +261,7 @@ def forward(q, k, v, *, mask: Mask, scale: float, gqa_ratio: int, bias=None, sof
     """Attention forward in float64: O, P and the natural-log lse (+inf for rows that see no key)."""
     _check_problem(q, k, v, mask=mask, scale=scale, gqa_ratio=gqa_ratio, bias=bias, softcap=softcap)
     q, k, v = (np.asarray(x, dtype=np.float64) for x in (q, k, v))
-    s = _scores(q, _expand_kv(k, gqa_ratio), mask=mask, scale=scale, bias=bias, acc=np.float64, softcap=softcap)
+    s, _ = _scores(q, _expand_kv(k, gqa_ratio), mask=mask, scale=scale, bias=bias, acc=np.float64, softcap=softcap)
     row_max = s.max(axis=-1)
     empty = row_max == -np.inf
     shift = np.where(empty, 0.0, row_max)

@@ -39,6 +39,16 @@ class TiledKernel:
         self.seqlen_k, = dims(self.k, [2])
         self.k0 = arith.muli(self.key_block, index(self.bn))
 
+    def make_warp_tiles(self) -> None:
+        """Each warp's part of the products (hoisted): S^T / dP^T (keys x queries), dK / dV (keys x head
+        dim), dQ (queries x head dim). A body calls it where its lane values are built."""
+        config, spec = self.config, self.spec
+        with self.lanes.hoist:
+            self.sdp = warp_tile(self.warp, config.sdp_warps, self.bn, self.bm)
+            self.dkv = warp_tile(self.warp, config.dkv_warps, self.bn, spec.hdim_q)
+            self.dkv_v = warp_tile(self.warp, config.dkv_warps, self.bn, spec.hdim_v)
+            self.dq_tile = warp_tile(self.warp, config.dq_warps, self.bm, spec.hdim_q)
+
     def make_atom(self, lane: "ir.Value"):
         raise NotImplementedError
 

@@ -25,7 +25,7 @@ from .mma_atoms import MmaSyncAtom, async_copy, commit_copies, wait_copies
 from .score_mods import LOG2_E, alibi_bias, alibi_slope, softcap_grad, softmax_input
 from .shared_tiles import LaneValues, Tile, shared_views
 from .tile_schedule import (TiledKernel, WarpTile, advance, contract, flatten, flatten3, i32,
-                            query_block_range, tile_is_cut, unflatten, warp_tile)
+                            query_block_range, tile_is_cut, unflatten)
 
 
 class _Kernel(TiledKernel):
@@ -149,11 +149,7 @@ class _Kernel(TiledKernel):
         self.copy_rows(self.v, kv_prefix, self.k0, self.seqlen_k, tiles["v"], index(0))
         commit_copies()
 
-        with self.lanes.hoist:
-            self.sdp = warp_tile(self.warp, config.sdp_warps, self.bn, self.bm)
-            self.dkv = warp_tile(self.warp, config.dkv_warps, self.bn, spec.hdim_q)
-            self.dkv_v = warp_tile(self.warp, config.dkv_warps, self.bn, spec.hdim_v)
-            self.dq_tile = warp_tile(self.warp, config.dq_warps, self.bm, spec.hdim_q)
+        self.make_warp_tiles()
         dk0, dv0 = self.zeros(self.dkv), self.zeros(self.dkv_v)
         shapes = [(len(dk0), len(dk0[0])), (len(dv0), len(dv0[0]))]
 

@@ -27,12 +27,12 @@ from fmha_mlir.kernel_config import KernelConfig
 from fmha_mlir.mlir import arith, gpu, ir, memref, scf, vector
 from fmha_mlir.spec import AttentionBwdSpec
 
-from .ir_builders import create_op, f32, index, splat
+from .ir_builders import create_op, f32, index, splat, vector_shape
 from .mfma_atom import MfmaAtom
 from .score_mods import LOG2_E, alibi_bias, alibi_slope, softcap_grad, softmax_input
 from .shared_tiles import shared_grids
 from .tile_schedule import (TiledKernel, WarpTile, advance, contract, flatten, i32, query_block_range,
-                            tile_is_cut, unflatten, warp_tile)
+                            tile_is_cut, unflatten)
 
 
 class _Kernel(TiledKernel):
@@ -40,12 +40,8 @@ class _Kernel(TiledKernel):
 
     def __init__(self, op: "ir.Operation", spec: AttentionBwdSpec, config: KernelConfig):
         super().__init__(op, spec, config)
-        with self.lanes.hoist:
-            self.sdp = warp_tile(self.warp, config.sdp_warps, self.bn, self.bm)
-            self.dkv = warp_tile(self.warp, config.dkv_warps, self.bn, spec.hdim_q)
-            self.dkv_v = warp_tile(self.warp, config.dkv_warps, self.bn, spec.hdim_v)
-            self.dq_tile = warp_tile(self.warp, config.dq_warps, self.bm, spec.hdim_q)
-            self.rows = self.atom.accumulator_rows()
+        self.make_warp_tiles()
+        self.rows = self.atom.accumulator_rows()
 
     def make_atom(self, lane):
         return MfmaAtom(self.config.mfma, self.element, lane, self.lanes)
@@ -60,10 +56,7 @@ class _Kernel(TiledKernel):
         loaded = create_op("amdgpu.raw_buffer_load", result, [source] + [i32(i) for i in indices],
                            {"operandSegmentSizes": ir.DenseI32ArrayAttr.get([1, len(indices), 0])})
         element = result.element_type if isinstance(result, ir.VectorType) else result
-        zero = ir.FloatAttr.get(element, 0.0)
-        if isinstance(result, ir.VectorType):
-            zero = ir.DenseElementsAttr.get_splat(result, zero)
-        return arith.select(valid, loaded, arith.constant(result, zero))
+        return arith.select(valid, loaded, splat(arith.constant(element, 0.0), vector_shape(result)))
 
     def copy_rows(self, source: "ir.Value", prefix: list, first: "ir.Value", limit: "ir.Value", tile: "ir.Value",
                   rows: int, cols: int) -> None:

@@ -42,8 +42,10 @@ ODD = (ProblemSize(1, 4, 77, 1000), ProblemSize(1, 4, 1000, 77))
 SMOKE = (ProblemSize(1, 4, 9, 13),)  # --smoke: the same matrix at sizes the CPU interpreter runs in seconds
 
 
-def variants(softcap: float = 0.0, bias: str = "none") -> list[AttentionBwdSpec]:
-    return [dataclasses.replace(spec, softcap=softcap, bias=bias)
+def variants(score_mods: dict | None = None) -> list[AttentionBwdSpec]:
+    """The variant matrix, every spec with the score features `score_mods` (spec fields, e.g.
+    {"softcap": 30.0, "bias": "alibi"})."""
+    return [dataclasses.replace(spec, **(score_mods or {}))
             for spec in variant_matrix(window=Mask("sliding_window", 64, 0))]
 
 
@@ -53,10 +55,10 @@ def problem_seed(spec: AttentionBwdSpec, size: ProblemSize, layout: str) -> int:
     return zlib.crc32(text.encode())
 
 
-def configs(arch: str, body: str, softcap: float = 0.0, bias: str = "none") -> list[tuple]:
+def configs(arch: str, body: str, score_mods: dict | None = None) -> list[tuple]:
     """(spec, config) for every variant the body (auto: the best per spec) can compute on `arch`."""
     out = []
-    for spec in variants(softcap, bias):
+    for spec in variants(score_mods):
         try:
             out.append((spec, choose_config(spec, get_target(arch), body)))
         except SpecError:  # a forced body that does not take this spec (e.g. tiled and f32)
@@ -64,9 +66,9 @@ def configs(arch: str, body: str, softcap: float = 0.0, bias: str = "none") -> l
     return out
 
 
-def jobs(arch: str, body: str, smoke: bool = False, softcap: float = 0.0, bias: str = "none") -> list[tuple]:
+def jobs(arch: str, body: str, smoke: bool = False, score_mods: dict | None = None) -> list[tuple]:
     out = []
-    for index, (spec, config) in enumerate(configs(arch, body, softcap, bias)):
+    for index, (spec, config) in enumerate(configs(arch, body, score_mods)):
         sizes = SMOKE if smoke else ((REALISTIC,) if spec.hdim_q == 128 else ()) + ODD
         for n, size in enumerate(sizes):
             layout = ("bhsd", "bshd")[(index + n) % 2]
@@ -74,12 +76,12 @@ def jobs(arch: str, body: str, smoke: bool = False, softcap: float = 0.0, bias: 
     return out
 
 
-def build(directory: Path, arch: str, body: str, softcap: float = 0.0, bias: str = "none") -> None:
+def build(directory: Path, arch: str, body: str, score_mods: dict | None = None) -> None:
     from fmha_mlir.api import compile_bundle
     from fmha_mlir.compiler import Compiler
 
     compiler = Compiler()
-    built = configs(arch, body, softcap, bias)
+    built = configs(arch, body, score_mods)
     for spec, config in built:
         compile_bundle(spec, arch, compiler, config=config).save(bundle_path(directory, spec, arch, config=config))
     print(f"built {len(built)} bundles for {arch} under {directory / arch}")
@@ -97,9 +99,9 @@ def _key(spec, config, size, layout) -> str:
 
 
 def run(directory: Path, arch: str, body: str, report: Path, workers: int, smoke: bool, resume: bool = False,
-        softcap: float = 0.0, bias: str = "none") -> int:
+        score_mods: dict | None = None) -> int:
     device = get_executor(None, "nvidia" if arch.startswith("sm_") else "amd")
-    planned = jobs(arch, body, smoke, softcap, bias)
+    planned = jobs(arch, body, smoke, score_mods)
     # --resume: keep the rows an earlier, cut-short run of the same plan wrote, run the rest.
     rows = json.loads(report.with_suffix(".json").read_text()) if resume and report.with_suffix(".json").is_file() else []
     done = {f"{r['kernel']} {r['size']} {r['layout']}" for r in rows}
@@ -171,11 +173,11 @@ def main(argv=None) -> int:
     p.add_argument("--softcap", type=float, default=0.0, help="every variant with this softcap (0: none)")
     p.add_argument("--bias", default="none", choices=("none", "alibi"), help="every variant with this bias")
     args = p.parse_args(argv)
+    score_mods = {"softcap": args.softcap, "bias": args.bias}
     if args.action == "build":
-        build(args.directory, args.arch, args.body, args.softcap, args.bias)
+        build(args.directory, args.arch, args.body, score_mods)
         return 0
-    return run(args.directory, args.arch, args.body, args.report, args.jobs, args.smoke, args.resume, args.softcap,
-               args.bias)
+    return run(args.directory, args.arch, args.body, args.report, args.jobs, args.smoke, args.resume, score_mods)
 
 
 if __name__ == "__main__":

@@ -167,7 +167,8 @@ MUTANTS: list[Mutant] = [
     Mutant("mfma body: a cut tile's keys one row late", MFMA_BODY,
            "[arith.addi(first, r) for r in self.rows]", "[arith.addi(arith.addi(first, r), index(1)) for r in self.rows]"),
     Mutant("mfma body: rows past the sequence end keep the clamped row's values", MFMA_BODY,
-           "return arith.select(valid, loaded, arith.constant(result, zero))", "return loaded"),
+           "return arith.select(valid, loaded, splat(arith.constant(element, 0.0), vector_shape(result)))",
+           "return loaded"),
     # -- score modifications (every body) -------------------------------------------------------------
     Mutant("softcap: dS not multiplied by 1 - tanh^2", "passes/score_mods.py",
            "return arith.mulf(ds, arith.subf(_constant(1.0, dot), arith.mulf(t, t)))", "return ds"),

@@ -59,6 +59,15 @@ ALIBI += [(AttentionBwdSpec("bf16", 64, gqa_ratio=2, mask=Mask("causal_top_left"
                             scale=0.5), arch, body) for arch, body in TARGETS]
 
 
+INPUTS = ("q", "k", "v", "o", "do", "lse")
+
+
+def gate(bundle, problem, executor: CpuExecutor) -> tuple[dict, list]:
+    """The bundle's gradients on the problem's inputs, and the gate's checks of them."""
+    grads = run_bundle(bundle, executor, {name: problem.tensors[name] for name in INPUTS})
+    return grads, problem.check(grads, bundle.numerics)
+
+
 @pytest.fixture(scope="module")
 def compiler():
     return Compiler()
@@ -79,9 +88,7 @@ def test_variant_matches_the_oracle(compiler, index):
     problem = make_problem(spec, ProblemSize(1, 4, *seqlens), seed=index, layout=("bhsd", "bshd")[index // 2 % 2])
     bundle = compile_bundle(spec, arch, compiler, body=body)
     assert (bundle.config.body, bundle.config.wave_size) == (body, get_target(arch).wave_size)
-    grads = run_bundle(bundle, CpuExecutor(atomic_order="random", seed=index),
-                       {name: problem.tensors[name] for name in ("q", "k", "v", "o", "do", "lse")})
-    checks = problem.check(grads, bundle.numerics)
+    _, checks = gate(bundle, problem, CpuExecutor(atomic_order="random", seed=index))
     assert all(check.passed for check in checks), [str(check) for check in checks]
 
 
@@ -94,10 +101,9 @@ def test_softcap_saturates_without_nan(compiler, arch, body):
     problem = make_problem(spec, ProblemSize(1, 2, 24, 40), seed=3)
     scores = problem.values["q"] @ problem.values["k"].swapaxes(-1, -2) * 0.5
     assert (2 * scores.max() / 0.25) * 1.4427 > 128   # past f32's exponent range
-    grads = run_bundle(compile_bundle(spec, arch, compiler, body=body), CpuExecutor(),
-                       {name: problem.tensors[name] for name in ("q", "k", "v", "o", "do", "lse")})
+    grads, checks = gate(compile_bundle(spec, arch, compiler, body=body), problem, CpuExecutor())
     assert all(np.isfinite(g).all() for g in grads.values())
-    assert all(check.passed for check in problem.check(grads, compile_bundle(spec, arch, compiler, body=body).numerics))
+    assert all(check.passed for check in checks)
 
 
 @pytest.mark.parametrize("index", range(len(SOFTCAP)),
@@ -107,9 +113,7 @@ def test_softcap_matches_the_oracle(compiler, index):
     bundle = compile_bundle(spec, arch, compiler, body=body)
     assert bundle.spec.softcap == 2.0 and bundle.config.body == body
     problem = make_problem(spec, ProblemSize(1, 4, 24, 40), seed=index, layout="bshd")
-    grads = run_bundle(bundle, CpuExecutor(atomic_order="random", seed=index),
-                       {name: problem.tensors[name] for name in ("q", "k", "v", "o", "do", "lse")})
-    checks = problem.check(grads, bundle.numerics)
+    _, checks = gate(bundle, problem, CpuExecutor(atomic_order="random", seed=index))
     assert all(check.passed for check in checks), [str(check) for check in checks]
 
 
@@ -121,10 +125,8 @@ def test_alibi_matches_the_oracle(compiler, index):
     spec, arch, body = ALIBI[index]
     bundle = compile_bundle(spec, arch, compiler, body=body)
     problem = make_problem(spec, ProblemSize(1, 4, 24, 40), seed=index, layout="bshd")
-    inputs = {name: problem.tensors[name] for name in ("q", "k", "v", "o", "do", "lse")}
-    grads = run_bundle(bundle, CpuExecutor(atomic_order="random", seed=index), inputs)
-    checks = problem.check(grads, bundle.numerics)
+    _, checks = gate(bundle, problem, CpuExecutor(atomic_order="random", seed=index))
     assert all(check.passed for check in checks), [str(check) for check in checks]
     if index == 0:
         plain = compile_bundle(dataclasses.replace(spec, bias="none"), arch, compiler, body=body)
-        assert not any(c.passed for c in problem.check(run_bundle(plain, CpuExecutor(), inputs), plain.numerics))
+        assert not any(c.passed for c in gate(plain, problem, CpuExecutor())[1])

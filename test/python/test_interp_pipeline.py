@@ -48,6 +48,18 @@ def test_compiled_kernels_match_the_oracle(arch, body, dtype, mask, gqa, atomic_
     assert max(c.scale for c in checks) > 0.1  # a real problem, not all-masked zeros
 
 
+def _tiled_across_tiles(arch: str, spec, size, config) -> Bundle:
+    """The tiled bundle (kernel stage) through the gate on a problem of two tiles or more on each axis."""
+    bundle = stage_bundle(compile_spec(spec, arch, body="tiled", config=config), "kernel")
+    problem = make_problem(spec, size, seed=11, layout="bshd")
+    grads = run_bundle(bundle, CpuExecutor(atomic_order="random", seed=2),
+                       {n: problem.tensors[n] for n in ("q", "k", "v", "o", "do", "lse")})
+    checks = problem.check(grads, bundle.numerics)
+    assert all(c.passed for c in checks), "\n".join(map(str, checks))
+    assert size.seqlen_k > bundle.config.block_n and size.seqlen_q > bundle.config.block_m
+    return bundle
+
+
 SMALL_TILES = dict(body="tiled", wave_size=32, instruction="mma.m16n8k16", swizzle="xor")
 M32N32_DOUBLE_BUFFERED = KernelConfig(**SMALL_TILES, block_m=32, block_n=32, warps=2, stages=2, sdp_warps=(2, 1),
                                       dkv_warps=(2, 1), dq_warps=(2, 1), p_in_registers=True)
@@ -71,14 +83,8 @@ def test_tiled_body_across_tiles(spec, size, config):
     """Several key blocks per head and several query blocks per key block: the double-buffered query
     loop, the GQA head walk, tiles the mask cuts next to tiles it leaves whole, and partial last
     blocks on both axes."""
-    bundle = stage_bundle(compile_spec(spec, "sm_90", body="tiled", config=config), "kernel")
-    problem = make_problem(spec, size, seed=11, layout="bshd")
-    grads = run_bundle(bundle, CpuExecutor(atomic_order="random", seed=2),
-                       {n: problem.tensors[n] for n in ("q", "k", "v", "o", "do", "lse")})
-    checks = problem.check(grads, bundle.numerics)
-    assert all(c.passed for c in checks), "\n".join(map(str, checks))
+    bundle = _tiled_across_tiles("sm_90", spec, size, config)
     config = bundle.config
-    assert size.seqlen_k > config.block_n and size.seqlen_q > config.block_m  # two tiles or more on each axis
     grid = next(s["grid"] for s in bundle.manifest["steps"] if str(s.get("kernel")).endswith("dq_dk_dv"))
     key_axis = {"keys_inner": 0, "keys_outer": 2}[config.grid_order]
     assert grid[key_axis] == {"ceildiv": [{"dim": ["k", 2]}, config.block_n]}  # the order the kernel reads
@@ -109,11 +115,5 @@ M32N32_16X16X32 = KernelConfig(**MFMA_TILES, instruction="mfma.16x16x32", block_
 def test_mfma_tiled_body_across_tiles(arch, spec, size, config):
     """The MFMA body over several key and query blocks: every MFMA shape (the table uses the 16x16
     ones), the GQA head walk, cut and whole tiles, partial last blocks, both grid orders."""
-    bundle = stage_bundle(compile_spec(spec, arch, body="tiled", config=config), "kernel")
-    problem = make_problem(spec, size, seed=11, layout="bshd")
-    grads = run_bundle(bundle, CpuExecutor(atomic_order="random", seed=2),
-                       {n: problem.tensors[n] for n in ("q", "k", "v", "o", "do", "lse")})
-    checks = problem.check(grads, bundle.numerics)
-    assert all(c.passed for c in checks), "\n".join(map(str, checks))
+    bundle = _tiled_across_tiles(arch, spec, size, config)
     assert bundle.config.mfma is not None and bundle.config.wave_size == 64
-    assert size.seqlen_k > bundle.config.block_n and size.seqlen_q > bundle.config.block_m
