@@ -18,29 +18,42 @@ from fmha_mlir.spec import AttentionBwdSpec, Mask
 
 from .fmha_attrs import (CONFIG_ATTRIBUTE, config_attribute, f32, i32, mask_attributes, read_attribute, read_config,
                          read_mask, read_spec, spec_attributes)
-from .fmha_types import ROWS_RANK, TENSOR_RANK, TensorKind, tensor_problem
+from .fmha_types import ROWS_RANK, SLOPES_RANK, TENSOR_RANK, TensorKind, tensor_problem
 
 __all__ = [
-    "OPERAND_NAMES", "OPERAND_DIMS", "GRADS", "WAVE_REDUCE_KINDS", "VerifyError", "spec_attributes", "spec_from_op",
+    "OPERAND_NAMES", "OPERAND_DIMS", "INPUTS", "GRADS", "BIAS_INPUTS", "operand_names", "WAVE_REDUCE_KINDS", "VerifyError", "spec_attributes", "spec_from_op",
     "config_of", "tensor_kinds",
     "AttentionBwdOp", "DotDoOOp", "DqDkDvOp", "ConvertGradOp",
     "WaveReduceOp", "Exp2Op", "MaskedScoreOp", "AtomicAddOp",
     "STAGE_OPS", "OPS", "verify_op", "verify_module", "emit_verification_errors",
 ]
 
-OPERAND_NAMES = ("q", "k", "v", "o", "do", "lse", "dq", "dk", "dv")  # of fmha.attention_bwd
-# The logical dimensions of each operand (docs/ir.md, "Tensors and layouts"); hdims are static.
+OPERAND_NAMES = ("q", "k", "v", "o", "do", "lse", "dq", "dk", "dv")  # of fmha.attention_bwd without a bias operand
+# The logical dimensions of each operand (docs/ir.md, "Tensors and layouts"); hdims are static. A bias's
+# bias_batch / bias_heads are 1 (broadcast) or batch / heads_q, and so is the slopes' slopes_batch.
 OPERAND_DIMS = {
     "q": ("batch", "heads_q", "seqlen_q", "hdim_q"), "k": ("batch", "heads_kv", "seqlen_k", "hdim_q"),
     "v": ("batch", "heads_kv", "seqlen_k", "hdim_v"), "o": ("batch", "heads_q", "seqlen_q", "hdim_v"),
     "do": ("batch", "heads_q", "seqlen_q", "hdim_v"), "lse": ("batch", "heads_q", "seqlen_q"),
     "dq": ("batch", "heads_q", "seqlen_q", "hdim_q"), "dk": ("batch", "heads_kv", "seqlen_k", "hdim_q"),
     "dv": ("batch", "heads_kv", "seqlen_k", "hdim_v"),
+    "bias": ("bias_batch", "bias_heads", "seqlen_q", "seqlen_k"),
+    "dbias": ("bias_batch", "bias_heads", "seqlen_q", "seqlen_k"),
+    "alibi_slopes": ("slopes_batch", "heads_q"), "dalibi_slopes": ("slopes_batch", "heads_q"),
 }
 INPUTS = ("q", "k", "v", "o", "do", "lse")
 GRADS = ("dq", "dk", "dv")
+BIAS_INPUTS = ("bias", "alibi_slopes")
+CONVERTED_GRADS = GRADS + ("dbias",)   # what fmha.convert_grad converts (d(slopes) is f32: never)
 WAVE_REDUCE_KINDS = ("add",)
 WAVE_REDUCE_WIDTHS = (2, 4, 8, 16, 32, 64)
+
+
+def operand_names(spec: AttentionBwdSpec) -> tuple[str, ...]:
+    """The operands of fmha.attention_bwd for `spec`: the inputs, the bias's input, the gradients, the
+    bias's gradient (AttentionBwdSpec.bias_operands)."""
+    bias_in, bias_grad = spec.bias_operands()
+    return INPUTS + bias_in + GRADS + bias_grad
 
 
 class VerifyError(FmhaError):
@@ -115,6 +128,10 @@ def tensor_kinds(spec: AttentionBwdSpec) -> dict[str, TensorKind]:
         "dv": TensorKind(TENSOR_RANK, t, v_like),
         "dq_out": TensorKind(TENSOR_RANK, t_or_f32, q_like), "dk_out": TensorKind(TENSOR_RANK, t_or_f32, q_like),
         "dv_out": TensorKind(TENSOR_RANK, t_or_f32, v_like),
+        "bias": TensorKind(TENSOR_RANK, t), "dbias": TensorKind(TENSOR_RANK, t),
+        "dbias_out": TensorKind(TENSOR_RANK, t_or_f32),
+        "alibi_slopes": TensorKind(SLOPES_RANK, f), "dalibi_slopes": TensorKind(SLOPES_RANK, f),
+        "dalibi_slopes_out": TensorKind(SLOPES_RANK, f),
     }
 
 
@@ -123,8 +140,18 @@ class _SpecOp:
     kernel `config` (required on stage ops; the problem op gets it from fmha-select-kernel-config)."""
 
     NAME: ClassVar[str]
-    OPERANDS: ClassVar[tuple[str, ...]]
+    OPERANDS: ClassVar[tuple[str, ...]]   # without a bias operand (operand_names says which a spec adds)
     CONFIG_REQUIRED: ClassVar[bool] = True
+
+    @classmethod
+    def operand_names(cls, spec: AttentionBwdSpec) -> tuple[str, ...]:
+        """The op's operands for `spec`, in order."""
+        return cls.OPERANDS
+
+    @classmethod
+    def named_operands(cls, op, spec: AttentionBwdSpec) -> dict[str, "ir.Value"]:
+        """The op's operands by name (operand_names(spec)); the op is verified, so the count is right."""
+        return dict(zip(cls.operand_names(spec), _operation(op).operands))
 
     @classmethod
     def build(cls, spec: AttentionBwdSpec, operands: Sequence["ir.Value"], config: KernelConfig | None = None, *,
@@ -144,10 +171,11 @@ class _SpecOp:
 
     @classmethod
     def operand(cls, op, name: str) -> "ir.Value":
-        """The operand called `name` (one of OPERANDS)."""
-        if name not in cls.OPERANDS:
-            raise VerifyError(f"'{cls.NAME}' has no operand {name!r}; its operands: {', '.join(cls.OPERANDS)}")
-        return _operation(op).operands[cls.OPERANDS.index(name)]
+        """The operand called `name` (one of operand_names of the op's spec)."""
+        names = cls.operand_names(spec_from_op(op))
+        if name not in names:
+            raise VerifyError(f"'{cls.NAME}' has no operand {name!r}; its operands: {', '.join(names)}")
+        return _operation(op).operands[names.index(name)]
 
     @classmethod
     def spec(cls, op) -> AttentionBwdSpec:
@@ -156,7 +184,7 @@ class _SpecOp:
     @classmethod
     def operand_kinds(cls, op: "ir.Operation", spec: AttentionBwdSpec) -> dict[str, TensorKind]:
         kinds = tensor_kinds(spec)
-        return {name: kinds[name] for name in cls.OPERANDS}
+        return {name: kinds[name] for name in cls.operand_names(spec)}
 
     @classmethod
     def problems(cls, op: "ir.Operation") -> list[str]:
@@ -170,11 +198,12 @@ class _SpecOp:
         if len(op.results):
             problems.append(f"must have no results, got {len(op.results)}")
         operands = list(op.operands)
-        if len(operands) != len(cls.OPERANDS):
-            problems.append(f"takes {len(cls.OPERANDS)} operands ({', '.join(cls.OPERANDS)}), got {len(operands)}")
+        names = cls.operand_names(spec) if spec is not None else cls.OPERANDS
+        if len(operands) != len(names):
+            problems.append(f"takes {len(names)} operands ({', '.join(names)}), got {len(operands)}")
         elif spec is not None and not problems:
             kinds = cls.operand_kinds(op, spec)
-            for index, (name, value) in enumerate(zip(cls.OPERANDS, operands)):
+            for index, (name, value) in enumerate(zip(names, operands)):
                 problem = tensor_problem(value.type, kinds[name])
                 if problem:
                     problems.append(f"operand #{index} ('{name}'): {problem}")
@@ -187,6 +216,10 @@ class AttentionBwdOp(_SpecOp):
     NAME = "fmha.attention_bwd"
     OPERANDS = OPERAND_NAMES
     CONFIG_REQUIRED = False
+
+    @classmethod
+    def operand_names(cls, spec):
+        return operand_names(spec)
 
 
 class DotDoOOp(_SpecOp):
@@ -202,6 +235,12 @@ class DqDkDvOp(_SpecOp):
     NAME = "fmha.dq_dk_dv"
     OPERANDS = ("q", "k", "v", "do", "lse", "d", "dq_out", "dk_out", "dv_out")
 
+    @classmethod
+    def operand_names(cls, spec):
+        """With a bias: its input after d, its gradient (an accumulator, or the f32 output) last."""
+        bias_in, bias_grad = spec.bias_operands()
+        return cls.OPERANDS[:6] + bias_in + cls.OPERANDS[6:] + tuple(f"{g}_out" for g in bias_grad)
+
 
 class ConvertGradOp(_SpecOp):
     """out (T) = factor * acc (f32) for the gradient named by the `grad` attribute; `factor` (f32,
@@ -213,8 +252,8 @@ class ConvertGradOp(_SpecOp):
     @classmethod
     def build(cls, spec, operands, config=None, *, grad: str | None = None, factor: float = 1.0,
               loc=None) -> "ir.Operation":
-        if grad not in GRADS:
-            raise VerifyError(f"'{cls.NAME}' needs grad= one of {', '.join(GRADS)} (got {grad!r})")
+        if grad not in CONVERTED_GRADS:
+            raise VerifyError(f"'{cls.NAME}' needs grad= one of {', '.join(CONVERTED_GRADS)} (got {grad!r})")
         if not (math.isfinite(factor) and factor > 0):
             raise VerifyError(f"'{cls.NAME}' needs a finite factor > 0 (got {factor!r})")
         extra = {"grad": ir.StringAttr.get(grad)}
@@ -243,8 +282,8 @@ class ConvertGradOp(_SpecOp):
     @classmethod
     def _read_grad(cls, op, problems: list[str]) -> str | None:
         grad = read_attribute(op, "grad", "string", problems)
-        if grad is not None and grad not in GRADS:
-            problems.append(f"attribute 'grad' must be one of {', '.join(GRADS)}, got {grad!r}")
+        if grad is not None and grad not in CONVERTED_GRADS:
+            problems.append(f"attribute 'grad' must be one of {', '.join(CONVERTED_GRADS)}, got {grad!r}")
             return None
         return grad
 
@@ -260,6 +299,9 @@ class ConvertGradOp(_SpecOp):
         cls._read_grad(op, grad_problems)
         if grad_problems:  # the operand kinds depend on grad: check nothing else
             return grad_problems
+        spec = _valid_spec(op, [])
+        if spec is not None and cls._read_grad(op, []) == "dbias" and "dbias" not in spec.bias_operands()[1]:
+            return ["grad 'dbias' needs a spec with bias = \"elementwise\" and dbias = true"]
         problems = super().problems(op)
         cls._read_factor(op, problems)
         if not problems:

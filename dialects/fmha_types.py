@@ -13,6 +13,7 @@ from fmha_mlir.mlir import ir
 
 TENSOR_RANK = 4
 ROWS_RANK = 3
+SLOPES_RANK = 2
 
 
 def element_type(name: str) -> "ir.Type":
@@ -20,14 +21,21 @@ def element_type(name: str) -> "ir.Type":
     return {"f16": ir.F16Type.get, "bf16": ir.BF16Type.get, "f32": ir.F32Type.get}[name]()
 
 
-def tensor_type(element: str, hdim: int) -> "ir.MemRefType":
-    """The contract type of a [batch, heads, seqlen, hdim] tensor of `element`."""
-    return ir.MemRefType(ir.Type.parse(f"memref<?x?x?x{hdim}x{element}, strided<[?, ?, ?, 1]>>"))
+def tensor_type(element: str, hdim: int | None) -> "ir.MemRefType":
+    """The contract type of a [batch, heads, seqlen, hdim] tensor of `element`; hdim None: a dynamic
+    innermost size (the bias's seqlen_k)."""
+    inner = "?" if hdim is None else hdim
+    return ir.MemRefType(ir.Type.parse(f"memref<?x?x?x{inner}x{element}, strided<[?, ?, ?, 1]>>"))
 
 
 def rows_type() -> "ir.MemRefType":
     """The contract type of a [batch, heads, seqlen] f32 tensor (lse, d)."""
     return ir.MemRefType(ir.Type.parse("memref<?x?x?xf32, strided<[?, ?, 1]>>"))
+
+
+def slopes_type() -> "ir.MemRefType":
+    """The contract type of ALiBi's [batch or 1, heads_q] f32 slopes."""
+    return ir.MemRefType(ir.Type.parse("memref<?x?xf32, strided<[?, 1]>>"))
 
 
 @dataclass(frozen=True)
@@ -37,6 +45,14 @@ class TensorKind:
     rank: int
     elements: tuple[str, ...]
     hdim: int | None = None  # None: the innermost size is free (per-row tensors)
+
+    def contract_type(self) -> "ir.MemRefType":
+        """The type the frontend gives an operand of this kind (its first element type)."""
+        if self.rank == ROWS_RANK:
+            return rows_type()
+        if self.rank == SLOPES_RANK:
+            return slopes_type()
+        return tensor_type(self.elements[0], self.hdim)
 
     def describe(self) -> str:
         elements = " or ".join(self.elements)

@@ -2,6 +2,7 @@
 
     from fmha_mlir import attention_bwd
     dq, dk, dv = attention_bwd(q, k, v, o, do, lse, mask="top_left")
+    dq, dk, dv, dbias = attention_bwd(q, k, v, o, do, lse, bias=bias, dbias=True)
 
 Arrays are NumPy arrays (or torch tensors) in logical [batch, heads, seq, dim] shape with any strides
 (docs/ir.md); NumPy has no bfloat16, so bf16 data is passed as uint16 bit patterns with dtype="bf16".
@@ -114,42 +115,80 @@ class AttentionBackward:
         return self._bundles[key]
 
     def __call__(self, q, k, v, o, do, lse, *, mask: str | Mask = "none", scale: float = 0.0,
-                 dtype: str | None = None, softcap: float = 0.0, bias: str = "none"):
+                 dtype: str | None = None, softcap: float = 0.0, bias=None, alibi_slopes=None, dbias: bool = False):
         torch_like = _is_torch(q)
+        kind, bias_tensors = _bias_inputs(bias, alibi_slopes, dbias)
         spec = AttentionBwdSpec(
             dtype=_torch_dtype(q) if torch_like else infer_dtype(np.asarray(q), dtype),
             hdim_q=q.shape[-1], hdim_v=v.shape[-1], gqa_ratio=_gqa_ratio(q, k),
-            mask=mask if isinstance(mask, Mask) else Mask.parse(mask), scale=scale, softcap=softcap, bias=bias)
+            mask=mask if isinstance(mask, Mask) else Mask.parse(mask), scale=scale, softcap=softcap, bias=kind,
+            dbias=dbias, alibi_slopes=alibi_slopes is not None)
         bundle, device = self.bundle(spec), self.device()
+        inputs = {**dict(zip(("q", "k", "v", "o", "do", "lse"), (q, k, v, o, do, lse))), **bias_tensors}
+        names = ("dq", "dk", "dv") + spec.bias_operands()[1]
         if torch_like and q.is_cuda and device.name == "cuda":
-            return _run_in_place(bundle, device, (q, k, v, o, do, lse))
-        arrays = [_to_numpy(t) for t in (q, k, v, o, do, lse)]
-        grads = run_bundle(bundle, device, dict(zip(("q", "k", "v", "o", "do", "lse"), arrays)))
-        out = tuple(grads[name] for name in ("dq", "dk", "dv"))
-        return tuple(_like(q, g) for g in out) if torch_like else out
+            grads = _run_in_place(bundle, device, inputs, names)
+        else:
+            grads = run_bundle(bundle, device, {name: _to_numpy(t) for name, t in inputs.items()})
+            grads = {name: _like(q if name != "dalibi_slopes" else alibi_slopes, grads[name]) if torch_like
+                     else grads[name] for name in names}
+        out = [grads[name] for name in names]
+        if dbias:   # in the shape the bias was given in
+            out[-1] = out[-1].reshape(tuple((bias if kind == "elementwise" else alibi_slopes).shape))
+        return tuple(out)
 
 
 def attention_bwd(q, k, v, o, do, lse, *, mask: str | Mask = "none", scale: float = 0.0,
                   dtype: str | None = None, executor: str | None = None, arch: str | None = None,
-                  body: str = "auto", softcap: float = 0.0, bias: str = "none"):
-    """dQ, dK, dV of softmax(S, masked) V for upstream gradient dO, S = Q K^T * scale or, with softcap
-    C > 0, C tanh(Q K^T * scale / C), plus -slope_h |i + Sk - Sq - j| with bias="alibi" (standard
-    slopes 2^(-8 (h + 1) / H)) (one-shot; for repeated calls keep an AttentionBackward, which caches
-    compiled bundles)."""
-    return AttentionBackward(executor=executor, arch=arch, body=body)(q, k, v, o, do, lse, mask=mask, scale=scale,
-                                                                      dtype=dtype, softcap=softcap, bias=bias)
+                  body: str = "auto", softcap: float = 0.0, bias=None, alibi_slopes=None, dbias: bool = False):
+    """dQ, dK, dV of softmax(S, masked) V for upstream gradient dO (one-shot; for repeated calls keep an
+    AttentionBackward, which caches compiled bundles). S = Q K^T * scale or, with softcap C > 0,
+    C tanh(Q K^T * scale / C), plus a bias:
+
+    - bias: an array of shape [Sq, Sk], [H, Sq, Sk] or [B, H, Sq, Sk] (a size-1 dim broadcasts) in the
+      inputs' dtype; with dbias=True its gradient comes fourth, in the bias's shape.
+    - bias="alibi": -slope_h |i + Sk - Sq - j|, with the standard slopes 2^(-8 (h + 1) / H), or
+      alibi_slopes (f32, [H] or [B, H]); with dbias=True d(slopes) comes fourth, in their shape.
+    """
+    return AttentionBackward(executor=executor, arch=arch, body=body)(
+        q, k, v, o, do, lse, mask=mask, scale=scale, dtype=dtype, softcap=softcap, bias=bias,
+        alibi_slopes=alibi_slopes, dbias=dbias)
 
 
-def _run_in_place(bundle: Bundle, device: Executor, inputs: tuple):
+def _bias_inputs(bias, alibi_slopes, dbias) -> tuple[str, dict]:
+    """(spec.bias, the bias tensors by buffer name, rank-4 / rank-2 views) of the API's bias arguments."""
+    if isinstance(bias, str) or bias is None:
+        kind = "none" if bias is None else bias
+        if kind == "elementwise":
+            raise SpecError([Reason("bias", "'elementwise' names the kind; the API takes the tensor itself",
+                                    "pass bias=<array of shape [Sq, Sk], [H, Sq, Sk] or [B, H, Sq, Sk]>")])
+        if alibi_slopes is not None:
+            if kind not in ("none", "alibi"):
+                raise SpecError([Reason("alibi_slopes", f"slopes are ALiBi's, but bias is {kind!r}",
+                                        "use bias='alibi' (or leave it out) with alibi_slopes")])
+            slopes = alibi_slopes
+            if slopes.ndim not in (1, 2):
+                raise SpecError([Reason("alibi_slopes", f"has shape {tuple(slopes.shape)}; pass [H] or [B, H]")])
+            return "alibi", {"alibi_slopes": slopes.reshape((1,) * (2 - slopes.ndim) + tuple(slopes.shape))}
+        return kind, {}
+    if not hasattr(bias, "ndim") or not 2 <= bias.ndim <= 4:
+        raise SpecError([Reason("bias", f"must be 'alibi' or an array of shape [Sq, Sk], [H, Sq, Sk] or "
+                                        f"[B, H, Sq, Sk] (got {getattr(bias, 'shape', type(bias).__name__)})")])
+    if alibi_slopes is not None:
+        raise SpecError([Reason("alibi_slopes", "given with a bias tensor", "give one of them")])
+    return "elementwise", {"bias": bias.reshape((1,) * (4 - bias.ndim) + tuple(bias.shape))}
+
+
+def _run_in_place(bundle: Bundle, device: Executor, inputs: dict, names: tuple[str, ...]) -> dict:
     """torch CUDA tensors on the CUDA executor: the kernels read and write GPU memory, no copies."""
     import torch
 
-    q, k, v = inputs[:3]
-    outputs = tuple(torch.empty(t.shape, dtype=t.dtype, device=t.device) for t in (q, k, v))
+    like = {"dq": "q", "dk": "k", "dv": "v", "dbias": "bias", "dalibi_slopes": "alibi_slopes"}
+    outputs = {name: torch.empty(inputs[like[name]].shape, dtype=inputs[like[name]].dtype,
+                                 device=inputs["q"].device) for name in names}
     # Our launches go to the legacy default stream: wait for whatever torch queued that made the inputs.
-    torch.cuda.synchronize(q.device)
-    tensors = dict(zip(("q", "k", "v", "o", "do", "lse", "dq", "dk", "dv"), map(torch_device_array, inputs + outputs)))
-    run_bundle(bundle, device, tensors)
+    torch.cuda.synchronize(inputs["q"].device)
+    run_bundle(bundle, device, {name: torch_device_array(t) for name, t in {**inputs, **outputs}.items()})
     return outputs
 
 

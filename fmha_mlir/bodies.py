@@ -25,7 +25,6 @@ from .spec import AttentionBwdSpec
 from .target import Target
 
 GRADS = ("dq", "dk", "dv")
-ROW_STAGES = ("dot_do_o", "convert_dq", "convert_dk", "convert_dv")
 # The warp body gives each lane hdim / wave_size contiguous elements; past 8 per lane the register cost
 # of the loop-carried dQ slice outgrows what the body is built for.
 MAX_ELEMENTS_PER_LANE = 8
@@ -89,9 +88,21 @@ def _dims(operand: str, rank: int, last: Expr | None = None) -> tuple[Expr, ...]
     return dims if last is None else dims[:-1] + (last,)
 
 
-def row_lanes(hdim: int, wave_size: int, element_bytes: int) -> int:
+def bias_accumulation(spec: AttentionBwdSpec) -> tuple[list[Workspace], tuple[str, ...]]:
+    """(workspaces, zero-filled outputs) of the bias's gradient, the same for every body: dbias sums dS
+    by f32 atomics (several query heads or batches meet where the bias broadcasts) into an f32 workspace
+    of the bias's shape, converted to T (into dbias itself for f32); d(slopes) is f32: summed in place."""
+    grads = spec.bias_operands()[1]
+    if "dbias" in grads and spec.dtype != "f32":
+        return [Workspace("dbias_acc", "dbias", _dims("dbias", 4), zero=True)], ()
+    return [], grads
+
+
+def row_lanes(hdim: int | None, wave_size: int, element_bytes: int) -> int:
     """Lanes that share one row in the row kernels: each lane moves 16 bytes (a power-of-two number of
-    lanes per row, at most a wave); else the whole wave, hdim / wave_size elements each."""
+    lanes per row, at most a wave); else, and for rows of dynamic length (hdim None), the whole wave."""
+    if hdim is None:
+        return wave_size
     wide = ROW_BYTES // element_bytes
     lanes = hdim // wide if hdim % wide == 0 else 0
     if 1 <= lanes <= wave_size and lanes & (lanes - 1) == 0:
@@ -99,7 +110,10 @@ def row_lanes(hdim: int, wave_size: int, element_bytes: int) -> int:
     return wave_size
 
 
-def row_stage_hdim(stage: str, spec: AttentionBwdSpec) -> int:
+def row_stage_hdim(stage: str, spec: AttentionBwdSpec) -> int | None:
+    """The length of a row stage's rows; None for convert_dbias, whose rows are seqlen_k long."""
+    if stage == "convert_dbias":
+        return None
     return spec.hdim_q if stage in ("convert_dq", "convert_dk") else spec.hdim_v
 
 

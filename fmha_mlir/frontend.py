@@ -1,25 +1,23 @@
 """The frontend: an AttentionBwdSpec becomes a level-1 module (docs/ir.md), the pipeline's input."""
 from __future__ import annotations
 
-from fmha_mlir.dialects.fmha import OPERAND_NAMES, AttentionBwdOp, tensor_kinds
+from fmha_mlir.dialects.fmha import AttentionBwdOp, operand_names, tensor_kinds
 from fmha_mlir.dialects.fmha_attrs import OPERAND_ATTRIBUTE
-from fmha_mlir.dialects.fmha_types import ROWS_RANK, rows_type, tensor_type
 from fmha_mlir.kernel_config import KernelConfig
 from fmha_mlir.mlir import func, ir
 from fmha_mlir.spec import AttentionBwdSpec
 
 
 def problem_types(spec: AttentionBwdSpec, ctx: "ir.Context") -> dict[str, "ir.Type"]:
-    """The memref type of each operand of fmha.attention_bwd, by operand name, in OPERAND_NAMES order."""
+    """The memref type of each operand of fmha.attention_bwd, by operand name, in operand order."""
     spec.check()
     kinds = tensor_kinds(spec)
     with ctx:
-        return {name: rows_type() if kinds[name].rank == ROWS_RANK else tensor_type(spec.dtype, kinds[name].hdim)
-                for name in OPERAND_NAMES}
+        return {name: kinds[name].contract_type() for name in operand_names(spec)}
 
 
 def build_problem_module(spec: AttentionBwdSpec, ctx: "ir.Context", config: KernelConfig | None = None) -> "ir.Module":
-    """A module with `func.func @<kernel_prefix>(q, k, v, o, do, lse, dq, dk, dv)` holding one
+    """A module with `func.func @<kernel_prefix>(q, k, v, o, do, lse, [bias], dq, dk, dv, [dbias])` holding one
     fmha.attention_bwd (with `config` when given; else fmha-select-kernel-config chooses one); each
     argument is named by its `fmha.operand` attribute. SpecError (before any IR is built) when the spec
     is invalid."""

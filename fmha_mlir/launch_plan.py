@@ -9,7 +9,7 @@ steps. Nothing about the stages is hard-coded here.
 """
 from __future__ import annotations
 
-from .dialects.fmha import INPUTS, OPERAND_DIMS
+from .dialects.fmha import BIAS_INPUTS, INPUTS, OPERAND_DIMS
 from .dialects.fmha_attrs import OPERAND_ATTRIBUTE, WORKSPACE_ATTRIBUTE
 from .diagnostics import position_of
 from .errors import CompileError
@@ -110,7 +110,7 @@ class _PlanReader:
             if len(dims) != len(OPERAND_DIMS[name]):
                 raise PlanError(f"host argument {name!r} has rank {len(dims)}; docs/ir.md gives it "
                                 f"[{', '.join(OPERAND_DIMS[name])}]", host)
-            self.buffers[name] = {"role": "input" if name in INPUTS else "output", **facts, "dims": dims}
+            self.buffers[name] = {"role": "input" if name in INPUTS + BIAS_INPUTS else "output", **facts, "dims": dims}
 
     def read(self) -> dict:
         steps, kernels = [], {}

@@ -39,12 +39,14 @@ class Gradients:
     dv: np.ndarray
     d: np.ndarray                     # [B, Hq, Sq] rowsum(dO * O), the dot_do_o stage's result
     dbias: np.ndarray | None = None   # shaped like the bias; None without a bias
+    dalibi_slopes: np.ndarray | None = None   # shaped like the ALiBi slopes; None without them
 
     def named(self) -> dict[str, np.ndarray]:
-        """The gradients a kernel outputs, by buffer name (dbias only when there is one)."""
+        """The gradients a kernel outputs, by buffer name (dbias, dalibi_slopes only when there are some)."""
         out = {"dq": self.dq, "dk": self.dk, "dv": self.dv}
-        if self.dbias is not None:
-            out["dbias"] = self.dbias
+        for name in ("dbias", "dalibi_slopes"):
+            if getattr(self, name) is not None:
+                out[name] = getattr(self, name)
         return out
 
 
@@ -63,14 +65,31 @@ def alibi_slopes(heads: int) -> np.ndarray:
     return 2.0 ** (-8.0 * np.arange(1, heads + 1) / heads)
 
 
-def alibi_bias(slopes, seqlen_q: int, seqlen_k: int) -> np.ndarray:
-    """ALiBi as an elementwise bias: -slope * |i + Sk - Sq - j| (bottom-right aligned, as FlashAttention;
-    -slope * |i - j| when Sq == Sk). slopes [Hq] or [B, Hq] -> bias [Hq, Sq, Sk] or [B, Hq, Sq, Sk]."""
-    slopes = np.asarray(slopes, dtype=np.float64)
+def alibi_distance(seqlen_q: int, seqlen_k: int) -> np.ndarray:
+    """[Sq, Sk] |i + Sk - Sq - j|: ALiBi's distance, bottom-right aligned as FlashAttention's."""
     rows = np.arange(seqlen_q).reshape(-1, 1)
     cols = np.arange(seqlen_k).reshape(1, -1)
-    distance = np.abs(rows + (seqlen_k - seqlen_q) - cols)
-    return -slopes[..., None, None] * distance
+    return np.abs(rows + (seqlen_k - seqlen_q) - cols)
+
+
+def alibi_bias(slopes, seqlen_q: int, seqlen_k: int) -> np.ndarray:
+    """ALiBi as an elementwise bias: -slope * |i + Sk - Sq - j| (-slope * |i - j| when Sq == Sk).
+    slopes [Hq] or [B, Hq] -> bias [Hq, Sq, Sk] or [B, Hq, Sq, Sk]."""
+    return -np.asarray(slopes, dtype=np.float64)[..., None, None] * alibi_distance(seqlen_q, seqlen_k)
+
+
+def _with_slopes(bias, alibi_slopes, q, k):
+    """The bias the scores get: `bias`, or ALiBi's from `alibi_slopes` ([Hq] or [B, Hq]); not both."""
+    if alibi_slopes is None:
+        return bias
+    if bias is not None:
+        raise SpecError([Reason("alibi_slopes", "given together with a bias", "give one of bias, alibi_slopes")])
+    slopes = np.asarray(alibi_slopes, dtype=np.float64)
+    heads = np.shape(q)[1] if np.ndim(q) == 4 else None
+    if slopes.ndim not in (1, 2) or slopes.shape[-1] != heads:
+        raise SpecError([Reason("alibi_slopes", f"has shape {slopes.shape}; expected [heads_q] or [batch, heads_q] "
+                                                f"with heads_q = {heads}")])
+    return alibi_bias(slopes, np.shape(q)[2], np.shape(k)[2])
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -134,6 +153,7 @@ class _Arithmetic:
     round_p_ds: bool = False
     sum_chunk: int | None = None
     tanh: Callable[[np.ndarray], np.ndarray] = np.tanh
+    kernel_exponent: bool = False   # P's exponent formed as the kernels form it (_probabilities)
 
     def operand(self, x: np.ndarray) -> np.ndarray:
         """P or dS as the products see it."""
@@ -149,7 +169,7 @@ def _lowp_arithmetic(dtype: str, numerics: Numerics) -> _Arithmetic:
     if not isinstance(numerics, Numerics):
         raise SpecError([Reason("numerics", f"must be a fmha_mlir.numerics.Numerics (got {numerics!r})")])
     return _Arithmetic(np.float32, lambda x: round_to(x, dtype).astype(np.float32), numerics.round_p_ds,
-                       numerics.sum_chunk, kernel_tanh)
+                       numerics.sum_chunk, kernel_tanh, kernel_exponent=True)
 
 
 def kernel_tanh(y: np.ndarray) -> np.ndarray:
@@ -192,6 +212,17 @@ def _sequential_matmul(a: np.ndarray, b: np.ndarray, chunk: int | None, gqa_rati
     return out
 
 
+def _sequential_sum(x: np.ndarray, chunk: int | None) -> np.ndarray:
+    """x summed over its last axis as a kernel sums: `chunk` terms per partial sum, the partials added
+    one after the other in x's dtype; chunk None: one exact sum."""
+    if chunk is None:
+        return x.sum(axis=-1)
+    out = np.zeros(x.shape[:-1], dtype=x.dtype)
+    for start in range(0, x.shape[-1], chunk):
+        out += x[..., start:start + chunk].sum(axis=-1)
+    return out
+
+
 def _reduce_to_shape(x: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     """Sum x over the dimensions that were broadcast from `shape` (the gradient of a broadcast)."""
     x = x.sum(axis=tuple(range(x.ndim - len(shape))))
@@ -213,6 +244,19 @@ def _scores(q, k_exp, *, mask: Mask, scale, bias, acc, softcap=0.0, tanh=np.tanh
     return np.where(visible, s, acc(-np.inf)), t
 
 
+def _probabilities(core, bias, lse, arith: _Arithmetic, natural: bool) -> np.ndarray:
+    """P = exp(core + bias - lse) (core -inf where masked). lse = +inf (a row that sees no key) and -inf
+    scores both give exp(-inf) = 0: no NaN. A kernel with softcap or a bias forms the exponent as
+    core + (bias - lse), the difference rounded once at its own size (passes/score_mods.py,
+    natural_units; for ALiBi one fma of the exact product): the same-dtype reference does so too."""
+    lse = lse[..., None]
+    if arith.kernel_exponent and natural:
+        shifted = -lse if bias is None else np.asarray(bias, dtype=np.float64) - np.asarray(lse, dtype=np.float64)
+        return np.exp(core + shifted.astype(arith.acc))
+    s = core if bias is None else core + np.asarray(bias, dtype=arith.acc)
+    return np.exp(s - lse)
+
+
 @dataclass(frozen=True, eq=False)
 class _Terms:
     """The backward's per-score intermediates, shared by the full and the key-tiled dQ."""
@@ -232,9 +276,8 @@ def _backward_terms(q, k, v, o, do, lse, *, mask, scale, gqa_ratio, bias, arith:
                    softcap=softcap)
     q, k, v, o, do, lse = (np.asarray(x, dtype=arith.acc) for x in (q, k, v, o, do, lse))
     k_exp = _expand_kv(k, gqa_ratio)
-    s, t = _scores(q, k_exp, mask=mask, scale=scale, bias=bias, acc=arith.acc, softcap=softcap, tanh=arith.tanh)
-    # lse = +inf (row sees no key) and s = -inf (masked) both give exp(-inf) = 0: no NaN.
-    p = np.exp(s - lse[..., None])
+    core, t = _scores(q, k_exp, mask=mask, scale=scale, bias=None, acc=arith.acc, softcap=softcap, tanh=arith.tanh)
+    p = _probabilities(core, bias, lse, arith, natural=bool(softcap) or bias is not None)
     d = np.sum(do * o, axis=-1)
     dp = do @ _swap(_expand_kv(v, gqa_ratio))
     ds_score = p * (dp - d[..., None])
@@ -243,22 +286,32 @@ def _backward_terms(q, k, v, o, do, lse, *, mask, scale, gqa_ratio, bias, arith:
     return _Terms(q, k_exp, do, p, ds, d, ds_score)
 
 
-def _gradients(terms: _Terms, *, scale, gqa_ratio, bias, arith: _Arithmetic) -> Gradients:
+def _gradients(terms: _Terms, *, scale, gqa_ratio, bias, arith: _Arithmetic, alibi_slopes=None) -> Gradients:
     scale = arith.acc(scale)
     p, ds = arith.operand(terms.p), arith.operand(terms.ds)
     dq = _sequential_matmul(ds, terms.k_exp, arith.sum_chunk) * scale
     dk = _sequential_matmul(_swap(ds), terms.q, arith.sum_chunk, gqa_ratio) * scale
     dv = _sequential_matmul(_swap(p), terms.do, arith.sum_chunk, gqa_ratio)
-    dbias = None if bias is None else arith.store(_reduce_to_shape(terms.ds_score, np.shape(bias)))
+    dbias = None if bias is None or alibi_slopes is not None else arith.store(
+        _reduce_to_shape(terms.ds_score, np.shape(bias)))
     out = [None if g is None else arith.store(g).astype(np.float64) for g in (dq, dk, dv, dbias)]
-    return Gradients(out[0], out[1], out[2], terms.d.astype(np.float64), out[3])
+    dslopes = None
+    if alibi_slopes is not None:   # d score / d slope = -distance; the slopes are f32 whatever the dtype
+        distance = alibi_distance(*terms.ds_score.shape[2:]).astype(arith.acc)
+        # A long reduction like dQ's: each query row's keys in chunks, then the rows, one after the other.
+        rows = _sequential_sum(terms.ds_score * -distance, arith.sum_chunk)
+        per_head = _sequential_sum(rows, 1 if arith.sum_chunk else None)
+        dslopes = _reduce_to_shape(per_head, np.shape(alibi_slopes)).astype(np.float64)
+    return Gradients(out[0], out[1], out[2], terms.d.astype(np.float64), out[3], dslopes)
 
 
 # ---------------------------------------------------------------------------------------------------
 # public oracles
 
-def forward(q, k, v, *, mask: Mask, scale: float, gqa_ratio: int, bias=None, softcap: float = 0.0) -> Forward:
+def forward(q, k, v, *, mask: Mask, scale: float, gqa_ratio: int, bias=None, softcap: float = 0.0,
+            alibi_slopes=None) -> Forward:
     """Attention forward in float64: O, P and the natural-log lse (+inf for rows that see no key)."""
+    bias = _with_slopes(bias, alibi_slopes, q, k)
     _check_problem(q, k, v, mask=mask, scale=scale, gqa_ratio=gqa_ratio, bias=bias, softcap=softcap)
     q, k, v = (np.asarray(x, dtype=np.float64) for x in (q, k, v))
     s, _ = _scores(q, _expand_kv(k, gqa_ratio), mask=mask, scale=scale, bias=bias, acc=np.float64, softcap=softcap)
@@ -273,23 +326,26 @@ def forward(q, k, v, *, mask: Mask, scale: float, gqa_ratio: int, bias=None, sof
 
 
 def backward(q, k, v, o, do, lse, *, mask: Mask, scale: float, gqa_ratio: int, bias=None,
-             softcap: float = 0.0) -> Gradients:
-    """dQ, dK, dV (and dbias, shaped like `bias`) in float64, with P recomputed from `lse`."""
+             softcap: float = 0.0, alibi_slopes=None) -> Gradients:
+    """dQ, dK, dV (and dbias, shaped like `bias`, or d(slopes), shaped like `alibi_slopes`) in float64,
+    with P recomputed from `lse`."""
+    bias = _with_slopes(bias, alibi_slopes, q, k)
     args = dict(mask=mask, scale=scale, gqa_ratio=gqa_ratio, bias=bias)
     terms = _backward_terms(q, k, v, o, do, lse, arith=_EXACT, softcap=softcap, **args)
-    return _gradients(terms, scale=scale, gqa_ratio=gqa_ratio, bias=bias, arith=_EXACT)
+    return _gradients(terms, scale=scale, gqa_ratio=gqa_ratio, bias=bias, arith=_EXACT, alibi_slopes=alibi_slopes)
 
 
 def lowp_backward(q, k, v, o, do, lse, *, dtype: str, mask: Mask, scale: float, gqa_ratio: int,
-                  bias=None, numerics: Numerics = MATRIX_K16, softcap: float = 0.0) -> Gradients:
+                  bias=None, numerics: Numerics = MATRIX_K16, softcap: float = 0.0, alibi_slopes=None) -> Gradients:
     """The backward as a `dtype` kernel with `numerics` computes it: f32 arithmetic, the long reductions
     summed in the kernel's order, P and dS rounded to `dtype` before they multiply dtype operands when
     the body does so, tanh (softcap) by the kernels' formula, outputs rounded to `dtype` (values as
     float64). The tolerance policy measures how far this lands from the float64 oracle."""
     arith = _lowp_arithmetic(dtype, numerics)
+    bias = _with_slopes(bias, alibi_slopes, q, k)
     args = dict(mask=mask, scale=scale, gqa_ratio=gqa_ratio, bias=bias)
     terms = _backward_terms(q, k, v, o, do, lse, arith=arith, softcap=softcap, **args)
-    return _gradients(terms, scale=scale, gqa_ratio=gqa_ratio, bias=bias, arith=arith)
+    return _gradients(terms, scale=scale, gqa_ratio=gqa_ratio, bias=bias, arith=arith, alibi_slopes=alibi_slopes)
 
 
 def backward_deterministic_dq(q, k, v, o, do, lse, *, mask: Mask, scale: float, gqa_ratio: int,
@@ -312,27 +368,30 @@ def backward_deterministic_dq(q, k, v, o, do, lse, *, mask: Mask, scale: float, 
 
 
 def finite_difference_check(q, k, v, do, *, mask: Mask, scale: float, gqa_ratio: int, bias=None,
-                            samples: int = 6, eps: float = 1e-5, seed: int = 0, softcap: float = 0.0) -> float:
+                            samples: int = 6, eps: float = 1e-5, seed: int = 0, softcap: float = 0.0,
+                            alibi_slopes=None) -> float:
     """Max relative error of `backward` against central differences of L = sum(O * dO), over `samples`
-    random elements of each of q, k, v (and bias). The error of one element is
+    random elements of each of q, k, v (and bias or alibi_slopes). The error of one element is
     |analytic - numeric| / max(|analytic|, |numeric|, 1e-3 * max|gradient tensor|, 1e-6): the floor
     keeps elements whose gradient is (near) zero from dividing round-off by zero."""
     inputs = {"q": q, "k": k, "v": v}
     if bias is not None:
         inputs["bias"] = bias
+    if alibi_slopes is not None:
+        inputs["alibi_slopes"] = alibi_slopes
     inputs = {name: np.array(x, dtype=np.float64) for name, x in inputs.items()}
     do = np.asarray(do, dtype=np.float64)
 
-    def loss(values: dict[str, np.ndarray]) -> float:
-        fwd = forward(values["q"], values["k"], values["v"], mask=mask, scale=scale, gqa_ratio=gqa_ratio,
-                      bias=values.get("bias"), softcap=softcap)
-        return float(np.sum(fwd.o * do))
+    def options(values):
+        return dict(mask=mask, scale=scale, gqa_ratio=gqa_ratio, bias=values.get("bias"), softcap=softcap,
+                    alibi_slopes=values.get("alibi_slopes"))
 
-    fwd = forward(inputs["q"], inputs["k"], inputs["v"], mask=mask, scale=scale, gqa_ratio=gqa_ratio,
-                  bias=inputs.get("bias"), softcap=softcap)
-    grads = backward(inputs["q"], inputs["k"], inputs["v"], fwd.o, do, fwd.lse, mask=mask, scale=scale,
-                     gqa_ratio=gqa_ratio, bias=inputs.get("bias"), softcap=softcap)
-    analytic = {"q": grads.dq, "k": grads.dk, "v": grads.dv, "bias": grads.dbias}
+    def loss(values: dict[str, np.ndarray]) -> float:
+        return float(np.sum(forward(values["q"], values["k"], values["v"], **options(values)).o * do))
+
+    fwd = forward(inputs["q"], inputs["k"], inputs["v"], **options(inputs))
+    grads = backward(inputs["q"], inputs["k"], inputs["v"], fwd.o, do, fwd.lse, **options(inputs))
+    analytic = {"q": grads.dq, "k": grads.dk, "v": grads.dv, "bias": grads.dbias, "alibi_slopes": grads.dalibi_slopes}
     rng = np.random.default_rng(seed)
     worst = 0.0
     for name, x in inputs.items():

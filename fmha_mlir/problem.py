@@ -14,7 +14,7 @@ from . import oracle
 from .dtypes import round_to, to_storage
 from .errors import Reason, SpecError
 from .numerics import Numerics
-from .spec import BIAS_KINDS, AttentionBwdSpec
+from .spec import AttentionBwdSpec
 from .tolerance import GradCheck, check_gradients
 
 LAYOUTS = ("bhsd", "bshd")
@@ -51,12 +51,12 @@ class Problem:
     spec: AttentionBwdSpec
     size: ProblemSize
     layout: str
-    # What the kernel reads, by buffer name: q k v o do lse (plus bias / alibi_slopes with a bias), in
-    # logical BHSD shape and storage dtype (bf16 as uint16 bits; lse f32). For layout "bshd" the rank-4
-    # arrays are transposed views of contiguous BSHD storage.
+    # What the kernel reads, by buffer name: q k v o do lse (plus bias / alibi_slopes when the spec
+    # reads one), in logical BHSD shape and storage dtype (bf16 as uint16 bits; lse f32). For layout
+    # "bshd" the q..do arrays are transposed views of contiguous BSHD storage.
     tensors: dict[str, np.ndarray]
-    # The same tensors as float64 values, contiguous BHSD; "bias" is the bias the oracle adds (for
-    # alibi: the slopes expanded by oracle.alibi_bias).
+    # The same tensors as float64 values, contiguous BHSD; "bias" is the bias the oracle adds (for the
+    # standard ALiBi slopes: expanded by oracle.alibi_bias).
     values: dict[str, np.ndarray]
     _cache: dict = field(default_factory=dict, init=False, repr=False)
 
@@ -70,7 +70,13 @@ class Problem:
 
     def _options(self) -> dict:
         return dict(mask=self.spec.mask, scale=self.spec.scale, gqa_ratio=self.spec.gqa_ratio,
-                    bias=self.values.get("bias"), softcap=self.spec.softcap)
+                    bias=self.values.get("bias"), softcap=self.spec.softcap,
+                    alibi_slopes=self.values.get("alibi_slopes"))
+
+    @property
+    def bias_gradients(self) -> tuple[str, ...]:
+        """The bias gradients the kernel outputs besides dq, dk, dv (dbias, dalibi_slopes)."""
+        return self.spec.bias_operands()[1]
 
     def oracle_gradients(self) -> oracle.Gradients:
         """float64 gradients (cached)."""
@@ -101,10 +107,8 @@ def _storage_view(values: np.ndarray, dtype: str, layout: str) -> np.ndarray:
 
 
 def _check(spec: AttentionBwdSpec, size: ProblemSize, layout: str) -> None:
-    # Bias and deterministic mode are reserved in the compiler's spec check, but the oracle has them.
-    reasons = replace(spec, bias="none", dbias=False, deterministic=False).reasons()
-    if spec.bias not in BIAS_KINDS:
-        reasons.append(Reason("bias", f"unknown bias kind {spec.bias!r}", f"use one of {', '.join(BIAS_KINDS)}"))
+    # Deterministic mode is reserved in the compiler's spec check, but the oracle has it.
+    reasons = replace(spec, deterministic=False).reasons()
     if not reasons:
         reasons = size.reasons(spec)
     if layout not in LAYOUTS:
@@ -113,11 +117,23 @@ def _check(spec: AttentionBwdSpec, size: ProblemSize, layout: str) -> None:
         raise SpecError(reasons)
 
 
-def make_problem(spec: AttentionBwdSpec, size: ProblemSize, seed: int = 0, layout: str = "bhsd") -> Problem:
+# Which dimensions a bias tensor broadcasts over (size 1): an elementwise bias is [1 or B, 1 or H, Sq, Sk],
+# ALiBi's slopes [1 or B, H] (docs/ir.md).
+BIAS_BROADCASTS = {"batch": (True, False), "heads": (False, True), "batch_heads": (True, True),
+                   "none": (False, False)}
+SLOPES_BROADCASTS = ("batch", "none")
+
+
+def make_problem(spec: AttentionBwdSpec, size: ProblemSize, seed: int = 0, layout: str = "bhsd",
+                 broadcast: str = "batch") -> Problem:
     """Random inputs for `spec` at `size` (the same seed gives the same problem), with O and lse from
-    the oracle forward. An elementwise bias is [heads_q, Sq, Sk] in spec.dtype; alibi gives f32 slopes
-    [heads_q] (both shapes provisional until docs/ir.md defines the bias operands)."""
+    the oracle forward. An elementwise bias is [1 or B, 1 or H, Sq, Sk] in spec.dtype, size 1 where it
+    `broadcast`s (BIAS_BROADCASTS; the default is the seed's [H, Sq, Sk]); a slopes tensor (alibi_slopes)
+    is [1, H] or, with broadcast "none", [B, H] f32, drawn around the standard slopes."""
     _check(spec, size, layout)
+    allowed = SLOPES_BROADCASTS if spec.alibi_slopes else BIAS_BROADCASTS
+    if broadcast not in allowed:
+        raise SpecError([Reason("broadcast", f"unknown broadcast {broadcast!r}", f"use one of {', '.join(allowed)}")])
     rng = np.random.default_rng(seed)
     b, hq, sq, sk = size.batch, size.heads_q, size.seqlen_q, size.seqlen_k
     hk = size.heads_kv(spec.gqa_ratio)
@@ -133,15 +149,20 @@ def make_problem(spec: AttentionBwdSpec, size: ProblemSize, seed: int = 0, layou
     }
     extra_tensors = {}
     if spec.bias == "elementwise":
-        values["bias"] = draw((hq, sq, sk), VALUE_STD)
+        one_batch, one_head = BIAS_BROADCASTS[broadcast]
+        values["bias"] = draw((1 if one_batch else b, 1 if one_head else hq, sq, sk), VALUE_STD)
         extra_tensors["bias"] = to_storage(values["bias"], spec.dtype)
+    elif spec.alibi_slopes:
+        standard = oracle.alibi_slopes(hq)
+        slopes = standard * rng.uniform(0.5, 2.0, (1 if broadcast == "batch" else b, hq))
+        extra_tensors["alibi_slopes"] = slopes.astype(np.float32)
+        values["alibi_slopes"] = extra_tensors["alibi_slopes"].astype(np.float64)
     elif spec.bias == "alibi":
-        slopes = oracle.alibi_slopes(hq).astype(np.float32)
-        values["bias"] = oracle.alibi_bias(slopes, sq, sk)
-        extra_tensors["alibi_slopes"] = slopes
+        values["bias"] = oracle.alibi_bias(oracle.alibi_slopes(hq).astype(np.float32), sq, sk)
 
     fwd = oracle.forward(values["q"], values["k"], values["v"], mask=spec.mask, scale=spec.scale,
-                         gqa_ratio=spec.gqa_ratio, bias=values.get("bias"), softcap=spec.softcap)
+                         gqa_ratio=spec.gqa_ratio, bias=values.get("bias"), softcap=spec.softcap,
+                         alibi_slopes=values.get("alibi_slopes"))
     values["o"] = round_to(fwd.o, spec.dtype)
     lse = fwd.lse.astype(np.float32)
     values["lse"] = lse.astype(np.float64)

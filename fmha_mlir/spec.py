@@ -104,8 +104,9 @@ class AttentionBwdSpec:
     gqa_ratio: int = 1         # query heads per key/value head (1: MHA; heads_q: MQA)
     mask: Mask = field(default_factory=Mask)
     scale: float = 0.0         # softmax scale; 0: 1/sqrt(hdim_q)
-    bias: str = "none"         # alibi: -slope_h |q + Sk - Sq - k|, standard slopes in the kernel; elementwise: reserved
-    dbias: bool = False        # reserved for the bias issue
+    bias: str = "none"         # elementwise: a bias tensor added to the scores; alibi: -slope_h |q + Sk - Sq - k|
+    dbias: bool = False        # also the bias's gradient: dbias (elementwise) or d(slopes) (alibi_slopes)
+    alibi_slopes: bool = False  # alibi's slopes from an f32 operand [1 or batch, heads_q]; else the standard ones
     deterministic: bool = False  # reserved for the deterministic-mode issue
     softcap: float = 0.0       # > 0: scores are softcap * tanh(scale q.k / softcap) (FlashAttention's softcap)
 
@@ -127,8 +128,21 @@ class AttentionBwdSpec:
         if self.softcap:
             name += "_cap" + _symbol_number(self.softcap)
         if self.bias != "none":
-            name += "_" + self.bias
+            name += "_" + {"elementwise": "bias", "alibi": "alibi"}.get(self.bias, self.bias)
+        if self.alibi_slopes:
+            name += "t"     # _alibit: the slopes come from a tensor
+        if self.dbias:
+            name += "_dbias"
         return name
+
+    def bias_operands(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """(inputs, gradients) the score bias adds to the problem's operands (docs/ir.md): the bias
+        tensor and dbias, or the slopes and d(slopes)."""
+        if self.bias == "elementwise":
+            return ("bias",), ("dbias",) if self.dbias else ()
+        if self.bias == "alibi" and self.alibi_slopes:
+            return ("alibi_slopes",), ("dalibi_slopes",) if self.dbias else ()
+        return (), ()
 
     def reasons(self) -> list[Reason]:
         """Every reason this spec is malformed; empty when valid. What a body or target supports is
@@ -150,17 +164,28 @@ class AttentionBwdSpec:
                 self.softcap == 0 or F32_MIN_NORMAL <= self.softcap <= F32_MAX):
             out.append(Reason("softcap", f"must be 0 (off) or a positive f32 value, from {F32_MIN_NORMAL:.3g} to "
                                          f"{F32_MAX:.3g} (got {self.softcap!r})", "FlashAttention's models use 30 or 50"))
-        if self.bias not in BIAS_KINDS:
-            out.append(Reason("bias", f"unknown bias kind {self.bias!r}", f"use one of {', '.join(BIAS_KINDS)}"))
-        elif self.bias == "elementwise":
-            out.append(Reason("bias", "an elementwise bias tensor is not implemented yet",
-                              "use bias='none' or 'alibi'"))
-        elif self.dbias:
-            out.append(Reason("dbias", "bias gradients (dbias, d(slopes)) are not implemented yet", "use dbias=False"))
+        out += self._bias_reasons()
         if self.deterministic:
             out.append(Reason("deterministic", "deterministic mode is not implemented yet",
                               "use deterministic=False"))
         return out
+
+    def _bias_reasons(self) -> list[Reason]:
+        for name in ("dbias", "alibi_slopes"):
+            if not isinstance(getattr(self, name), bool):
+                return [Reason(name, f"must be True or False (got {getattr(self, name)!r})")]
+        if self.bias not in BIAS_KINDS:
+            return [Reason("bias", f"unknown bias kind {self.bias!r}", f"use one of {', '.join(BIAS_KINDS)}")]
+        if self.alibi_slopes and self.bias != "alibi":
+            return [Reason("alibi_slopes", f"a slopes tensor is ALiBi's, but bias is {self.bias!r}",
+                           "use bias='alibi', or alibi_slopes=False")]
+        if self.dbias and self.bias == "none":
+            return [Reason("dbias", "dbias asks for the gradient of a bias, but bias is 'none'",
+                           "use bias='elementwise' (dbias) or 'alibi' with a slopes tensor (d(slopes))")]
+        if self.dbias and self.bias == "alibi" and not self.alibi_slopes:
+            return [Reason("dbias", "d(slopes) is the gradient of a slopes tensor; the standard slopes are "
+                                    "constants of the kernel", "pass the slopes as a tensor (alibi_slopes=True)")]
+        return []
 
     def check(self) -> None:
         """Raise SpecError with every reason this spec is invalid."""

@@ -2,11 +2,13 @@
 
 The op's kernel config names the body; the body says which gradients accumulate in f32 workspaces
 (fmha_mlir.bodies): the warp body sums dK / dV by atomics (into the outputs for f32), the tiled body
-sums dQ by atomics into a row-padded workspace.
+sums dQ by atomics into a row-padded workspace. The bias's gradient accumulates the same way for
+every body (bodies.bias_accumulation).
 
     d = alloc [B, Hq, Sq] f32;  dot_do_o(o, do, d)
     <grad>_acc = alloc f32 (shape from the body), zero-filled; outputs the body accumulates into, zero-filled
-    dq_dk_dv(q, k, v, do, lse, d, dq_acc | dq, dk_acc | dk, dv_acc | dv)
+    dq_dk_dv(q, k, v, do, lse, d, [bias | alibi_slopes], dq_acc | dq, dk_acc | dk, dv_acc | dv,
+             [dbias_acc | dbias | dalibi_slopes])
     convert_grad(<grad>_acc, <grad>) {grad = "<grad>"} for each accumulator
     dealloc the workspaces
 """
@@ -14,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from fmha_mlir.bodies import Workspace, body_of
+from fmha_mlir.bodies import Workspace, bias_accumulation, body_of
 from fmha_mlir.dialects import fmha
 from fmha_mlir.dialects.fmha_attrs import WORKSPACE_ATTRIBUTE
 from fmha_mlir.dialects.fmha_types import rows_type, tensor_type
@@ -44,8 +46,9 @@ class DecomposeBwd(FmhaPass):
 def _decompose(op: "ir.Operation", spec: AttentionBwdSpec) -> None:
     config = fmha.config_of(op)
     body = body_of(config)
-    operands = dict(zip(fmha.OPERAND_NAMES, op.operands))
-    workspaces = body.workspaces(spec, config)
+    operands = fmha.AttentionBwdOp.named_operands(op, spec)
+    bias_workspaces, bias_zeroed = bias_accumulation(spec)
+    workspaces = body.workspaces(spec, config) + bias_workspaces
     allocated = {w.name: _allocate(w, operands) for w in workspaces}
     fmha.DotDoOOp.build(spec, [operands["o"], operands["do"], allocated["d"].strided], config)
 
@@ -54,12 +57,14 @@ def _decompose(op: "ir.Operation", spec: AttentionBwdSpec) -> None:
     for workspace in workspaces:
         if workspace.zero:
             gpu.memset(None, [], allocated[workspace.name].strided, zero)
-    for name in body.zeroed_outputs(spec):
+    for name in body.zeroed_outputs(spec) + bias_zeroed:
         gpu.memset(None, [], operands[name], zero)
 
-    outs = [allocated[accumulators[g].name].strided if g in accumulators else operands[g] for g in fmha.GRADS]
-    fmha.DqDkDvOp.build(spec, [operands[n] for n in ("q", "k", "v", "do", "lse")] + [allocated["d"].strided] + outs,
-                        config)
+    bias_inputs, bias_grads = spec.bias_operands()
+    outs = [allocated[accumulators[g].name].strided if g in accumulators else operands[g]
+            for g in fmha.GRADS + bias_grads]
+    fmha.DqDkDvOp.build(spec, [operands[n] for n in ("q", "k", "v", "do", "lse")] + [allocated["d"].strided]
+                        + [operands[n] for n in bias_inputs] + outs, config)
     for grad, workspace in accumulators.items():
         fmha.ConvertGradOp.build(spec, [allocated[workspace.name].strided, operands[grad]], config, grad=grad,
                                  factor=workspace.factor)
@@ -80,5 +85,6 @@ def _allocate(workspace: Workspace, operands: dict) -> _Allocated:
     sizes = [expr_value(d, operands) for d in workspace.dims if not isinstance(d, int)]
     alloc = memref.alloc(ir.MemRefType.get(shape, ir.F32Type.get()), sizes, [])
     alloc.owner.attributes[WORKSPACE_ATTRIBUTE] = ir.StringAttr.get(workspace.name)
-    strided = rows_type() if len(shape) == 3 else tensor_type("f32", shape[-1])
+    inner = workspace.dims[-1] if isinstance(workspace.dims[-1], int) else None
+    strided = rows_type() if len(shape) == 3 else tensor_type("f32", inner)
     return _Allocated(alloc, memref.cast(strided, alloc))

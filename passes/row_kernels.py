@@ -78,10 +78,18 @@ def dot_do_o(op: "ir.Operation", spec: AttentionBwdSpec, wave: Wave) -> None:
 
 
 def convert_grad(op: "ir.Operation", spec: AttentionBwdSpec, wave: Wave) -> None:
-    """out[b, h, s, :] = factor * acc[b, h, s, :] rounded to T (acc may have more rows: never read)."""
+    """out[b, h, s, :] = factor * acc[b, h, s, :] rounded to T (acc may have more rows: never read).
+    dbias's rows are seqlen_k long (a dynamic size): the wave walks them, one element per lane a turn."""
     acc, out = op.operands
+    factor = fmha.ConvertGradOp.factor_of(op)
     with _inside_rows(wave, out):
-        copy_slice(acc, out, wave.indices, wave.slice_of(acc), fmha.ConvertGradOp.factor_of(op))
+        if fmha.ConvertGradOp.grad_of(op) != "dbias":
+            copy_slice(acc, out, wave.indices, wave.slice_of(acc), factor)
+            return
+        columns = scf.ForOp(wave.lane, memref.dim(out, index(3)), index(wave.size))
+        with ir.InsertionPoint(columns.body):
+            copy_slice(acc, out, wave.indices, LaneSlice(columns.induction_variable, 1), factor)
+            scf.yield_([])
 
 
 ROW_STAGES = {fmha.DotDoOOp.NAME: dot_do_o, fmha.ConvertGradOp.NAME: convert_grad}

@@ -41,7 +41,7 @@ class StagesToGpu(FmhaPass):
             name = kernel_symbol(spec, config, stage)
             _ensure_kernel(kernels, name, op, launch.block, spec, config)
             with rewriting(op):
-                operands = dict(zip(STAGE_CLASSES[op.name].OPERANDS, op.operands))
+                operands = STAGE_CLASSES[op.name].named_operands(op, spec)
                 grid = [expr_value(e, operands) for e in launch.grid]
                 shared = i32(launch.shared_bytes) if launch.shared_bytes else None
                 gpu.LaunchFuncOp([KERNEL_MODULE, name], grid, [index(n) for n in launch.block], list(op.operands),

@@ -6,12 +6,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fmha_mlir.bodies import tiled_block_ids
+from fmha_mlir.dialects import fmha
 from fmha_mlir.dialects.fmha_types import element_type
 from fmha_mlir.kernel_config import KernelConfig
-from fmha_mlir.mlir import arith, gpu, ir, scf
+from fmha_mlir.mlir import arith, gpu, ir, scf, vector
 from fmha_mlir.spec import AttentionBwdSpec, Mask
 
-from .ir_builders import dims, index
+from .ir_builders import dims, index, vector_shape
+from .score_mods import ScoreBias
 from .shared_tiles import LaneValues
 
 
@@ -21,13 +23,14 @@ class TiledKernel:
 
     def __init__(self, op: "ir.Operation", spec: AttentionBwdSpec, config: KernelConfig):
         self.spec, self.config = spec, config
-        (self.q, self.k, self.v, self.do, self.lse, self.d, self.dq_acc, self.dk_out,
-         self.dv_out) = op.operands
+        self.operands = fmha.DqDkDvOp.named_operands(op, spec)
+        self.q, self.k, self.v, self.do, self.lse, self.d = (self.operands[n] for n in ("q", "k", "v", "do", "lse", "d"))
+        self.dq_acc, self.dk_out, self.dv_out = (self.operands[n] for n in ("dq_out", "dk_out", "dv_out"))
         self.element = element_type(spec.dtype)
         self.bm, self.bn = config.block_m, config.block_n
         self.tid = gpu.thread_id(gpu.Dimension.x)
         self.warp = arith.divui(self.tid, index(config.wave_size))
-        lane = arith.remui(self.tid, index(config.wave_size))
+        self.lane = lane = arith.remui(self.tid, index(config.wave_size))
         # Everything that depends on the lane and warp alone is built before this marker (LaneValues).
         marker = index(0)
         self.lanes = LaneValues(ir.InsertionPoint(marker.owner))
@@ -51,6 +54,27 @@ class TiledKernel:
 
     def make_atom(self, lane: "ir.Value"):
         raise NotImplementedError
+
+    def score_bias(self, head: "ir.Value") -> "ScoreBias | None":
+        """The bias of query head `head`'s scores in this work-group's batch (None without one)."""
+        return ScoreBias.of(self.spec, self.operands, self.batch, head, self.heads_q, self.seqlen_q, self.seqlen_k)
+
+    def add_bias_grad(self, bias: "ScoreBias", positioned) -> None:
+        """Hand each (dS, q_pos, k_pos) of this lane to the bias's gradient: dbias adds them itself; the
+        slopes' terms are summed over the lane, then the wave, and its first lane adds the total."""
+        terms = [t for t in (bias.grad(ds, q, k) for ds, q, k in positioned) if t is not None]
+        if not terms:
+            return
+        total = None
+        for term in terms:
+            for element in ([term] if not vector_shape(term.type) else
+                            [vector.extract(term, [], [e]) for e in range(vector_shape(term.type)[0])]):
+                total = element if total is None else arith.addf(total, element)
+        total = fmha.WaveReduceOp.build(total, self.config.wave_size)
+        first = scf.IfOp(arith.cmpi(arith.CmpIPredicate.eq, self.lane, index(0)))
+        with ir.InsertionPoint(first.then_block):
+            bias.add_slope_grad(total)
+            scf.yield_([])
 
     def per_query_row(self, first: "ir.Value", offset: int, copy) -> None:
         """Threads [offset, offset + block_m) each take query row first + i (i = tid - offset): copy(i,

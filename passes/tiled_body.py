@@ -22,7 +22,7 @@ from fmha_mlir.spec import AttentionBwdSpec
 
 from .ir_builders import f32, index, splat
 from .mma_atoms import MmaSyncAtom, async_copy, commit_copies, wait_copies
-from .score_mods import LOG2_E, alibi_bias, alibi_slope, softcap_grad, softmax_input
+from .score_mods import exp2_argument, lse_operand, softcap_grad, softmax_input
 from .shared_tiles import LaneValues, Tile, shared_views
 from .tile_schedule import (TiledKernel, WarpTile, advance, contract, flatten, flatten3, i32,
                             query_block_range, tile_is_cut, unflatten)
@@ -202,13 +202,16 @@ class _Kernel(TiledKernel):
                       lambda mi, k0: atom.load_a(tiles["k"], mi * atom.m, k0, False, sdp.row0),
                       self.b_pair_loader(tiles["q"], True, n_tiles, query_rows))
         lse, dsum = self.row_values(stage, sdp, n_tiles)
-        slope = alibi_slope(head, self.heads_q) if spec.bias == "alibi" else None
-        p = self.probabilities(s, lse, m, q0, sdp, slope)
+        bias = self.score_bias(head)
+        p = self.probabilities(s, lse, q0, sdp, bias)
         dp = self.gemm(self.zeros(sdp), sdp, spec.hdim_v,
                        lambda mi, k0: atom.load_a(tiles["v"], mi * atom.m, k0, False, sdp.row0),
                        self.b_pair_loader(tiles["do"], True, n_tiles, query_rows))
         ds = [[[arith.mulf(p[mi][ni][r], arith.subf(dp_r, dsum[ni])) for r, dp_r in enumerate(atom.rows_of(dp[mi][ni]))]
                for ni in range(n_tiles)] for mi in range(m_tiles)]
+        if spec.dbias:
+            self.add_bias_grad(bias, [(ds[mi][ni][r], *self.pair_positions(mi, ni, r, q0, sdp))
+                                      for mi in range(m_tiles) for ni in range(n_tiles) for r in range(2)])
         ds = [[[softcap_grad(ds_r, s_r, spec) for ds_r, s_r in zip(ds[mi][ni], atom.rows_of(s[mi][ni]))]
                for ni in range(n_tiles)] for mi in range(m_tiles)]
         self.store_transposed(tiles["ds"], ds, sdp)
@@ -247,14 +250,21 @@ class _Kernel(TiledKernel):
         pair = ir.VectorType.get([2], ir.F32Type.get())
         for ni in range(n_tiles):
             at = arith.addi(base, index(ni * self.atom.n))
-            lse.append(arith.mulf(vector.load(pair, self.tiles["lse"].flat, [at], alignment=8),
-                                  splat(f32(LOG2_E), [2])))
+            lse.append(lse_operand(vector.load(pair, self.tiles["lse"].flat, [at], alignment=8), self.spec))
             dsum.append(vector.load(pair, self.tiles["d"].flat, [at], alignment=8))
         return lse, dsum
 
-    def probabilities(self, s, lse, m, q0, sdp: WarpTile, slope=None):
+    def pair_positions(self, mi: int, ni: int, r: int, q0, sdp: WarpTile):
+        """(queries, key) of accumulator row pair r of S^T tile (mi, ni): vector<2 x index>, index."""
+        atom = self.atom
+        key = arith.addi(arith.addi(self.k0, sdp.row0), arith.addi(index(mi * atom.m), atom.accumulator_row(r)))
+        qcol = arith.addi(arith.addi(q0, sdp.col0), arith.addi(index(ni * atom.n), atom.accumulator_col()))
+        queries = vector.from_elements(ir.VectorType.get([2], ir.IndexType.get()), [qcol, arith.addi(qcol, index(1))])
+        return queries, key
+
+    def probabilities(self, s, lse, q0, sdp: WarpTile, bias=None):
         """P^T per accumulator row pair (f32): exp2(S^T scale log2 e - lse log2 e), masked only on tiles
-        the mask cuts; with ALiBi (`slope` of this step's head) its term is added first."""
+        the mask cuts; with a bias (score_mods.ScoreBias of this step's head) its term is added first."""
         atom, mask = self.atom, self.spec.mask
         m_tiles, n_tiles = len(s), len(s[0])
 
@@ -265,22 +275,16 @@ class _Kernel(TiledKernel):
                 for ni in range(n_tiles):
                     pairs = []
                     for r, pair in enumerate(atom.rows_of(s[mi][ni])):
-                        if masked or slope is not None:
-                            key = arith.addi(arith.addi(self.k0, sdp.row0), arith.addi(index(mi * atom.m),
-                                                                                      atom.accumulator_row(r)))
-                            qcol = arith.addi(arith.addi(q0, sdp.col0), arith.addi(index(ni * atom.n),
-                                                                                  atom.accumulator_col()))
-                            queries = vector.from_elements(ir.VectorType.get([2], ir.IndexType.get()),
-                                                           [qcol, arith.addi(qcol, index(1))])
-                        alibi = None if slope is None else alibi_bias(slope, queries, key, self.seqlen_q,
-                                                                      self.seqlen_k, pair)
-                        pre, factor = softmax_input(pair, self.spec, alibi)
+                        if masked or bias is not None:
+                            queries, key = self.pair_positions(mi, ni, r, q0, sdp)
+                        shifted = None if bias is None else bias.shifted(queries, key, pair, lse[ni])
+                        pre, factor = softmax_input(pair, self.spec, lse[ni], shifted)
                         if masked:
                             score = fmha.MaskedScoreOp.build(pre, queries, key, self.seqlen_q, self.seqlen_k, mask,
                                                              factor)
                         else:
                             score = arith.mulf(pre, splat(f32(factor), [2]), fastmath=contract())
-                        pairs.append(fmha.Exp2Op.build(arith.subf(score, lse[ni], fastmath=contract())))
+                        pairs.append(fmha.Exp2Op.build(exp2_argument(score, lse[ni], self.spec, contract())))
                     row.append(pairs)
                 out.append(row)
             return out

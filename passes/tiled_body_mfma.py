@@ -29,7 +29,7 @@ from fmha_mlir.spec import AttentionBwdSpec
 
 from .ir_builders import create_op, f32, index, splat, vector_shape
 from .mfma_atom import MfmaAtom
-from .score_mods import LOG2_E, alibi_bias, alibi_slope, softcap_grad, softmax_input
+from .score_mods import exp2_argument, lse_operand, natural_units, softcap_grad, softmax_input
 from .shared_tiles import shared_grids
 from .tile_schedule import (TiledKernel, WarpTile, advance, contract, flatten, i32, query_block_range,
                             tile_is_cut, unflatten)
@@ -160,12 +160,16 @@ class _Kernel(TiledKernel):
         s = self.gemm(self.zeros(sdp), sdp, spec.hdim_q, lambda row, k0: atom.load_a(tiles["k"], row, k0),
                       lambda col, k0: atom.load_b(tiles["q"], col, k0))
         lse, dsum = self.row_values(sdp)
-        slope = alibi_slope(head, self.heads_q) if spec.bias == "alibi" else None
-        p = self.probabilities(s, lse, q0, slope)
+        bias = self.score_bias(head)
+        p = self.probabilities(s, lse, q0, bias)
         dp = self.gemm(self.zeros(sdp), sdp, spec.hdim_v, lambda row, k0: atom.load_a(tiles["v"], row, k0),
                        lambda col, k0: atom.load_b(tiles["do"], col, k0))
-        ds = [[softcap_grad(arith.mulf(p[mi][ni], arith.subf(dp[mi][ni], splat(dsum[ni], [atom.shape.c_registers]))),
-                            s[mi][ni], spec) for ni in range(len(p[0]))] for mi in range(len(p))]
+        ds = [[arith.mulf(p[mi][ni], arith.subf(dp[mi][ni], splat(dsum[ni], [atom.shape.c_registers])))
+               for ni in range(len(p[0]))] for mi in range(len(p))]
+        if spec.dbias:
+            self.add_bias_grad(bias, [(ds[mi][ni], self.query_of(ni, q0), self.keys_of(mi))
+                                      for mi in range(len(p)) for ni in range(len(p[0]))])
+        ds = [[softcap_grad(ds[mi][ni], s[mi][ni], spec) for ni in range(len(p[0]))] for mi in range(len(p))]
         self.store_transposed(tiles["p"], p, sdp)
         self.store_transposed(tiles["ds"], ds, sdp)
         gpu.barrier()
@@ -187,37 +191,45 @@ class _Kernel(TiledKernel):
         lane_col = self.lanes.get(("row_values", id(sdp.col0)), lambda: arith.addi(sdp.col0, self.atom.b_col))
         for ni in range(sdp.cols // self.atom.n):
             at = [index(0), arith.addi(lane_col, index(ni * self.atom.n))]
-            lse.append(arith.mulf(memref.load(self.tiles["lse"], at), f32(LOG2_E)))
+            lse.append(lse_operand(memref.load(self.tiles["lse"], at), self.spec))
             dsum.append(memref.load(self.tiles["d"], at))
         return lse, dsum
 
-    def probabilities(self, s, lse, q0, slope=None):
+    def keys_of(self, mi: int) -> "ir.Value":
+        """The keys (vector<c_registers x index>) of this lane's accumulator rows in S^T m-tile mi."""
+        first = arith.addi(arith.addi(self.k0, self.sdp.row0), index(self.atom.m * mi))
+        return vector.from_elements(ir.VectorType.get([self.atom.shape.c_registers], ir.IndexType.get()),
+                                    [arith.addi(first, r) for r in self.rows])
+
+    def query_of(self, ni: int, q0) -> "ir.Value":
+        """The query of this lane's accumulator column in S^T n-tile ni."""
+        return arith.addi(arith.addi(q0, self.sdp.col0), arith.addi(index(ni * self.atom.n), self.atom.b_col))
+
+    def probabilities(self, s, lse, q0, bias=None):
         """P^T per accumulator (f32): exp2(S^T scale log2 e - lse log2 e), masked only on tiles the mask
-        cuts; with ALiBi (`slope` of this step's head) its term is added first."""
-        atom, mask, sdp = self.atom, self.spec.mask, self.sdp
+        cuts; with a bias (score_mods.ScoreBias of this step's head) its term is added first."""
+        atom, mask = self.atom, self.spec.mask
         width = atom.shape.c_registers
 
         def compute(masked: bool):
             out = []
-            positions = masked or slope is not None
+            positions = masked or bias is not None
             for mi, row in enumerate(s):
-                keys = None
-                if positions:
-                    first = arith.addi(arith.addi(self.k0, sdp.row0), index(mi * atom.m))
-                    keys = vector.from_elements(ir.VectorType.get([width], ir.IndexType.get()),
-                                                [arith.addi(first, r) for r in self.rows])
+                keys = self.keys_of(mi) if positions else None
                 values = []
                 for ni, acc in enumerate(row):
                     if positions:
-                        query = arith.addi(arith.addi(q0, sdp.col0), arith.addi(index(ni * atom.n), atom.b_col))
-                    alibi = None if slope is None else alibi_bias(slope, query, keys, self.seqlen_q, self.seqlen_k,
-                                                                  acc)
-                    pre, factor = softmax_input(acc, self.spec, alibi)
+                        query = self.query_of(ni, q0)
+                    # (the fast form broadcasts the lse where it subtracts it: the ISA stays as it was)
+                    row_lse = splat(lse[ni], [width]) if natural_units(self.spec) else None
+                    shifted = None if bias is None else bias.shifted(query, keys, acc, row_lse)
+                    pre, factor = softmax_input(acc, self.spec, row_lse, shifted)
                     if masked:
                         score = fmha.MaskedScoreOp.build(pre, query, keys, self.seqlen_q, self.seqlen_k, mask, factor)
                     else:
                         score = arith.mulf(pre, splat(f32(factor), [width]), fastmath=contract())
-                    values.append(fmha.Exp2Op.build(arith.subf(score, splat(lse[ni], [width]), fastmath=contract())))
+                    row_lse = splat(lse[ni], [width]) if row_lse is None else row_lse
+                    values.append(fmha.Exp2Op.build(exp2_argument(score, row_lse, self.spec, contract())))
                 out.append(values)
             return out
 

@@ -14,6 +14,10 @@ of many, three input sets rotated so that no run finds its inputs in L2. Ours is
 autograd.grad of scaled_dot_product_attention restricted to one backend (its forward is not timed).
 TFLOP/s counts the backward as 2.5 x the forward's 4 B Hq Sq Sk D, halved for causal masks.
 
+--softcap C and --bias elementwise elementwise+dbias alibi add each row with that score feature (only
+ours is timed: torch's fused backwards have none of them; the forward that makes O and the LSE is
+torch's mem-efficient one, which takes an additive bias), for the feature's speed cost.
+
 --sweep also builds the candidate tiled configs of SWEEP for each row, so that one GPU run measures
 them all; the table in fmha_mlir/bodies.py is chosen from that run (tools/reports/bench_notes.md).
 """
@@ -51,17 +55,26 @@ class Row:
     causal: bool
     dtype: str
     softcap: float = 0.0   # > 0: the same shape with softcap (no peer has it: only ours is timed)
+    bias: str = "none"     # elementwise ([1, H, S, S], the seed's shape) or alibi (standard slopes): ours only
+    dbias: bool = False    # with an elementwise bias: also dbias
 
     @property
     def spec(self) -> AttentionBwdSpec:
         return AttentionBwdSpec(dtype=self.dtype, hdim_q=self.hdim, gqa_ratio=self.heads_q // self.heads_kv,
-                                mask=Mask("causal_top_left" if self.causal else "none"), softcap=self.softcap)
+                                mask=Mask("causal_top_left" if self.causal else "none"), softcap=self.softcap,
+                                bias=self.bias, dbias=self.dbias)
+
+    @property
+    def score_features(self) -> bool:
+        """Rows only ours is timed on (torch's fused backwards have no softcap, bias gradient or ALiBi)."""
+        return bool(self.softcap) or self.bias != "none"
 
     @property
     def label(self) -> str:
         kv = f" Hkv{self.heads_kv}" if self.heads_kv != self.heads_q else ""
+        bias = {"none": "", "elementwise": " bias", "alibi": " alibi"}[self.bias] + (" dbias" if self.dbias else "")
         return f"{self.dtype} B{self.batch} H{self.heads_q}{kv} S{self.seqlen} D{self.hdim}" + (
-            " causal" if self.causal else "") + (f" softcap {self.softcap:g}" if self.softcap else "")
+            " causal" if self.causal else "") + (f" softcap {self.softcap:g}" if self.softcap else "") + bias
 
     @property
     def flops(self) -> float:
@@ -81,6 +94,10 @@ SWEEP: dict[int, list[KernelConfig]] = {
     256: [TILED_TABLE[256], KernelConfig(**_BASE, block_m=32, block_n=64, warps=8, stages=2, sdp_warps=(4, 2),
                                          dkv_warps=(2, 4), dq_warps=(2, 4))],
 }
+
+
+BIAS_VARIANTS = {"elementwise": {"bias": "elementwise"}, "elementwise+dbias": {"bias": "elementwise", "dbias": True},
+                 "alibi": {"bias": "alibi"}}
 
 
 def bundle_dir(directory: Path, row: Row, config: KernelConfig) -> Path:
@@ -163,14 +180,30 @@ def _inputs(torch, row: Row, seed: int):
     k = torch.randn(shape(row.heads_kv), generator=g, device="cuda", dtype=dt)
     v = torch.randn(shape(row.heads_kv), generator=g, device="cuda", dtype=dt) * 0.5
     do = torch.randn(shape(row.heads_q), generator=g, device="cuda", dtype=dt) * 0.5
-    return q, k, v, do
+    bias = None
+    if row.bias == "elementwise":
+        bias = torch.randn((1, row.heads_q, row.seqlen, row.seqlen), generator=g, device="cuda", dtype=dt) * 0.5
+    return q, k, v, do, bias
 
 
-def _forward(torch, row: Row, q, k, v):
-    """O and the natural-log LSE from torch's flash forward (the backward's inputs)."""
-    out = torch.ops.aten._scaled_dot_product_flash_attention(q, k.repeat_interleave(row.heads_q // row.heads_kv, 1),
-                                                             v.repeat_interleave(row.heads_q // row.heads_kv, 1),
-                                                             is_causal=row.causal)
+def _alibi(torch, row: Row, dtype):
+    """The standard-slope ALiBi as a [1, H, S, S] tensor (what our kernels compute in place)."""
+    from fmha_mlir import oracle
+
+    return torch.tensor(oracle.alibi_bias(oracle.alibi_slopes(row.heads_q), row.seqlen, row.seqlen)[None],
+                        device="cuda", dtype=dtype)
+
+
+def _forward(torch, row: Row, q, k, v, bias=None):
+    """O and the natural-log LSE from torch's flash forward (the backward's inputs); with a bias (or
+    ALiBi) from its mem-efficient forward, which takes an additive bias."""
+    k, v = (t.repeat_interleave(row.heads_q // row.heads_kv, 1) for t in (k, v))
+    if row.bias == "none":
+        out = torch.ops.aten._scaled_dot_product_flash_attention(q, k, v, is_causal=row.causal)
+        return out[0], out[1][..., :row.seqlen]
+    added = bias if row.bias == "elementwise" else _alibi(torch, row, q.dtype)
+    out = torch.ops.aten._scaled_dot_product_efficient_attention(
+        q, k, v, added.expand(row.batch, -1, -1, -1), True, is_causal=row.causal)
     return out[0], out[1][..., :row.seqlen]
 
 
@@ -194,7 +227,7 @@ def _torch_backend(torch, row: Row, backend: str, sets, repeats: int):
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     prepared = []
-    for q, k, v, do in sets:
+    for q, k, v, do, _ in sets:
         q, k, v = (t.detach().requires_grad_() for t in (q, k, v))
         try:
             with sdpa_kernel([getattr(SDPBackend, backend)]):
@@ -227,7 +260,7 @@ def _flex(torch, row: Row, sets, repeats: int):
     if row.causal:
         mask = create_block_mask(lambda b, h, q, k: q >= k, None, None, row.seqlen, row.seqlen, device="cuda")
     prepared = []
-    for q, k, v, do in sets:
+    for q, k, v, do, _ in sets:
         q, k, v = (t.detach().requires_grad_() for t in (q, k, v))
         out = compiled(q, k, v, block_mask=mask, enable_gqa=row.heads_q != row.heads_kv)
         prepared.append((out, (q, k, v), do))
@@ -249,10 +282,14 @@ def _ours(torch, bundle, device, row: Row, sets, repeats: int):
     from fmha_mlir.runtime.runner import PreparedRun
 
     runs = []
-    for q, k, v, do in sets:
-        o, lse = _forward(torch, row, q, k, v)
+    for q, k, v, do, bias in sets:
+        o, lse = _forward(torch, row, q, k, v, bias)
         tensors = {"q": q, "k": k, "v": v, "o": o, "do": do, "lse": lse.contiguous(),
                    "dq": torch.empty_like(q), "dk": torch.empty_like(k), "dv": torch.empty_like(v)}
+        if bias is not None:
+            tensors["bias"] = bias
+            if row.dbias:
+                tensors["dbias"] = torch.empty_like(bias)
         runs.append((PreparedRun(bundle, device, {n: torch_device_array(t) for n, t in tensors.items()}), tensors))
     index = [0]
 
@@ -296,13 +333,18 @@ def _check(row: Row, bundle, tensors) -> dict:
            "dv": (0, slice(0, 1))}
     host = {n: tensors[n][cut[n]].unsqueeze(0).float().cpu().numpy().astype(np.float64) for n in cut}
     spec = bundle.spec
-    args = dict(mask=spec.mask, scale=spec.scale, gqa_ratio=g, softcap=spec.softcap)
+    bias = None   # dbias sums over the batch: the gate on it is the variant matrix's (tools/gpu_matrix.py)
+    if row.bias == "elementwise":
+        bias = tensors["bias"][:, :g].float().cpu().numpy().astype(np.float64)
+    elif row.bias == "alibi":
+        bias = oracle.alibi_bias(oracle.alibi_slopes(row.heads_q)[:g].astype(np.float32), row.seqlen, row.seqlen)
+    args = dict(mask=spec.mask, scale=spec.scale, gqa_ratio=g, softcap=spec.softcap, bias=bias)
     exact = oracle.backward(*(host[n] for n in ("q", "k", "v", "o", "do", "lse")), **args)
     lowp = oracle.lowp_backward(*(host[n] for n in ("q", "k", "v", "o", "do", "lse")), dtype=spec.dtype,
                                 numerics=bundle.numerics, **args)
     checks = check_gradients({n: host[n] for n in ("dq", "dk", "dv")}, exact, lowp, spec.dtype, spec.hdim_q)
     gate = {c.name: {"ratio": c.ratio, "passed": c.passed} for c in checks}
-    if spec.softcap:   # torch's SDPA backends have no softcap to compare with
+    if row.score_features:   # torch's flash backward has no softcap or bias to compare with
         return {"gate": gate, "vs_torch_flash": None}
     q, k, v, do = (tensors[n].detach().requires_grad_() for n in ("q", "k", "v", "do"))
     with torch.nn.attention.sdpa_kernel([torch.nn.attention.SDPBackend.FLASH_ATTENTION]):
@@ -340,11 +382,11 @@ def run(directory: Path, report: Path, repeats: int, sweep: bool, rows: list[Row
             entry["ours"][config.tag] = {"seconds": seconds, "tflops": row.flops / seconds / 1e12, "check": check,
                                          "body": config.body, "steps": steps}
             del grads
-        for backend in ("FLASH_ATTENTION", "CUDNN_ATTENTION", "EFFICIENT_ATTENTION") if not row.softcap else ():
+        for backend in ("FLASH_ATTENTION", "CUDNN_ATTENTION", "EFFICIENT_ATTENTION") if not row.score_features else ():
             seconds, why = _torch_backend(torch, row, backend, sets, repeats)
             entry["peers"][backend] = {"seconds": seconds, "tflops": row.flops / seconds / 1e12 if seconds else None,
                                        "why": why}
-        if flex and not row.softcap:
+        if flex and not row.score_features:
             seconds, why = _flex(torch, row, sets, repeats)
             entry["peers"]["FLEX"] = {"seconds": seconds, "tflops": row.flops / seconds / 1e12 if seconds else None,
                                       "why": why}
@@ -423,10 +465,14 @@ def main(argv=None) -> int:
     p.add_argument("--ptxas", help="build: ptxas of a CUDA toolkit, for cubins and register counts")
     p.add_argument("--tag", default="", help="once: the config tag (default: the body's table entry)")
     p.add_argument("--softcap", type=float, default=0.0, help="also each row with this softcap (its speed cost)")
+    p.add_argument("--bias", nargs="*", default=[], choices=BIAS_VARIANTS,
+                   help="also each row with each of these biases (their speed cost)")
     args = p.parse_args(argv)
     rows = [r for r in ROWS if args.rows in r.label]
     if args.softcap:
         rows = [v for r in rows for v in (r, dataclasses.replace(r, softcap=args.softcap))]
+    if args.bias:
+        rows = [v for r in rows for v in (r, *(dataclasses.replace(r, **BIAS_VARIANTS[b]) for b in args.bias))]
     if args.action == "build":
         build(args.directory, args.sweep, args.ptxas, rows)
         return 0

@@ -40,7 +40,12 @@ def _parser() -> argparse.ArgumentParser:
     spec.add_argument("--mask", help="none, top_left, bottom_right or window:LEFT,RIGHT (default none)")
     spec.add_argument("--scale", type=float, help="softmax scale (default 1/sqrt(hdim))")
     spec.add_argument("--softcap", type=float, help="scores through C tanh(s / C) (default 0: off)")
-    spec.add_argument("--bias", choices=("none", "alibi"), help="alibi: in-kernel ALiBi, standard slopes (default none)")
+    spec.add_argument("--bias", choices=("none", "elementwise", "alibi"),
+                      help="elementwise: a bias tensor operand; alibi: in-kernel ALiBi (default none)")
+    spec.add_argument("--alibi-slopes", action="store_const", const=True,
+                      help="ALiBi's slopes from an f32 [1 or B, H] operand (default: the standard slopes)")
+    spec.add_argument("--dbias", action="store_const", const=True,
+                      help="also the bias's gradient: dbias, or d(slopes) with --alibi-slopes")
     parser.add_argument("--target", default="gfx942", choices=(*TARGETS, "all"))
     parser.add_argument("--body", default="auto", choices=("auto", *BODIES),
                         help="kernel body: auto takes the fastest one that supports the spec on the target")
@@ -99,13 +104,15 @@ def main(argv: list[str] | None = None) -> int:
 
 def _spec(args) -> AttentionBwdSpec | None:
     """The spec from the flags; None for an input file without spec flags (the IR may carry one)."""
-    flags = (args.dtype, args.hdim, args.hdim_v, args.gqa, args.mask, args.scale, args.softcap, args.bias)
+    flags = (args.dtype, args.hdim, args.hdim_v, args.gqa, args.mask, args.scale, args.softcap, args.bias,
+             args.alibi_slopes, args.dbias)
     if args.input and all(flag is None for flag in flags):
         return None
     return AttentionBwdSpec(
         dtype=_given(args.dtype, "f16"), hdim_q=_given(args.hdim, 128), hdim_v=_given(args.hdim_v, 0),
         gqa_ratio=_given(args.gqa, 1), mask=Mask.parse(_given(args.mask, "none")), scale=_given(args.scale, 0.0),
-        softcap=_given(args.softcap, 0.0), bias=_given(args.bias, "none"))
+        softcap=_given(args.softcap, 0.0), bias=_given(args.bias, "none"), alibi_slopes=_given(args.alibi_slopes, False),
+        dbias=_given(args.dbias, False))
 
 
 def _given(value, default):

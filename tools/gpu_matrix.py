@@ -1,7 +1,11 @@
 """The variant matrix on a GPU: build bundles where MLIR is (here), run them where the GPU is.
 
-    python tools/gpu_matrix.py build DIR [--arch sm_90] [--body auto] [--softcap C] [--bias alibi]
-    python tools/gpu_matrix.py run DIR --report FILE [--jobs N] [--resume] [--softcap C] [--bias alibi]
+    python tools/gpu_matrix.py build DIR [--arch sm_90] [--body auto] [score features]
+    python tools/gpu_matrix.py run DIR --report FILE [--jobs N] [--resume] [score features]
+
+Score features (the same on build and run): --softcap C, --bias elementwise|alibi, --alibi-slopes,
+--dbias. A bias tensor's shape cycles over the problems: [1, H, Sq, Sk] (the seed's), [B, 1, ...],
+[1, 1, ...], [B, H, ...]; a slopes tensor's over [1, H] and [B, H].
 
 (build needs MLIR and compiles every variant; run needs numpy and the GPU executor only.)
 
@@ -29,7 +33,7 @@ from pathlib import Path
 from fmha_mlir.api import bundle_path
 from fmha_mlir.bodies import choose_config
 from fmha_mlir.errors import SpecError
-from fmha_mlir.problem import ProblemSize, make_problem
+from fmha_mlir.problem import BIAS_BROADCASTS, SLOPES_BROADCASTS, ProblemSize, make_problem
 from fmha_mlir.runtime.bundle import Bundle
 from fmha_mlir.runtime.executor import get_executor
 from fmha_mlir.runtime.runner import run_bundle
@@ -49,9 +53,11 @@ def variants(score_mods: dict | None = None) -> list[AttentionBwdSpec]:
             for spec in variant_matrix(window=Mask("sliding_window", 64, 0))]
 
 
-def problem_seed(spec: AttentionBwdSpec, size: ProblemSize, layout: str) -> int:
+def problem_seed(spec: AttentionBwdSpec, size: ProblemSize, layout: str, broadcast: str = "batch") -> int:
     """A seed that is the same in every process and on every machine (unlike hash())."""
     text = f"{spec.kernel_prefix}/{spec.mask}/B{size.batch}H{size.heads_q}Sq{size.seqlen_q}Sk{size.seqlen_k}/{layout}"
+    if spec.bias_operands()[0]:
+        text += f"/{broadcast}"
     return zlib.crc32(text.encode())
 
 
@@ -70,9 +76,10 @@ def jobs(arch: str, body: str, smoke: bool = False, score_mods: dict | None = No
     out = []
     for index, (spec, config) in enumerate(configs(arch, body, score_mods)):
         sizes = SMOKE if smoke else ((REALISTIC,) if spec.hdim_q == 128 else ()) + ODD
+        broadcasts = SLOPES_BROADCASTS if spec.alibi_slopes else tuple(BIAS_BROADCASTS)
         for n, size in enumerate(sizes):
             layout = ("bhsd", "bshd")[(index + n) % 2]
-            out.append((spec, config, size, layout))
+            out.append((spec, config, size, layout, broadcasts[(index + n) % len(broadcasts)]))
     return out
 
 
@@ -88,14 +95,26 @@ def build(directory: Path, arch: str, body: str, score_mods: dict | None = None)
 
 
 def _reference(job):
-    spec, config, size, layout = job
-    problem = make_problem(spec, size, seed=problem_seed(spec, size, layout), layout=layout)
+    spec, config, size, layout, broadcast = job
+    problem = make_problem(spec, size, seed=problem_seed(spec, size, layout, broadcast), layout=layout,
+                           broadcast=broadcast)
     problem.oracle_gradients()
     return problem
 
 
-def _key(spec, config, size, layout) -> str:
-    return f"{spec.kernel_prefix}_{config.tag} B{size.batch} Hq{size.heads_q} Sq{size.seqlen_q} Sk{size.seqlen_k} {layout}"
+def _key(spec, config, size, layout, broadcast) -> str:
+    return (f"{spec.kernel_prefix}_{config.tag} B{size.batch} Hq{size.heads_q} Sq{size.seqlen_q} Sk{size.seqlen_k} "
+            f"{layout}{_shape_tag(spec, broadcast)}")
+
+
+def _shape_tag(spec, broadcast: str) -> str:
+    """The bias tensor's shape class in a row's layout cell ('' without a bias tensor)."""
+    if not spec.bias_operands()[0]:
+        return ""
+    if spec.alibi_slopes:
+        return " slopes[1,H]" if broadcast == "batch" else " slopes[B,H]"
+    one_b, one_h = BIAS_BROADCASTS[broadcast]
+    return f" bias[{'1' if one_b else 'B'},{'1' if one_h else 'H'},Sq,Sk]"
 
 
 def run(directory: Path, arch: str, body: str, report: Path, workers: int, smoke: bool, resume: bool = False,
@@ -104,29 +123,29 @@ def run(directory: Path, arch: str, body: str, report: Path, workers: int, smoke
     planned = jobs(arch, body, smoke, score_mods)
     # --resume: keep the rows an earlier, cut-short run of the same plan wrote, run the rest.
     rows = json.loads(report.with_suffix(".json").read_text()) if resume and report.with_suffix(".json").is_file() else []
-    done = {f"{r['kernel']} {r['size']} {r['layout']}" for r in rows}
+    done = {f"{r['kernel']} {r['size']} {r['layout']}" for r in rows}   # the layout cell carries the shape tag
     failures, started, earlier = sum(not r["pass"] for r in rows), time.time(), len(rows)
     todo = [job for job in planned if _key(*job) not in done]
     if rows:
         print(f"resuming: {len(rows)} runs from {report.with_suffix('.json')}, {len(todo)} to go", flush=True)
     with ProcessPoolExecutor(workers) as pool:
         for n, (problem, job) in enumerate(zip(pool.map(_reference, todo), todo), 1):
-            spec, config, size, layout = job
+            spec, config, size, layout, broadcast = job
             bundle = Bundle.load(bundle_path(directory, spec, arch, config=config))
-            t = problem.tensors
-            grads = run_bundle(bundle, device, {name: t[name] for name in ("q", "k", "v", "o", "do", "lse")})
+            grads = run_bundle(bundle, device, problem.tensors)
             checks = problem.check(grads, bundle.numerics)
             ok = all(c.passed for c in checks)
             failures += not ok
             rows.append({"kernel": f"{spec.kernel_prefix}_{config.tag}", "body": config.body, "dtype": spec.dtype,
-                         "softcap": spec.softcap, "bias": spec.bias,
-                         "mask": str(spec.mask), "hdim": spec.hdim_q, "gqa": spec.gqa_ratio, "layout": layout,
+                         "softcap": spec.softcap, "bias": spec.bias, "dbias": spec.dbias,
+                         "mask": str(spec.mask), "hdim": spec.hdim_q, "gqa": spec.gqa_ratio,
+                         "layout": layout + _shape_tag(spec, broadcast),
                          "size": f"B{size.batch} Hq{size.heads_q} Sq{size.seqlen_q} Sk{size.seqlen_k}",
-                         "seed": problem_seed(spec, size, layout),
+                         "seed": problem_seed(spec, size, layout, broadcast),
                          "checks": {c.name: {"err": c.max_abs_err, "allowed": c.allowed, "ratio": c.ratio,
                                              "ck_allowed": c.ck_allowed} for c in checks},
                          "pass": ok})
-            print(f"[{n}/{len(todo)}] {rows[-1]['kernel']} {rows[-1]['size']} {layout}: "
+            print(f"[{n}/{len(todo)}] {rows[-1]['kernel']} {rows[-1]['size']} {rows[-1]['layout']}: "
                   f"{'PASS' if ok else 'FAIL'} (worst {max(c.ratio for c in checks):.2f} of the bound)", flush=True)
             if n % 16 == 0:  # a run cut short (a time limit) still leaves a report of what it did
                 write_report(report, arch, device.name, rows, time.time() - started, len(planned), earlier)
@@ -138,6 +157,8 @@ def run(directory: Path, arch: str, body: str, report: Path, workers: int, smoke
 def write_report(path: Path, arch: str, executor: str, rows: list[dict], seconds: float, planned: int,
                  earlier: int = 0) -> None:
     worst = max((c["ratio"] for r in rows for c in r["checks"].values()), default=0.0)
+    grads = [g for g in ("dq", "dk", "dv", "dbias", "dalibi_slopes") if any(g in r["checks"] for r in rows)]
+    names = [{"dq": "dQ", "dk": "dK", "dv": "dV", "dbias": "dbias", "dalibi_slopes": "d(slopes)"}[g] for g in grads]
     partial = "" if len(rows) == planned else f" (**incomplete: {len(rows)} of {planned} planned runs**)"
     lines = [f"# {arch} variant matrix on the {executor} executor", "",
              f"Host: {platform.node()}, Python {platform.python_version()}; {len(rows)} runs{partial}: "
@@ -148,11 +169,11 @@ def write_report(path: Path, arch: str, executor: str, rows: list[dict], seconds
              "+ 2^-20 max|oracle|, the reference modelling the bundle's body. Each cell: error / allowed = ratio; "
              "CK's table would allow the last number. Seeds regenerate each problem "
              "(tools/gpu_matrix.py problem_seed).", "",
-             "| kernel | body | size | layout | seed | dQ | dK | dV | result |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             f"| kernel | body | size | layout | seed | {' | '.join(names)} | result |",
+             "| --- " * (6 + len(names)) + "|"]
     for r in rows:
         cells = [f"{c['err']:.2e} / {c['allowed']:.2e} = {c['ratio']:.2f} (CK {c['ck_allowed']:.1e})"
-                 for c in (r["checks"][g] for g in ("dq", "dk", "dv"))]
+                 if c else "-" for c in (r["checks"].get(g) for g in grads)]
         lines.append(f"| {r['kernel']} | {r['body']} | {r['size']} | {r['layout']} | {r['seed']} | "
                      f"{' | '.join(cells)} | {'PASS' if r['pass'] else 'FAIL'} |")
     path.write_text("\n".join(lines) + "\n")
@@ -171,9 +192,12 @@ def main(argv=None) -> int:
     p.add_argument("--resume", action="store_true",
                    help="keep the runs already in the report's .json (a run cut short) and do the rest")
     p.add_argument("--softcap", type=float, default=0.0, help="every variant with this softcap (0: none)")
-    p.add_argument("--bias", default="none", choices=("none", "alibi"), help="every variant with this bias")
+    p.add_argument("--bias", default="none", choices=("none", "elementwise", "alibi"),
+                   help="every variant with this bias")
+    p.add_argument("--alibi-slopes", action="store_true", help="ALiBi's slopes from a tensor")
+    p.add_argument("--dbias", action="store_true", help="also the bias's gradient (dbias or d(slopes))")
     args = p.parse_args(argv)
-    score_mods = {"softcap": args.softcap, "bias": args.bias}
+    score_mods = {"softcap": args.softcap, "bias": args.bias, "alibi_slopes": args.alibi_slopes, "dbias": args.dbias}
     if args.action == "build":
         build(args.directory, args.arch, args.body, score_mods)
         return 0

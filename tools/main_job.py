@@ -11,7 +11,7 @@ import time
 
 from fmha_mlir.api import AttentionBackward
 from fmha_mlir.errors import FmhaError
-from fmha_mlir.problem import LAYOUTS, ProblemSize, make_problem
+from fmha_mlir.problem import BIAS_BROADCASTS, LAYOUTS, ProblemSize, make_problem
 from fmha_mlir.spec import DTYPES, AttentionBwdSpec, Mask
 from fmha_mlir.target import TARGETS
 
@@ -29,8 +29,15 @@ def parse_args(argv):
     p.add_argument("--mask", default="causal_bottom_right", help="none, top_left, bottom_right or window:L,R")
     p.add_argument("--gqa", type=int, default=2, help="query heads per key/value head")
     p.add_argument("--softcap", type=float, default=0.0, help="scores through C tanh(s / C) (0: off)")
-    p.add_argument("--bias", default="none", choices=("none", "alibi"),
-                   help="alibi: -slope_h |i - j| with the standard slopes, computed in the kernel")
+    p.add_argument("--bias", default="none", choices=("none", "elementwise", "alibi"),
+                   help="elementwise: a random bias tensor (shape: --bias-broadcast); alibi: -slope_h |i - j|, the "
+                        "standard slopes computed in the kernel (or --alibi-slopes)")
+    p.add_argument("--bias-broadcast", default="batch", choices=tuple(BIAS_BROADCASTS),
+                   help="the dims the bias tensor has size 1 in (batch: the seed's [H, Sq, Sk]); for "
+                        "--alibi-slopes, batch gives [1, H] and none [B, H]")
+    p.add_argument("--alibi-slopes", action="store_true", help="ALiBi's slopes from a random f32 tensor")
+    p.add_argument("--dbias", action="store_true",
+                   help="also the bias's gradient: dbias, or d(slopes) (with --bias alibi: implies --alibi-slopes)")
     p.add_argument("--batch", type=int, default=2)
     p.add_argument("--heads", type=int, default=4, help="query heads")
     p.add_argument("--seqlen-q", type=int, default=37)
@@ -56,20 +63,24 @@ def targets_of(args) -> list[str | None]:
 def main(argv=None) -> int:
     args = parse_args(argv)
     try:
+        slopes = args.bias == "alibi" and (args.alibi_slopes or args.dbias)
         spec = AttentionBwdSpec(dtype=args.dtype, hdim_q=args.hdim, hdim_v=args.hdim_v, gqa_ratio=args.gqa,
-                                mask=Mask.parse(args.mask), softcap=args.softcap, bias=args.bias)
+                                mask=Mask.parse(args.mask), softcap=args.softcap, bias=args.bias, dbias=args.dbias,
+                                alibi_slopes=slopes)
         size = ProblemSize(args.batch, args.heads, args.seqlen_q, args.seqlen_k)
-        problem = make_problem(spec, size, seed=args.seed, layout=args.layout)
+        problem = make_problem(spec, size, seed=args.seed, layout=args.layout, broadcast=args.bias_broadcast)
         problem.oracle_gradients()
         targets = targets_of(args)
+        shapes = {n: "x".join(map(str, t.shape)) for n, t in problem.tensors.items() if n in ("bias", "alibi_slopes")}
         extras = (f" softcap {spec.softcap:g}" if spec.softcap else "") + (
-            f" bias {spec.bias}" if spec.bias != "none" else "")
+            f" bias {spec.bias}" if spec.bias != "none" else "") + "".join(
+            f" {n}[{s}]" for n, s in shapes.items()) + (" +dbias" if spec.dbias else "")
         print(f"fmha-bwd: {spec.dtype} hdim {spec.hdim_q}x{spec.hdim_v} mask {spec.mask} gqa {spec.gqa_ratio}{extras} | "
               f"B{size.batch} Hq{size.heads_q} Hkv{size.heads_kv(spec.gqa_ratio)} Sq{size.seqlen_q} "
               f"Sk{size.seqlen_k} {args.layout}")
         print(f"seed {args.seed}; the gate: max|err| <= 2 x max|same-dtype reference err| + 2^-20 max|oracle| "
               "(fmha_mlir.tolerance); CK's table beside it")
-        print(f"{'target':<8} {'body':<6} {'executor':<9} {'compile':>8} {'run':>8}  {'grad':<5} {'max|err|':>10} "
+        print(f"{'target':<8} {'body':<6} {'executor':<9} {'compile':>8} {'run':>8}  {'grad':<13} {'max|err|':>10} "
               f"{'allowed':>10} {'ratio':>6} {'CK':>10}  status")
         failed = False
         for index, arch in enumerate(targets, 1):
@@ -84,13 +95,16 @@ def main(argv=None) -> int:
             print(f"[{index}/{len(targets)}] {runner.arch}: running on {runner.device().name} ...",
                   file=sys.stderr, flush=True)
             t = problem.tensors
-            dq, dk, dv = runner(t["q"], t["k"], t["v"], t["o"], t["do"], t["lse"], mask=spec.mask,
-                                dtype=spec.dtype, scale=spec.scale, softcap=spec.softcap, bias=spec.bias)
+            bias = t["bias"] if spec.bias == "elementwise" else spec.bias
+            grads = runner(t["q"], t["k"], t["v"], t["o"], t["do"], t["lse"], mask=spec.mask, dtype=spec.dtype,
+                           scale=spec.scale, softcap=spec.softcap, bias=bias, alibi_slopes=t.get("alibi_slopes"),
+                           dbias=spec.dbias)
             ran = time.perf_counter()
-            for check in problem.check({"dq": dq, "dk": dk, "dv": dv}, bundle.numerics):
+            names = ("dq", "dk", "dv") + problem.bias_gradients
+            for check in problem.check(dict(zip(names, grads)), bundle.numerics):
                 failed |= not check.passed
                 print(f"{runner.arch:<8} {bundle.config.body:<6} {runner.device().name:<9} {compiled - start:>7.2f}s "
-                      f"{ran - compiled:>7.2f}s  {check.name:<5} {check.max_abs_err:>10.3e} {check.allowed:>10.3e} "
+                      f"{ran - compiled:>7.2f}s  {check.name:<13} {check.max_abs_err:>10.3e} {check.allowed:>10.3e} "
                       f"{check.ratio:>6.2f} {check.ck_allowed:>10.3e}  {'PASS' if check.passed else 'FAIL'}")
         return 1 if failed else 0
     except FmhaError as exc:

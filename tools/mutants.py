@@ -37,7 +37,8 @@ PACKAGE_DIRS = {"fmha_mlir": "fmha_mlir", "dialects": "fmha_mlir/dialects", "pas
 SUBSET_FILES = ("test/python/test_interp_matrix.py", "test/python/test_interp_pipeline.py",
                 "test/python/test_interp_fmha_ops.py", "test/python/test_lowering.py", "test/python/test_interp_mfma.py",
                 "test/python/test_mfma_atom.py")
-SUBSET_SELECTION = ("(test_interp_matrix and (d64 and g4 or (softcap or alibi) and bf16 and none)) or test_interp_pipeline"
+SUBSET_SELECTION = ("(test_interp_matrix and (d64 and g4 or (softcap or alibi or bias) and bf16 and none))"
+                    " or test_interp_pipeline"
                     " or (test_interp_fmha_ops and lowered)"
                     " or (test_lowering and key_range) or test_interp_mfma or test_mfma_atom")
 TIMEOUT_S = 900
@@ -65,12 +66,12 @@ KEY_RANGE, ROWS, LOWERING = "passes/key_range.py", "passes/row_kernels.py", "pas
 MUTANTS: list[Mutant] = [
     # -- the warp body ---------------------------------------------------------------------------------
     *_per_dtype("warp: dS x1.01", WARP,
-                "ds = arith.mulf(arith.mulf(p, arith.subf(dp, d_row)), scale)",
-                'ds = arith.mulf(arith.mulf(p, arith.subf(dp, d_row)), f32(spec.scale * (1.01 if spec.dtype == "{dt}" else 1.0)))',
+                "ds = softcap_grad(arith.mulf(ds_score, scale), qk, spec)",
+                'ds = softcap_grad(arith.mulf(ds_score, f32(spec.scale * (1.01 if spec.dtype == "{dt}" else 1.0))), qk, spec)',
                 ALL_DTYPES),
     Mutant("warp: P exponent x1.005", WARP,
-           "p = fmha.Exp2Op.build(arith.subf(score, lse_log2))",
-           "p = fmha.Exp2Op.build(arith.mulf(arith.subf(score, lse_log2), f32(1.005)))"),
+           "p = fmha.Exp2Op.build(exp2_argument(score, lse_row, spec))",
+           "p = fmha.Exp2Op.build(arith.mulf(exp2_argument(score, lse_row, spec), f32(1.005)))"),
     *_per_dtype("warp: dV x0.99", WARP,
                 "fmha.AtomicAddOp.build(arith.mulf(p, x), dv_out, kv_row + [column])",
                 'fmha.AtomicAddOp.build(arith.mulf(arith.mulf(p, x), f32(0.99 if spec.dtype == "{dt}" else 1.0)), dv_out, kv_row + [column])',
@@ -80,8 +81,8 @@ MUTANTS: list[Mutant] = [
                 'fmha.AtomicAddOp.build(arith.mulf(arith.mulf(ds, x), f32(0.99 if spec.dtype == "{dt}" else 1.0)), dk_out, kv_row + [column])',
                 ALL_DTYPES),
     *_per_dtype("warp: dQ x0.99", WARP,
-                "store_from_f32(list(loop.results), dq_out, row, q_slice)",
-                'store_from_f32([arith.mulf(r, f32(0.99 if spec.dtype == "{dt}" else 1.0)) for r in loop.results], dq_out, row, q_slice)',
+                "store_from_f32(results[:q_slice.width], dq_out, row, q_slice)",
+                'store_from_f32([arith.mulf(r, f32(0.99 if spec.dtype == "{dt}" else 1.0)) for r in results[:q_slice.width]], dq_out, row, q_slice)',
                 ALL_DTYPES),
     Mutant("warp: GQA head map h % g", WARP,
            "arith.divui(wave.head, index(spec.gqa_ratio))", "arith.remui(wave.head, index(spec.gqa_ratio))"),
@@ -114,8 +115,8 @@ MUTANTS: list[Mutant] = [
                 'ds = [[[arith.mulf(arith.mulf(p[mi][ni][r], arith.subf(dp_r, dsum[ni])), splat(f32(1.01 if spec.dtype == "{dt}" else 1.0), [2]))',
                 TILED_DTYPES),
     Mutant("tiled: P exponent x1.005", TILED,
-           "pairs.append(fmha.Exp2Op.build(arith.subf(score, lse[ni], fastmath=contract())))",
-           "pairs.append(fmha.Exp2Op.build(arith.mulf(arith.subf(score, lse[ni], fastmath=contract()), splat(f32(1.005), [2]))))"),
+           "pairs.append(fmha.Exp2Op.build(exp2_argument(score, lse[ni], self.spec, contract())))",
+           "pairs.append(fmha.Exp2Op.build(arith.mulf(exp2_argument(score, lse[ni], self.spec, contract()), splat(f32(1.005), [2]))))"),
     *_per_dtype("tiled: dV x0.99", TILED,
                 "*shapes[1]), self.dkv_v, None)",
                 '*shapes[1]), self.dkv_v, 0.99 if spec.dtype == "{dt}" else None)',
@@ -178,6 +179,24 @@ MUTANTS: list[Mutant] = [
            "arith.addi(q_pos, arith.subi(seqlen_k, seqlen_q))", "q_pos"),
     Mutant("softcap: tanh's argument not divided by the cap", "passes/score_mods.py",
            "_constant(2 * spec.scale * LOG2_E / spec.softcap, dot)", "_constant(2 * spec.scale * LOG2_E, dot)"),
+    Mutant("bias: heads and batches swapped in the bias index", "passes/score_mods.py",
+           "self.prefix = [_broadcast_index(batch, self.bias, 0), _broadcast_index(head, self.bias, 1)]",
+           "self.prefix = [_broadcast_index(head, self.bias, 0), _broadcast_index(batch, self.bias, 1)]"),
+    Mutant("bias: key k reads the bias of key k + 1", "passes/score_mods.py",
+           "arith.minui(k, last_k)", "arith.minui(arith.addi(k, index(1)), last_k)"),
+    Mutant("dbias: dS added twice", "passes/score_mods.py",
+           "fmha.AtomicAddOp.build(value, self.dbias, self.prefix + [q, k])",
+           "fmha.AtomicAddOp.build(arith.addf(value, value), self.dbias, self.prefix + [q, k])"),
+    Mutant("dbias: the convert skips every other key", ROWS,
+           "scf.ForOp(wave.lane, memref.dim(out, index(3)), index(wave.size))",
+           "scf.ForOp(wave.lane, memref.dim(out, index(3)), index(2 * wave.size))"),
+    Mutant("alibi slopes: every batch reads the first batch's slopes", "passes/score_mods.py",
+           "self.at = [_broadcast_index(batch, slopes, 0), head]", "self.at = [index(0), head]"),
+    Mutant("alibi slopes: d(slopes) with the sign of the distance flipped", "passes/score_mods.py",
+           "weighted = arith.mulf(ds, arith.negf(self._distance(q_pos, k_pos, ds)))",
+           "weighted = arith.mulf(ds, self._distance(q_pos, k_pos, ds))"),
+    Mutant("tiled: d(slopes) summed over one lane of each wave", SCHEDULE,
+           "total = fmha.WaveReduceOp.build(total, self.config.wave_size)", "total = total"),
     # -- the lowered mask (the tiled body's cut tiles) -------------------------------------------------
     Mutant("mask: causal_top_left admits key q+1", LOWERING,
            'return _cmp("sle", k_pos, q_pos)', 'return _cmp("sle", k_pos, _shifted(q_pos, 1))'),

@@ -86,6 +86,7 @@ def check_tensors(bundle: Bundle, tensors: Mapping[str, np.ndarray]) -> dict[str
         _check_array(name, array, buffers[name])
     _check_residency(tensors, inputs, outputs)
     sizes = _sizes(tensors, buffers)
+    _check_broadcast(sizes)
     spec = bundle.spec
     if "heads_q" in sizes and "heads_kv" in sizes and sizes["heads_q"] != spec.gqa_ratio * sizes["heads_kv"]:
         raise RuntimeLaunchError(f"tensors: q has {sizes['heads_q']} heads and k has {sizes['heads_kv']}, but the "
@@ -101,6 +102,18 @@ def check_tensors(bundle: Bundle, tensors: Mapping[str, np.ndarray]) -> dict[str
     for name, array in full.items():
         _check_alignment(bundle, name, array, buffers[name]["align"])
     return full
+
+
+# A bias or slopes tensor broadcasts over a dimension of size 1 (docs/ir.md): else it has the problem's size.
+BROADCAST_DIMS = {"bias_batch": "batch", "bias_heads": "heads_q", "slopes_batch": "batch"}
+
+
+def _check_broadcast(sizes: dict[str, int]) -> None:
+    for dim, full in BROADCAST_DIMS.items():
+        if dim in sizes and full in sizes and sizes[dim] not in (1, sizes[full]):
+            what = {"batch": "batch", "heads_q": "query head"}[full]
+            raise RuntimeLaunchError(f"the bias's {dim} is {sizes[dim]}: it must be 1 (broadcast over every "
+                                     f"{what}) or {full} = {sizes[full]}")
 
 
 def _sizes(tensors: Mapping[str, np.ndarray], buffers: dict[str, dict]) -> dict[str, int]:

@@ -93,3 +93,58 @@ def test_main_job_exits_one_when_a_gradient_fails(capsys, monkeypatch):
     assert main_job.main(["--target", "gfx942", "--executor", "cpu", "--batch", "1", "--heads", "2",
                           "--seqlen-q", "4", "--seqlen-k", "4"]) == 1
     assert "FAIL" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("shape", [(13, 29), (4, 13, 29), (1, 4, 13, 29)], ids=["SqxSk", "HxSqxSk", "1xHxSqxSk"])
+def test_a_bias_array_and_its_gradient_through_the_api(shape):
+    """bias= takes the seed's shapes; dbias comes back fourth, in the bias's own shape."""
+    spec = AttentionBwdSpec(dtype="f16", hdim_q=64, gqa_ratio=2, bias="elementwise", dbias=True)
+    problem = make_problem(spec, ProblemSize(2, 4, 13, 29), seed=2,
+                           broadcast="batch_heads" if len(shape) == 2 else "batch")
+    t = problem.tensors
+    bias = t["bias"].reshape(shape)
+    grads = AttentionBackward(executor="cpu", arch="sm_90")(t["q"], t["k"], t["v"], t["o"], t["do"], t["lse"],
+                                                           bias=bias, dbias=True)
+    assert len(grads) == 4 and grads[3].shape == shape
+    kernel = dict(zip(("dq", "dk", "dv", "dbias"), grads[:3] + (grads[3].reshape(t["bias"].shape),)))
+    assert all(c.passed for c in problem.check(kernel, _numerics(spec, "sm_90")))
+
+
+def test_alibi_slopes_and_their_gradient_through_the_api():
+    spec = AttentionBwdSpec(dtype="bf16", hdim_q=64, bias="alibi", alibi_slopes=True, dbias=True)
+    problem = make_problem(spec, ProblemSize(1, 4, 9, 17), seed=4)
+    t = problem.tensors
+    slopes = t["alibi_slopes"].reshape(4)
+    grads = attention_bwd(t["q"], t["k"], t["v"], t["o"], t["do"], t["lse"], dtype="bf16", alibi_slopes=slopes,
+                          dbias=True, executor="cpu", arch="gfx950")
+    assert grads[3].shape == (4,) and grads[3].dtype == np.float32
+    kernel = dict(zip(("dq", "dk", "dv", "dalibi_slopes"), grads[:3] + (grads[3].reshape(1, 4),)))
+    assert all(c.passed for c in problem.check(kernel, _numerics(spec, "gfx950")))
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    ({"bias": np.zeros((3,), np.float16)}, "must be 'alibi' or an array of shape"),
+    ({"bias": np.zeros((1, 1, 2, 2), np.float16), "alibi_slopes": np.ones(1, np.float32)}, "given with a bias tensor"),
+    ({"bias": "elementwise"}, "the API takes the tensor itself"),
+    ({"dbias": True}, "dbias asks for the gradient of a bias"),
+    ({"bias": "alibi", "dbias": True}, "d\\(slopes\\) is the gradient of a slopes tensor"),
+])
+def test_bad_bias_arguments_are_refused(kwargs, match):
+    q = np.zeros((1, 1, 2, 64), np.float16)
+    with pytest.raises(SpecError, match=match):
+        attention_bwd(q, q, q, q, q, np.zeros((1, 1, 2), np.float32), executor="cpu", **kwargs)
+
+
+def test_main_job_runs_a_bias_and_the_slopes(capsys):
+    assert main_job.main(["--target", "gfx942", "--executor", "cpu", "--bias", "elementwise", "--dbias",
+                          "--bias-broadcast", "none", "--seqlen-q", "9", "--seqlen-k", "11"]) == 0
+    out = capsys.readouterr().out
+    assert "bias[2x4x9x11] +dbias" in out and "dbias " in out
+    assert main_job.main(["--target", "sm_90", "--executor", "cpu", "--bias", "alibi", "--dbias",
+                          "--seqlen-q", "9", "--seqlen-k", "11"]) == 0
+    assert "alibi_slopes[1x4]" in capsys.readouterr().out
+
+
+def _numerics(spec, arch):
+    from fmha_mlir.api import compile_bundle
+    return compile_bundle(spec, arch).numerics

@@ -188,9 +188,11 @@ def test_spec_from_op_rejects_malformed_and_invalid_attributes(ctx):
     missing = ir.Operation.create("fmha.dot_do_o", attributes={k: v for k, v in attributes.items() if k != "hdim_q"})
     with pytest.raises(fmha.VerifyError, match="missing attribute 'hdim_q' \\(an i64 integer\\)"):
         fmha.spec_from_op(missing)
-    with_bias = ir.Operation.create("fmha.dot_do_o", attributes={**attributes, "bias": ir.StringAttr.get("elementwise")})
-    with pytest.raises(fmha.VerifyError, match="bias: an elementwise bias tensor is not implemented yet"):
-        fmha.spec_from_op(with_bias)
+    dbias = ir.Operation.create("fmha.dot_do_o", attributes={**attributes, "dbias": ir.BoolAttr.get(True)})
+    with pytest.raises(fmha.VerifyError, match="dbias asks for the gradient of a bias, but bias is 'none'"):
+        fmha.spec_from_op(dbias)
+    slopes = {**attributes, "bias": ir.StringAttr.get("alibi"), "alibi_slopes": ir.BoolAttr.get(True)}
+    assert fmha.spec_from_op(ir.Operation.create("fmha.dot_do_o", attributes=slopes)).alibi_slopes
     alibi = ir.Operation.create("fmha.dot_do_o", attributes={**attributes, "bias": ir.StringAttr.get("alibi")})
     assert fmha.spec_from_op(alibi).bias == "alibi"
 

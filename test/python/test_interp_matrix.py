@@ -59,12 +59,25 @@ ALIBI += [(AttentionBwdSpec("bf16", 64, gqa_ratio=2, mask=Mask("causal_top_left"
                             scale=0.5), arch, body) for arch, body in TARGETS]
 
 
-INPUTS = ("q", "k", "v", "o", "do", "lse")
+# An elementwise bias with dbias (issue 9) on every (arch, body) and dtype, with and without a mask, GQA 2,
+# the bias's shape cycling through [1, H, Sq, Sk], [B, 1, ...], [1, 1, ...], [B, H, ...]; one after a softcap.
+BIAS = [(AttentionBwdSpec(dtype, 64, gqa_ratio=2, mask=Mask(mask), bias="elementwise", dbias=True), arch, body)
+        for (arch, body), dtype, mask in itertools.product(TARGETS, DTYPES, ("none", "causal_bottom_right"))
+        if supported(AttentionBwdSpec(dtype, 64), arch, body)]
+BIAS += [(AttentionBwdSpec("bf16", 64, gqa_ratio=2, mask=Mask("sliding_window", 4, 1), bias="elementwise",
+                           softcap=2.0, scale=0.5), arch, body) for arch, body in TARGETS]
+BROADCASTS = ("batch", "heads", "batch_heads", "none")
+
+# ALiBi with a slopes tensor and d(slopes): every (arch, body) and dtype, slopes [1, H] and [B, H].
+SLOPES = [(AttentionBwdSpec(dtype, 64, gqa_ratio=2, mask=Mask(mask), bias="alibi", alibi_slopes=True, dbias=True),
+           arch, body)
+          for (arch, body), dtype, mask in itertools.product(TARGETS, DTYPES, ("causal_top_left", "none"))
+          if supported(AttentionBwdSpec(dtype, 64), arch, body)]
 
 
 def gate(bundle, problem, executor: CpuExecutor) -> tuple[dict, list]:
     """The bundle's gradients on the problem's inputs, and the gate's checks of them."""
-    grads = run_bundle(bundle, executor, {name: problem.tensors[name] for name in INPUTS})
+    grads = run_bundle(bundle, executor, problem.tensors)
     return grads, problem.check(grads, bundle.numerics)
 
 
@@ -130,3 +143,36 @@ def test_alibi_matches_the_oracle(compiler, index):
     if index == 0:
         plain = compile_bundle(dataclasses.replace(spec, bias="none"), arch, compiler, body=body)
         assert not any(c.passed for c in gate(plain, problem, CpuExecutor())[1])
+
+
+@pytest.mark.parametrize("index", range(len(BIAS)),
+                         ids=[f"{s.dtype}-{s.mask}-dbias{int(s.dbias)}-{a}-{b}" for s, a, b in BIAS])
+def test_bias_and_dbias_match_the_oracle(compiler, index):
+    """dbias is summed over the dims the bias broadcasts over (batch 2, 4 query heads); a bundle
+    without the bias fails the same problem, and one whose dbias is dropped is missing a gradient."""
+    spec, arch, body = BIAS[index]
+    broadcast = BROADCASTS[index % len(BROADCASTS)]
+    bundle = compile_bundle(spec, arch, compiler, body=body)
+    problem = make_problem(spec, ProblemSize(2, 4, 24, 40), seed=index, layout="bshd", broadcast=broadcast)
+    grads, checks = gate(bundle, problem, CpuExecutor(atomic_order="random", seed=index))
+    assert [c.name for c in checks] == ["dq", "dk", "dv"] + (["dbias"] if spec.dbias else [])
+    assert grads.get("dbias", problem.tensors["bias"]).shape == problem.tensors["bias"].shape
+    assert all(check.passed for check in checks), [str(check) for check in checks]
+    if index == 0:
+        plain = compile_bundle(dataclasses.replace(spec, bias="none", dbias=False), arch, compiler, body=body)
+        inputs = {n: t for n, t in problem.tensors.items() if n != "bias"}
+        assert not any(c.passed for c in problem.check(run_bundle(plain, CpuExecutor(), inputs), plain.numerics)
+                       if c.name != "dbias")
+
+
+@pytest.mark.parametrize("index", range(len(SLOPES)), ids=[f"{s.dtype}-{s.mask}-{a}-{b}" for s, a, b in SLOPES])
+def test_alibi_slopes_and_their_gradient_match_the_oracle(compiler, index):
+    """Slopes drawn around the standard ones, per batch ([B, H]) or shared ([1, H]); d(slopes) sums dS
+    times -|distance| over every query and key of the head (and the batch, for [1, H])."""
+    spec, arch, body = SLOPES[index]
+    bundle = compile_bundle(spec, arch, compiler, body=body)
+    problem = make_problem(spec, ProblemSize(2, 4, 24, 40), seed=index, layout="bshd",
+                           broadcast=("batch", "none")[index % 2])
+    grads, checks = gate(bundle, problem, CpuExecutor(atomic_order="random", seed=index))
+    assert grads["dalibi_slopes"].shape == problem.tensors["alibi_slopes"].shape
+    assert all(check.passed for check in checks), [str(check) for check in checks]

@@ -67,6 +67,19 @@ def test_bias_and_dbias_match_finite_differences(kind):
     assert grads.dbias.shape == bias.shape
 
 
+@pytest.mark.parametrize("shape", [(4,), (1, 4), (2, 4)], ids=["H", "1xH", "BxH"])
+def test_alibi_slope_gradient_matches_finite_differences(shape):
+    """d(slopes) = sum over q, k of dS * -|q + Sk - Sq - k|, summed over the batch for [H] slopes."""
+    slopes = oracle.alibi_slopes(4) * np.random.default_rng(3).uniform(0.5, 2.0, shape)
+    q, k, v, do = random_inputs(gqa_ratio=2)
+    options = dict(mask=Mask("causal_top_left"), scale=0.4, gqa_ratio=2, softcap=3.0)
+    assert oracle.finite_difference_check(q, k, v, do, alibi_slopes=slopes, samples=8, **options) < FD_TOLERANCE
+    _, grads = forward_and_backward(q, k, v, do, alibi_slopes=slopes, **options)
+    assert grads.dalibi_slopes.shape == shape and grads.dbias is None
+    biased = forward_and_backward(q, k, v, do, bias=oracle.alibi_bias(slopes, 5, 7), **options)[1]
+    assert np.allclose(grads.dq, biased.dq) and np.allclose(grads.dk, biased.dk)
+
+
 @pytest.mark.parametrize("softcap", [0.5, 3.0])
 @pytest.mark.parametrize("with_bias", [False, True])
 def test_softcap_matches_finite_differences(softcap, with_bias):
@@ -314,12 +327,25 @@ def test_problem_gradients_are_cached_and_consistent():
     assert all(check.passed for check in problem.check(problem.lowp_gradients(SCALAR_ROWS).named(), SCALAR_ROWS))
 
 
-@pytest.mark.parametrize("bias,extra,dtype", [("elementwise", "bias", np.float16), ("alibi", "alibi_slopes", np.float32)])
-def test_problem_with_bias(bias, extra, dtype):
-    problem = make_problem(small_spec(bias=bias, dbias=True), ProblemSize(2, 4, 6, 5))
-    assert problem.tensors[extra].dtype == dtype
-    assert problem.values["bias"].shape == (4, 6, 5)
-    assert problem.oracle_gradients().dbias.shape == (4, 6, 5)
+@pytest.mark.parametrize("fields,broadcast,extra,shape,dtype", [
+    ({"bias": "elementwise"}, "batch", "bias", (1, 4, 6, 5), np.float16),
+    ({"bias": "elementwise"}, "heads", "bias", (2, 1, 6, 5), np.float16),
+    ({"bias": "elementwise"}, "batch_heads", "bias", (1, 1, 6, 5), np.float16),
+    ({"bias": "alibi", "alibi_slopes": True}, "batch", "alibi_slopes", (1, 4), np.float32),
+    ({"bias": "alibi", "alibi_slopes": True}, "none", "alibi_slopes", (2, 4), np.float32),
+])
+def test_problem_with_bias(fields, broadcast, extra, shape, dtype):
+    """The bias tensor the kernel reads, in the shape `broadcast` gives; its gradient in that shape."""
+    problem = make_problem(small_spec(dbias=True, **fields), ProblemSize(2, 4, 6, 5), broadcast=broadcast)
+    assert problem.tensors[extra].dtype == dtype and problem.tensors[extra].shape == shape
+    assert set(problem.tensors) == {"q", "k", "v", "o", "do", "lse", extra}
+    assert problem.oracle_gradients().named()["d" + extra].shape == shape
+    assert problem.bias_gradients == ("d" + extra,)
+
+
+def test_standard_alibi_reads_no_tensor():
+    problem = make_problem(small_spec(bias="alibi"), ProblemSize(2, 4, 6, 5))
+    assert set(problem.tensors) == {"q", "k", "v", "o", "do", "lse"} and problem.values["bias"].shape == (4, 6, 5)
 
 
 @pytest.mark.parametrize("size,layout,match", [

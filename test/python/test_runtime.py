@@ -697,3 +697,20 @@ def test_strides_that_break_vector_alignment_are_refused():
     tensors["q"] = padded[..., :128]
     with pytest.raises(RuntimeLaunchError, match=r"tensor 'q' has element strides \[390, 390, 130\].*multiple of 4"):
         run_bundle(bundle, CpuExecutor(), tensors)
+
+
+@pytest.mark.parametrize("shape,message", [
+    ((3, 4, 5, 7), "the bias's bias_batch is 3: it must be 1 \\(broadcast over every batch\\) or batch = 2"),
+    ((1, 2, 5, 7), "the bias's bias_heads is 2: it must be 1 \\(broadcast over every query head\\) or heads_q = 4"),
+    ((1, 4, 5, 6), "tensor 'bias' has shape \\(1, 4, 5, 6\\).*its seqlen_k is 6, but 'k' says 7"),
+])
+def test_a_bias_that_does_not_broadcast_is_refused(shape, message):
+    from fmha_mlir.api import compile_bundle  # needs MLIR: this test compiles
+    from fmha_mlir.problem import ProblemSize, make_problem
+
+    spec = AttentionBwdSpec(dtype="f32", hdim_q=32, bias="elementwise", dbias=True)
+    bundle = compile_bundle(spec, "sm_90", body="warp")
+    tensors = dict(make_problem(spec, ProblemSize(2, 4, 5, 7)).tensors)
+    tensors["bias"] = np.zeros(shape, np.float32)
+    with pytest.raises(RuntimeLaunchError, match=message):
+        run_bundle(bundle, CpuExecutor(), tensors)

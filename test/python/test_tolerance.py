@@ -165,6 +165,15 @@ def test_dbias_is_checked_when_given():
     assert [c.passed for c in checks] == [True, True, True, False]
 
 
+def test_slope_gradient_is_checked_when_given():
+    problem = problem_for("f16", bias="alibi", alibi_slopes=True, dbias=True)
+    exact = problem.oracle_gradients()
+    kernel = as_kernel_output({n: g for n, g in exact.named().items() if n != "dalibi_slopes"}, "f16")
+    kernel["dalibi_slopes"] = exact.dalibi_slopes * 1.01
+    checks = problem.check(kernel, SCALAR_ROWS)
+    assert [(c.name, c.passed) for c in checks] == [("dq", True), ("dk", True), ("dv", True), ("dalibi_slopes", False)]
+
+
 def test_malformed_kernel_outputs_are_rejected():
     problem = problem_for()
     exact, lowp = problem.oracle_gradients(), problem.lowp_gradients(SCALAR_ROWS)

@@ -264,9 +264,9 @@ func.func @scale_inf(%t: memref<1x2x8x64xf16>, %l: memref<1x2x8xf32>) {
 
 // -----
 
-// bias: an elementwise bias tensor has no operand yet (ALiBi, computed in the kernel, is accepted).
-func.func @bias(%t: memref<1x2x8x64xf16>, %l: memref<1x2x8xf32>) {
-  // expected-error @+1 {{bias: an elementwise bias tensor is not implemented yet}}
+// bias_operand_missing: an elementwise bias adds a bias operand after lse.
+func.func @bias_operand_missing(%t: memref<1x2x8x64xf16>, %l: memref<1x2x8xf32>) {
+  // expected-error @+1 {{'fmha.attention_bwd' op takes 10 operands (q, k, v, o, do, lse, bias, dq, dk, dv), got 9}}
   "fmha.attention_bwd"(%t, %t, %t, %t, %t, %l, %t, %t, %t) {dtype = "f16", hdim_q = 64 : i64, hdim_v = 64 : i64, gqa_ratio = 1 : i64, mask = "none", window_left = -1 : i64, window_right = -1 : i64, scale = 0.125 : f32, bias = "elementwise", dbias = false, deterministic = false}
       : (memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8xf32>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>) -> ()
   return
@@ -284,9 +284,9 @@ func.func @bias_kind(%t: memref<1x2x8x64xf16>, %l: memref<1x2x8xf32>) {
 
 // -----
 
-// dbias
-func.func @dbias(%t: memref<1x2x8x64xf16>, %l: memref<1x2x8xf32>) {
-  // expected-error @+1 {{dbias: bias gradients (dbias, d(slopes)) are not implemented yet}}
+// dbias_without_bias: dbias needs a bias to be the gradient of.
+func.func @dbias_without_bias(%t: memref<1x2x8x64xf16>, %l: memref<1x2x8xf32>) {
+  // expected-error @+1 {{'fmha.attention_bwd' op dbias: dbias asks for the gradient of a bias, but bias is 'none' (use bias='elementwise' (dbias) or 'alibi' with a slopes tensor (d(slopes)))}}
   "fmha.attention_bwd"(%t, %t, %t, %t, %t, %l, %t, %t, %t) {dtype = "f16", hdim_q = 64 : i64, hdim_v = 64 : i64, gqa_ratio = 1 : i64, mask = "none", window_left = -1 : i64, window_right = -1 : i64, scale = 0.125 : f32, bias = "none", dbias = true, deterministic = false}
       : (memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8xf32>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>) -> ()
   return
@@ -362,7 +362,7 @@ func.func @convert_grad_missing_grad(%acc: memref<1x2x8x64xf32>, %out: memref<1x
 
 // convert_grad_unknown_grad
 func.func @convert_grad_unknown_grad(%acc: memref<1x2x8x64xf32>, %out: memref<1x2x8x64xf16>) {
-  // expected-error @+1 {{attribute 'grad' must be one of dq, dk, dv, got 'dlse'}}
+  // expected-error @+1 {{attribute 'grad' must be one of dq, dk, dv, dbias, got 'dlse'}}
   "fmha.convert_grad"(%acc, %out) {dtype = "f16", hdim_q = 64 : i64, hdim_v = 64 : i64, gqa_ratio = 1 : i64, mask = "none", window_left = -1 : i64, window_right = -1 : i64, scale = 0.125 : f32, bias = "none", dbias = false, deterministic = false, config = {body = "warp", wave_size = 64 : i64}, grad = "dlse"} : (memref<1x2x8x64xf32>, memref<1x2x8x64xf16>) -> ()
   return
 }
@@ -762,5 +762,153 @@ func.func @softcap_f64(%t: memref<1x2x8x64xf16>, %l: memref<1x2x8xf32>) {
   // expected-error @+1 {{attribute 'softcap' must be an f32 float, got 3.000000e+01 : f64}}
   "fmha.attention_bwd"(%t, %t, %t, %t, %t, %l, %t, %t, %t) {dtype = "f16", hdim_q = 64 : i64, hdim_v = 64 : i64, gqa_ratio = 1 : i64, mask = "none", window_left = -1 : i64, window_right = -1 : i64, scale = 0.125 : f32, bias = "none", dbias = false, deterministic = false, softcap = 30.0 : f64}
       : (memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8xf32>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>) -> ()
+  return
+}
+
+// -----
+
+// alibi_slopes_elementwise: a slopes tensor is ALiBi's. (The spec being invalid, the operands are
+// checked against the list without a bias operand.)
+func.func @alibi_slopes_elementwise(%t: memref<1x2x8x64xf16>, %l: memref<1x2x8xf32>) {
+  // expected-error @+1 {{'fmha.attention_bwd' op alibi_slopes: a slopes tensor is ALiBi's, but bias is 'elementwise' (use bias='alibi', or alibi_slopes=False)}}
+  "fmha.attention_bwd"(%t, %t, %t, %t, %t, %l, %t, %t, %t) {dtype = "f16", hdim_q = 64 : i64, hdim_v = 64 : i64, gqa_ratio = 1 : i64, mask = "none", window_left = -1 : i64, window_right = -1 : i64, scale = 0.125 : f32, bias = "elementwise", dbias = false, deterministic = false, alibi_slopes = true}
+      : (memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8xf32>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>) -> ()
+  return
+}
+
+// -----
+
+// alibi_slopes_none: nor with no bias at all.
+func.func @alibi_slopes_none(%t: memref<1x2x8x64xf16>, %l: memref<1x2x8xf32>) {
+  // expected-error @+1 {{alibi_slopes: a slopes tensor is ALiBi's, but bias is 'none'}}
+  "fmha.attention_bwd"(%t, %t, %t, %t, %t, %l, %t, %t, %t) {dtype = "f16", hdim_q = 64 : i64, hdim_v = 64 : i64, gqa_ratio = 1 : i64, mask = "none", window_left = -1 : i64, window_right = -1 : i64, scale = 0.125 : f32, bias = "none", dbias = false, deterministic = false, alibi_slopes = true}
+      : (memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8xf32>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>) -> ()
+  return
+}
+
+// -----
+
+// alibi_dbias_standard_slopes: d(slopes) needs the slopes as a tensor; the standard ones are constants.
+func.func @alibi_dbias_standard_slopes(%t: memref<1x2x8x64xf16>, %l: memref<1x2x8xf32>) {
+  // expected-error @+1 {{dbias: d(slopes) is the gradient of a slopes tensor; the standard slopes are constants of the kernel (pass the slopes as a tensor (alibi_slopes=True))}}
+  "fmha.attention_bwd"(%t, %t, %t, %t, %t, %l, %t, %t, %t) {dtype = "f16", hdim_q = 64 : i64, hdim_v = 64 : i64, gqa_ratio = 1 : i64, mask = "none", window_left = -1 : i64, window_right = -1 : i64, scale = 0.125 : f32, bias = "alibi", dbias = true, deterministic = false}
+      : (memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8xf32>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>) -> ()
+  return
+}
+
+// -----
+
+// alibi_slopes_bool
+func.func @alibi_slopes_bool(%t: memref<1x2x8x64xf16>, %l: memref<1x2x8xf32>) {
+  // expected-error @+1 {{attribute 'alibi_slopes' must be a bool, got 1 : i64}}
+  "fmha.attention_bwd"(%t, %t, %t, %t, %t, %l, %t, %t, %t) {dtype = "f16", hdim_q = 64 : i64, hdim_v = 64 : i64, gqa_ratio = 1 : i64, mask = "none", window_left = -1 : i64, window_right = -1 : i64, scale = 0.125 : f32, bias = "alibi", dbias = false, deterministic = false, alibi_slopes = 1 : i64}
+      : (memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8xf32>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>) -> ()
+  return
+}
+
+// -----
+
+// dbias_operand_missing: dbias adds its gradient operand after dv.
+func.func @dbias_operand_missing(%t: memref<1x2x8x64xf16>, %l: memref<1x2x8xf32>, %b: memref<1x2x8x8xf16>) {
+  // expected-error @+1 {{'fmha.attention_bwd' op takes 11 operands (q, k, v, o, do, lse, bias, dq, dk, dv, dbias), got 10}}
+  "fmha.attention_bwd"(%t, %t, %t, %t, %t, %l, %b, %t, %t, %t) {dtype = "f16", hdim_q = 64 : i64, hdim_v = 64 : i64, gqa_ratio = 1 : i64, mask = "none", window_left = -1 : i64, window_right = -1 : i64, scale = 0.125 : f32, bias = "elementwise", dbias = true, deterministic = false}
+      : (memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8xf32>, memref<1x2x8x8xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>) -> ()
+  return
+}
+
+// -----
+
+// slopes_operand_missing: ALiBi from a tensor adds the slopes operand after lse.
+func.func @slopes_operand_missing(%t: memref<1x2x8x64xf16>, %l: memref<1x2x8xf32>) {
+  // expected-error @+1 {{'fmha.attention_bwd' op takes 10 operands (q, k, v, o, do, lse, alibi_slopes, dq, dk, dv), got 9}}
+  "fmha.attention_bwd"(%t, %t, %t, %t, %t, %l, %t, %t, %t) {dtype = "f16", hdim_q = 64 : i64, hdim_v = 64 : i64, gqa_ratio = 1 : i64, mask = "none", window_left = -1 : i64, window_right = -1 : i64, scale = 0.125 : f32, bias = "alibi", dbias = false, deterministic = false, alibi_slopes = true}
+      : (memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8xf32>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>) -> ()
+  return
+}
+
+// -----
+
+// bias_element_type: the bias has the element type of the problem.
+func.func @bias_element_type(%t: memref<1x2x8x64xf16>, %l: memref<1x2x8xf32>, %b: memref<1x2x8x8xf32>) {
+  // expected-error @+1 {{'fmha.attention_bwd' op operand #6 ('bias'): expected element type f16, got f32 in memref<1x2x8x8xf32>}}
+  "fmha.attention_bwd"(%t, %t, %t, %t, %t, %l, %b, %t, %t, %t) {dtype = "f16", hdim_q = 64 : i64, hdim_v = 64 : i64, gqa_ratio = 1 : i64, mask = "none", window_left = -1 : i64, window_right = -1 : i64, scale = 0.125 : f32, bias = "elementwise", dbias = false, deterministic = false}
+      : (memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8xf32>, memref<1x2x8x8xf32>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>) -> ()
+  return
+}
+
+// -----
+
+// bias_rank: the bias is [1 or B, 1 or H, Sq, Sk].
+func.func @bias_rank(%t: memref<1x2x8x64xf16>, %l: memref<1x2x8xf32>, %b: memref<8x8xf16>) {
+  // expected-error @+1 {{operand #6 ('bias'): expected rank 4, got memref<8x8xf16> (rank 2)}}
+  "fmha.attention_bwd"(%t, %t, %t, %t, %t, %l, %b, %t, %t, %t) {dtype = "f16", hdim_q = 64 : i64, hdim_v = 64 : i64, gqa_ratio = 1 : i64, mask = "none", window_left = -1 : i64, window_right = -1 : i64, scale = 0.125 : f32, bias = "elementwise", dbias = false, deterministic = false}
+      : (memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8xf32>, memref<8x8xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>) -> ()
+  return
+}
+
+// -----
+
+// dbias_element_type: so is dbias.
+func.func @dbias_element_type(%t: memref<1x2x8x64xf16>, %l: memref<1x2x8xf32>, %b: memref<1x2x8x8xf16>, %db: memref<1x2x8x8xbf16>) {
+  // expected-error @+1 {{operand #10 ('dbias'): expected element type f16, got bf16 in memref<1x2x8x8xbf16>}}
+  "fmha.attention_bwd"(%t, %t, %t, %t, %t, %l, %b, %t, %t, %t, %db) {dtype = "f16", hdim_q = 64 : i64, hdim_v = 64 : i64, gqa_ratio = 1 : i64, mask = "none", window_left = -1 : i64, window_right = -1 : i64, scale = 0.125 : f32, bias = "elementwise", dbias = true, deterministic = false}
+      : (memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8xf32>, memref<1x2x8x8xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x8xbf16>) -> ()
+  return
+}
+
+// -----
+
+// slopes_element_type: the slopes are f32 whatever the dtype.
+func.func @slopes_element_type(%t: memref<1x2x8x64xf16>, %l: memref<1x2x8xf32>, %s: memref<1x2xf16>) {
+  // expected-error @+1 {{operand #6 ('alibi_slopes'): expected element type f32, got f16 in memref<1x2xf16>}}
+  "fmha.attention_bwd"(%t, %t, %t, %t, %t, %l, %s, %t, %t, %t) {dtype = "f16", hdim_q = 64 : i64, hdim_v = 64 : i64, gqa_ratio = 1 : i64, mask = "none", window_left = -1 : i64, window_right = -1 : i64, scale = 0.125 : f32, bias = "alibi", dbias = false, deterministic = false, alibi_slopes = true}
+      : (memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8xf32>, memref<1x2xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>) -> ()
+  return
+}
+
+// -----
+
+// slopes_rank: [1 or B, H].
+func.func @slopes_rank(%t: memref<1x2x8x64xf16>, %l: memref<1x2x8xf32>, %s: memref<2xf32>) {
+  // expected-error @+1 {{operand #6 ('alibi_slopes'): expected rank 2, got memref<2xf32> (rank 1)}}
+  "fmha.attention_bwd"(%t, %t, %t, %t, %t, %l, %s, %t, %t, %t) {dtype = "f16", hdim_q = 64 : i64, hdim_v = 64 : i64, gqa_ratio = 1 : i64, mask = "none", window_left = -1 : i64, window_right = -1 : i64, scale = 0.125 : f32, bias = "alibi", dbias = false, deterministic = false, alibi_slopes = true}
+      : (memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8xf32>, memref<2xf32>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>) -> ()
+  return
+}
+
+// -----
+
+// dq_dk_dv_bias_position: the bias goes after d, not after the gradients.
+func.func @dq_dk_dv_bias_position(%t: memref<1x2x8x64xf16>, %l: memref<1x2x8xf32>, %b: memref<1x2x8x8xf16>, %acc: memref<1x2x8x64xf32>) {
+  // expected-error @+1 {{'fmha.dq_dk_dv' op operand #9 ('dv_out'): expected a static innermost dim of 64, got 8}}
+  "fmha.dq_dk_dv"(%t, %t, %t, %t, %l, %l, %t, %acc, %acc, %b) {dtype = "f16", hdim_q = 64 : i64, hdim_v = 64 : i64, gqa_ratio = 1 : i64, mask = "none", window_left = -1 : i64, window_right = -1 : i64, scale = 0.125 : f32, bias = "elementwise", dbias = false, deterministic = false, config = {body = "warp", wave_size = 64 : i64}}
+      : (memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8xf32>, memref<1x2x8xf32>, memref<1x2x8x64xf16>, memref<1x2x8x64xf32>, memref<1x2x8x64xf32>, memref<1x2x8x8xf16>) -> ()
+  return
+}
+
+// -----
+
+// convert_grad_dbias_no_bias: there is a dbias to convert only with an elementwise bias and dbias.
+func.func @convert_grad_dbias_no_bias(%acc: memref<1x2x8x8xf32>, %out: memref<1x2x8x8xf16>) {
+  // expected-error @+1 {{'fmha.convert_grad' op grad 'dbias' needs a spec with bias = "elementwise" and dbias = true}}
+  "fmha.convert_grad"(%acc, %out) {dtype = "f16", hdim_q = 64 : i64, hdim_v = 64 : i64, gqa_ratio = 1 : i64, mask = "none", window_left = -1 : i64, window_right = -1 : i64, scale = 0.125 : f32, bias = "none", dbias = false, deterministic = false, config = {body = "warp", wave_size = 64 : i64}, grad = "dbias"} : (memref<1x2x8x8xf32>, memref<1x2x8x8xf16>) -> ()
+  return
+}
+
+// -----
+
+// convert_grad_dbias_off: a bias without dbias.
+func.func @convert_grad_dbias_off(%acc: memref<1x2x8x8xf32>, %out: memref<1x2x8x8xf16>) {
+  // expected-error @+1 {{grad 'dbias' needs a spec with bias = "elementwise" and dbias = true}}
+  "fmha.convert_grad"(%acc, %out) {dtype = "f16", hdim_q = 64 : i64, hdim_v = 64 : i64, gqa_ratio = 1 : i64, mask = "none", window_left = -1 : i64, window_right = -1 : i64, scale = 0.125 : f32, bias = "elementwise", dbias = false, deterministic = false, config = {body = "warp", wave_size = 64 : i64}, grad = "dbias"} : (memref<1x2x8x8xf32>, memref<1x2x8x8xf16>) -> ()
+  return
+}
+
+// -----
+
+// convert_grad_dbias_alibi: d(slopes) is f32 already, never converted.
+func.func @convert_grad_dbias_alibi(%acc: memref<1x2x8x8xf32>, %out: memref<1x2x8x8xf16>) {
+  // expected-error @+1 {{grad 'dbias' needs a spec with bias = "elementwise" and dbias = true}}
+  "fmha.convert_grad"(%acc, %out) {dtype = "f16", hdim_q = 64 : i64, hdim_v = 64 : i64, gqa_ratio = 1 : i64, mask = "none", window_left = -1 : i64, window_right = -1 : i64, scale = 0.125 : f32, bias = "alibi", alibi_slopes = true, dbias = true, deterministic = false, config = {body = "warp", wave_size = 64 : i64}, grad = "dbias"} : (memref<1x2x8x8xf32>, memref<1x2x8x8xf16>) -> ()
   return
 }

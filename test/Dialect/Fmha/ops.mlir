@@ -7,6 +7,11 @@
 !rows = memref<?x?x?xf32, strided<[?, ?, 1]>>
 !acc64 = memref<?x?x?x64xf32, strided<[?, ?, ?, 1]>>
 !acc128 = memref<?x?x?x128xf32, strided<[?, ?, ?, 1]>>
+!b64 = memref<?x?x?x64xbf16, strided<[?, ?, ?, 1]>>
+!bias = memref<1x4x?x?xbf16, strided<[?, ?, ?, 1]>>
+!bdyn = memref<?x?x?x?xbf16, strided<[?, ?, ?, 1]>>
+!accdyn = memref<?x?x?x?xf32, strided<[?, ?, ?, 1]>>
+!slopes = memref<?x?xf32, strided<[?, 1]>>
 
 // CHECK-LABEL: func.func @attention_bwd
 // CHECK-SAME: (%[[Q:[^:]*]]: memref<?x?x?x64xf16, strided<[?, ?, ?, 1]>>, %[[K:[^:]*]]:
@@ -141,5 +146,59 @@ func.func @vector_kernel_ops(%x: vector<2xf32>, %q: vector<2xindex>, %k: index, 
 // CHECK: "fmha.dot_do_o"{{.*}}config = {block_m = 64 : i64, block_n = 128 : i64, body = "tiled", dkv_warps = array<i64: 8, 1>, dq_warps = array<i64: 4, 2>, instruction = "mma.m16n8k16", p_in_registers = true, sdp_warps = array<i64: 8, 1>, stages = 2 : i64, swizzle = "xor", warps = 8 : i64, wave_size = 32 : i64}
 func.func @tiled_config(%t: memref<1x2x8x64xbf16>, %d: memref<1x2x8xf32>) {
   "fmha.dot_do_o"(%t, %t, %d) {dtype = "bf16", hdim_q = 64 : i64, hdim_v = 64 : i64, gqa_ratio = 1 : i64, mask = "none", window_left = -1 : i64, window_right = -1 : i64, scale = 0.125 : f32, bias = "none", dbias = false, deterministic = false, config = {body = "tiled", wave_size = 32 : i64, block_m = 64 : i64, block_n = 128 : i64, warps = 8 : i64, stages = 2 : i64, instruction = "mma.m16n8k16", sdp_warps = array<i64: 8, 1>, dkv_warps = array<i64: 8, 1>, dq_warps = array<i64: 4, 2>, p_in_registers = true, swizzle = "xor"}} : (memref<1x2x8x64xbf16>, memref<1x2x8x64xbf16>, memref<1x2x8xf32>) -> ()
+  return
+}
+
+// An elementwise bias and its gradient: the bias after lse, dbias after dv; both rank 4 with a
+// dynamic innermost dim (seqlen_k) and broadcastable batch / head dims (here 1 x 4).
+// CHECK-LABEL: func.func @attention_bwd_bias_dbias
+// CHECK-SAME: %[[LSE:[^:]*]]: memref<?x?x?xf32, strided<[?, ?, 1]>>, %[[BIAS:[^:]*]]: memref<1x4x?x?xbf16, strided<[?, ?, ?, 1]>>, %[[DQ:[^:]*]]: memref<?x?x?x64xbf16, strided<[?, ?, ?, 1]>>, %[[DK:[^:]*]]: memref<?x?x?x64xbf16, strided<[?, ?, ?, 1]>>, %[[DV:[^:]*]]: memref<?x?x?x64xbf16, strided<[?, ?, ?, 1]>>, %[[DBIAS:[^:]*]]: memref<1x4x?x?xbf16, strided<[?, ?, ?, 1]>>)
+// CHECK: "fmha.attention_bwd"(%{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}}, %[[LSE]], %[[BIAS]], %[[DQ]], %[[DK]], %[[DV]], %[[DBIAS]]) {bias = "elementwise", dbias = true, deterministic = false, dtype = "bf16", gqa_ratio = 1 : i64, hdim_q = 64 : i64, hdim_v = 64 : i64, mask = "causal_bottom_right", scale = 1.250000e-01 : f32, window_left = -1 : i64, window_right = -1 : i64}
+// CHECK-SAME: memref<?x?x?xf32, strided<[?, ?, 1]>>, memref<1x4x?x?xbf16, strided<[?, ?, ?, 1]>>, memref<?x?x?x64xbf16, strided<[?, ?, ?, 1]>>, memref<?x?x?x64xbf16, strided<[?, ?, ?, 1]>>, memref<?x?x?x64xbf16, strided<[?, ?, ?, 1]>>, memref<1x4x?x?xbf16, strided<[?, ?, ?, 1]>>) -> ()
+func.func @attention_bwd_bias_dbias(%q: !b64, %k: !b64, %v: !b64, %o: !b64, %do: !b64, %lse: !rows,
+                                    %bias: !bias, %dq: !b64, %dk: !b64, %dv: !b64, %dbias: !bias) {
+  "fmha.attention_bwd"(%q, %k, %v, %o, %do, %lse, %bias, %dq, %dk, %dv, %dbias) {
+      dtype = "bf16", hdim_q = 64 : i64, hdim_v = 64 : i64, gqa_ratio = 1 : i64,
+      mask = "causal_bottom_right", window_left = -1 : i64, window_right = -1 : i64,
+      scale = 0.125 : f32, bias = "elementwise", dbias = true, deterministic = false}
+      : (!b64, !b64, !b64, !b64, !b64, !rows, !bias, !b64, !b64, !b64, !bias) -> ()
+  return
+}
+
+// ALiBi slopes from an f32 [1 or B, H] tensor and their gradient; alibi_slopes is an optional spec
+// attribute, printed only when on.
+// CHECK-LABEL: func.func @attention_bwd_alibi_slopes_dbias
+// CHECK-SAME: %[[SLOPES:[^:]*]]: memref<?x?xf32, strided<[?, 1]>>, %[[DQ:[^:]*]]: {{.*}}, %[[DSLOPES:[^:]*]]: memref<?x?xf32, strided<[?, 1]>>)
+// CHECK: "fmha.attention_bwd"(%{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}}, %[[SLOPES]], %[[DQ]], %{{[^,]*}}, %{{[^,]*}}, %[[DSLOPES]]) {alibi_slopes = true, bias = "alibi", dbias = true, deterministic = false, dtype = "f16"
+// CHECK-SAME: memref<?x?x?xf32, strided<[?, ?, 1]>>, memref<?x?xf32, strided<[?, 1]>>, memref<?x?x?x64xf16, strided<[?, ?, ?, 1]>>, memref<?x?x?x64xf16, strided<[?, ?, ?, 1]>>, memref<?x?x?x64xf16, strided<[?, ?, ?, 1]>>, memref<?x?xf32, strided<[?, 1]>>) -> ()
+func.func @attention_bwd_alibi_slopes_dbias(%q: !t64, %k: !t64, %v: !t64, %o: !t64, %do: !t64, %lse: !rows,
+                                            %slopes: !slopes, %dq: !t64, %dk: !t64, %dv: !t64, %dslopes: !slopes) {
+  "fmha.attention_bwd"(%q, %k, %v, %o, %do, %lse, %slopes, %dq, %dk, %dv, %dslopes) {
+      dtype = "f16", hdim_q = 64 : i64, hdim_v = 64 : i64, gqa_ratio = 2 : i64,
+      mask = "none", window_left = -1 : i64, window_right = -1 : i64,
+      scale = 0.125 : f32, bias = "alibi", alibi_slopes = true, dbias = true, deterministic = false}
+      : (!t64, !t64, !t64, !t64, !t64, !rows, !slopes, !t64, !t64, !t64, !slopes) -> ()
+  return
+}
+
+// The stage ops with a bias: dq_dk_dv takes the bias after d and the f32 dbias accumulator last;
+// convert_grad {grad = "dbias"} rounds it into dbias.
+// CHECK-LABEL: func.func @stages_bias_dbias
+// CHECK-SAME: %[[D:[^:]*]]: memref<?x?x?xf32, strided<[?, ?, 1]>>, %[[BIAS:[^:]*]]: memref<?x?x?x?xbf16, strided<[?, ?, ?, 1]>>, %[[DQ:[^:]*]]: {{.*}}, %[[DBIAS_ACC:[^:]*]]: memref<?x?x?x?xf32, strided<[?, ?, ?, 1]>>, %[[DBIAS:[^:]*]]: memref<?x?x?x?xbf16, strided<[?, ?, ?, 1]>>)
+// CHECK: "fmha.dq_dk_dv"(%{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}}, %{{[^,]*}}, %[[D]], %[[BIAS]], %[[DQ]], %{{[^,]*}}, %{{[^,]*}}, %[[DBIAS_ACC]]) {bias = "elementwise"
+// CHECK-SAME: memref<?x?x?x?xbf16, strided<[?, ?, ?, 1]>>, memref<?x?x?x64xbf16, strided<[?, ?, ?, 1]>>, memref<?x?x?x64xf32, strided<[?, ?, ?, 1]>>, memref<?x?x?x64xf32, strided<[?, ?, ?, 1]>>, memref<?x?x?x?xf32, strided<[?, ?, ?, 1]>>) -> ()
+// CHECK: "fmha.convert_grad"(%[[DBIAS_ACC]], %[[DBIAS]]) {{{.*}}grad = "dbias"{{.*}}} : (memref<?x?x?x?xf32, strided<[?, ?, ?, 1]>>, memref<?x?x?x?xbf16, strided<[?, ?, ?, 1]>>) -> ()
+func.func @stages_bias_dbias(%q: !b64, %k: !b64, %v: !b64, %do: !b64, %lse: !rows, %d: !rows, %bias: !bdyn,
+                             %dq: !b64, %dk_acc: !acc64, %dv_acc: !acc64, %dbias_acc: !accdyn, %dbias: !bdyn) {
+  "fmha.dq_dk_dv"(%q, %k, %v, %do, %lse, %d, %bias, %dq, %dk_acc, %dv_acc, %dbias_acc) {
+      dtype = "bf16", hdim_q = 64 : i64, hdim_v = 64 : i64, gqa_ratio = 1 : i64,
+      mask = "none", window_left = -1 : i64, window_right = -1 : i64,
+      scale = 0.125 : f32, bias = "elementwise", dbias = true, deterministic = false, config = {body = "warp", wave_size = 64 : i64}}
+      : (!b64, !b64, !b64, !b64, !rows, !rows, !bdyn, !b64, !acc64, !acc64, !accdyn) -> ()
+  "fmha.convert_grad"(%dbias_acc, %dbias) {
+      dtype = "bf16", hdim_q = 64 : i64, hdim_v = 64 : i64, gqa_ratio = 1 : i64,
+      mask = "none", window_left = -1 : i64, window_right = -1 : i64,
+      scale = 0.125 : f32, bias = "elementwise", dbias = true, deterministic = false, config = {body = "warp", wave_size = 64 : i64}, grad = "dbias"}
+      : (!accdyn, !bdyn) -> ()
   return
 }
