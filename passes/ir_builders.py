@@ -59,6 +59,20 @@ def splat(value: "ir.Value", shape: list[int]) -> "ir.Value":
     return vector.broadcast(ir.VectorType.get(shape, value.type), value)
 
 
+def to_f32(value: "ir.Value") -> "ir.Value":
+    """An f16 / bf16 / f32 scalar or vector as f32 (unchanged when it already is)."""
+    shape = vector_shape(value.type)
+    f32_type = ir.VectorType.get(shape, ir.F32Type.get()) if shape else ir.F32Type.get()
+    return value if value.type == f32_type else arith.extf(f32_type, value)
+
+
+def scalar_elements(shape: list[int], *values) -> list[tuple]:
+    """The scalar elements of equally shaped values, element by element (scalars: the values themselves)."""
+    if not shape:
+        return [values]
+    return [tuple(vector.extract(v, [], [e]) for v in values) for e in range(shape[0])]
+
+
 def dims(value: "ir.Value", positions) -> list["ir.Value"]:
     """memref.dim of `value` at each of `positions`."""
     return [memref.dim(value, index(p)) for p in positions]

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from fmha_mlir.dtypes import BYTES
 from fmha_mlir.mlir import arith, ir, memref, vector
 
-from .ir_builders import f32, index, memref_type, splat, vector_shape
+from .ir_builders import f32, index, memref_type, splat, to_f32, vector_shape
 
 
 @dataclass(frozen=True)
@@ -34,7 +34,7 @@ class LaneSlice:
 
 def load_f32(buffer: "ir.Value", row: list["ir.Value"], lane_slice: LaneSlice) -> list["ir.Value"]:
     """The slice of `buffer[row..., :]` as `lane_slice.width` f32 values."""
-    loaded = _to_f32(_load(buffer, row, lane_slice))
+    loaded = to_f32(_load(buffer, row, lane_slice))
     if lane_slice.width == 1:
         return [loaded]
     return [vector.extract(loaded, [], [e]) for e in range(lane_slice.width)]
@@ -52,7 +52,7 @@ def store_from_f32(values: list["ir.Value"], buffer: "ir.Value", row: list["ir.V
 def copy_slice(source: "ir.Value", dest: "ir.Value", row: list["ir.Value"], lane_slice: LaneSlice,
                factor: float = 1.0) -> None:
     """dest[row..., slice] = factor * source[row..., slice], converted through f32 as one (vector) value."""
-    value = _to_f32(_load(source, row, lane_slice))
+    value = to_f32(_load(source, row, lane_slice))
     if factor != 1.0:
         value = arith.mulf(value, splat(f32(factor), vector_shape(value.type)))
     _store(value, dest, row, lane_slice)
@@ -77,12 +77,6 @@ def _store(value: "ir.Value", buffer: "ir.Value", row: list["ir.Value"], lane_sl
         memref.store(value, buffer, indices)
     else:
         vector.store(value, buffer, indices, alignment=_alignment(element, lane_slice.width))
-
-
-def _to_f32(value: "ir.Value") -> "ir.Value":
-    shape = vector_shape(value.type)
-    f32 = ir.VectorType.get(shape, ir.F32Type.get()) if shape else ir.F32Type.get()
-    return value if value.type == f32 else arith.extf(f32, value)
 
 
 def _from_f32(value: "ir.Value", element: "ir.Type") -> "ir.Value":

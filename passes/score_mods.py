@@ -27,7 +27,7 @@ from fmha_mlir.dialects import fmha
 from fmha_mlir.mlir import arith, ir, memref, scf, vector
 from fmha_mlir.spec import AttentionBwdSpec
 
-from .ir_builders import create_op, f32, index, splat, vector_shape
+from .ir_builders import create_op, f32, index, scalar_elements, splat, to_f32, vector_shape
 
 LOG2_E = math.log2(math.e)
 
@@ -108,13 +108,6 @@ def _broadcast_index(position: "ir.Value", buffer: "ir.Value", dim: int) -> "ir.
     return arith.minui(position, arith.subi(memref.dim(buffer, index(dim)), index(1)))
 
 
-def _each(shape: list[int], *values) -> list[tuple]:
-    """The scalar elements of equally shaped values (scalars: the values themselves)."""
-    if not shape:
-        return [values]
-    return [tuple(vector.extract(v, [], [e]) for v in values) for e in range(shape[0])]
-
-
 class ElementwiseBias(ScoreBias):
     def __init__(self, operands, batch, head, seqlen_q, seqlen_k):
         super().__init__(seqlen_q, seqlen_k)
@@ -127,10 +120,9 @@ class ElementwiseBias(ScoreBias):
         q_pos, k_pos = splat(q_pos, shape), splat(k_pos, shape)
         inside = self.inside(q_pos, k_pos, shape)
         values = []
-        for q, k, ok in _each(shape, q_pos, k_pos, inside):
+        for q, k, ok in scalar_elements(shape, q_pos, k_pos, inside):
             loaded = memref.load(self.bias, self.prefix + [arith.minui(q, last_q), arith.minui(k, last_k)])
-            values.append(arith.select(ok, arith.extf(ir.F32Type.get(), loaded) if loaded.type != ir.F32Type.get()
-                                       else loaded, f32(0.0)))
+            values.append(arith.select(ok, to_f32(loaded), f32(0.0)))
         return arith.subf(values[0] if not shape else vector.from_elements(like.type, values), lse)
 
     def grad(self, ds, q_pos, k_pos):
@@ -138,7 +130,7 @@ class ElementwiseBias(ScoreBias):
             return None
         shape = vector_shape(ds.type)
         q_pos, k_pos = splat(q_pos, shape), splat(k_pos, shape)
-        for value, q, k, ok in _each(shape, ds, q_pos, k_pos, self.inside(q_pos, k_pos, shape)):
+        for value, q, k, ok in scalar_elements(shape, ds, q_pos, k_pos, self.inside(q_pos, k_pos, shape)):
             guard = scf.IfOp(ok)
             with ir.InsertionPoint(guard.then_block):
                 fmha.AtomicAddOp.build(value, self.dbias, self.prefix + [q, k])

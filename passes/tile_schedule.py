@@ -9,10 +9,10 @@ from fmha_mlir.bodies import tiled_block_ids
 from fmha_mlir.dialects import fmha
 from fmha_mlir.dialects.fmha_types import element_type
 from fmha_mlir.kernel_config import KernelConfig
-from fmha_mlir.mlir import arith, gpu, ir, scf, vector
+from fmha_mlir.mlir import arith, gpu, ir, scf
 from fmha_mlir.spec import AttentionBwdSpec, Mask
 
-from .ir_builders import dims, index, vector_shape
+from .ir_builders import dims, index, scalar_elements, vector_shape
 from .score_mods import ScoreBias
 from .shared_tiles import LaneValues
 
@@ -67,8 +67,7 @@ class TiledKernel:
             return
         total = None
         for term in terms:
-            for element in ([term] if not vector_shape(term.type) else
-                            [vector.extract(term, [], [e]) for e in range(vector_shape(term.type)[0])]):
+            for element, in scalar_elements(vector_shape(term.type), term):
                 total = element if total is None else arith.addf(total, element)
         total = fmha.WaveReduceOp.build(total, self.config.wave_size)
         first = scf.IfOp(arith.cmpi(arith.CmpIPredicate.eq, self.lane, index(0)))

@@ -39,6 +39,7 @@ from fmha_mlir.runtime.executor import get_executor
 from fmha_mlir.runtime.runner import run_bundle
 from fmha_mlir.spec import AttentionBwdSpec, Mask
 from fmha_mlir.target import get_target
+from fmha_mlir.tolerance import GRADIENT_NAMES
 from fmha_mlir.variants import variant_matrix
 
 REALISTIC = ProblemSize(batch=2, heads_q=8, seqlen_q=1024, seqlen_k=1024)
@@ -157,7 +158,7 @@ def run(directory: Path, arch: str, body: str, report: Path, workers: int, smoke
 def write_report(path: Path, arch: str, executor: str, rows: list[dict], seconds: float, planned: int,
                  earlier: int = 0) -> None:
     worst = max((c["ratio"] for r in rows for c in r["checks"].values()), default=0.0)
-    grads = [g for g in ("dq", "dk", "dv", "dbias", "dalibi_slopes") if any(g in r["checks"] for r in rows)]
+    grads = [g for g in GRADIENT_NAMES if any(g in r["checks"] for r in rows)]
     names = [{"dq": "dQ", "dk": "dK", "dv": "dV", "dbias": "dbias", "dalibi_slopes": "d(slopes)"}[g] for g in grads]
     partial = "" if len(rows) == planned else f" (**incomplete: {len(rows)} of {planned} planned runs**)"
     lines = [f"# {arch} variant matrix on the {executor} executor", "",
