@@ -14,7 +14,7 @@ P = exp(S - lse) from lse, as the kernels do, then
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
@@ -40,6 +40,9 @@ class Gradients:
     d: np.ndarray                     # [B, Hq, Sq] rowsum(dO * O), the dot_do_o stage's result
     dbias: np.ndarray | None = None   # shaped like the bias; None without a bias
     dalibi_slopes: np.ndarray | None = None   # shaped like the ALiBi slopes; None without them
+    # Per gradient that is one long sum of cancelling terms, sum |term| per element in its shape:
+    # the summation's conditioning, which the gate's error model needs (tolerance.judge).
+    term_magnitudes: dict = field(default_factory=dict)
 
     def named(self) -> dict[str, np.ndarray]:
         """The gradients a kernel outputs, by buffer name (dbias, dalibi_slopes only when there are some)."""
@@ -295,14 +298,16 @@ def _gradients(terms: _Terms, *, scale, gqa_ratio, bias, arith: _Arithmetic, ali
     dbias = None if bias is None or alibi_slopes is not None else arith.store(
         _reduce_to_shape(terms.ds_score, np.shape(bias)))
     out = [None if g is None else arith.store(g).astype(np.float64) for g in (dq, dk, dv, dbias)]
-    dslopes = None
+    dslopes, magnitudes = None, {}
     if alibi_slopes is not None:   # d score / d slope = -distance; the slopes are f32 whatever the dtype
         distance = alibi_distance(*terms.ds_score.shape[2:]).astype(arith.acc)
         # A long reduction like dQ's: each query row's keys in chunks, then the rows, one after the other.
         rows = _sequential_sum(terms.ds_score * -distance, arith.sum_chunk)
         per_head = _sequential_sum(rows, 1 if arith.sum_chunk else None)
         dslopes = _reduce_to_shape(per_head, np.shape(alibi_slopes)).astype(np.float64)
-    return Gradients(out[0], out[1], out[2], terms.d.astype(np.float64), out[3], dslopes)
+        magnitudes["dalibi_slopes"] = _reduce_to_shape(
+            np.abs(terms.ds_score.astype(np.float64) * distance).sum(axis=(-1, -2)), np.shape(alibi_slopes))
+    return Gradients(out[0], out[1], out[2], terms.d.astype(np.float64), out[3], dslopes, magnitudes)
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -17,6 +17,22 @@ tiny:   only keeps the bound above zero where the reference happens to be exact 
 
 Every maximum is over the whole gradient tensor. A NaN or inf anywhere in a kernel output fails.
 
+One gradient is a single long sum whose terms cancel: d(slopes)[h] = sum over q, k of dS * -|distance|
+(sum_k dS = 0 in every row, so the result is ~1000x smaller than sum |term| at distances near 1000).
+Every f32 computation of such a sum has an error of the order of u * sum |term| (u = 2^-24: the
+summation's condition number times the terms' rounding), and the draw a single reference makes of it
+varies by factors of 2-5 with the order of its inner products, even with the BLAS numpy runs on (the
+same lowp reference is 3.9e-3 from the oracle on the H200 machine and 1.1e-2 here, on one problem). For
+such a gradient the model's error is the larger of the two:
+
+    max|G - oracle| <= FACTOR * max(max|lowp - oracle|, U32 * max sum|term|) + tiny
+
+sum |term| comes from the oracle (`Gradients.term_magnitudes`). It scales with the cancellation, so
+it stays far below any error a bug makes (a 1% error in d(slopes) is ~100x it at 1000-fold
+cancellation; a missing key's term is one of sum |term|'s ~10^5 parts, a missing row ~1/Sq of it).
+Measured on the H200's 112 tiled d(slopes) runs: kernel error <= 0.92 u sum |term|, the lowp draw
+0.16-1.38 of it (tools/reports/bench_notes.md).
+
 CK's backward tests (rtol = atol per dtype, seed document 002) are reported beside the gate as a second
 column (`GradCheck.ck_allowed`), for comparison with that suite; they allow 10-100x more and decide nothing.
 """
@@ -34,6 +50,8 @@ from .oracle import Gradients, is_positive_int
 FACTOR = 2.0
 # 2^-20 of the largest gradient: 8 ulps of f32, 1/1000 of a bf16 ulp.
 TINY = 2.0 ** -20
+# f32's unit roundoff: the rounding error scale of each term of a long sum (the conditioned gradients).
+U32 = 2.0 ** -24
 
 # CK's table (seed document 002): rtol = atol; bf16 above hdim 128 gets more room.
 CK_BF16_WIDE_HDIM = 128
@@ -62,6 +80,7 @@ class GradCheck:
     lowp_err: float      # max|lowp - oracle|
     scale: float         # max|oracle|
     ck_allowed: float    # CK's atol + rtol * max|oracle|: the second column, not the gate
+    sum_err: float = 0.0  # U32 * max sum|term| for a conditioned sum (d(slopes)), else 0
 
     @property
     def ratio(self) -> float:
@@ -70,8 +89,10 @@ class GradCheck:
 
     def __str__(self) -> str:
         verdict = "PASS" if self.passed else "FAIL"
+        model = (f"lowp {self.lowp_err:.3e}" if self.sum_err <= self.lowp_err
+                 else f"u sum|term| {self.sum_err:.3e} (lowp {self.lowp_err:.3e})")
         return (f"{self.name}: max|err| {self.max_abs_err:.3e} vs allowed {self.allowed:.3e} "
-                f"({FACTOR:g} x lowp {self.lowp_err:.3e} + tiny), {self.ratio:.2f} of it: {verdict}"
+                f"({FACTOR:g} x {model} + tiny), {self.ratio:.2f} of it: {verdict}"
                 f" [CK table: {self.ck_allowed:.3e}]")
 
 
@@ -91,14 +112,16 @@ def _max_abs(x: np.ndarray) -> float:
 
 
 def judge(name: str, got: np.ndarray, reference: np.ndarray, lowp: np.ndarray, dtype: str,
-          hdim: int) -> GradCheck:
-    """The gate for one gradient: float64 values of the kernel, the oracle and the lowp reference."""
+          hdim: int, term_magnitudes: np.ndarray | None = None) -> GradCheck:
+    """The gate for one gradient: float64 values of the kernel, the oracle and the lowp reference;
+    `term_magnitudes` (sum |term| per element) for a gradient that is one long cancelling sum."""
     rtol, atol = ck_tolerance(dtype, hdim)
     scale = _max_abs(reference)
     lowp_err = _max_abs(lowp - reference)
-    allowed = FACTOR * lowp_err + TINY * scale
+    sum_err = 0.0 if term_magnitudes is None else U32 * _max_abs(term_magnitudes)
+    allowed = FACTOR * max(lowp_err, sum_err) + TINY * scale
     err = _max_abs(got - reference) if np.all(np.isfinite(got)) else float("inf")
-    return GradCheck(name, err, allowed, err <= allowed, lowp_err, scale, atol + rtol * scale)
+    return GradCheck(name, err, allowed, err <= allowed, lowp_err, scale, atol + rtol * scale, sum_err)
 
 
 def check_gradients(kernel: dict, oracle: Gradients, lowp: Gradients, dtype: str, hdim: int) -> list[GradCheck]:
@@ -116,5 +139,6 @@ def check_gradients(kernel: dict, oracle: Gradients, lowp: Gradients, dtype: str
                 and np.shape(kernel[name]) != references[name].shape]
     if reasons:
         raise SpecError(reasons)
-    return [judge(name, _kernel_values(name, kernel[name], dtype), references[name], lowp_values[name], dtype, hdim)
+    return [judge(name, _kernel_values(name, kernel[name], dtype), references[name], lowp_values[name], dtype, hdim,
+                  oracle.term_magnitudes.get(name))
             for name in GRADIENT_NAMES if name in kernel]

@@ -14,7 +14,7 @@ of many, three input sets rotated so that no run finds its inputs in L2. Ours is
 autograd.grad of scaled_dot_product_attention restricted to one backend (its forward is not timed).
 TFLOP/s counts the backward as 2.5 x the forward's 4 B Hq Sq Sk D, halved for causal masks.
 
---softcap C and --bias elementwise elementwise+dbias alibi add each row with that score feature (only
+--softcap C and --bias elementwise elementwise+dbias alibi alibi+dslopes add each row with that score feature (only
 ours is timed: torch's fused backwards have none of them; the forward that makes O and the LSE is
 torch's mem-efficient one, which takes an additive bias), for the feature's speed cost.
 
@@ -56,13 +56,13 @@ class Row:
     dtype: str
     softcap: float = 0.0   # > 0: the same shape with softcap (no peer has it: only ours is timed)
     bias: str = "none"     # elementwise ([1, H, S, S], the seed's shape) or alibi (standard slopes): ours only
-    dbias: bool = False    # with an elementwise bias: also dbias
+    dbias: bool = False    # with an elementwise bias: also dbias; with ALiBi: d(slopes) of a slopes tensor
 
     @property
     def spec(self) -> AttentionBwdSpec:
         return AttentionBwdSpec(dtype=self.dtype, hdim_q=self.hdim, gqa_ratio=self.heads_q // self.heads_kv,
                                 mask=Mask("causal_top_left" if self.causal else "none"), softcap=self.softcap,
-                                bias=self.bias, dbias=self.dbias)
+                                bias=self.bias, dbias=self.dbias, alibi_slopes=self.bias == "alibi" and self.dbias)
 
     @property
     def score_features(self) -> bool:
@@ -72,7 +72,8 @@ class Row:
     @property
     def label(self) -> str:
         kv = f" Hkv{self.heads_kv}" if self.heads_kv != self.heads_q else ""
-        bias = {"none": "", "elementwise": " bias", "alibi": " alibi"}[self.bias] + (" dbias" if self.dbias else "")
+        bias = {"none": "", "elementwise": " bias", "alibi": " alibi"}[self.bias] + (
+            "" if not self.dbias else " dslopes" if self.bias == "alibi" else " dbias")
         return f"{self.dtype} B{self.batch} H{self.heads_q}{kv} S{self.seqlen} D{self.hdim}" + (
             " causal" if self.causal else "") + (f" softcap {self.softcap:g}" if self.softcap else "") + bias
 
@@ -97,7 +98,7 @@ SWEEP: dict[int, list[KernelConfig]] = {
 
 
 BIAS_VARIANTS = {"elementwise": {"bias": "elementwise"}, "elementwise+dbias": {"bias": "elementwise", "dbias": True},
-                 "alibi": {"bias": "alibi"}}
+                 "alibi": {"bias": "alibi"}, "alibi+dslopes": {"bias": "alibi", "dbias": True}}
 
 
 def bundle_dir(directory: Path, row: Row, config: KernelConfig) -> Path:
@@ -192,6 +193,12 @@ def _alibi(torch, row: Row, dtype):
 
     return torch.tensor(oracle.alibi_bias(oracle.alibi_slopes(row.heads_q), row.seqlen, row.seqlen)[None],
                         device="cuda", dtype=dtype)
+
+
+def _standard_slopes(torch, row: Row):
+    from fmha_mlir import oracle
+
+    return torch.tensor(oracle.alibi_slopes(row.heads_q)[None], device="cuda", dtype=torch.float32)
 
 
 def _forward(torch, row: Row, q, k, v, bias=None):
@@ -290,6 +297,9 @@ def _ours(torch, bundle, device, row: Row, sets, repeats: int):
             tensors["bias"] = bias
             if row.dbias:
                 tensors["dbias"] = torch.empty_like(bias)
+        elif row.spec.alibi_slopes:   # the standard slopes as a tensor, and their gradient
+            tensors["alibi_slopes"] = _standard_slopes(torch, row)
+            tensors["dalibi_slopes"] = torch.empty_like(tensors["alibi_slopes"])
         runs.append((PreparedRun(bundle, device, {n: torch_device_array(t) for n, t in tensors.items()}), tensors))
     index = [0]
 

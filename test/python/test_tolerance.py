@@ -194,3 +194,34 @@ def test_numerics_reject_a_bad_chunk():
     with pytest.raises(SpecError, match="sum_chunk"):
         Numerics(True, 0)
     assert np.all(round_to(np.array([1.0]), "f16") == 1.0)
+
+
+def test_slope_gradient_bound_follows_the_sums_conditioning():
+    """d(slopes) is one sum of cancelling terms: its model error is the larger of the lowp draw and
+    U32 * sum |dS distance| (computed here from P, dP and D independently of the oracle's backward);
+    at 20-40-fold cancellation a 0.1% error and the loss of one query row's terms still fail."""
+    from fmha_mlir.tolerance import U32
+
+    problem = problem_for("bf16", size=ProblemSize(1, 2, 6, 300), bias="alibi", alibi_slopes=True, dbias=True)
+    v, spec = problem.values, problem.spec
+    exact, lowp = problem.oracle_gradients(), problem.lowp_gradients(MATRIX_K16)
+    p = oracle.forward(v["q"], v["k"], v["v"], mask=spec.mask, scale=spec.scale, gqa_ratio=1,
+                       alibi_slopes=v["alibi_slopes"]).p
+    ds = p * (v["do"] @ np.swapaxes(v["v"], -1, -2) - np.sum(v["do"] * v["o"], axis=-1)[..., None])
+    distance = oracle.alibi_distance(6, 300)
+    magnitude = np.abs(ds * distance).sum(axis=(-1, -2)).reshape(v["alibi_slopes"].shape)
+    np.testing.assert_allclose(exact.term_magnitudes["dalibi_slopes"], magnitude, rtol=1e-6)   # P from the f32 lse
+    assert np.all(magnitude > 20 * np.abs(exact.dalibi_slopes))   # the cancellation is real
+
+    def slope_check(dslopes):
+        kernel = as_kernel_output({n: g for n, g in exact.named().items() if n != "dalibi_slopes"}, "bf16")
+        kernel["dalibi_slopes"] = dslopes
+        return problem.check(kernel, MATRIX_K16)[-1]
+
+    check = slope_check(exact.dalibi_slopes)
+    assert check.sum_err == U32 * np.max(exact.term_magnitudes["dalibi_slopes"])
+    lowp_err = np.max(np.abs(lowp.dalibi_slopes - exact.dalibi_slopes))
+    assert check.allowed == FACTOR * max(lowp_err, check.sum_err) + TINY * np.max(np.abs(exact.dalibi_slopes))
+    assert not slope_check(exact.dalibi_slopes * 1.001).passed
+    one_row = (ds * -distance)[:, :, 0].sum(axis=-1).reshape(v["alibi_slopes"].shape)
+    assert not slope_check(exact.dalibi_slopes - one_row).passed
