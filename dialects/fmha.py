@@ -244,14 +244,16 @@ class DqDkDvOp(_SpecOp):
 
 class ConvertGradOp(_SpecOp):
     """out (T) = factor * acc (f32) for the gradient named by the `grad` attribute; `factor` (f32,
-    default 1) lets a body leave a constant scale (the tiled body's softmax scale of dQ) to the convert."""
+    default 1) lets a body leave a constant scale (the tiled body's softmax scale of dQ) to the convert.
+    `partials = true` (deterministic dQ): acc is [B x n, H, S, D], n partials per batch, and out[b] =
+    factor * (acc[b n] + acc[b n + 1] + ... + acc[b n + n - 1]), summed in that order."""
 
     NAME = "fmha.convert_grad"
     OPERANDS = ("acc", "out")
 
     @classmethod
     def build(cls, spec, operands, config=None, *, grad: str | None = None, factor: float = 1.0,
-              loc=None) -> "ir.Operation":
+              partials: bool = False, loc=None) -> "ir.Operation":
         if grad not in CONVERTED_GRADS:
             raise VerifyError(f"'{cls.NAME}' needs grad= one of {', '.join(CONVERTED_GRADS)} (got {grad!r})")
         if not (math.isfinite(factor) and factor > 0):
@@ -259,7 +261,19 @@ class ConvertGradOp(_SpecOp):
         extra = {"grad": ir.StringAttr.get(grad)}
         if factor != 1.0:
             extra["factor"] = f32(factor)
+        if partials:
+            extra["partials"] = ir.BoolAttr.get(True)
         return cls._create(spec, config, operands, extra, loc)
+
+    @classmethod
+    def partials_of(cls, op) -> bool:
+        return _read_checked(cls._read_partials, op)
+
+    @classmethod
+    def _read_partials(cls, op, problems: list[str]) -> bool:
+        if "partials" not in op.attributes:
+            return False
+        return bool(read_attribute(op, "partials", "bool", problems))
 
     @classmethod
     def grad_of(cls, op) -> str:
@@ -304,6 +318,9 @@ class ConvertGradOp(_SpecOp):
             return ["grad 'dbias' needs a spec with bias = \"elementwise\" and dbias = true"]
         problems = super().problems(op)
         cls._read_factor(op, problems)
+        if cls._read_partials(op, problems) and not (cls._read_grad(op, []) == "dq" and spec is not None
+                                                      and spec.deterministic):
+            problems.append("partials = true is deterministic mode's dQ: it needs grad \"dq\" and deterministic = true")
         if not problems:
             acc, out = (ir.MemRefType(v.type) for v in op.operands)
             if not _compatible_shapes(acc, out):

@@ -115,14 +115,15 @@ class AttentionBackward:
         return self._bundles[key]
 
     def __call__(self, q, k, v, o, do, lse, *, mask: str | Mask = "none", scale: float = 0.0,
-                 dtype: str | None = None, softcap: float = 0.0, bias=None, alibi_slopes=None, dbias: bool = False):
+                 dtype: str | None = None, softcap: float = 0.0, bias=None, alibi_slopes=None, dbias: bool = False,
+                 deterministic: bool = False):
         torch_like = _is_torch(q)
         kind, bias_tensors = _bias_inputs(bias, alibi_slopes, dbias)
         spec = AttentionBwdSpec(
             dtype=_torch_dtype(q) if torch_like else infer_dtype(np.asarray(q), dtype),
             hdim_q=q.shape[-1], hdim_v=v.shape[-1], gqa_ratio=_gqa_ratio(q, k),
             mask=mask if isinstance(mask, Mask) else Mask.parse(mask), scale=scale, softcap=softcap, bias=kind,
-            dbias=dbias, alibi_slopes=alibi_slopes is not None)
+            dbias=dbias, alibi_slopes=alibi_slopes is not None, deterministic=deterministic)
         bundle, device = self.bundle(spec), self.device()
         inputs = {**dict(zip(("q", "k", "v", "o", "do", "lse"), (q, k, v, o, do, lse))), **bias_tensors}
         names = ("dq", "dk", "dv") + spec.bias_operands()[1]
@@ -140,7 +141,8 @@ class AttentionBackward:
 
 def attention_bwd(q, k, v, o, do, lse, *, mask: str | Mask = "none", scale: float = 0.0,
                   dtype: str | None = None, executor: str | None = None, arch: str | None = None,
-                  body: str = "auto", softcap: float = 0.0, bias=None, alibi_slopes=None, dbias: bool = False):
+                  body: str = "auto", softcap: float = 0.0, bias=None, alibi_slopes=None, dbias: bool = False,
+                  deterministic: bool = False):
     """dQ, dK, dV of softmax(S, masked) V for upstream gradient dO (one-shot; for repeated calls keep an
     AttentionBackward, which caches compiled bundles). S = Q K^T * scale or, with softcap C > 0,
     C tanh(Q K^T * scale / C), plus a bias:
@@ -149,10 +151,13 @@ def attention_bwd(q, k, v, o, do, lse, *, mask: str | Mask = "none", scale: floa
       inputs' dtype; with dbias=True its gradient comes fourth, in the bias's shape.
     - bias="alibi": -slope_h |i + Sk - Sq - j|, with the standard slopes 2^(-8 (h + 1) / H), or
       alibi_slopes (f32, [H] or [B, H]); with dbias=True d(slopes) comes fourth, in their shape.
+
+    deterministic=True: bitwise-reproducible gradients (the tiled body: dQ by one partial per key block,
+    summed in order; a workspace of ceil(Sk / block_n) x dQ's size in f32).
     """
     return AttentionBackward(executor=executor, arch=arch, body=body)(
         q, k, v, o, do, lse, mask=mask, scale=scale, dtype=dtype, softcap=softcap, bias=bias,
-        alibi_slopes=alibi_slopes, dbias=dbias)
+        alibi_slopes=alibi_slopes, dbias=dbias, deterministic=deterministic)
 
 
 def _bias_inputs(bias, alibi_slopes, dbias) -> tuple[str, dict]:

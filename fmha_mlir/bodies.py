@@ -47,6 +47,9 @@ class Workspace:
     dims: tuple[Expr, ...]
     zero: bool           # zero-filled before the kernels
     factor: float = 1.0  # the convert multiplies by it (a scale the body leaves out of its atomics)
+    # Deterministic mode: dims[0] holds batch x partials (one per key block, written, not added); the
+    # convert sums them in order.
+    partials: bool = False
 
 
 @dataclass(frozen=True)
@@ -86,6 +89,11 @@ class SharedTile:
 def _dims(operand: str, rank: int, last: Expr | None = None) -> tuple[Expr, ...]:
     dims = tuple(Dim(operand, i) for i in range(rank))
     return dims if last is None else dims[:-1] + (last,)
+
+
+def key_blocks(config: KernelConfig) -> Expr:
+    """The tiled body's key blocks: one work-group each (per kv head and batch)."""
+    return ceildiv(Dim("k", 2), config.block_n)
 
 
 def bias_accumulation(spec: AttentionBwdSpec) -> tuple[list[Workspace], tuple[str, ...]]:
@@ -195,7 +203,11 @@ class WarpBody(Body):
         return row_reasons(spec, config.wave_size, target.arch, self.name)
 
     def spec_reasons(self, spec, config):
-        return row_reasons(spec, config.wave_size, "", self.name)
+        out = row_reasons(spec, config.wave_size, "", self.name)
+        if spec.deterministic:
+            out.append(Reason("deterministic", "the warp body sums dK and dV over query rows by f32 atomics, in "
+                                               "any order", "use the tiled body (f16 / bf16), or deterministic=False"))
+        return out
 
     def default_config(self, spec, target):
         return KernelConfig(body="warp", wave_size=target.wave_size)
@@ -308,12 +320,18 @@ class TiledBody(Body):
         # dQ rows padded to whole query blocks: the atomics of the last block need no bounds checks.
         rows = mul(ceildiv(Dim("q", 2), config.block_m), config.block_m)
         # dQ partials are summed unscaled: the convert applies the softmax scale once per element.
+        # Deterministic: each key block writes its own partial, batch-major: [B x key blocks, H, rows, D].
+        # Without a mask every key block meets every query block and writes all of its partial: no zero
+        # fill of a workspace key blocks times dQ's size; with one, the query blocks it skips must read 0.
+        batch = mul(Dim("q", 0), key_blocks(config)) if spec.deterministic else Dim("q", 0)
+        zero = not spec.deterministic or spec.mask.kind != "none"
         return [Workspace("d", None, _dims("lse", 3), zero=False),
-                Workspace("dq_acc", "dq", _dims("q", 4)[:2] + (rows, spec.hdim_q), zero=True, factor=spec.scale)]
+                Workspace("dq_acc", "dq", (batch, Dim("q", 1), rows, spec.hdim_q), zero=zero, factor=spec.scale,
+                          partials=spec.deterministic)]
 
     def launch(self, stage, spec, config):
         if stage == "dq_dk_dv":
-            return Launch(tiled_grid(config, ceildiv(Dim("k", 2), config.block_n), Dim("k", 1), Dim("k", 0)),
+            return Launch(tiled_grid(config, key_blocks(config), Dim("k", 1), Dim("k", 0)),
                           (config.threads, 1, 1), self.shared_layout(spec, config)[-1].end)
         return _row_launch(stage, spec, config)
 

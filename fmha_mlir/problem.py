@@ -6,7 +6,7 @@ kernel reads (`Problem.tensors`) and the float64 values the oracle uses (`Proble
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -107,8 +107,7 @@ def _storage_view(values: np.ndarray, dtype: str, layout: str) -> np.ndarray:
 
 
 def _check(spec: AttentionBwdSpec, size: ProblemSize, layout: str) -> None:
-    # Deterministic mode is reserved in the compiler's spec check, but the oracle has it.
-    reasons = replace(spec, deterministic=False).reasons()
+    reasons = spec.reasons()
     if not reasons:
         reasons = size.reasons(spec)
     if layout not in LAYOUTS:

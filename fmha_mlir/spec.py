@@ -107,7 +107,7 @@ class AttentionBwdSpec:
     bias: str = "none"         # elementwise: a bias tensor added to the scores; alibi: -slope_h |q + Sk - Sq - k|
     dbias: bool = False        # also the bias's gradient: dbias (elementwise) or d(slopes) (alibi_slopes)
     alibi_slopes: bool = False  # alibi's slopes from an f32 operand [1 or batch, heads_q]; else the standard ones
-    deterministic: bool = False  # reserved for the deterministic-mode issue
+    deterministic: bool = False  # no atomics whose order can change a result (the tiled bodies: dQ partials)
     softcap: float = 0.0       # > 0: scores are softcap * tanh(scale q.k / softcap) (FlashAttention's softcap)
 
     def __post_init__(self):
@@ -133,6 +133,8 @@ class AttentionBwdSpec:
             name += "t"     # _alibit: the slopes come from a tensor
         if self.dbias:
             name += "_dbias"
+        if self.deterministic:
+            name += "_det"
         return name
 
     def bias_operands(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -165,9 +167,12 @@ class AttentionBwdSpec:
             out.append(Reason("softcap", f"must be 0 (off) or a positive f32 value, from {F32_MIN_NORMAL:.3g} to "
                                          f"{F32_MAX:.3g} (got {self.softcap!r})", "FlashAttention's models use 30 or 50"))
         out += self._bias_reasons()
-        if self.deterministic:
-            out.append(Reason("deterministic", "deterministic mode is not implemented yet",
-                              "use deterministic=False"))
+        if not isinstance(self.deterministic, bool):
+            out.append(Reason("deterministic", f"must be a bool (got {self.deterministic!r})"))
+        elif self.deterministic and self.bias_operands()[1]:
+            out.append(Reason("deterministic", f"{self.bias_operands()[1][0]} is still summed by f32 atomics in "
+                                               "any order; deterministic mode does not cover it yet",
+                              "use dbias=False, or deterministic=False"))
         return out
 
     def _bias_reasons(self) -> list[Reason]:

@@ -2,8 +2,9 @@
 
 The op's kernel config names the body; the body says which gradients accumulate in f32 workspaces
 (fmha_mlir.bodies): the warp body sums dK / dV by atomics (into the outputs for f32), the tiled body
-sums dQ by atomics into a row-padded workspace. The bias's gradient accumulates the same way for
-every body (bodies.bias_accumulation).
+sums dQ by atomics into a row-padded workspace (deterministic mode: one partial per key block, written,
+and summed in order by the convert). The bias's gradient accumulates the same way for every body
+(bodies.bias_accumulation).
 
     d = alloc [B, Hq, Sq] f32;  dot_do_o(o, do, d)
     <grad>_acc = alloc f32 (shape from the body), zero-filled; outputs the body accumulates into, zero-filled
@@ -67,7 +68,7 @@ def _decompose(op: "ir.Operation", spec: AttentionBwdSpec) -> None:
                         + [operands[n] for n in bias_inputs] + outs, config)
     for grad, workspace in accumulators.items():
         fmha.ConvertGradOp.build(spec, [allocated[workspace.name].strided, operands[grad]], config, grad=grad,
-                                 factor=workspace.factor)
+                                 factor=workspace.factor, partials=workspace.partials)
     for workspace in allocated.values():
         memref.dealloc(workspace.allocated)
 

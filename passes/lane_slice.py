@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fmha_mlir.dtypes import BYTES
-from fmha_mlir.mlir import arith, ir, memref, vector
+from fmha_mlir.mlir import arith, ir, memref, scf, vector
 
 from .ir_builders import f32, index, memref_type, splat, to_f32, vector_shape
 
@@ -53,6 +53,23 @@ def copy_slice(source: "ir.Value", dest: "ir.Value", row: list["ir.Value"], lane
                factor: float = 1.0) -> None:
     """dest[row..., slice] = factor * source[row..., slice], converted through f32 as one (vector) value."""
     value = to_f32(_load(source, row, lane_slice))
+    if factor != 1.0:
+        value = arith.mulf(value, splat(f32(factor), vector_shape(value.type)))
+    _store(value, dest, row, lane_slice)
+
+
+def copy_partial_sum(source: "ir.Value", dest: "ir.Value", row: list["ir.Value"], lane_slice: LaneSlice,
+                     factor: float = 1.0) -> None:
+    """dest[b, h, s, slice] = factor * (source[b n, h, s, slice] + ... + source[b n + n - 1, h, s, slice])
+    with n = source dim 0 / dest dim 0: the partials of deterministic mode, summed in ascending order."""
+    count = arith.divui(memref.dim(source, index(0)), memref.dim(dest, index(0)))
+    first = arith.muli(row[0], count)
+    zero = splat(f32(0.0), [lane_slice.width] if lane_slice.width > 1 else [])
+    loop = scf.ForOp(index(0), count, index(1), [zero])
+    with ir.InsertionPoint(loop.body):
+        partial = to_f32(_load(source, [arith.addi(first, loop.induction_variable)] + row[1:], lane_slice))
+        scf.yield_([arith.addf(loop.inner_iter_args[0], partial)])
+    value = loop.results[0]
     if factor != 1.0:
         value = arith.mulf(value, splat(f32(factor), vector_shape(value.type)))
     _store(value, dest, row, lane_slice)

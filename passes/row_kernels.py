@@ -17,7 +17,7 @@ from fmha_mlir.mlir import arith, gpu, ir, memref, scf
 from fmha_mlir.spec import AttentionBwdSpec
 
 from .ir_builders import index
-from .lane_slice import LaneSlice, copy_slice, load_f32
+from .lane_slice import LaneSlice, copy_partial_sum, copy_slice, load_f32
 
 
 @dataclass(frozen=True)
@@ -78,11 +78,15 @@ def dot_do_o(op: "ir.Operation", spec: AttentionBwdSpec, wave: Wave) -> None:
 
 
 def convert_grad(op: "ir.Operation", spec: AttentionBwdSpec, wave: Wave) -> None:
-    """out[b, h, s, :] = factor * acc[b, h, s, :] rounded to T (acc may have more rows: never read).
+    """out[b, h, s, :] = factor * acc[b, h, s, :] rounded to T (acc may have more rows: never read); with
+    partials, the sum of acc's partials of (b, h, s) in order (lane_slice.copy_partial_sum).
     dbias's rows are seqlen_k long (a dynamic size): the wave walks them, one element per lane a turn."""
     acc, out = op.operands
     factor = fmha.ConvertGradOp.factor_of(op)
     with _inside_rows(wave, out):
+        if fmha.ConvertGradOp.partials_of(op):
+            copy_partial_sum(acc, out, wave.indices, wave.slice_of(acc), factor)
+            return
         if fmha.ConvertGradOp.grad_of(op) != "dbias":
             copy_slice(acc, out, wave.indices, wave.slice_of(acc), factor)
             return

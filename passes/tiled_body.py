@@ -315,15 +315,15 @@ class _Kernel(TiledKernel):
                     vector.store(atom.to_element(pair), tile.flat, [arith.addi(at, pair_col)], alignment=4)
 
     def add_dq(self, dq, head, q0, tile: WarpTile) -> None:
-        """dq_acc[b, head, q0 + row, col:col + 2] += dS K: one vector<2xf32> atomic per accumulator pair
-        (adjacent columns; rows are padded; the convert applies the softmax scale)."""
+        """dq_acc[b, head, q0 + row, col:col + 2] += dS K: one vector<2xf32> atomic (deterministic: store)
+        per accumulator pair (adjacent columns; rows are padded; the convert applies the softmax scale)."""
         atom = self.atom
         for mi, row in enumerate(dq):
             for ni, c in enumerate(row):
                 col = arith.addi(arith.addi(tile.col0, index(ni * atom.n)), atom.accumulator_col())
                 for r, pair in enumerate(atom.rows_of(c)):
                     q = arith.addi(arith.addi(q0, tile.row0), arith.addi(index(mi * atom.m), atom.accumulator_row(r)))
-                    fmha.AtomicAddOp.build(pair, self.dq_acc, [self.batch, head, q, col])
+                    self.add_dq_value(pair, head, q, col)
 
     def store_grad(self, out, acc, tile: WarpTile, scale: float | None) -> None:
         """out[b, kv_head, k0 + row, col] = acc (times scale), rounded; rows past seqlen_k are not stored."""

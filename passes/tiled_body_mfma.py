@@ -256,16 +256,15 @@ class _Kernel(TiledKernel):
                     memref.store(vector.extract(rounded, [], [r]), tile, [arith.addi(key0, key), col])
 
     def add_dq(self, dq, head, q0, tile: WarpTile) -> None:
-        """dq_acc[b, head, q0 + row, col] += dS K, one f32 atomic per register (rows are padded to whole
-        query blocks; the convert applies the softmax scale)."""
+        """dq_acc[b, head, q0 + row, col] += dS K, one f32 atomic (deterministic: store) per register
+        (rows are padded to whole query blocks; the convert applies the softmax scale)."""
         atom = self.atom
         for mi, row in enumerate(dq):
             q_first = arith.addi(arith.addi(q0, tile.row0), index(mi * atom.m))
             for ni, acc in enumerate(row):
                 col = arith.addi(arith.addi(tile.col0, index(ni * atom.n)), atom.b_col)
                 for r, offset in enumerate(self.rows):
-                    fmha.AtomicAddOp.build(vector.extract(acc, [], [r]), self.dq_acc,
-                                           [self.batch, head, arith.addi(q_first, offset), col])
+                    self.add_dq_value(vector.extract(acc, [], [r]), head, arith.addi(q_first, offset), col)
 
     def store_grad(self, out, acc, tile: WarpTile, scale: float | None) -> None:
         """out[b, kv_head, k0 + row, col] = acc (times scale), rounded; rows past seqlen_k are not stored."""

@@ -18,6 +18,8 @@ TFLOP/s counts the backward as 2.5 x the forward's 4 B Hq Sq Sk D, halved for ca
 ours is timed: torch's fused backwards have none of them; the forward that makes O and the LSE is
 torch's mem-efficient one, which takes an additive bias), for the feature's speed cost.
 
+--deterministic adds each row in deterministic mode (ours only: its cost against the same row).
+
 --sweep also builds the candidate tiled configs of SWEEP for each row, so that one GPU run measures
 them all; the table in fmha_mlir/bodies.py is chosen from that run (tools/reports/bench_notes.md).
 """
@@ -57,17 +59,20 @@ class Row:
     softcap: float = 0.0   # > 0: the same shape with softcap (no peer has it: only ours is timed)
     bias: str = "none"     # elementwise ([1, H, S, S], the seed's shape) or alibi (standard slopes): ours only
     dbias: bool = False    # with an elementwise bias: also dbias; with ALiBi: d(slopes) of a slopes tensor
+    deterministic: bool = False   # dQ partials per key block, summed in order: ours only
 
     @property
     def spec(self) -> AttentionBwdSpec:
         return AttentionBwdSpec(dtype=self.dtype, hdim_q=self.hdim, gqa_ratio=self.heads_q // self.heads_kv,
                                 mask=Mask("causal_top_left" if self.causal else "none"), softcap=self.softcap,
-                                bias=self.bias, dbias=self.dbias, alibi_slopes=self.bias == "alibi" and self.dbias)
+                                bias=self.bias, dbias=self.dbias, alibi_slopes=self.bias == "alibi" and self.dbias,
+                                deterministic=self.deterministic)
 
     @property
     def score_features(self) -> bool:
-        """Rows only ours is timed on (torch's fused backwards have no softcap, bias gradient or ALiBi)."""
-        return bool(self.softcap) or self.bias != "none"
+        """Rows only ours is timed on (torch's fused backwards have no softcap, bias gradient or ALiBi; the
+        deterministic rows compare with our own non-deterministic ones)."""
+        return bool(self.softcap) or self.bias != "none" or self.deterministic
 
     @property
     def label(self) -> str:
@@ -75,7 +80,8 @@ class Row:
         bias = {"none": "", "elementwise": " bias", "alibi": " alibi"}[self.bias] + (
             "" if not self.dbias else " dslopes" if self.bias == "alibi" else " dbias")
         return f"{self.dtype} B{self.batch} H{self.heads_q}{kv} S{self.seqlen} D{self.hdim}" + (
-            " causal" if self.causal else "") + (f" softcap {self.softcap:g}" if self.softcap else "") + bias
+            " causal" if self.causal else "") + (f" softcap {self.softcap:g}" if self.softcap else "") + bias + (
+            " deterministic" if self.deterministic else "")
 
     @property
     def flops(self) -> float:
@@ -108,7 +114,8 @@ def bundle_dir(directory: Path, row: Row, config: KernelConfig) -> Path:
 def row_configs(row: Row, sweep: bool) -> list[KernelConfig]:
     default = choose_config(row.spec, get_target(ARCH), "tiled")
     extra = SWEEP.get(row.hdim, []) if sweep else []
-    return list(dict.fromkeys([default, *extra, KernelConfig(body="warp", wave_size=32)]))
+    warp = [] if row.deterministic else [KernelConfig(body="warp", wave_size=32)]   # the warp body has no such mode
+    return list(dict.fromkeys([default, *extra, *warp]))
 
 
 # -- build (here) -------------------------------------------------------------------------------------
@@ -475,6 +482,7 @@ def main(argv=None) -> int:
     p.add_argument("--ptxas", help="build: ptxas of a CUDA toolkit, for cubins and register counts")
     p.add_argument("--tag", default="", help="once: the config tag (default: the body's table entry)")
     p.add_argument("--softcap", type=float, default=0.0, help="also each row with this softcap (its speed cost)")
+    p.add_argument("--deterministic", action="store_true", help="also each row in deterministic mode (its cost)")
     p.add_argument("--bias", nargs="*", default=[], choices=BIAS_VARIANTS,
                    help="also each row with each of these biases (their speed cost)")
     args = p.parse_args(argv)
@@ -483,6 +491,8 @@ def main(argv=None) -> int:
         rows = [v for r in rows for v in (r, dataclasses.replace(r, softcap=args.softcap))]
     if args.bias:
         rows = [v for r in rows for v in (r, *(dataclasses.replace(r, **BIAS_VARIANTS[b]) for b in args.bias))]
+    if args.deterministic:
+        rows = [v for r in rows for v in (r, dataclasses.replace(r, deterministic=True))]
     if args.action == "build":
         build(args.directory, args.sweep, args.ptxas, rows)
         return 0

@@ -46,6 +46,8 @@ def _parser() -> argparse.ArgumentParser:
                       help="ALiBi's slopes from an f32 [1 or B, H] operand (default: the standard slopes)")
     spec.add_argument("--dbias", action="store_const", const=True,
                       help="also the bias's gradient: dbias, or d(slopes) with --alibi-slopes")
+    spec.add_argument("--deterministic", action="store_const", const=True,
+                      help="no atomics whose order can change a result (tiled body: dQ partials per key block)")
     parser.add_argument("--target", default="gfx942", choices=(*TARGETS, "all"))
     parser.add_argument("--body", default="auto", choices=("auto", *BODIES),
                         help="kernel body: auto takes the fastest one that supports the spec on the target")
@@ -105,14 +107,14 @@ def main(argv: list[str] | None = None) -> int:
 def _spec(args) -> AttentionBwdSpec | None:
     """The spec from the flags; None for an input file without spec flags (the IR may carry one)."""
     flags = (args.dtype, args.hdim, args.hdim_v, args.gqa, args.mask, args.scale, args.softcap, args.bias,
-             args.alibi_slopes, args.dbias)
+             args.alibi_slopes, args.dbias, args.deterministic)
     if args.input and all(flag is None for flag in flags):
         return None
     return AttentionBwdSpec(
         dtype=_given(args.dtype, "f16"), hdim_q=_given(args.hdim, 128), hdim_v=_given(args.hdim_v, 0),
         gqa_ratio=_given(args.gqa, 1), mask=Mask.parse(_given(args.mask, "none")), scale=_given(args.scale, 0.0),
         softcap=_given(args.softcap, 0.0), bias=_given(args.bias, "none"), alibi_slopes=_given(args.alibi_slopes, False),
-        dbias=_given(args.dbias, False))
+        dbias=_given(args.dbias, False), deterministic=_given(args.deterministic, False))
 
 
 def _given(value, default):

@@ -38,6 +38,8 @@ def parse_args(argv):
     p.add_argument("--alibi-slopes", action="store_true", help="ALiBi's slopes from a random f32 tensor")
     p.add_argument("--dbias", action="store_true",
                    help="also the bias's gradient: dbias, or d(slopes) (with --bias alibi: implies --alibi-slopes)")
+    p.add_argument("--deterministic", action="store_true",
+                   help="no atomics whose order can change a result (the tiled body: dQ partials per key block)")
     p.add_argument("--batch", type=int, default=2)
     p.add_argument("--heads", type=int, default=4, help="query heads")
     p.add_argument("--seqlen-q", type=int, default=37)
@@ -66,7 +68,7 @@ def main(argv=None) -> int:
         slopes = args.bias == "alibi" and (args.alibi_slopes or args.dbias)
         spec = AttentionBwdSpec(dtype=args.dtype, hdim_q=args.hdim, hdim_v=args.hdim_v, gqa_ratio=args.gqa,
                                 mask=Mask.parse(args.mask), softcap=args.softcap, bias=args.bias, dbias=args.dbias,
-                                alibi_slopes=slopes)
+                                alibi_slopes=slopes, deterministic=args.deterministic)
         size = ProblemSize(args.batch, args.heads, args.seqlen_q, args.seqlen_k)
         problem = make_problem(spec, size, seed=args.seed, layout=args.layout, broadcast=args.bias_broadcast)
         problem.oracle_gradients()
@@ -74,7 +76,8 @@ def main(argv=None) -> int:
         shapes = {n: "x".join(map(str, t.shape)) for n, t in problem.tensors.items() if n in ("bias", "alibi_slopes")}
         extras = (f" softcap {spec.softcap:g}" if spec.softcap else "") + (
             f" bias {spec.bias}" if spec.bias != "none" else "") + "".join(
-            f" {n}[{s}]" for n, s in shapes.items()) + (" +dbias" if spec.dbias else "")
+            f" {n}[{s}]" for n, s in shapes.items()) + (" +dbias" if spec.dbias else "") + (
+            " deterministic" if spec.deterministic else "")
         print(f"fmha-bwd: {spec.dtype} hdim {spec.hdim_q}x{spec.hdim_v} mask {spec.mask} gqa {spec.gqa_ratio}{extras} | "
               f"B{size.batch} Hq{size.heads_q} Hkv{size.heads_kv(spec.gqa_ratio)} Sq{size.seqlen_q} "
               f"Sk{size.seqlen_k} {args.layout}")

@@ -36,11 +36,12 @@ PACKAGE_DIRS = {"fmha_mlir": "fmha_mlir", "dialects": "fmha_mlir/dialects", "pas
 # the warp body's exact key ranges. One pytest process: the kernels compile once per mutant.
 SUBSET_FILES = ("test/python/test_interp_matrix.py", "test/python/test_interp_pipeline.py",
                 "test/python/test_interp_fmha_ops.py", "test/python/test_lowering.py", "test/python/test_interp_mfma.py",
-                "test/python/test_mfma_atom.py")
+                "test/python/test_mfma_atom.py", "test/python/test_deterministic.py")
 SUBSET_SELECTION = ("(test_interp_matrix and (d64 and g4 or (softcap or alibi or bias) and bf16 and none))"
                     " or test_interp_pipeline"
                     " or (test_interp_fmha_ops and lowered)"
-                    " or (test_lowering and key_range) or test_interp_mfma or test_mfma_atom")
+                    " or (test_lowering and key_range) or test_interp_mfma or test_mfma_atom"
+                    " or (test_deterministic and bitwise and sm_90)")
 TIMEOUT_S = 900
 
 
@@ -126,8 +127,8 @@ MUTANTS: list[Mutant] = [
                 '*shapes[0]), self.dkv, spec.scale * (0.99 if spec.dtype == "{dt}" else 1.0))',
                 TILED_DTYPES),
     *_per_dtype("tiled: dQ x0.99", TILED,
-                "fmha.AtomicAddOp.build(pair, self.dq_acc,",
-                'fmha.AtomicAddOp.build(arith.mulf(pair, splat(f32(0.99 if self.spec.dtype == "{dt}" else 1.0), [2])), self.dq_acc,',
+                "self.add_dq_value(pair, head, q, col)",
+                'self.add_dq_value(arith.mulf(pair, splat(f32(0.99 if self.spec.dtype == "{dt}" else 1.0), [2])), head, q, col)',
                 TILED_DTYPES),
     # -- the AMD matrix layouts (the interpreter reads the same table: only the second source catches it)
     Mutant("amd: MFMA accumulator row groups of the two lane halves swapped", "fmha_mlir/matrix_layouts.py",
@@ -159,8 +160,8 @@ MUTANTS: list[Mutant] = [
            "return arith.cmpi(arith.CmpIPredicate.sgt, k_last, q_last)"),
     # -- the MFMA tiled body (gfx942 / gfx950) -----------------------------------------------------------
     Mutant("mfma body: dQ x0.99 [bf16]", MFMA_BODY,
-           "fmha.AtomicAddOp.build(vector.extract(acc, [], [r]), self.dq_acc,",
-           'fmha.AtomicAddOp.build(arith.mulf(vector.extract(acc, [], [r]), f32(0.99 if self.spec.dtype == "bf16" else 1.0)), self.dq_acc,'),
+           "self.add_dq_value(vector.extract(acc, [], [r]),",
+           'self.add_dq_value(arith.mulf(vector.extract(acc, [], [r]), f32(0.99 if self.spec.dtype == "bf16" else 1.0)),'),
     Mutant("mfma body: dQ's A read along the rows of dS^T (untransposed)", MFMA_BODY,
            'lambda row, k0: atom.load_a_transposed(tiles["ds"], row, k0)', 'lambda row, k0: atom.load_a(tiles["ds"], row, k0)'),
     Mutant("mfma body: dK's B read along the rows of Q (untransposed)", MFMA_BODY,
@@ -197,6 +198,13 @@ MUTANTS: list[Mutant] = [
            "weighted = arith.mulf(ds, self._distance(q_pos, k_pos, ds))"),
     Mutant("tiled: d(slopes) summed over one lane of each wave", SCHEDULE,
            "total = fmha.WaveReduceOp.build(total, self.config.wave_size)", "total = total"),
+    # -- deterministic mode (tiled bodies: one dQ partial per key block) ------------------------------
+    Mutant("deterministic: every key block writes the batch's first partial", SCHEDULE,
+           "arith.muli(self.batch, arith.ceildivui(self.seqlen_k, index(self.bn))), self.key_block)",
+           "arith.muli(self.batch, arith.ceildivui(self.seqlen_k, index(self.bn))), index(0))"),
+    Mutant("deterministic: the convert sums one partial fewer", "passes/lane_slice.py",
+           "loop = scf.ForOp(index(0), count, index(1), [zero])",
+           "loop = scf.ForOp(index(1), count, index(1), [zero])"),
     # -- the lowered mask (the tiled body's cut tiles) -------------------------------------------------
     Mutant("mask: causal_top_left admits key q+1", LOWERING,
            'return _cmp("sle", k_pos, q_pos)', 'return _cmp("sle", k_pos, _shifted(q_pos, 1))'),
