@@ -245,8 +245,9 @@ class DqDkDvOp(_SpecOp):
 class ConvertGradOp(_SpecOp):
     """out (T) = factor * acc (f32) for the gradient named by the `grad` attribute; `factor` (f32,
     default 1) lets a body leave a constant scale (the tiled body's softmax scale of dQ) to the convert.
-    `partials = true` (deterministic dQ): acc is [B x n, H, S, D], n partials per batch, and out[b] =
-    factor * (acc[b n] + acc[b n + 1] + ... + acc[b n + n - 1]), summed in that order."""
+    `partials = true` (deterministic mode): acc's dims 0 and 1 are n0 and n1 times out's (dQ: n0 key
+    blocks per batch; dbias: B and Hq where the bias broadcasts), and out[b, h] = factor * the sum of
+    acc[b n0 + i, h n1 + j], i outer and j inner, both ascending."""
 
     NAME = "fmha.convert_grad"
     OPERANDS = ("acc", "out")
@@ -318,9 +319,10 @@ class ConvertGradOp(_SpecOp):
             return ["grad 'dbias' needs a spec with bias = \"elementwise\" and dbias = true"]
         problems = super().problems(op)
         cls._read_factor(op, problems)
-        if cls._read_partials(op, problems) and not (cls._read_grad(op, []) == "dq" and spec is not None
+        if cls._read_partials(op, problems) and not (cls._read_grad(op, []) in ("dq", "dbias") and spec is not None
                                                       and spec.deterministic):
-            problems.append("partials = true is deterministic mode's dQ: it needs grad \"dq\" and deterministic = true")
+            problems.append("partials = true is deterministic mode's: it needs grad \"dq\" or \"dbias\" and "
+                            "deterministic = true")
         if not problems:
             acc, out = (ir.MemRefType(v.type) for v in op.operands)
             if not _compatible_shapes(acc, out):

@@ -99,8 +99,13 @@ def key_blocks(config: KernelConfig) -> Expr:
 def bias_accumulation(spec: AttentionBwdSpec) -> tuple[list[Workspace], tuple[str, ...]]:
     """(workspaces, zero-filled outputs) of the bias's gradient, the same for every body: dbias sums dS
     by f32 atomics (several query heads or batches meet where the bias broadcasts) into an f32 workspace
-    of the bias's shape, converted to T (into dbias itself for f32); d(slopes) is f32: summed in place."""
+    of the bias's shape, converted to T (into dbias itself for f32); d(slopes) is f32: summed in place.
+    Deterministic: dbias_acc is [B, Hq, Sq, Sk], stored (zeroed under a mask, as dQ's partials), and the
+    convert sums the dims the bias broadcasts over in order."""
     grads = spec.bias_operands()[1]
+    if "dbias" in grads and spec.deterministic:   # one stored partial per (batch, query head)
+        dims = (Dim("q", 0), Dim("q", 1), Dim("dbias", 2), Dim("dbias", 3))
+        return [Workspace("dbias_acc", "dbias", dims, zero=spec.mask.kind != "none", partials=True)], ()
     if "dbias" in grads and spec.dtype != "f32":
         return [Workspace("dbias_acc", "dbias", _dims("dbias", 4), zero=True)], ()
     return [], grads

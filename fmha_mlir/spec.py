@@ -169,9 +169,9 @@ class AttentionBwdSpec:
         out += self._bias_reasons()
         if not isinstance(self.deterministic, bool):
             out.append(Reason("deterministic", f"must be a bool (got {self.deterministic!r})"))
-        elif self.deterministic and self.bias_operands()[1]:
-            out.append(Reason("deterministic", f"{self.bias_operands()[1][0]} is still summed by f32 atomics in "
-                                               "any order; deterministic mode does not cover it yet",
+        elif self.deterministic and "dalibi_slopes" in self.bias_operands()[1]:
+            out.append(Reason("deterministic", "d(slopes) is still summed by f32 atomics in any order; "
+                                               "deterministic mode does not cover it yet",
                               "use dbias=False, or deterministic=False"))
         return out
 

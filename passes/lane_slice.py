@@ -60,16 +60,20 @@ def copy_slice(source: "ir.Value", dest: "ir.Value", row: list["ir.Value"], lane
 
 def copy_partial_sum(source: "ir.Value", dest: "ir.Value", row: list["ir.Value"], lane_slice: LaneSlice,
                      factor: float = 1.0) -> None:
-    """dest[b, h, s, slice] = factor * (source[b n, h, s, slice] + ... + source[b n + n - 1, h, s, slice])
-    with n = source dim 0 / dest dim 0: the partials of deterministic mode, summed in ascending order."""
-    count = arith.divui(memref.dim(source, index(0)), memref.dim(dest, index(0)))
-    first = arith.muli(row[0], count)
+    """dest[b, h, s, slice] = factor * the sum of source[b n0 + i, h n1 + j, s, slice] (n0, n1: source's
+    dims 0, 1 over dest's), i outer and j inner, both ascending: deterministic mode's partials."""
+    counts = [arith.divui(memref.dim(source, index(d)), memref.dim(dest, index(d))) for d in (0, 1)]
+    firsts = [arith.muli(row[d], counts[d]) for d in (0, 1)]
     zero = splat(f32(0.0), [lane_slice.width] if lane_slice.width > 1 else [])
-    loop = scf.ForOp(index(0), count, index(1), [zero])
-    with ir.InsertionPoint(loop.body):
-        partial = to_f32(_load(source, [arith.addi(first, loop.induction_variable)] + row[1:], lane_slice))
-        scf.yield_([arith.addf(loop.inner_iter_args[0], partial)])
-    value = loop.results[0]
+    outer = scf.ForOp(index(0), counts[0], index(1), [zero])
+    with ir.InsertionPoint(outer.body):
+        inner = scf.ForOp(index(0), counts[1], index(1), [outer.inner_iter_args[0]])
+        with ir.InsertionPoint(inner.body):
+            at = [arith.addi(firsts[0], outer.induction_variable), arith.addi(firsts[1], inner.induction_variable)]
+            partial = to_f32(_load(source, at + row[2:], lane_slice))
+            scf.yield_([arith.addf(inner.inner_iter_args[0], partial)])
+        scf.yield_([inner.results[0]])
+    value = outer.results[0]
     if factor != 1.0:
         value = arith.mulf(value, splat(f32(factor), vector_shape(value.type)))
     _store(value, dest, row, lane_slice)

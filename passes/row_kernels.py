@@ -84,15 +84,13 @@ def convert_grad(op: "ir.Operation", spec: AttentionBwdSpec, wave: Wave) -> None
     acc, out = op.operands
     factor = fmha.ConvertGradOp.factor_of(op)
     with _inside_rows(wave, out):
-        if fmha.ConvertGradOp.partials_of(op):
-            copy_partial_sum(acc, out, wave.indices, wave.slice_of(acc), factor)
-            return
+        copy = copy_partial_sum if fmha.ConvertGradOp.partials_of(op) else copy_slice
         if fmha.ConvertGradOp.grad_of(op) != "dbias":
-            copy_slice(acc, out, wave.indices, wave.slice_of(acc), factor)
+            copy(acc, out, wave.indices, wave.slice_of(acc), factor)
             return
         columns = scf.ForOp(wave.lane, memref.dim(out, index(3)), index(wave.size))
         with ir.InsertionPoint(columns.body):
-            copy_slice(acc, out, wave.indices, LaneSlice(columns.induction_variable, 1), factor)
+            copy(acc, out, wave.indices, LaneSlice(columns.induction_variable, 1), factor)
             scf.yield_([])
 
 

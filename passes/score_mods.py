@@ -7,7 +7,8 @@ which is dbias itself and, times -|distance|, the slope's gradient. Positions pa
 (the tiled bodies' padded rows and keys) read a zero bias and contribute no gradient.
 
 - bias = "elementwise": bias[b', h', q, k] of a [1 or B, 1 or H, Sq, Sk] tensor (b' = min(b, dim 0 - 1):
-  a size-1 dim is broadcast), in T; dbias by f32 atomics into the same shape (bodies.bias_accumulation).
+  a size-1 dim is broadcast), in T; dbias by f32 atomics into the same shape (bodies.bias_accumulation),
+  or in deterministic mode by stores into a [B, Hq, Sq, Sk] workspace whose broadcast dims the convert sums.
 - bias = "alibi": -slope_h |q + Sk - Sq - k| (bottom-right alignment; oracle.alibi_bias), with the
   standard geometric slopes 2^(-8 (h + 1) / H) of query head h of H computed in the kernel, or read from
   an f32 [1 or B, H] tensor (alibi_slopes); d(slopes)[b', h] = sum over q, k of dS * -|distance|, summed
@@ -78,7 +79,7 @@ class ScoreBias:
         """The bias of `spec` for (batch, head) (index values), or None without one. `operands`: the
         dq_dk_dv op's operands by name (bias, dbias_out, alibi_slopes, dalibi_slopes_out)."""
         if spec.bias == "elementwise":
-            return ElementwiseBias(operands, batch, head, seqlen_q, seqlen_k)
+            return ElementwiseBias(operands, batch, head, seqlen_q, seqlen_k, spec.deterministic)
         if spec.bias == "alibi":
             return Alibi(operands, batch, head, heads_q, seqlen_q, seqlen_k)
         return None
@@ -109,10 +110,15 @@ def _broadcast_index(position: "ir.Value", buffer: "ir.Value", dim: int) -> "ir.
 
 
 class ElementwiseBias(ScoreBias):
-    def __init__(self, operands, batch, head, seqlen_q, seqlen_k):
+    def __init__(self, operands, batch, head, seqlen_q, seqlen_k, deterministic=False):
         super().__init__(seqlen_q, seqlen_k)
         self.bias, self.dbias = operands["bias"], operands.get("dbias_out")
         self.prefix = [_broadcast_index(batch, self.bias, 0), _broadcast_index(head, self.bias, 1)]
+        # Deterministic: dbias_out is [B, Hq, Sq, Sk], one partial per (batch, head), each element
+        # stored once (one work-group owns a key, one lane a (query, key)); the convert sums the
+        # broadcast dims in order.
+        self.deterministic = deterministic
+        self.grad_prefix = [batch, head] if deterministic else self.prefix
 
     def shifted(self, q_pos, k_pos, like, lse):
         shape = vector_shape(like.type)
@@ -133,7 +139,10 @@ class ElementwiseBias(ScoreBias):
         for value, q, k, ok in scalar_elements(shape, ds, q_pos, k_pos, self.inside(q_pos, k_pos, shape)):
             guard = scf.IfOp(ok)
             with ir.InsertionPoint(guard.then_block):
-                fmha.AtomicAddOp.build(value, self.dbias, self.prefix + [q, k])
+                if self.deterministic:
+                    memref.store(value, self.dbias, self.grad_prefix + [q, k])
+                else:
+                    fmha.AtomicAddOp.build(value, self.dbias, self.prefix + [q, k])
                 scf.yield_([])
         return None
 

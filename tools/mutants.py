@@ -202,9 +202,11 @@ MUTANTS: list[Mutant] = [
     Mutant("deterministic: every key block writes the batch's first partial", SCHEDULE,
            "arith.muli(self.batch, arith.ceildivui(self.seqlen_k, index(self.bn))), self.key_block)",
            "arith.muli(self.batch, arith.ceildivui(self.seqlen_k, index(self.bn))), index(0))"),
+    Mutant("deterministic: dbias stored at the bias's broadcast index", "passes/score_mods.py",
+           "self.grad_prefix = [batch, head] if deterministic else self.prefix", "self.grad_prefix = self.prefix"),
     Mutant("deterministic: the convert sums one partial fewer", "passes/lane_slice.py",
-           "loop = scf.ForOp(index(0), count, index(1), [zero])",
-           "loop = scf.ForOp(index(1), count, index(1), [zero])"),
+           "outer = scf.ForOp(index(0), counts[0], index(1), [zero])",
+           "outer = scf.ForOp(index(1), counts[0], index(1), [zero])"),
     # -- the lowered mask (the tiled body's cut tiles) -------------------------------------------------
     Mutant("mask: causal_top_left admits key q+1", LOWERING,
            'return _cmp("sle", k_pos, q_pos)', 'return _cmp("sle", k_pos, _shifted(q_pos, 1))'),

@@ -118,8 +118,8 @@ def test_builder_rejects_bad_operands_and_leaves_nothing_behind(ctx):
 
 def test_builder_rejects_an_invalid_spec(ctx):
     module, entry = _function([])
-    with ir.InsertionPoint(entry), pytest.raises(fmha.VerifyError, match="dbias is still summed by f32 atomics"):
-        fmha.DotDoOOp.build(AttentionBwdSpec(bias="elementwise", dbias=True, deterministic=True), [])
+    with ir.InsertionPoint(entry), pytest.raises(fmha.VerifyError, match=r"d\(slopes\) is still summed by f32 atomics"):
+        fmha.DotDoOOp.build(AttentionBwdSpec(bias="alibi", alibi_slopes=True, dbias=True, deterministic=True), [])
     assert len(entry.operations) == 0
 
 

@@ -294,10 +294,10 @@ func.func @dbias_without_bias(%t: memref<1x2x8x64xf16>, %l: memref<1x2x8xf32>) {
 
 // -----
 
-// deterministic mode does not cover dbias yet (its f32 atomics)
-func.func @deterministic_dbias(%t: memref<1x2x8x64xf16>, %l: memref<1x2x8xf32>) {
-  // expected-error @+1 {{deterministic: dbias is still summed by f32 atomics in any order; deterministic mode does not cover it yet (use dbias=False, or deterministic=False)}}
-  "fmha.attention_bwd"(%t, %t, %t, %t, %t, %l, %t, %t, %t) {dtype = "f16", hdim_q = 64 : i64, hdim_v = 64 : i64, gqa_ratio = 1 : i64, mask = "none", window_left = -1 : i64, window_right = -1 : i64, scale = 0.125 : f32, bias = "elementwise", dbias = true, deterministic = true}
+// deterministic mode does not cover d(slopes) yet (its f32 atomics)
+func.func @deterministic_dslopes(%t: memref<1x2x8x64xf16>, %l: memref<1x2x8xf32>) {
+  // expected-error @+1 {{deterministic: d(slopes) is still summed by f32 atomics in any order; deterministic mode does not cover it yet (use dbias=False, or deterministic=False)}}
+  "fmha.attention_bwd"(%t, %t, %t, %t, %t, %l, %t, %t, %t) {dtype = "f16", hdim_q = 64 : i64, hdim_v = 64 : i64, gqa_ratio = 1 : i64, mask = "none", window_left = -1 : i64, window_right = -1 : i64, scale = 0.125 : f32, bias = "alibi", alibi_slopes = true, dbias = true, deterministic = true}
       : (memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8xf32>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>) -> ()
   return
 }
