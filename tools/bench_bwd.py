@@ -43,6 +43,7 @@ from fmha_mlir.bodies import TILED_TABLE, choose_config
 from fmha_mlir.kernel_config import KernelConfig
 from fmha_mlir.spec import AttentionBwdSpec, Mask
 from fmha_mlir.target import get_target
+from report_files import write_report_files  # run as a script: tools/ is on sys.path
 
 ARCH = "sm_90"
 
@@ -465,8 +466,7 @@ def _write(report: Path, results: list[dict], torch) -> None:
                      f"{gate_cell} |")
         if best is not default and best:
             lines.append(f"|  (best swept config: {best['tflops']:.1f}) | | | | | | | | | |")
-    report.write_text("\n".join(lines) + "\n")
-    report.with_suffix(".json").write_text(json.dumps(results, indent=1) + "\n")
+    write_report_files(report, lines, results)
 
 
 def main(argv=None) -> int:

@@ -25,6 +25,7 @@ from fmha_mlir.bodies import choose_config
 from fmha_mlir.problem import ProblemSize, make_problem
 from fmha_mlir.spec import AttentionBwdSpec, Mask
 from fmha_mlir.target import get_target
+from report_files import write_report_files  # run as a script: tools/ is on sys.path
 
 ARCH = "sm_90"
 SIZE = ProblemSize(batch=2, heads_q=8, seqlen_q=1000, seqlen_k=1000)
@@ -86,8 +87,7 @@ def run(directory: Path, runs: int, report: Path, smoke: bool = False) -> int:
              "| feature | mode | kernel | runs | distinct results | gate |", "| --- | --- | --- | --- | --- | --- |"]
     lines += [f"| {r['feature']} | {'deterministic' if r['deterministic'] else 'default'} | {r['kernel']} | {r['runs']} | "
               f"{r['distinct']} | {r['gate']:.2f} {'PASS' if r['gate_pass'] else 'FAIL'} |" for r in rows]
-    report.write_text("\n".join(lines) + "\n")
-    report.with_suffix(".json").write_text(json.dumps(rows, indent=1) + "\n")
+    write_report_files(report, lines, rows)
     return 1 if bad else 0
 
 

@@ -28,6 +28,7 @@ from fmha_mlir.dtypes import from_storage
 from fmha_mlir.problem import ProblemSize, make_problem
 from fmha_mlir.spec import AttentionBwdSpec, Mask
 from fmha_mlir.target import get_target
+from report_files import write_report_files  # run as a script: tools/ is on sys.path
 
 ARCH = "sm_90"
 CASES = [
@@ -105,8 +106,7 @@ def run(directory: Path, report: Path) -> int:
         cells = [f"{g['max_ulps']:.2f} ulp, {g['differing']}/{g['elements']} differ; gate {g['gate_gpu']:.2f} / "
                  f"{g['gate_cpu']:.2f}" for g in (row["grads"][n] for n in ("dq", "dk", "dv"))]
         lines.append(f"| {row['case']} | {row['size']} | {row['seed']} | {' | '.join(cells)} |")
-    report.write_text("\n".join(lines) + "\n")
-    report.with_suffix(".json").write_text(json.dumps(rows, indent=1) + "\n")
+    write_report_files(report, lines, rows)
     return 1 if bad else 0
 
 

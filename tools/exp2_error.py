@@ -24,6 +24,7 @@ import numpy as np
 from fmha_mlir import oracle
 from fmha_mlir.problem import make_problem
 from gpu_matrix import job_key, jobs, problem_seed  # run as a script: tools/ is on sys.path
+from report_files import write_report_files  # run as a script: tools/ is on sys.path
 
 LOG2_E = np.float32(np.log2(np.e))
 SLOPES_MODS = {"bias": "alibi", "alibi_slopes": True, "dbias": True}
@@ -107,8 +108,7 @@ def write_report(report: Path, stats: dict, out: list[dict], matrix_name: str) -
              "| --- | --- | --- | --- | --- | --- | --- |"]
     lines += [f"| {r['key']} | {r['kernel_err']:.3e} | {r['allowed']:.3e} | {r['ratio']:.2f} | {r['ex2_share']:.3e} | "
               f"{r['ex2_share'] / r['allowed']:.2f} | {r['rounded_share']:.3e} |" for r in out]
-    report.write_text("\n".join(lines) + "\n")
-    report.with_suffix(".json").write_text(json.dumps({"sweep": stats, "rows": out}, indent=1) + "\n")
+    write_report_files(report, lines, {"sweep": stats, "rows": out})
 
 
 def main(argv=None) -> int:

@@ -41,6 +41,7 @@ from fmha_mlir.spec import AttentionBwdSpec, Mask
 from fmha_mlir.target import get_target
 from fmha_mlir.tolerance import GRADIENT_NAMES
 from fmha_mlir.variants import variant_matrix
+from report_files import write_report_files  # run as a script: tools/ is on sys.path
 
 REALISTIC = ProblemSize(batch=2, heads_q=8, seqlen_q=1024, seqlen_k=1024)
 ODD = (ProblemSize(1, 4, 77, 1000), ProblemSize(1, 4, 1000, 77))
@@ -179,8 +180,7 @@ def write_report(path: Path, arch: str, executor: str, rows: list[dict], seconds
                  if c else "-" for c in (r["checks"].get(g) for g in grads)]
         lines.append(f"| {r['kernel']} | {r['body']} | {r['size']} | {r['layout']} | {r['seed']} | "
                      f"{' | '.join(cells)} | {'PASS' if r['pass'] else 'FAIL'} |")
-    path.write_text("\n".join(lines) + "\n")
-    path.with_suffix(".json").write_text(json.dumps(rows, indent=1) + "\n")
+    write_report_files(path, lines, rows)
 
 
 def main(argv=None) -> int:
