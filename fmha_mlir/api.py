@@ -153,7 +153,8 @@ def attention_bwd(q, k, v, o, do, lse, *, mask: str | Mask = "none", scale: floa
       alibi_slopes (f32, [H] or [B, H]); with dbias=True d(slopes) comes fourth, in their shape.
 
     deterministic=True: bitwise-reproducible gradients (the tiled body: dQ by one partial per key block,
-    summed in order; a workspace of ceil(Sk / block_n) x dQ's size in f32).
+    dbias by one per batch and head, summed in order; dQ's workspace is ceil(Sk / block_n) x dQ's size
+    in f32). Not with d(slopes), and not on the warp body (f32): refused with the reason.
     """
     return AttentionBackward(executor=executor, arch=arch, body=body)(
         q, k, v, o, do, lse, mask=mask, scale=scale, dtype=dtype, softcap=softcap, bias=bias,

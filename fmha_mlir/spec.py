@@ -107,7 +107,7 @@ class AttentionBwdSpec:
     bias: str = "none"         # elementwise: a bias tensor added to the scores; alibi: -slope_h |q + Sk - Sq - k|
     dbias: bool = False        # also the bias's gradient: dbias (elementwise) or d(slopes) (alibi_slopes)
     alibi_slopes: bool = False  # alibi's slopes from an f32 operand [1 or batch, heads_q]; else the standard ones
-    deterministic: bool = False  # no atomics whose order can change a result (the tiled bodies: dQ partials)
+    deterministic: bool = False  # no atomics whose order can change a result (tiled bodies: dQ, dbias partials)
     softcap: float = 0.0       # > 0: scores are softcap * tanh(scale q.k / softcap) (FlashAttention's softcap)
 
     def __post_init__(self):

@@ -41,7 +41,7 @@ SUBSET_SELECTION = ("(test_interp_matrix and (d64 and g4 or (softcap or alibi or
                     " or test_interp_pipeline"
                     " or (test_interp_fmha_ops and lowered)"
                     " or (test_lowering and key_range) or test_interp_mfma or test_mfma_atom"
-                    " or (test_deterministic and bitwise and sm_90)")
+                    " or (test_deterministic and dbias and batch and sm_90)")
 TIMEOUT_S = 900
 
 
