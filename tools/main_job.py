@@ -12,6 +12,7 @@ import time
 from fmha_mlir.api import AttentionBackward
 from fmha_mlir.errors import FmhaError
 from fmha_mlir.problem import BIAS_BROADCASTS, LAYOUTS, ProblemSize, make_problem
+from fmha_mlir.runtime.runner import check_tensors, plan_layouts
 from fmha_mlir.spec import DTYPES, AttentionBwdSpec, Mask
 from fmha_mlir.target import TARGETS
 
@@ -95,13 +96,15 @@ def main(argv=None) -> int:
             start = time.perf_counter()
             bundle = runner.bundle(spec)
             compiled = time.perf_counter()
-            print(f"[{index}/{len(targets)}] {runner.arch}: running on {runner.device().name} ...",
-                  file=sys.stderr, flush=True)
             t = problem.tensors
+            workspace = sum(layout.span * layout.storage.itemsize for name, layout in plan_layouts(bundle, check_tensors(bundle, t)).items()
+                            if bundle.buffers[name]["role"] == "workspace")
+            print(f"[{index}/{len(targets)}] {runner.arch}: running {bundle.spec.kernel_prefix} on "
+                  f"{runner.device().name} (workspaces {workspace / 2**20:.2f} MiB) ...", file=sys.stderr, flush=True)
             bias = t["bias"] if spec.bias == "elementwise" else spec.bias
             grads = runner(t["q"], t["k"], t["v"], t["o"], t["do"], t["lse"], mask=spec.mask, dtype=spec.dtype,
                            scale=spec.scale, softcap=spec.softcap, bias=bias, alibi_slopes=t.get("alibi_slopes"),
-                           dbias=spec.dbias)
+                           dbias=spec.dbias, deterministic=spec.deterministic)
             ran = time.perf_counter()
             names = ("dq", "dk", "dv") + problem.bias_gradients
             for check in problem.check(dict(zip(names, grads)), bundle.numerics):

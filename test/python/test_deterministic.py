@@ -120,6 +120,16 @@ def test_deterministic_through_the_api_and_the_main_job(capsys):
     bundle = bwd.bundle(spec)
     assert bundle.spec.deterministic and "atomic" not in bundle.interp_ir
     assert all(c.passed for c in problem.check(dict(zip(("dq", "dk", "dv"), grads)), bundle.numerics))
-    assert main_job.main(["--target", "sm_90", "--executor", "cpu", "--dtype", "bf16", "--deterministic"]) == 0
-    assert "deterministic |" in capsys.readouterr().out
+    common = ["--target", "sm_90", "--executor", "cpu", "--dtype", "bf16", "--seqlen-k", "300"]
+    assert main_job.main(common + ["--deterministic"]) == 0
+    out, err = capsys.readouterr()
+    assert "deterministic |" in out and "_det on cpu" in err   # the deterministic plan ran
+    assert main_job.main(common) == 0
+    plain_err = capsys.readouterr().err
+
+    def workspace_mib(text):
+        return float(text.split("(workspaces ")[1].split(" MiB")[0])
+
+    # 300 keys are 3 key blocks at block_n 128: dQ's workspace holds 3 partials
+    assert workspace_mib(err) > 2 * workspace_mib(plain_err)
     assert main_job.main(["--target", "sm_90", "--executor", "cpu", "--dtype", "f32", "--deterministic"]) == 2
