@@ -91,6 +91,12 @@ def _dims(operand: str, rank: int, last: Expr | None = None) -> tuple[Expr, ...]
     return dims if last is None else dims[:-1] + (last,)
 
 
+def partials_zeroed(spec: AttentionBwdSpec) -> bool:
+    """Whether deterministic mode's stored partials (dQ's, dbias's) need a zero fill: under a mask a key
+    block skips the query blocks it cannot see; without one every partial is written whole."""
+    return spec.mask.kind != "none"
+
+
 def key_blocks(config: KernelConfig) -> Expr:
     """The tiled body's key blocks: one work-group each (per kv head and batch)."""
     return ceildiv(Dim("k", 2), config.block_n)
@@ -105,7 +111,7 @@ def bias_accumulation(spec: AttentionBwdSpec) -> tuple[list[Workspace], tuple[st
     grads = spec.bias_operands()[1]
     if "dbias" in grads and spec.deterministic:   # one stored partial per (batch, query head)
         dims = (Dim("q", 0), Dim("q", 1), Dim("dbias", 2), Dim("dbias", 3))
-        return [Workspace("dbias_acc", "dbias", dims, zero=spec.mask.kind != "none", partials=True)], ()
+        return [Workspace("dbias_acc", "dbias", dims, zero=partials_zeroed(spec), partials=True)], ()
     if "dbias" in grads and spec.dtype != "f32":
         return [Workspace("dbias_acc", "dbias", _dims("dbias", 4), zero=True)], ()
     return [], grads
@@ -326,10 +332,8 @@ class TiledBody(Body):
         rows = mul(ceildiv(Dim("q", 2), config.block_m), config.block_m)
         # dQ partials are summed unscaled: the convert applies the softmax scale once per element.
         # Deterministic: each key block writes its own partial, batch-major: [B x key blocks, H, rows, D].
-        # Without a mask every key block meets every query block and writes all of its partial: no zero
-        # fill of a workspace key blocks times dQ's size; with one, the query blocks it skips must read 0.
         batch = mul(Dim("q", 0), key_blocks(config)) if spec.deterministic else Dim("q", 0)
-        zero = not spec.deterministic or spec.mask.kind != "none"
+        zero = not spec.deterministic or partials_zeroed(spec)
         return [Workspace("d", None, _dims("lse", 3), zero=False),
                 Workspace("dq_acc", "dq", (batch, Dim("q", 1), rows, spec.hdim_q), zero=zero, factor=spec.scale,
                           partials=spec.deterministic)]

@@ -5,6 +5,7 @@ Every helper builds at the current insertion point and location (callers open
 """
 from __future__ import annotations
 
+from fmha_mlir.dialects import fmha
 from fmha_mlir.mlir import arith, ir, memref, vector
 
 
@@ -71,6 +72,18 @@ def scalar_elements(shape: list[int], *values) -> list[tuple]:
     if not shape:
         return [values]
     return [tuple(vector.extract(v, [], [e]) for v in values) for e in range(shape[0])]
+
+
+def accumulate(value: "ir.Value", buffer: "ir.Value", indices: list["ir.Value"], stored: bool) -> None:
+    """value into buffer[indices] (a vector: consecutive elements of the last index, starting at a
+    multiple of its width): added by fmha.atomic_add where several lanes meet, or stored where this lane
+    is the element's one writer (deterministic mode's partials)."""
+    if not stored:
+        fmha.AtomicAddOp.build(value, buffer, indices)
+    elif isinstance(value.type, ir.VectorType):
+        vector.store(value, buffer, indices, alignment=4 * ir.VectorType(value.type).shape[0])
+    else:
+        memref.store(value, buffer, indices)
 
 
 def dims(value: "ir.Value", positions) -> list["ir.Value"]:

@@ -28,7 +28,7 @@ from fmha_mlir.dialects import fmha
 from fmha_mlir.mlir import arith, ir, memref, scf, vector
 from fmha_mlir.spec import AttentionBwdSpec
 
-from .ir_builders import create_op, f32, index, scalar_elements, splat, to_f32, vector_shape
+from .ir_builders import accumulate, create_op, f32, index, scalar_elements, splat, to_f32, vector_shape
 
 LOG2_E = math.log2(math.e)
 
@@ -139,10 +139,7 @@ class ElementwiseBias(ScoreBias):
         for value, q, k, ok in scalar_elements(shape, ds, q_pos, k_pos, self.inside(q_pos, k_pos, shape)):
             guard = scf.IfOp(ok)
             with ir.InsertionPoint(guard.then_block):
-                if self.deterministic:
-                    memref.store(value, self.dbias, self.grad_prefix + [q, k])
-                else:
-                    fmha.AtomicAddOp.build(value, self.dbias, self.prefix + [q, k])
+                accumulate(value, self.dbias, self.grad_prefix + [q, k], stored=self.deterministic)
                 scf.yield_([])
         return None
 

@@ -9,10 +9,10 @@ from fmha_mlir.bodies import tiled_block_ids
 from fmha_mlir.dialects import fmha
 from fmha_mlir.dialects.fmha_types import element_type
 from fmha_mlir.kernel_config import KernelConfig
-from fmha_mlir.mlir import arith, gpu, ir, memref, scf, vector
+from fmha_mlir.mlir import arith, gpu, ir, scf
 from fmha_mlir.spec import AttentionBwdSpec, Mask
 
-from .ir_builders import dims, index, scalar_elements, vector_shape
+from .ir_builders import accumulate, dims, index, scalar_elements, vector_shape
 from .score_mods import ScoreBias
 from .shared_tiles import LaneValues
 
@@ -46,16 +46,10 @@ class TiledKernel:
             arith.muli(self.batch, arith.ceildivui(self.seqlen_k, index(self.bn))), self.key_block)
 
     def add_dq_value(self, value: "ir.Value", head, q, col) -> None:
-        """dQ's value (f32 or a vector of adjacent columns) at (head, q, col) for this key block: an f32
-        atomic add into dq_acc, or in deterministic mode a store into this key block's partial, which
-        no other work-group writes (each element has one owning lane)."""
-        indices = [self.dq_batch, head, q, col]
-        if not self.spec.deterministic:
-            fmha.AtomicAddOp.build(value, self.dq_acc, indices)
-        elif isinstance(value.type, ir.VectorType):   # adjacent even-aligned columns of an f32 row
-            vector.store(value, self.dq_acc, indices, alignment=4 * ir.VectorType(value.type).shape[0])
-        else:
-            memref.store(value, self.dq_acc, indices)
+        """dQ's value (f32 or a vector of adjacent, even-aligned columns) at (head, q, col) for this key
+        block: an f32 atomic add into dq_acc, or in deterministic mode a store into this key block's
+        partial, which no other work-group writes (each element has one owning lane)."""
+        accumulate(value, self.dq_acc, [self.dq_batch, head, q, col], stored=self.spec.deterministic)
 
     def make_warp_tiles(self) -> None:
         """Each warp's part of the products (hoisted): S^T / dP^T (keys x queries), dK / dV (keys x head

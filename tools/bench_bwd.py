@@ -25,7 +25,6 @@ them all; the table in fmha_mlir/bodies.py is chosen from that run (tools/report
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import platform
@@ -39,11 +38,11 @@ from pathlib import Path
 import numpy as np
 
 from fmha_mlir.api import bundle_path, torch_device_array, torch_dtype_names
-from fmha_mlir.bodies import TILED_TABLE, choose_config
+from fmha_mlir.bodies import BODIES, TILED_TABLE, choose_config
 from fmha_mlir.kernel_config import KernelConfig
 from fmha_mlir.spec import AttentionBwdSpec, Mask
 from fmha_mlir.target import get_target
-from report_files import write_report_files  # run as a script: tools/ is on sys.path
+from build_run import build_run_parser, write_report_files  # run as a script: tools/ is on sys.path
 
 ARCH = "sm_90"
 
@@ -94,6 +93,7 @@ SHAPES = [(4, 16, 16, 2048, 64), (4, 16, 16, 2048, 128), (2, 16, 16, 4096, 128),
           (1, 32, 8, 8192, 128)]
 ROWS = [Row(*shape, causal, dtype) for dtype in ("bf16", "f16") for shape in SHAPES for causal in (False, True)]
 
+WARP = KernelConfig(body="warp", wave_size=32)
 # Candidate tiled configs per head dim, measured by `build --sweep` + `run`.
 _BASE = dict(body="tiled", wave_size=32, instruction="mma.m16n8k16", swizzle="xor")
 SWEEP: dict[int, list[KernelConfig]] = {
@@ -115,7 +115,7 @@ def bundle_dir(directory: Path, row: Row, config: KernelConfig) -> Path:
 def row_configs(row: Row, sweep: bool) -> list[KernelConfig]:
     default = choose_config(row.spec, get_target(ARCH), "tiled")
     extra = SWEEP.get(row.hdim, []) if sweep else []
-    warp = [] if row.deterministic else [KernelConfig(body="warp", wave_size=32)]   # the warp body has no such mode
+    warp = [] if BODIES["warp"].spec_reasons(row.spec, WARP) else [WARP]   # e.g. deterministic mode: no warp body
     return list(dict.fromkeys([default, *extra, *warp]))
 
 
@@ -470,11 +470,8 @@ def _write(report: Path, results: list[dict], torch) -> None:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("action", choices=("build", "run", "once"),
-                   help="once: one backward of the first matching row with config --tag (for a profiler)")
-    p.add_argument("directory", type=Path)
-    p.add_argument("--report", type=Path, default=Path("bench_report.md"))
+    p = build_run_parser(__doc__, "bench_report.md", ("build", "run", "once"),
+                         "once: one backward of the first matching row with config --tag (for a profiler)")
     p.add_argument("--repeats", type=int, default=20)
     p.add_argument("--sweep", action="store_true", help="also the candidate configs of SWEEP")
     p.add_argument("--rows", default="", help="only rows whose label contains this text")

@@ -13,7 +13,6 @@ also put to the gate against the float64 oracle.
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import hashlib
 import json
@@ -25,7 +24,7 @@ from fmha_mlir.bodies import choose_config
 from fmha_mlir.problem import ProblemSize, make_problem
 from fmha_mlir.spec import AttentionBwdSpec, Mask
 from fmha_mlir.target import get_target
-from report_files import write_report_files  # run as a script: tools/ is on sys.path
+from build_run import build_run_parser, write_report_files  # run as a script: tools/ is on sys.path
 
 ARCH = "sm_90"
 SIZE = ProblemSize(batch=2, heads_q=8, seqlen_q=1000, seqlen_k=1000)
@@ -92,11 +91,8 @@ def run(directory: Path, runs: int, report: Path, smoke: bool = False) -> int:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("action", choices=("build", "run"))
-    p.add_argument("directory", type=Path)
+    p = build_run_parser(__doc__, "determinism.md")
     p.add_argument("--runs", type=int, default=1000)
-    p.add_argument("--report", type=Path, default=Path("determinism.md"))
     p.add_argument("--smoke", action="store_true", help="the CPU interpreter (random atomic order), a small problem")
     args = p.parse_args(argv)
     if args.action == "build":

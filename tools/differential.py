@@ -14,7 +14,6 @@ of both against the float64 oracle.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import zlib
@@ -28,7 +27,7 @@ from fmha_mlir.dtypes import from_storage
 from fmha_mlir.problem import ProblemSize, make_problem
 from fmha_mlir.spec import AttentionBwdSpec, Mask
 from fmha_mlir.target import get_target
-from report_files import write_report_files  # run as a script: tools/ is on sys.path
+from build_run import build_run_parser, write_report_files  # run as a script: tools/ is on sys.path
 
 ARCH = "sm_90"
 CASES = [
@@ -111,10 +110,7 @@ def run(directory: Path, report: Path) -> int:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("action", choices=("build", "run"))
-    p.add_argument("directory", type=Path)
-    p.add_argument("--report", type=Path, default=Path("differential.md"))
+    p = build_run_parser(__doc__, "differential.md")
     args = p.parse_args(argv)
     if args.action == "build":
         build(args.directory)

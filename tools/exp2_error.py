@@ -24,7 +24,7 @@ import numpy as np
 from fmha_mlir import oracle
 from fmha_mlir.problem import make_problem
 from gpu_matrix import job_key, jobs, problem_seed  # run as a script: tools/ is on sys.path
-from report_files import write_report_files  # run as a script: tools/ is on sys.path
+from build_run import write_report_files  # run as a script: tools/ is on sys.path
 
 LOG2_E = np.float32(np.log2(np.e))
 SLOPES_MODS = {"bias": "alibi", "alibi_slopes": True, "dbias": True}

@@ -20,7 +20,6 @@ column. The oracle (float64 NumPy) runs in worker processes while the GPU runs t
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import platform
@@ -41,7 +40,7 @@ from fmha_mlir.spec import AttentionBwdSpec, Mask
 from fmha_mlir.target import get_target
 from fmha_mlir.tolerance import GRADIENT_NAMES
 from fmha_mlir.variants import variant_matrix
-from report_files import write_report_files  # run as a script: tools/ is on sys.path
+from build_run import build_run_parser, write_report_files  # run as a script: tools/ is on sys.path
 
 REALISTIC = ProblemSize(batch=2, heads_q=8, seqlen_q=1024, seqlen_k=1024)
 ODD = (ProblemSize(1, 4, 77, 1000), ProblemSize(1, 4, 1000, 77))
@@ -184,12 +183,9 @@ def write_report(path: Path, arch: str, executor: str, rows: list[dict], seconds
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("action", choices=("build", "run"))
-    p.add_argument("directory", type=Path)
+    p = build_run_parser(__doc__, "matrix_report.md")
     p.add_argument("--arch", default="sm_90")
     p.add_argument("--body", default="auto", choices=("auto", "warp", "tiled"))
-    p.add_argument("--report", type=Path, default=Path("matrix_report.md"))
     p.add_argument("--jobs", type=int, default=8, help="oracle worker processes")
     p.add_argument("--smoke", action="store_true", help="tiny sizes (a dry run of the tool on the CPU)")
     p.add_argument("--resume", action="store_true",
