@@ -149,9 +149,14 @@ class _SpecOp:
         return cls.OPERANDS
 
     @classmethod
+    def names_of(cls, op, spec: AttentionBwdSpec) -> tuple[str, ...]:
+        """The operands of this op: operand_names(spec), unless an attribute of the op adds one."""
+        return cls.operand_names(spec)
+
+    @classmethod
     def named_operands(cls, op, spec: AttentionBwdSpec) -> dict[str, "ir.Value"]:
-        """The op's operands by name (operand_names(spec)); the op is verified, so the count is right."""
-        return dict(zip(cls.operand_names(spec), _operation(op).operands))
+        """The op's operands by name (names_of); the op is verified, so the count is right."""
+        return dict(zip(cls.names_of(op, spec), _operation(op).operands))
 
     @classmethod
     def build(cls, spec: AttentionBwdSpec, operands: Sequence["ir.Value"], config: KernelConfig | None = None, *,
@@ -172,7 +177,7 @@ class _SpecOp:
     @classmethod
     def operand(cls, op, name: str) -> "ir.Value":
         """The operand called `name` (one of operand_names of the op's spec)."""
-        names = cls.operand_names(spec_from_op(op))
+        names = cls.names_of(op, spec_from_op(op))
         if name not in names:
             raise VerifyError(f"'{cls.NAME}' has no operand {name!r}; its operands: {', '.join(names)}")
         return _operation(op).operands[names.index(name)]
@@ -184,7 +189,7 @@ class _SpecOp:
     @classmethod
     def operand_kinds(cls, op: "ir.Operation", spec: AttentionBwdSpec) -> dict[str, TensorKind]:
         kinds = tensor_kinds(spec)
-        return {name: kinds[name] for name in cls.operand_names(spec)}
+        return {name: kinds[name] for name in cls.names_of(op, spec)}
 
     @classmethod
     def problems(cls, op: "ir.Operation") -> list[str]:
@@ -198,7 +203,7 @@ class _SpecOp:
         if len(op.results):
             problems.append(f"must have no results, got {len(op.results)}")
         operands = list(op.operands)
-        names = cls.operand_names(spec) if spec is not None else cls.OPERANDS
+        names = cls.names_of(op, spec) if spec is not None else cls.OPERANDS
         if len(operands) != len(names):
             problems.append(f"takes {len(names)} operands ({', '.join(names)}), got {len(operands)}")
         elif spec is not None and not problems:
@@ -247,10 +252,17 @@ class ConvertGradOp(_SpecOp):
     default 1) lets a body leave a constant scale (the tiled body's softmax scale of dQ) to the convert.
     `partials = true` (deterministic mode): acc's dims 0 and 1 are n0 and n1 times out's (dQ: n0 key
     blocks per batch; dbias: B and Hq where the bias broadcasts), and out[b, h] = factor * the sum of
-    acc[b n0 + i, h n1 + j], i outer and j inner, both ascending."""
+    acc[b n0 + i, h n1 + j], i outer and j inner, both ascending. dQ's partials take k as a third
+    operand: a row sums only the key blocks that visit its query block (config's block_m, block_n and
+    the mask; the mask's offset needs seqlen_k), the only partials the tiled body writes."""
 
     NAME = "fmha.convert_grad"
     OPERANDS = ("acc", "out")
+
+    @classmethod
+    def names_of(cls, op, spec):
+        partial_dq = cls._read_partials(op, []) and cls._read_grad(op, []) == "dq"
+        return cls.OPERANDS + ("k",) if partial_dq else cls.OPERANDS
 
     @classmethod
     def build(cls, spec, operands, config=None, *, grad: str | None = None, factor: float = 1.0,
@@ -305,8 +317,9 @@ class ConvertGradOp(_SpecOp):
     @classmethod
     def operand_kinds(cls, op, spec):
         grad = cls._read_grad(op, [])
-        like = tensor_kinds(spec)[grad]
-        return {"acc": TensorKind(like.rank, ("f32",), like.hdim), "out": like}
+        kinds = tensor_kinds(spec)
+        like = kinds[grad]
+        return {"acc": TensorKind(like.rank, ("f32",), like.hdim), "out": like, "k": kinds["k"]}
 
     @classmethod
     def problems(cls, op) -> list[str]:
@@ -324,7 +337,7 @@ class ConvertGradOp(_SpecOp):
             problems.append("partials = true is deterministic mode's: it needs grad \"dq\" or \"dbias\" and "
                             "deterministic = true")
         if not problems:
-            acc, out = (ir.MemRefType(v.type) for v in op.operands)
+            acc, out = (ir.MemRefType(v.type) for v in list(op.operands)[:2])
             if not _compatible_shapes(acc, out):
                 problems.append(f"operands 'acc' and 'out' must have the same shape, got {acc} and {out}")
         return problems

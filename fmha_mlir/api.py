@@ -117,6 +117,7 @@ class AttentionBackward:
     def __call__(self, q, k, v, o, do, lse, *, mask: str | Mask = "none", scale: float = 0.0,
                  dtype: str | None = None, softcap: float = 0.0, bias=None, alibi_slopes=None, dbias: bool = False,
                  deterministic: bool = False):
+        _check_arrays(q=q, k=k, v=v, o=o, do=do, lse=lse)
         torch_like = _is_torch(q)
         kind, bias_tensors = _bias_inputs(bias, alibi_slopes, dbias)
         spec = AttentionBwdSpec(
@@ -202,6 +203,21 @@ def torch_device_array(t) -> DeviceArray:
     """A torch CUDA tensor as the runtime's DeviceArray (same memory, strides in bytes; kept alive)."""
     return DeviceArray(t.data_ptr(), tuple(t.shape), tuple(s * t.element_size() for s in t.stride()),
                        STORAGE[_torch_dtype(t)], owner=t)
+
+
+def _check_arrays(**arrays) -> None:
+    """Each input is an array (NumPy or torch) of its rank: [B, H, S, D], lse [B, H, S]."""
+    reasons = []
+    for name, array in arrays.items():
+        rank = 3 if name == "lse" else 4
+        if not (hasattr(array, "shape") and hasattr(array, "dtype")):
+            reasons.append(Reason(name, f"must be a NumPy array or a torch tensor (got {type(array).__name__})",
+                                  "pass np.asarray(...) of the right dtype"))
+        elif len(array.shape) != rank:
+            layout = "[batch, heads, seq]" if rank == 3 else "[batch, heads, seq, dim]"
+            reasons.append(Reason(name, f"has shape {tuple(array.shape)}; it must be {layout}"))
+    if reasons:
+        raise SpecError(reasons)
 
 
 def _gqa_ratio(q, k) -> int:

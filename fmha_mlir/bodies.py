@@ -92,8 +92,9 @@ def _dims(operand: str, rank: int, last: Expr | None = None) -> tuple[Expr, ...]
 
 
 def partials_zeroed(spec: AttentionBwdSpec) -> bool:
-    """Whether deterministic mode's stored partials (dQ's, dbias's) need a zero fill: under a mask a key
-    block skips the query blocks it cannot see; without one every partial is written whole."""
+    """Whether deterministic mode's stored dbias partials need a zero fill: under a mask a key block
+    skips the query blocks it cannot see; without one every partial is written whole. (dQ's convert
+    reads only the key blocks that visit a row's query block, so its partials never need one.)"""
     return spec.mask.kind != "none"
 
 
@@ -333,7 +334,7 @@ class TiledBody(Body):
         # dQ partials are summed unscaled: the convert applies the softmax scale once per element.
         # Deterministic: each key block writes its own partial, batch-major: [B x key blocks, H, rows, D].
         batch = mul(Dim("q", 0), key_blocks(config)) if spec.deterministic else Dim("q", 0)
-        zero = not spec.deterministic or partials_zeroed(spec)
+        zero = not spec.deterministic   # the convert reads only the partials written (key_block_range)
         return [Workspace("d", None, _dims("lse", 3), zero=False),
                 Workspace("dq_acc", "dq", (batch, Dim("q", 1), rows, spec.hdim_q), zero=zero, factor=spec.scale,
                           partials=spec.deterministic)]

@@ -24,6 +24,12 @@ QK_STD = 1.0
 VALUE_STD = 0.5   # v, dO and an elementwise bias
 
 
+# The oracle keeps about this many [B, Hq, Sq, Sk] float64 matrices alive at once; problems whose
+# matrices would pass the limit are refused before any is allocated (MemoryError is no message).
+ORACLE_MATRICES = 8
+ORACLE_BYTES_LIMIT = 16 * 2**30
+
+
 @dataclass(frozen=True)
 class ProblemSize:
     """Runtime sizes of one problem; heads_kv follows from the spec's gqa_ratio."""
@@ -43,7 +49,16 @@ class ProblemSize:
         if not out and self.heads_q % spec.gqa_ratio:
             out.append(Reason("heads_q", f"{self.heads_q} query heads are not a multiple of gqa_ratio "
                                          f"{spec.gqa_ratio}", f"use a multiple of {spec.gqa_ratio}"))
+        if not out and self.oracle_bytes() > ORACLE_BYTES_LIMIT:
+            out.append(Reason("size", f"B{self.batch} Hq{self.heads_q} Sq{self.seqlen_q} Sk{self.seqlen_k}: the "
+                                      f"float64 oracle would hold ~{self.oracle_bytes() / 2**30:.0f} GiB of score "
+                                      f"matrices (the limit is {ORACLE_BYTES_LIMIT // 2**30} GiB)",
+                              "use smaller sizes (a problem is checked against a float64 oracle on the host)"))
         return out
+
+    def oracle_bytes(self) -> int:
+        """What the oracle's [B, Hq, Sq, Sk] float64 matrices take (scores, P, dP, dS and temporaries)."""
+        return ORACLE_MATRICES * 8 * self.batch * self.heads_q * self.seqlen_q * self.seqlen_k
 
 
 @dataclass(frozen=True, eq=False)
@@ -130,6 +145,8 @@ def make_problem(spec: AttentionBwdSpec, size: ProblemSize, seed: int = 0, layou
     `broadcast`s (BIAS_BROADCASTS; the default is the seed's [H, Sq, Sk]); a slopes tensor (alibi_slopes)
     is [1, H] or, with broadcast "none", [B, H] f32, drawn around the standard slopes."""
     _check(spec, size, layout)
+    if not (isinstance(seed, int) and not isinstance(seed, bool) and seed >= 0):   # numpy's generators need it
+        raise SpecError([Reason("seed", f"must be an integer >= 0 (got {seed!r})")])
     allowed = SLOPES_BROADCASTS if spec.alibi_slopes else BIAS_BROADCASTS
     if broadcast not in allowed:
         raise SpecError([Reason("broadcast", f"unknown broadcast {broadcast!r}", f"use one of {', '.join(allowed)}")])

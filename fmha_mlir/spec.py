@@ -7,6 +7,8 @@ is built (MLIR aborts the process on some invalid inputs, so nothing unchecked m
 from __future__ import annotations
 
 import math
+import numbers
+import struct
 from dataclasses import dataclass, field
 
 from .errors import Reason, SpecError
@@ -45,9 +47,12 @@ class Mask:
     @staticmethod
     def parse(text: str) -> "Mask":
         """'none', 'top_left', 'bottom_right' (and their long names) or 'window:LEFT,RIGHT'."""
-        text = text.strip()
-        if text.startswith(("window", "sliding_window")):
-            _, _, sizes = text.partition(":")
+        text = text.strip() if isinstance(text, str) else text
+        if not isinstance(text, str):
+            raise SpecError([Reason("mask", f"must be a mask name or a Mask (got {type(text).__name__} {text!r})",
+                                    "use none, top_left, bottom_right or window:LEFT,RIGHT")])
+        kind, colon, sizes = text.partition(":")
+        if colon and kind in ("window", "sliding_window"):
             try:
                 left, right = (int(s) for s in sizes.split(","))
             except ValueError:
@@ -111,6 +116,10 @@ class AttentionBwdSpec:
     softcap: float = 0.0       # > 0: scores are softcap * tanh(scale q.k / softcap) (FlashAttention's softcap)
 
     def __post_init__(self):
+        for name in ("scale", "softcap"):   # NumPy and other real scalars (np.float32(0.125)) as Python floats
+            value = getattr(self, name)
+            if isinstance(value, numbers.Real) and not isinstance(value, (bool, int, float)):
+                object.__setattr__(self, name, float(value))
         if self.hdim_v == 0:
             object.__setattr__(self, "hdim_v", self.hdim_q)
         if self.scale == 0.0 and isinstance(self.hdim_q, int) and self.hdim_q > 0:
@@ -122,7 +131,7 @@ class AttentionBwdSpec:
         mask = {"none": "nomask", "causal_top_left": "tl", "causal_bottom_right": "br"}.get(
             self.mask.kind, f"win{self.mask.window_left}_{self.mask.window_right}".replace("-", "m"))
         name = f"fmha_bwd_{self.dtype}_d{self.hdim_q}x{self.hdim_v}_g{self.gqa_ratio}_{mask}"
-        if not math.isclose(self.scale, 1.0 / math.sqrt(self.hdim_q), rel_tol=1e-6):  # attributes hold f32
+        if _f32(self.scale) != _f32(1.0 / math.sqrt(self.hdim_q)):   # attributes hold f32
             # The scale is compiled in: a non-default one must give distinct symbols.
             name += "_s" + _symbol_number(self.scale)
         if self.softcap:
@@ -199,6 +208,14 @@ class AttentionBwdSpec:
             raise SpecError(reasons)
 
 
+def _f32(value: float) -> float:
+    """`value` rounded to f32, as the IR's attributes hold it."""
+    return struct.unpack("f", struct.pack("f", value))[0]
+
+
 def _symbol_number(value: float) -> str:
-    """A float as it may appear in a symbol: 6 significant digits, '.' -> 'p', '-' -> 'm'."""
-    return f"{value:.6g}".replace(".", "p").replace("-", "m").replace("+", "")
+    """A float as it may appear in a symbol: its f32 value in the fewest digits that tell it from every
+    other f32 (two specs whose compiled values differ get distinct symbols), '.' -> 'p', '-' -> 'm'."""
+    rounded = _f32(value)
+    digits = next(d for d in range(6, 10) if _f32(float(f"{rounded:.{d}g}")) == rounded)
+    return f"{rounded:.{digits}g}".replace(".", "p").replace("-", "m").replace("+", "")

@@ -67,7 +67,9 @@ def _decompose(op: "ir.Operation", spec: AttentionBwdSpec) -> None:
     fmha.DqDkDvOp.build(spec, [operands[n] for n in ("q", "k", "v", "do", "lse")] + [allocated["d"].strided]
                         + [operands[n] for n in bias_inputs] + outs, config)
     for grad, workspace in accumulators.items():
-        fmha.ConvertGradOp.build(spec, [allocated[workspace.name].strided, operands[grad]], config, grad=grad,
+        by_key_block = workspace.partials and grad == "dq"   # the convert reads only the partials written
+        fmha.ConvertGradOp.build(spec, [allocated[workspace.name].strided, operands[grad]]
+                                 + ([operands["k"]] if by_key_block else []), config, grad=grad,
                                  factor=workspace.factor, partials=workspace.partials)
     for workspace in allocated.values():
         memref.dealloc(workspace.allocated)

@@ -14,13 +14,14 @@ from typing import ClassVar
 
 from fmha_mlir.mlir import ir
 
-from .base import FmhaPass
+from .base import FmhaPass, PassFailure
 from .ir_builders import collect_ops, enclosing_op
 
 # llvm dialect enum values, stored as i64 attributes (see TOOLCHAIN.md, "Float atomics").
 ATOMIC_BIN_OP_FADD = 11
 ATOMIC_ORDERING_MONOTONIC = 2
 SYNC_SCOPES = {"amd": "agent", "nvidia": "device"}
+TARGET_ATTRIBUTES = {"amd": "#rocdl.target", "nvidia": "#nvvm.target"}
 NO_FINE_GRAINED_MEMORY = "rocdl.no_fine_grained_memory"
 
 
@@ -37,11 +38,25 @@ class HardwareAtomics(FmhaPass):
 
     def run_on_module(self, module: "ir.Operation") -> None:
         i64 = ir.IntegerType.get_signless(64, context=module.context)
+        for gpu_module in collect_ops(module, ["gpu.module"]):
+            self._check_target(gpu_module)
         for op in float_atomic_adds(module):
             op.attributes["ordering"] = ir.IntegerAttr.get(i64, ATOMIC_ORDERING_MONOTONIC)
             op.attributes["syncscope"] = ir.StringAttr.get(SYNC_SCOPES[self.target], context=module.context)
             if self.target == "amd":
                 op.attributes[NO_FINE_GRAINED_MEMORY] = ir.UnitAttr.get(module.context)
+
+
+    def _check_target(self, gpu_module: "ir.Operation") -> None:
+        """The other vendor's scope and attributes do not exist on this module's chip: LLVM would die on
+        them (AMD's backend fatally, NVIDIA's with an error it prints while going on)."""
+        if "targets" not in gpu_module.attributes:
+            return
+        targets = str(gpu_module.attributes["targets"])
+        other = next(t for t in SYNC_SCOPES if t != self.target)
+        if TARGET_ATTRIBUTES[other] in targets and TARGET_ATTRIBUTES[self.target] not in targets:
+            raise PassFailure(f"fmha-hardware-atomics{{target={self.target}}} on a gpu.module for "
+                              f"{TARGET_ATTRIBUTES[other]}: use target={other}", gpu_module)
 
 
 def float_atomic_adds(module: "ir.Operation") -> list["ir.Operation"]:

@@ -2,7 +2,9 @@
 
 Values are handed out as E scalar f32 values (the body computes in f32 whatever the storage type).
 A slice is one `vector.load` / `vector.store` of E elements, or a scalar `memref.load` / `store`
-when E = 1. The vector accesses claim E-element alignment: the head dim is contiguous and a multiple
+when E = 1; an E that is not a power of two (hdim 320 on a wave of 64: E = 5) is moved as
+power-of-two pieces (4 + 1), because AMDGPU's instruction selection cannot widen a vector<5 x f16>
+load (LLVM asserts "Unsupported extload!"). The vector accesses claim E-element alignment: the head dim is contiguous and a multiple
 of E, so every dense layout (BHSD, BSHD, ...) keeps each slice aligned; strides that are not a
 multiple of E are outside the kernels' contract.
 """
@@ -13,7 +15,7 @@ from dataclasses import dataclass
 from fmha_mlir.dtypes import BYTES
 from fmha_mlir.mlir import arith, ir, memref, scf, vector
 
-from .ir_builders import f32, index, memref_type, splat, to_f32, vector_shape
+from .ir_builders import f32, index, memref_type, scalar_elements, splat, to_f32, vector_shape
 
 
 @dataclass(frozen=True)
@@ -34,7 +36,7 @@ class LaneSlice:
 
 def load_f32(buffer: "ir.Value", row: list["ir.Value"], lane_slice: LaneSlice) -> list["ir.Value"]:
     """The slice of `buffer[row..., :]` as `lane_slice.width` f32 values."""
-    loaded = to_f32(_load(buffer, row, lane_slice))
+    loaded = _load_f32(buffer, row, lane_slice)
     if lane_slice.width == 1:
         return [loaded]
     return [vector.extract(loaded, [], [e]) for e in range(lane_slice.width)]
@@ -52,25 +54,27 @@ def store_from_f32(values: list["ir.Value"], buffer: "ir.Value", row: list["ir.V
 def copy_slice(source: "ir.Value", dest: "ir.Value", row: list["ir.Value"], lane_slice: LaneSlice,
                factor: float = 1.0) -> None:
     """dest[row..., slice] = factor * source[row..., slice], converted through f32 as one (vector) value."""
-    value = to_f32(_load(source, row, lane_slice))
+    value = _load_f32(source, row, lane_slice)
     if factor != 1.0:
         value = arith.mulf(value, splat(f32(factor), vector_shape(value.type)))
     _store(value, dest, row, lane_slice)
 
 
 def copy_partial_sum(source: "ir.Value", dest: "ir.Value", row: list["ir.Value"], lane_slice: LaneSlice,
-                     factor: float = 1.0) -> None:
+                     factor: float = 1.0, outer_range=None) -> None:
     """dest[b, h, s, slice] = factor * the sum of source[b n0 + i, h n1 + j, s, slice] (n0, n1: source's
-    dims 0, 1 over dest's), i outer and j inner, both ascending: deterministic mode's partials."""
+    dims 0, 1 over dest's), i outer and j inner, both ascending: deterministic mode's partials.
+    outer_range: (lo, hi) of the i that were written (the others are never read); default [0, n0)."""
     counts = [arith.divui(memref.dim(source, index(d)), memref.dim(dest, index(d))) for d in (0, 1)]
     firsts = [arith.muli(row[d], counts[d]) for d in (0, 1)]
     zero = splat(f32(0.0), [lane_slice.width] if lane_slice.width > 1 else [])
-    outer = scf.ForOp(index(0), counts[0], index(1), [zero])
+    lo, hi = outer_range or (index(0), counts[0])
+    outer = scf.ForOp(lo, hi, index(1), [zero])
     with ir.InsertionPoint(outer.body):
         inner = scf.ForOp(index(0), counts[1], index(1), [outer.inner_iter_args[0]])
         with ir.InsertionPoint(inner.body):
             at = [arith.addi(firsts[0], outer.induction_variable), arith.addi(firsts[1], inner.induction_variable)]
-            partial = to_f32(_load(source, at + row[2:], lane_slice))
+            partial = _load_f32(source, at + row[2:], lane_slice)
             scf.yield_([arith.addf(inner.inner_iter_args[0], partial)])
         scf.yield_([inner.results[0]])
     value = outer.results[0]
@@ -79,25 +83,53 @@ def copy_partial_sum(source: "ir.Value", dest: "ir.Value", row: list["ir.Value"]
     _store(value, dest, row, lane_slice)
 
 
-def _load(buffer: "ir.Value", row: list["ir.Value"], lane_slice: LaneSlice) -> "ir.Value":
-    """The slice in the buffer's element type: a scalar when E = 1, else a vector<E x T>."""
+def _pieces(width: int) -> list[tuple[int, int]]:
+    """(offset, size) of the power-of-two pieces a slice of `width` elements is moved in, largest first."""
+    pieces, offset = [], 0
+    while offset < width:
+        size = 1 << ((width - offset).bit_length() - 1)
+        pieces.append((offset, size))
+        offset += size
+    return pieces
+
+
+def _load_f32(buffer: "ir.Value", row: list["ir.Value"], lane_slice: LaneSlice) -> "ir.Value":
+    """The slice as f32: a scalar when E = 1, else a vector<E x f32>, loaded piece by piece."""
     element = memref_type(buffer).element_type
-    indices = row + [lane_slice.start]
-    if lane_slice.width == 1:
-        return memref.load(buffer, indices)
-    return vector.load(ir.VectorType.get([lane_slice.width], element), buffer, indices,
-                       alignment=_alignment(element, lane_slice.width))
+    loaded = []
+    for offset, size in _pieces(lane_slice.width):
+        start = arith.addi(lane_slice.start, index(offset)) if offset else lane_slice.start
+        indices = row + [start]
+        if size == 1:
+            loaded.append(to_f32(memref.load(buffer, indices)))
+        else:
+            loaded.append(to_f32(vector.load(ir.VectorType.get([size], element), buffer, indices,
+                                             alignment=_alignment(element, lane_slice.width, offset))))
+    if len(loaded) == 1:
+        return loaded[0]
+    scalars = [e for piece in loaded for e, in scalar_elements(vector_shape(piece.type), piece)]
+    return vector.from_elements(ir.VectorType.get([lane_slice.width], ir.F32Type.get()), scalars)
 
 
 def _store(value: "ir.Value", buffer: "ir.Value", row: list["ir.Value"], lane_slice: LaneSlice) -> None:
     """Store an f32 scalar / vector<E x f32> into the slice, rounded to the buffer's element type."""
     element = memref_type(buffer).element_type
-    value = _from_f32(value, element)
-    indices = row + [lane_slice.start]
-    if lane_slice.width == 1:
-        memref.store(value, buffer, indices)
-    else:
-        vector.store(value, buffer, indices, alignment=_alignment(element, lane_slice.width))
+    pieces = _pieces(lane_slice.width)
+    for offset, size in pieces:
+        piece = value if len(pieces) == 1 else _sub_vector(value, offset, size)
+        start = arith.addi(lane_slice.start, index(offset)) if offset else lane_slice.start
+        indices = row + [start]
+        if size == 1:
+            memref.store(_from_f32(piece, element), buffer, indices)
+        else:
+            vector.store(_from_f32(piece, element), buffer, indices,
+                         alignment=_alignment(element, lane_slice.width, offset))
+
+
+def _sub_vector(value: "ir.Value", offset: int, size: int) -> "ir.Value":
+    """Elements [offset, offset + size) of a vector: a scalar when size is 1."""
+    elements = [vector.extract(value, [], [offset + e]) for e in range(size)]
+    return elements[0] if size == 1 else vector.from_elements(ir.VectorType.get([size], ir.F32Type.get()), elements)
 
 
 def _from_f32(value: "ir.Value", element: "ir.Type") -> "ir.Value":
@@ -107,6 +139,8 @@ def _from_f32(value: "ir.Value", element: "ir.Type") -> "ir.Value":
     return arith.truncf(ir.VectorType.get(shape, element) if shape else element, value)
 
 
-def _alignment(element: "ir.Type", width: int) -> int:
-    """Bytes of the largest power-of-two run of elements every slice start is a multiple of."""
-    return BYTES[str(element)] * (width & -width)
+def _alignment(element: "ir.Type", width: int, offset: int = 0) -> int:
+    """Bytes of the largest power-of-two run of elements every start of the slice's piece at `offset`
+    is a multiple of (slices start at multiples of width)."""
+    runs = width & -width
+    return BYTES[str(element)] * (min(runs, offset & -offset) if offset else runs)

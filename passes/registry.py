@@ -35,6 +35,14 @@ _CHIP_OPTIONS: dict[str, tuple[str, str]] = {
 }
 
 
+# Upstream options whose invalid values MLIR asserts on instead of reporting: option -> the valid values.
+_OPT_LEVELS = ("0", "1", "2", "3")
+_CHECKED_OPTIONS: dict[str, dict[str, tuple[str, ...]]] = {
+    "rocdl-attach-target": {"O": _OPT_LEVELS, "abi": ("400", "500", "600")},
+    "nvvm-attach-target": {"O": _OPT_LEVELS},
+}
+
+
 def pass_names() -> list[str]:
     return sorted(_TABLE)
 
@@ -105,12 +113,33 @@ def parse_element(element: str) -> tuple[str, dict[str, str]]:
     if brace:
         if not rest.endswith("}"):
             raise PipelineError(f"options of {name!r} must end with '}}': {element!r}")
-        for item in rest[:-1].split():
+        for item in _option_items(name, rest[:-1]):
             key, eq, value = item.partition("=")
             if not eq:
                 raise PipelineError(f"option {item!r} of {name!r} must be key=value")
-            options[key] = value
+            options[key] = _unquoted(value)
     return name.strip(), options
+
+
+def _option_items(name: str, text: str) -> list[str]:
+    """Space-separated key=value items; a value in double quotes (MLIR's syntax) may hold spaces."""
+    items, current, quoted = [], "", False
+    for ch in text:
+        if ch == '"':
+            quoted = not quoted
+        if ch.isspace() and not quoted:
+            if current:
+                items.append(current)
+            current = ""
+        else:
+            current += ch
+    if quoted:
+        raise PipelineError(f"unterminated '\"' in the options of {name!r}: {{{text}}}")
+    return items + ([current] if current else [])
+
+
+def _unquoted(value: str) -> str:
+    return value[1:-1] if len(value) >= 2 and value[0] == value[-1] == '"' else value
 
 
 def _is_nested(element: str) -> bool:
@@ -140,6 +169,13 @@ def _check_upstream(element: str) -> None:
         if option in options and options[option] not in chips:
             raise PipelineError(f"{name}: {option}={options[option]!r} is not a supported chip; use one of "
                                 f"{', '.join(chips)}")
+        if name.endswith("-attach-target") and option not in options:
+            # upstream's default chip (gfx900, sm_50) is no target of ours: it would build for it silently
+            raise PipelineError(f"{name} needs {option}=...: one of {', '.join(chips)}")
+    for option, allowed in _CHECKED_OPTIONS.get(name, {}).items():
+        if option in options and options[option] not in allowed:
+            # MLIR asserts (aborts the process) on a target attribute with such a value
+            raise PipelineError(f"{name}: {option}={options[option]!r} is not valid; use one of {', '.join(allowed)}")
 
 
 def strip_anchor(pipeline: str) -> str:

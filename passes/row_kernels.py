@@ -81,17 +81,34 @@ def convert_grad(op: "ir.Operation", spec: AttentionBwdSpec, wave: Wave) -> None
     """out[b, h, s, :] = factor * acc[b, h, s, :] rounded to T (acc may have more rows: never read); with
     partials, the sum of acc's partials of (b, h, s) in order (lane_slice.copy_partial_sum).
     dbias's rows are seqlen_k long (a dynamic size): the wave walks them, one element per lane a turn."""
-    acc, out = op.operands
+    acc, out = list(op.operands)[:2]
     factor = fmha.ConvertGradOp.factor_of(op)
     with _inside_rows(wave, out):
-        copy = copy_partial_sum if fmha.ConvertGradOp.partials_of(op) else copy_slice
+        partials = fmha.ConvertGradOp.partials_of(op)
         if fmha.ConvertGradOp.grad_of(op) != "dbias":
-            copy(acc, out, wave.indices, wave.slice_of(acc), factor)
+            if not partials:
+                copy_slice(acc, out, wave.indices, wave.slice_of(acc), factor)
+                return
+            copy_partial_sum(acc, out, wave.indices, wave.slice_of(acc), factor,
+                             _visiting_key_blocks(op, spec, wave.indices[2]))
             return
+        copy = copy_partial_sum if partials else copy_slice
         columns = scf.ForOp(wave.lane, memref.dim(out, index(3)), index(wave.size))
         with ir.InsertionPoint(columns.body):
             copy(acc, out, wave.indices, LaneSlice(columns.induction_variable, 1), factor)
             scf.yield_([])
+
+
+def _visiting_key_blocks(op: "ir.Operation", spec: AttentionBwdSpec, row: "ir.Value"):
+    """The key blocks whose work-groups wrote row's dQ partial: those that visit its query block (the
+    tiled body's schedule, block sizes from the op's config), so the others need no zero fill."""
+    from .tile_schedule import key_block_range
+
+    config = fmha.config_of(op)
+    operands = fmha.ConvertGradOp.named_operands(op, spec)
+    q0 = arith.muli(arith.divui(row, index(config.block_m)), index(config.block_m))
+    seqlen_q, seqlen_k = memref.dim(operands["out"], index(2)), memref.dim(operands["k"], index(2))
+    return key_block_range(spec.mask, q0, config.block_m, config.block_n, seqlen_q, seqlen_k)
 
 
 ROW_STAGES = {fmha.DotDoOOp.NAME: dot_do_o, fmha.ConvertGradOp.NAME: convert_grad}

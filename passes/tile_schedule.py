@@ -148,6 +148,30 @@ def query_block_range(mask: Mask, k0, block_n: int, block_m: int, seqlen_q, seql
     return lo, hi
 
 
+def key_block_range(mask: Mask, q0, block_m: int, block_n: int, seqlen_q, seqlen_k):
+    """[lo, hi) of the key blocks whose query_block_range holds the query block starting at q0: the
+    inverse of that range (it grows with the key block, so they are one contiguous run), the partials
+    deterministic mode's convert reads. kb visits q0's block iff its first visited block is <= it
+    (kb bn < q0 + block_m + off + right) and its last is >= it (kb bn + block_n - 1 >= q0 + off - left)."""
+    blocks = arith.ceildivsi(seqlen_k, index(block_n))
+    zero = index(0)
+    if mask.kind == "none":
+        return zero, blocks
+    end = arith.addi(q0, index(block_m))
+    if mask.kind == "causal_top_left":
+        return zero, arith.minsi(blocks, arith.ceildivsi(end, index(block_n)))
+    off = arith.subi(seqlen_k, seqlen_q)
+    right = 0 if mask.kind == "causal_bottom_right" else mask.window_right
+    lo, hi = zero, blocks
+    if right >= 0:
+        reach = arith.addi(arith.addi(end, off), index(right))
+        hi = arith.minsi(blocks, arith.maxsi(zero, arith.ceildivsi(reach, index(block_n))))
+    if mask.kind == "sliding_window" and mask.window_left >= 0:
+        first = arith.subi(arith.addi(q0, off), index(mask.window_left))
+        lo = arith.maxsi(zero, arith.floordivsi(first, index(block_n)))
+    return lo, hi
+
+
 def tile_is_cut(mask: Mask, k0, block_n: int, q0, block_m: int, seqlen_q, seqlen_k) -> "ir.Value":
     """i1: the mask hides some (query, key) of the tile [q0, q0 + block_m) x [k0, k0 + block_n)."""
     k_last = arith.addi(k0, index(block_n - 1))

@@ -4,7 +4,10 @@
     fmha-opt in.mlir -split-input-file -verify-diagnostics
 
 Our passes and upstream ones mix freely in one pipeline (passes/registry.py resolves the names).
-Every failure is printed as `file:line:col: error: message` and exits 1.
+Every failure is printed as `file:line:col: error: message` and exits 1. The MLIR work runs in a child
+process (tools/opt_driver.py; `--in-process` runs it here): an LLVM assertion or a stack overflow on
+some input becomes an error at that input (with -split-input-file, at the chunk that crashed, the other
+chunks still processed) instead of killing fmha-opt.
 """
 from __future__ import annotations
 
@@ -13,17 +16,11 @@ import re
 import sys
 from dataclasses import dataclass
 
-from fmha_mlir.diagnostics import Diagnostic, capture, error, from_mlir, position_of
-from fmha_mlir.dialects.fmha import emit_verification_errors
-from fmha_mlir.errors import FmhaError, PipelineError
-from fmha_mlir.mlir import ir, make_context
-from fmha_mlir.passes import registry
-from fmha_mlir.passes.verify import abort_traps
-
-from . import diagnostic_verifier
+from . import isolation
 
 SPLIT_MARKER = "// -----"
 _SPLIT_LINE = re.compile(r"^\s*// -----\s*$")
+_MODULE = "fmha_mlir.tools.fmha_opt"
 
 
 @dataclass(frozen=True)
@@ -64,43 +61,62 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--mlir-print-debuginfo", "-mlir-print-debuginfo", action="store_true",
                         help="print locations")
     parser.add_argument("--list-passes", action="store_true", help="list the fmha passes and exit")
+    parser.add_argument("--input-name", default=None,
+                        help="the name diagnostics give the input (default: its path, or <stdin>)")
+    isolation.add_in_process_option(parser)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = _parser().parse_args(argv)
-    if args.list_passes:
-        print(_pass_listing())
-        return 0
-    try:
-        text, source_name = _read_input(args.input)
-    except (OSError, UnicodeDecodeError) as exc:
-        print(f"fmha-opt: error: cannot read {args.input}: {getattr(exc, 'strerror', None) or exc}", file=sys.stderr)
-        return 1
-    ctx = make_context()
-    try:
-        pass_manager = _pass_manager(args, ctx)
-    except PipelineError as exc:
-        print(f"fmha-opt: error: invalid --pass-pipeline: {exc}", file=sys.stderr)
-        return 1
+    if args.in_process or args.list_passes:
+        from .opt_driver import run
 
-    chunks = split_chunks(text) if args.split_input_file else [Chunk(1, text)]
-    outputs: list[str] = []
-    diagnostics: list[Diagnostic] = []
-    failed = False
-    for chunk in chunks:
-        output = _process(chunk, ctx, pass_manager, args, source_name, diagnostics)
-        failed |= output is None
-        if output is not None:
-            outputs.append(output)
+        return run(args)
+    try:
+        data = sys.stdin.buffer.read() if args.input == "-" else None
+    except OSError as exc:
+        print(f"fmha-opt: error: cannot read stdin: {exc.strerror}", file=sys.stderr)
+        return 1
+    result = isolation.run_child(_MODULE, argv, data)
+    if not result.crashed:
+        isolation.passthrough(result)
+        llvm_error = result.llvm_error
+        if result.returncode == 0 and llvm_error:   # LLVM reported an error outside MLIR's diagnostics
+            print(f"fmha-opt: error: {llvm_error} (the output above is not to be trusted)", file=sys.stderr)
+            return 1
+        return result.returncode
+    return _crashed(args, argv, data, result)
 
-    if args.verify_diagnostics:
-        expectations, problems = diagnostic_verifier.parse_expectations(text, source_name)
-        problems += diagnostic_verifier.verify(expectations, diagnostics, source_name)
-        _print_diagnostics(problems)
-        failed = bool(problems)
-    else:
-        _print_diagnostics(diagnostics)
+
+def _crashed(args, argv: list[str], data: bytes | None, result: isolation.ChildResult) -> int:
+    """The child died: report where; with -split-input-file, redo each chunk in its own child so that the
+    chunks that do not crash MLIR are still processed and only those that do are reported."""
+    name = args.input_name or ("<stdin>" if args.input == "-" else args.input)
+    try:
+        text = (data if data is not None else open(args.input, "rb").read()).decode("utf-8")
+    except (OSError, UnicodeDecodeError):
+        text = None
+    if not args.split_input_file or text is None or len(split_chunks(text)) == 1:
+        print(f"{name}:1:1: error: MLIR crashed on this input ({result.why()}); reproduce with: "
+              f"{isolation.repro('fmha-opt', argv)}", file=sys.stderr)
+        return 1
+    outputs, failed = [], False
+    for chunk in split_chunks(text):
+        padded = ("\n" * (chunk.first_line - 1) + chunk.text).encode()
+        part = isolation.run_child(_MODULE, _chunk_argv(args, name), padded)
+        if part.crashed:
+            failed = True
+            last = chunk.first_line + max(chunk.text.count("\n"), 1) - 1
+            print(f"{name}:{chunk.first_line}:1: error: MLIR crashed on the chunk starting here ({part.why()}); "
+                  f"reproduce with: sed -n '{chunk.first_line},{last}p' {name} | "
+                  f"{isolation.repro('fmha-opt', _chunk_argv(args, name))}", file=sys.stderr)
+            continue
+        sys.stderr.buffer.write(part.stderr)
+        failed |= part.returncode != 0
+        if part.stdout:
+            outputs.append(part.stdout.decode())
     try:
         _write_output(f"{SPLIT_MARKER}\n".join(outputs), args.output)
     except OSError as exc:
@@ -109,74 +125,14 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if failed else 0
 
 
-def _pass_manager(args, ctx):
-    if not args.pass_pipeline:
-        return None
-    pass_manager = registry.build_pass_manager(args.pass_pipeline, ctx)
-    if args.mlir_print_ir_after_all:
-        pass_manager.enable_ir_printing(print_after_all=True, print_generic_op_form=args.mlir_print_op_generic,
-                                        enable_debug_info=args.mlir_print_debuginfo)
-    return pass_manager
-
-
-def _process(chunk: Chunk, ctx, pass_manager, args, source_name: str, diagnostics: list[Diagnostic]) -> str | None:
-    """Parse, verify and transform one chunk; its printed IR, or None (diagnostics say why)."""
-    # Blank lines in front keep MLIR's line numbers those of the whole file. Module.parse (which wraps
-    # top-level ops in an implicit module, as mlir-opt does) names the buffer "-": fmha_mlir.diagnostics
-    # reports it under source_name.
-    text = "\n" * (chunk.first_line - 1) + chunk.text
-    with ctx, capture(ctx, source_name) as captured:
-        try:
-            module = ir.Module.parse(text)
-            # The fmha ops are unregistered: MLIR's verifier checks nothing about them, ours does.
-            if emit_verification_errors(module.operation) and pass_manager is not None \
-                    and _emit_abort_traps(module.operation):
-                if _run(pass_manager, module, source_name, captured):
-                    emit_verification_errors(module.operation)
-            ok = not any(d.severity == "error" for d in captured)
-        except ir.MLIRError as exc:
-            captured += [record for diag in exc.error_diagnostics for record in from_mlir(diag, source_name)]
-            ok = False
-    diagnostics += captured
-    if not ok:
-        return None
-    return module.operation.get_asm(print_generic_op_form=args.mlir_print_op_generic,
-                                    enable_debug_info=args.mlir_print_debuginfo)
-
-
-def _emit_abort_traps(module_op) -> bool:
-    """Emit an error at each op an upstream pass would abort the process on; True when there is none."""
-    traps = abort_traps(module_op)
-    for op, message in traps:
-        op.location.emit_error(message)
-    return not traps
-
-
-def _run(pass_manager, module, source_name: str, captured: list[Diagnostic]) -> bool:
-    """Run the pipeline; False (with an error in `captured`) when it fails.
-
-    MLIRError carries the errors the passes emitted; a failure that said nothing, or a project error a
-    pass let escape, still gets one. Other exceptions are bugs in a pass and keep their traceback.
-    """
-    where = position_of(module.operation.location, source_name)
-    try:
-        pass_manager.run(module.operation)
-        return True
-    except ir.MLIRError as exc:
-        records = [r for diag in exc.error_diagnostics for r in from_mlir(diag, source_name)]
-        if not records and not any(d.severity == "error" for d in captured):
-            records = [error(f"pass pipeline failed: {exc}", where)]
-        captured += records
-    except FmhaError as exc:
-        captured.append(error(f"pass pipeline failed: {type(exc).__name__}: {exc}", where))
-    return False
-
-
-def _read_input(path: str) -> tuple[str, str]:
-    if path == "-":
-        return sys.stdin.read(), "<stdin>"
-    with open(path, encoding="utf-8") as handle:
-        return handle.read(), path
+def _chunk_argv(args, name: str) -> list[str]:
+    """The options of this run for one chunk read from stdin, its IR printed to stdout."""
+    flags = [flag for flag, on in (("--verify-diagnostics", args.verify_diagnostics),
+                                   ("--mlir-print-ir-after-all", args.mlir_print_ir_after_all),
+                                   ("--mlir-print-op-generic", args.mlir_print_op_generic),
+                                   ("--mlir-print-debuginfo", args.mlir_print_debuginfo)) if on]
+    pipeline = [f"--pass-pipeline={args.pass_pipeline}"] if args.pass_pipeline else []
+    return ["-", "-o", "-", "--input-name", name, *pipeline, *flags]
 
 
 def _write_output(text: str, path: str) -> None:
@@ -186,23 +142,6 @@ def _write_output(text: str, path: str) -> None:
         return
     with open(path, "w", encoding="utf-8") as handle:
         handle.write(text)
-
-
-def _print_diagnostics(diagnostics: list[Diagnostic]) -> None:
-    for diag in diagnostics:
-        print(diag.format(), file=sys.stderr)
-    sys.stderr.flush()
-
-
-def _pass_listing() -> str:
-    lines = ["fmha passes:"]
-    for name in registry.pass_names():
-        try:
-            description = registry.get_pass_class(name).DESCRIPTION
-        except ImportError:  # listed in the registry, module not written yet
-            description = "(not available in this build)"
-        lines.append(f"  {name:<28} {description}")
-    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -30,7 +30,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from fmha_mlir.api import bundle_path
-from fmha_mlir.bodies import choose_config
+from fmha_mlir.bodies import BODIES, choose_config
 from fmha_mlir.errors import SpecError
 from fmha_mlir.problem import BIAS_BROADCASTS, SLOPES_BROADCASTS, ProblemSize, make_problem
 from fmha_mlir.runtime.bundle import Bundle
@@ -100,6 +100,9 @@ def _reference(job):
     problem = make_problem(spec, size, seed=problem_seed(spec, size, layout, broadcast), layout=layout,
                            broadcast=broadcast)
     problem.oracle_gradients()
+    # The same-dtype reference too: for the warp body (terms added one at a time) it costs seconds, and
+    # in the parent process it would serialise the whole matrix behind it.
+    problem.lowp_gradients(BODIES[config.body].numerics)
     return problem
 
 

@@ -13,8 +13,8 @@ from fmha_mlir.runtime.cpu_executor import CpuExecutor
 from fmha_mlir.runtime.runner import PreparedRun
 from fmha_mlir.spec import AttentionBwdSpec, Mask
 
-# GQA 2 with a causal mask: some key blocks meet no query block of a row range (their partials stay
-# zero); 300 keys are 3 key blocks at block_n 128 (sm_90) and 5 at 64 (MFMA).
+# GQA 2 with a causal mask: some key blocks meet no query block of a row range (their partials are
+# neither written nor read); 300 keys are 3 key blocks at block_n 128 (sm_90) and 5 at 64 (MFMA).
 SPEC = AttentionBwdSpec("bf16", 64, mask=Mask("causal_bottom_right"), gqa_ratio=2)
 SIZE = ProblemSize(1, 4, 70, 300)
 ORDERS = (1, 2, 3)
@@ -80,15 +80,19 @@ def test_deterministic_dbias_is_bitwise_and_sums_the_broadcast_dims(arch, broadc
 
 
 @pytest.mark.parametrize("arch", ["sm_90", "gfx942"])
-def test_deterministic_without_a_mask_writes_every_partial(arch, compiler):
-    """Without a mask the plan does not zero the partials (every key block meets every query block and
-    writes its whole partial); the runner fills workspaces with NaN, so a partial left unwritten fails."""
+@pytest.mark.parametrize("mask", [Mask(), Mask("causal_top_left"), Mask("causal_bottom_right"),
+                                  Mask("sliding_window", 48, 16)], ids=str)
+def test_deterministic_reads_only_the_partials_written(arch, mask, compiler):
+    """No dQ partial is zero-filled: without a mask every key block writes its whole partial, under one
+    the convert sums only the key blocks that visit a row's query block. The runner fills workspaces with
+    NaN, so a partial read but never written fails, and one written but skipped misses its keys. With 200
+    queries and 330 keys (offset 130) the masks leave key blocks out of either end of the range."""
     from fmha_mlir.api import compile_bundle
 
-    spec = dataclasses.replace(SPEC, mask=Mask(), deterministic=True)
+    spec = dataclasses.replace(SPEC, mask=mask, deterministic=True)
     bundle = compile_bundle(spec, arch, compiler, body="tiled")
     assert not any(step["op"] == "zero" and step["buffer"] == "dq_acc" for step in bundle.steps)
-    problem = make_problem(spec, ProblemSize(1, 4, 70, 200), seed=2)
+    problem = make_problem(spec, ProblemSize(1, 2, 200, 330), seed=2)
     outputs, _ = _run(bundle, problem.tensors, 1)
     checks = problem.check(outputs, bundle.numerics)
     assert all(c.passed for c in checks), [str(c) for c in checks]

@@ -146,7 +146,8 @@ def failing_pass(monkeypatch):
 def test_main_turns_pass_failures_into_located_errors(tmp_path, capsys, failing_pass, how, message):
     source = tmp_path / "in.mlir"
     source.write_text("func.func @f() {\n  return\n}\n")
-    assert main([str(source), f"--pass-pipeline=builtin.module({_FailingPass.NAME}{{how={how}}})"]) == 1
+    # --in-process: the monkeypatched registry lives in this process
+    assert main([str(source), "--in-process", f"--pass-pipeline=builtin.module({_FailingPass.NAME}{{how={how}}})"]) == 1
     out, err = capsys.readouterr()
     # Located at the (implicit) module, which MLIR puts at line 0.
     assert out == "" and err == f"{source}:0:0: {message}\n"
@@ -155,5 +156,53 @@ def test_main_turns_pass_failures_into_located_errors(tmp_path, capsys, failing_
 def test_a_project_error_while_rewriting_an_op_is_located_at_that_op(tmp_path, capsys, failing_pass):
     source = tmp_path / "in.mlir"
     source.write_text("\nfunc.func @f() {\n  return\n}\n")
-    assert main([str(source), f"--pass-pipeline=builtin.module({_FailingPass.NAME}{{how=blamed}})"]) == 1
+    assert main([str(source), "--in-process", f"--pass-pipeline=builtin.module({_FailingPass.NAME}{{how=blamed}})"]) == 1
     assert capsys.readouterr().err == f"{source}:2:1: error: fmha-test-failing: 'fmha.exp2' op is broken\n"
+
+
+# -- issue 11: nothing kills the caller ---------------------------------------------------------------
+
+def test_a_crash_in_mlir_is_a_located_error_and_the_other_chunks_survive(tmp_path, capsys):
+    """10000 nested regions overflow MLIR's parser stack (SIGSEGV): the child dies, fmha-opt reports the
+    chunk with a command that reproduces it, and still prints the chunks around it."""
+    source = tmp_path / "deep.mlir"
+    deep = "scf.execute_region {" * 10000 + "}" * 10000
+    source.write_text(f"func.func @a() {{\n  return\n}}\n// -----\n{deep}\n// -----\nfunc.func @c() {{\n  return\n}}\n")
+    assert main([str(source), "--split-input-file"]) == 1
+    out, err = capsys.readouterr()
+    assert err.startswith(f"{source}:5:1: error: MLIR crashed on the chunk starting here (SIGSEGV); reproduce with: "
+                          f"sed -n '5,5p' {source} | fmha-opt --in-process - -o - --input-name {source}")
+    assert "func.func @a" in out and "func.func @c" in out
+
+
+@pytest.mark.parametrize("data,message", [
+    (b"\xf6\x01garbage", "fmha-opt: error: cannot read -: 'utf-8' codec can't decode byte 0xf6 in position 0"),
+    (b"module {}\x00", "fmha-opt: error: cannot read -: a NUL byte at offset 9: this is not MLIR text"),
+])
+def test_binary_input_is_an_error_not_a_traceback(data, message):
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "fmha_mlir.tools.fmha_opt"], input=data, capture_output=True)
+    assert done.returncode == 1 and done.stderr.decode().startswith(message), done.stderr
+
+
+@pytest.mark.parametrize("element,message", [
+    ("rocdl-attach-target{chip=gfx942 O=99}", "rocdl-attach-target: O='99' is not valid; use one of 0, 1, 2, 3"),
+    ("rocdl-attach-target{chip=gfx942 abi=999}", "rocdl-attach-target: abi='999' is not valid; use one of 400, 500, 600"),
+    ("nvvm-attach-target{chip=sm_90 O=99}", "nvvm-attach-target: O='99' is not valid; use one of 0, 1, 2, 3"),
+    ("rocdl-attach-target", "rocdl-attach-target needs chip=...: one of gfx942, gfx950"),
+    ('rocdl-attach-target{chip="gfx942}', "unterminated '\"' in the options of 'rocdl-attach-target': {chip=\"gfx942}"),
+])
+def test_target_options_mlir_would_abort_on_are_refused_first(tmp_path, capsys, element, message):
+    source = tmp_path / "in.mlir"
+    source.write_text("module {}\n")
+    assert main([str(source), "--in-process", f"--pass-pipeline=builtin.module({element})"]) == 1
+    assert capsys.readouterr().err == f"fmha-opt: error: invalid --pass-pipeline: {message}\n"
+
+
+def test_quoted_upstream_options_are_accepted():
+    """MLIR's pipeline syntax quotes option values that hold spaces; PassManager.parse accepts them."""
+    assert registry.parse_element('gpu-module-to-binary{opts="-O3 -v" format=isa}') == (
+        "gpu-module-to-binary", {"opts": "-O3 -v", "format": "isa"})
+    assert registry.parse_element('rocdl-attach-target{chip="gfx942"}') == ("rocdl-attach-target", {"chip": "gfx942"})

@@ -2,7 +2,8 @@
 
 // Deterministic mode on the tiled body: dQ's workspace holds one partial per key block and batch,
 // [B x ceil(seqlen_k / 128), H, padded rows, 64]; without a mask every key block writes its whole
-// partial, so nothing is zero-filled; the convert sums the partials in order ({partials = true}).
+// partial, so nothing is zero-filled; the convert sums the partials in order ({partials = true}) and
+// takes k, whose seqlen_k says which key blocks visit a row's query block.
 
 !t = memref<?x?x?x64xbf16, strided<[?, ?, ?, 1]>>
 !rows = memref<?x?x?xf32, strided<[?, ?, 1]>>
@@ -20,7 +21,7 @@
 // CHECK-NOT:  gpu.memset
 // CHECK:      "fmha.dq_dk_dv"(%[[Q]], %[[K]], %[[V]], %[[DO]], %[[LSE]], %{{.*}}, %[[DQ_ACC]], %[[DK]], %[[DV]])
 // CHECK-SAME:     deterministic = true
-// CHECK:      "fmha.convert_grad"(%[[DQ_ACC]], %[[DQ]])
+// CHECK:      "fmha.convert_grad"(%[[DQ_ACC]], %[[DQ]], %[[K]])
 // CHECK-SAME:     grad = "dq"
 // CHECK-SAME:     partials = true
 func.func @bwd_tiled_deterministic(%q: !t, %k: !t, %v: !t, %o: !t, %do: !t, %lse: !rows, %dq: !t, %dk: !t, %dv: !t) {
@@ -55,7 +56,8 @@ func.func @bwd_warp_deterministic(%q: !t, %k: !t, %v: !t, %o: !t, %do: !t, %lse:
 
 // -----
 
-// Under a mask a key block skips the query blocks it cannot see: their partial rows must read 0.
+// Under a mask a key block skips the query blocks it cannot see; the convert skips the same partials
+// (key_block_range), so they need no zero fill either.
 
 !t = memref<?x?x?x64xbf16, strided<[?, ?, ?, 1]>>
 !rows = memref<?x?x?xf32, strided<[?, ?, 1]>>
@@ -63,8 +65,8 @@ func.func @bwd_warp_deterministic(%q: !t, %k: !t, %v: !t, %o: !t, %do: !t, %lse:
 // CHECK-LABEL: func.func @bwd_tiled_deterministic_causal
 // CHECK:      %[[DQ_ALLOC:.*]] = memref.alloc({{.*}}) {fmha.workspace = "dq_acc"} : memref<?x?x?x64xf32>
 // CHECK:      %[[DQ_ACC:.*]] = memref.cast %[[DQ_ALLOC]]
-// CHECK:      gpu.memset %[[DQ_ACC]]
-// CHECK:      "fmha.convert_grad"(%[[DQ_ACC]], %{{[a-z0-9]+}})
+// CHECK-NOT:  gpu.memset
+// CHECK:      "fmha.convert_grad"(%[[DQ_ACC]], %{{[a-z0-9]+}}, %{{[a-z0-9]+}})
 // CHECK-SAME:     partials = true
 func.func @bwd_tiled_deterministic_causal(%q: !t, %k: !t, %v: !t, %o: !t, %do: !t, %lse: !rows, %dq: !t, %dk: !t, %dv: !t) {
   "fmha.attention_bwd"(%q, %k, %v, %o, %do, %lse, %dq, %dk, %dv) {
@@ -98,7 +100,7 @@ func.func @bwd_tiled_deterministic_causal(%q: !t, %k: !t, %v: !t, %o: !t, %do: !
 // CHECK:      %[[DB_ACC:.*]] = memref.cast %[[DB_ALLOC]]
 // CHECK-NOT:  gpu.memset
 // CHECK:      "fmha.dq_dk_dv"
-// CHECK:      "fmha.convert_grad"(%{{[a-z0-9_]+}}, %[[DQ]])
+// CHECK:      "fmha.convert_grad"(%{{[a-z0-9_]+}}, %[[DQ]], %{{[a-z0-9_]+}})
 // CHECK-SAME:     partials = true
 // CHECK:      "fmha.convert_grad"(%[[DB_ACC]], %[[DBIAS]])
 // CHECK-SAME:     grad = "dbias"

@@ -405,6 +405,15 @@ func.func @convert_grad_shape(%acc: memref<1x2x8x64xf32>, %out: memref<1x2x4x64x
 
 // -----
 
+// convert_grad_partials_without_k: dQ's partials convert reads seqlen_k off k (which key blocks visit a row)
+func.func @convert_grad_partials_without_k(%acc: memref<4x2x128x64xf32>, %out: memref<1x2x100x64xbf16>) {
+  // expected-error @+1 {{takes 3 operands (acc, out, k), got 2}}
+  "fmha.convert_grad"(%acc, %out) {dtype = "bf16", hdim_q = 64 : i64, hdim_v = 64 : i64, gqa_ratio = 1 : i64, mask = "causal_top_left", window_left = -1 : i64, window_right = -1 : i64, scale = 0.125 : f32, bias = "none", dbias = false, deterministic = true, config = {body = "tiled", wave_size = 32 : i64, block_m = 64 : i64, block_n = 128 : i64, warps = 8 : i64, stages = 2 : i64, instruction = "mma.m16n8k16", sdp_warps = array<i64: 8, 1>, dkv_warps = array<i64: 8, 1>, dq_warps = array<i64: 4, 2>, p_in_registers = true, swizzle = "xor"}, grad = "dq", partials = true} : (memref<4x2x128x64xf32>, memref<1x2x100x64xbf16>) -> ()
+  return
+}
+
+// -----
+
 // wave_reduce_width
 func.func @wave_reduce_width(%x: f32) {
   // expected-error @+1 {{'fmha.wave_reduce' op attribute 'width' must be a power of two from 2 to 64, got 48}}

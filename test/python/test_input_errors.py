@@ -1,0 +1,77 @@
+"""Issue 11: bad input gets a clear error naming what is wrong and how to fix it; valid input is not
+refused. One test per class the audit found, each with the exact message (fmha-opt's classes are in
+test_fmha_opt.py, the AMD head dims that aborted LLVM in test_interp_matrix.py)."""
+import numpy as np
+import pytest
+
+from fmha_mlir.api import attention_bwd
+from fmha_mlir.errors import SpecError
+from fmha_mlir.problem import ProblemSize, make_problem
+from fmha_mlir.spec import AttentionBwdSpec, Mask
+from fmha_mlir.tools import main_job
+
+Q = np.zeros((1, 2, 5, 64), np.float16)
+LSE = np.zeros((1, 2, 5), np.float32)
+MASK_FIX = "(use none, top_left, bottom_right or window:LEFT,RIGHT)"
+
+
+def _reason(call) -> str:
+    with pytest.raises(SpecError) as caught:
+        call()
+    return str(caught.value).splitlines()[-1].strip()
+
+
+@pytest.mark.parametrize("mask,message", [
+    (None, f"- mask: must be a mask name or a Mask (got NoneType None) {MASK_FIX}"),
+    (123, f"- mask: must be a mask name or a Mask (got int 123) {MASK_FIX}"),
+    (["none"], f"- mask: must be a mask name or a Mask (got list ['none']) {MASK_FIX}"),
+    ("windowfoo:3,4", f"- mask: unknown mask 'windowfoo:3,4' {MASK_FIX}"),
+    ("window", f"- mask: unknown mask 'window' {MASK_FIX}"),
+])
+def test_a_mask_that_is_not_one_is_named(mask, message):
+    assert _reason(lambda: attention_bwd(Q, Q, Q, Q, Q, LSE, mask=mask)) == message
+
+
+@pytest.mark.parametrize("position,value,message", [
+    (0, np.float16(1), "- q: has shape (); it must be [batch, heads, seq, dim]"),
+    (0, [[1.0]], "- q: must be a NumPy array or a torch tensor (got list) (pass np.asarray(...) of the right dtype)"),
+    (5, np.float32(0), "- lse: has shape (); it must be [batch, heads, seq]"),
+    (2, Q[0], "- v: has shape (2, 5, 64); it must be [batch, heads, seq, dim]"),
+])
+def test_an_input_of_the_wrong_kind_or_rank_is_named(position, value, message):
+    args = [Q, Q, Q, Q, Q, LSE]
+    args[position] = value
+    assert _reason(lambda: attention_bwd(*args)) == message
+
+
+def test_numpy_scalars_are_valid_scales_and_caps():
+    spec = AttentionBwdSpec("f16", 64, scale=np.float32(0.125), softcap=np.float64(30))
+    assert spec.reasons() == [] and type(spec.scale) is float and spec.kernel_prefix.endswith("_cap30")
+    assert spec == AttentionBwdSpec("f16", 64, softcap=30.0)   # 0.125 is hdim 64's default scale
+
+
+def test_scales_that_compile_to_different_f32_values_get_different_symbols():
+    """Scales are compiled in as f32: two that differ there must not share a kernel symbol (they did at
+    6 digits), two that round to one f32 value may."""
+    a, b = (AttentionBwdSpec("f16", 64, scale=s).kernel_prefix for s in (0.1234567, 0.1234568))
+    assert a != b and a.endswith("_s0p1234567")
+    near_default = AttentionBwdSpec("f16", 64, scale=0.125 * (1 + 3e-7)).kernel_prefix
+    assert near_default != AttentionBwdSpec("f16", 64).kernel_prefix
+    assert AttentionBwdSpec("f16", 64, scale=0.125 * (1 + 1e-9)).kernel_prefix == AttentionBwdSpec("f16", 64).kernel_prefix
+
+
+def test_a_problem_too_large_for_the_oracle_is_refused_before_allocating():
+    assert _reason(lambda: make_problem(AttentionBwdSpec("f16", 64), ProblemSize(2, 4, 10**9, 53))) == (
+        "- size: B2 Hq4 Sq1000000000 Sk53: the float64 oracle would hold ~25272 GiB of score matrices (the limit "
+        "is 16 GiB) (use smaller sizes (a problem is checked against a float64 oracle on the host))")
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--seqlen-q", "1000000000"], "the float64 oracle would hold ~25272 GiB of score matrices"),
+    (["--seed", "-1"], "- seed: must be an integer >= 0 (got -1)"),
+    (["--mask", "windowfoo:3,4"], "- mask: unknown mask 'windowfoo:3,4'"),
+])
+def test_fmha_bwd_reports_bad_arguments_with_exit_status_2(capsys, argv, message):
+    assert main_job.main(["--target", "sm_90", *argv]) == 2
+    out, err = capsys.readouterr()
+    assert err.startswith("fmha-bwd: error: ") and message in err and "Traceback" not in err
