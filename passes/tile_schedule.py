@@ -48,17 +48,21 @@ class TiledKernel:
     def add_dq_value(self, value: "ir.Value", head, q, col) -> None:
         """dQ's value (f32 or a vector of adjacent, even-aligned columns) at (head, q, col) for this key
         block: an f32 atomic add into dq_acc, or in deterministic mode a store into this key block's
-        partial, which no other work-group writes (each element has one owning lane). With bf16
-        accumulation (a pair) it is scaled, rounded and added into dq itself by one packed atomic; dq
-        has no padding rows, so rows past seqlen_q add nothing."""
-        if self.spec.grad_accum == "bf16":
-            pair = arith.truncf(ir.VectorType.get([2], self.element), arith.mulf(value, splat(f32(self.spec.scale), [2])))
-            inside = scf.IfOp(arith.cmpi(arith.CmpIPredicate.slt, q, self.seqlen_q))
-            with ir.InsertionPoint(inside.then_block):
-                fmha.AtomicAddOp.build(pair, self.dq_out, [self.batch, head, q, col])
-                scf.yield_([])
-            return
+        partial, which no other work-group writes (each element has one owning lane)."""
         accumulate(value, self.dq_out, [self.dq_batch, head, q, col], stored=self.spec.deterministic)
+
+    def add_dq_row_pairs(self, head, q, pairs) -> None:
+        """grad_accum = "bf16": this key block's dQ pairs of query row q, (vector<2xf32>, column) as
+        pairs() builds them, each scaled, rounded and added into dq itself by one packed bf16 atomic. dq
+        has no padding rows, so a row past seqlen_q adds nothing: one check per row, and the pairs'
+        columns built inside it (a check per pair, or columns live across it, make the sm_90 body spill)."""
+        inside = scf.IfOp(arith.cmpi(arith.CmpIPredicate.slt, q, self.seqlen_q))
+        with ir.InsertionPoint(inside.then_block):
+            pair_type = ir.VectorType.get([2], self.element)
+            for value, col in pairs():
+                scaled = arith.mulf(value, splat(f32(self.spec.scale), [2]))
+                fmha.AtomicAddOp.build(arith.truncf(pair_type, scaled), self.dq_out, [self.batch, head, q, col])
+            scf.yield_([])
 
     def make_warp_tiles(self) -> None:
         """Each warp's part of the products (hoisted): S^T / dP^T (keys x queries), dK / dV (keys x head

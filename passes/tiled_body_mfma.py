@@ -199,13 +199,19 @@ class _Kernel(TiledKernel):
         dqt = self.gemm(self.zeros(tile), tile, self.bn, lambda row, k0: atom.load_a_transposed(tiles["k"], row, k0),
                         lambda col, k0: atom.load_b_transposed(tiles["ds"], col, k0))
         pair_type = ir.VectorType.get([2], ir.F32Type.get())
-        for mi, row in enumerate(dqt):
-            col_first = arith.addi(tile.row0, index(mi * atom.m))
-            for ni, acc in enumerate(row):
-                q = arith.addi(arith.addi(q0, tile.col0), arith.addi(index(ni * atom.n), atom.b_col))
+
+        def pairs(ni):
+            out = []
+            for mi, row in enumerate(dqt):
+                col_first = arith.addi(tile.row0, index(mi * atom.m))
                 for r in range(0, atom.shape.c_registers, 2):
-                    pair = vector.from_elements(pair_type, [vector.extract(acc, [], [r + e]) for e in range(2)])
-                    self.add_dq_value(pair, head, q, arith.addi(col_first, self.rows[r]))
+                    pair = vector.from_elements(pair_type, [vector.extract(row[ni], [], [r + e]) for e in range(2)])
+                    out.append((pair, arith.addi(col_first, self.rows[r])))
+            return out
+
+        for ni in range(len(dqt[0])):   # this lane's query of n-tile ni: one row of dQ
+            q = arith.addi(arith.addi(q0, tile.col0), arith.addi(index(ni * atom.n), atom.b_col))
+            self.add_dq_row_pairs(head, q, lambda: pairs(ni))
 
     def row_values(self, sdp: WarpTile):
         """LSE * log2(e) and D of the query this lane holds in each n-tile: one f32 each."""
