@@ -534,11 +534,11 @@ class AtomicAddOp:
         problems = []
         element = "bf16" if cls.is_packed_bf16(value) else "f32"
         if element == "f32" and str(value.type) != "f32" and cls.width_of(value) is None:
-            widths = " or ".join(f"vector<{n}xf32>" for n in cls.VECTOR_WIDTHS)
+            widths = ", ".join(f"vector<{n}xf32>" for n in cls.VECTOR_WIDTHS)
             problems.append(f"operand #0 ('value') must be f32, {widths} or {cls.PACKED_BF16}, got {value.type}")
         if not isinstance(buffer.type, ir.MemRefType) or str(buffer.type.element_type) != element:
-            problems.append(f"operand #1 ('buffer') must be a ranked memref of {element} for a {value.type} value, "
-                            f"got {buffer.type}")
+            packed = f" for a {cls.PACKED_BF16} value" if element == "bf16" else ""
+            problems.append(f"operand #1 ('buffer') must be a ranked memref of {element}{packed}, got {buffer.type}")
             return problems
         if len(indices) != buffer.type.rank:
             problems.append(f"needs {buffer.type.rank} indices for {buffer.type}, got {len(indices)}")
