@@ -8,7 +8,8 @@ tiled_body.py); this module holds the facts both they and the runtime rely on.
   warp   one wave per query row, a key loop of wave reductions, f32 atomics for dK and dV (the seeds'
          reference design; every dtype, head dims that are multiples of the wave size up to 8 per lane)
   tiled  FlashAttention-2's shape on matrix instructions: one work-group per key block, dK and dV in
-         registers, dQ by f32 atomics into a workspace (docs/design/tiled-body.md)
+         registers, dQ by f32 atomics into a workspace (docs/design/tiled-body.md), or with
+         grad_accum = "bf16" by packed bf16 atomics into dq itself (docs/design/accumulation.md)
 """
 from __future__ import annotations
 
