@@ -523,11 +523,14 @@ class MaskedScoreOp:
 
 
 class AtomicAddOp:
-    """buffer[indices] += value: a relaxed, device-scope f32 add with no result. A vector<N x f32> value
-    (N = 2 or 4) adds element i at the last index + i: one vector atomic where the target has one."""
+    """buffer[indices] += value: a relaxed, device-scope float add with no result. A vector<N x f32> value
+    (N = 2 or 4) adds element i at the last index + i: one vector atomic where the target has one. A
+    vector<2 x bf16> value adds into a bf16 buffer as one packed atomic (each half rounded to nearest
+    even, no flush of denormals); its last index must be even."""
 
     NAME = "fmha.atomic_add"
     VECTOR_WIDTHS = (2, 4)
+    PACKED_BF16 = "vector<2xbf16>"
 
     @classmethod
     def build(cls, value: "ir.Value", buffer: "ir.Value", indices: Sequence["ir.Value"], loc=None) -> "ir.Operation":
@@ -542,11 +545,13 @@ class AtomicAddOp:
             return [f"takes a value, a buffer and one index per buffer dim, got {len(operands)} operands"]
         value, buffer, indices = operands[0], operands[1], operands[2:]
         problems = []
-        if str(value.type) != "f32" and cls.width_of(value) is None:
-            widths = " or ".join(f"vector<{n}xf32>" for n in cls.VECTOR_WIDTHS)
-            problems.append(f"operand #0 ('value') must be f32 or {widths}, got {value.type}")
-        if not isinstance(buffer.type, ir.MemRefType) or str(buffer.type.element_type) != "f32":
-            problems.append(f"operand #1 ('buffer') must be a ranked memref of f32, got {buffer.type}")
+        element = "bf16" if cls.is_packed_bf16(value) else "f32"
+        if element == "f32" and str(value.type) != "f32" and cls.width_of(value) is None:
+            widths = ", ".join(f"vector<{n}xf32>" for n in cls.VECTOR_WIDTHS)
+            problems.append(f"operand #0 ('value') must be f32, {widths} or {cls.PACKED_BF16}, got {value.type}")
+        if not isinstance(buffer.type, ir.MemRefType) or str(buffer.type.element_type) != element:
+            packed = f" for a {cls.PACKED_BF16} value" if element == "bf16" else ""
+            problems.append(f"operand #1 ('buffer') must be a ranked memref of {element}{packed}, got {buffer.type}")
             return problems
         if len(indices) != buffer.type.rank:
             problems.append(f"needs {buffer.type.rank} indices for {buffer.type}, got {len(indices)}")
@@ -564,6 +569,11 @@ class AtomicAddOp:
         if t.rank != 1 or str(t.element_type) != "f32" or t.shape[0] not in cls.VECTOR_WIDTHS:
             return None
         return t.shape[0]
+
+    @classmethod
+    def is_packed_bf16(cls, value: "ir.Value") -> bool:
+        """Whether the value is the packed bf16 pair (one 32-bit atomic of two bf16 halves)."""
+        return str(value.type) == cls.PACKED_BF16
 
 
 OPS = {cls.NAME: cls for cls in (AttentionBwdOp, *STAGE_OPS, WaveReduceOp, Exp2Op, MaskedScoreOp, AtomicAddOp)}

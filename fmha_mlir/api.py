@@ -116,7 +116,7 @@ class AttentionBackward:
 
     def __call__(self, q, k, v, o, do, lse, *, mask: str | Mask = "none", scale: float = 0.0,
                  dtype: str | None = None, softcap: float = 0.0, bias=None, alibi_slopes=None, dbias: bool = False,
-                 deterministic: bool = False):
+                 deterministic: bool = False, grad_accum: str = "f32"):
         _check_arrays(q=q, k=k, v=v, o=o, do=do, lse=lse)
         torch_like = _is_torch(q)
         kind, bias_tensors = _bias_inputs(bias, alibi_slopes, dbias)
@@ -124,7 +124,7 @@ class AttentionBackward:
             dtype=_torch_dtype(q) if torch_like else infer_dtype(np.asarray(q), dtype),
             hdim_q=q.shape[-1], hdim_v=v.shape[-1], gqa_ratio=_gqa_ratio(q, k),
             mask=mask if isinstance(mask, Mask) else Mask.parse(mask), scale=scale, softcap=softcap, bias=kind,
-            dbias=dbias, alibi_slopes=alibi_slopes is not None, deterministic=deterministic)
+            dbias=dbias, alibi_slopes=alibi_slopes is not None, deterministic=deterministic, grad_accum=grad_accum)
         bundle, device = self.bundle(spec), self.device()
         inputs = {**dict(zip(("q", "k", "v", "o", "do", "lse"), (q, k, v, o, do, lse))), **bias_tensors}
         names = ("dq", "dk", "dv") + spec.bias_operands()[1]
@@ -143,7 +143,7 @@ class AttentionBackward:
 def attention_bwd(q, k, v, o, do, lse, *, mask: str | Mask = "none", scale: float = 0.0,
                   dtype: str | None = None, executor: str | None = None, arch: str | None = None,
                   body: str = "auto", softcap: float = 0.0, bias=None, alibi_slopes=None, dbias: bool = False,
-                  deterministic: bool = False):
+                  deterministic: bool = False, grad_accum: str = "f32"):
     """dQ, dK, dV of softmax(S, masked) V for upstream gradient dO (one-shot; for repeated calls keep an
     AttentionBackward, which caches compiled bundles). S = Q K^T * scale or, with softcap C > 0,
     C tanh(Q K^T * scale / C), plus a bias:
@@ -156,10 +156,14 @@ def attention_bwd(q, k, v, o, do, lse, *, mask: str | Mask = "none", scale: floa
     deterministic=True: bitwise-reproducible gradients (the tiled body: dQ by one partial per key block,
     dbias by one per batch and head, summed in order; dQ's workspace is ceil(Sk / block_n) x dQ's size
     in f32). Not with d(slopes), and not on the warp body (f32): refused with the reason.
+
+    grad_accum="bf16" (bf16 inputs, the tiled body): dQ added into dQ itself by packed bf16 atomics, once
+    per key block (no f32 workspace, no convert kernel, half the atomic traffic), at the price of a bf16
+    rounding per key block (tools/reports/bench_notes.md). Not with deterministic=True.
     """
     return AttentionBackward(executor=executor, arch=arch, body=body)(
         q, k, v, o, do, lse, mask=mask, scale=scale, dtype=dtype, softcap=softcap, bias=bias,
-        alibi_slopes=alibi_slopes, dbias=dbias, deterministic=deterministic)
+        alibi_slopes=alibi_slopes, dbias=dbias, deterministic=deterministic, grad_accum=grad_accum)
 
 
 def _bias_inputs(bias, alibi_slopes, dbias) -> tuple[str, dict]:

@@ -8,7 +8,8 @@ tiled_body.py); this module holds the facts both they and the runtime rely on.
   warp   one wave per query row, a key loop of wave reductions, f32 atomics for dK and dV (the seeds'
          reference design; every dtype, head dims that are multiples of the wave size up to 8 per lane)
   tiled  FlashAttention-2's shape on matrix instructions: one work-group per key block, dK and dV in
-         registers, dQ by f32 atomics into a workspace (docs/design/tiled-body.md)
+         registers, dQ by f32 atomics into a workspace (docs/design/tiled-body.md), or with
+         grad_accum = "bf16" by packed bf16 atomics into dq itself (docs/design/accumulation.md)
 """
 from __future__ import annotations
 
@@ -177,6 +178,10 @@ class Body:
         """What the body cannot do whatever the target (the IR verifier's check, which has no target)."""
         raise NotImplementedError
 
+    def numerics_of(self, spec: AttentionBwdSpec, config: KernelConfig) -> Numerics:
+        """How this body's kernels for `spec` round and sum (the gate's model; the manifest's numerics)."""
+        return self.numerics
+
     def target_reasons(self, spec: AttentionBwdSpec, target: Target, config: KernelConfig) -> list[Reason]:
         return []
 
@@ -219,6 +224,10 @@ class WarpBody(Body):
         if spec.deterministic:
             out.append(Reason("deterministic", "the warp body sums dK and dV over query rows by f32 atomics, in "
                                                "any order", "use the tiled body (f16 / bf16), or deterministic=False"))
+        if spec.grad_accum != "f32":
+            out.append(Reason("grad_accum", "the warp body stores dQ (one wave owns a row) and adds dK / dV by f32 "
+                                            "atomics: it has no dQ atomics to make bf16",
+                              "use the tiled body, or grad_accum='f32'"))
         return out
 
     def default_config(self, spec, target):
@@ -328,7 +337,14 @@ class TiledBody(Body):
     def default_config(self, spec, target):
         return tiled_config(spec, target)
 
+    def numerics_of(self, spec, config):
+        if spec.grad_accum == "bf16":   # one packed bf16 atomic per key block and element
+            return replace(self.numerics, dq_add_block=config.block_n)
+        return self.numerics
+
     def workspaces(self, spec, config):
+        if spec.grad_accum == "bf16":   # dQ's atomics add into dq itself: no workspace, no convert
+            return [Workspace("d", None, _dims("lse", 3), zero=False)]
         # dQ rows padded to whole query blocks: the atomics of the last block need no bounds checks.
         rows = mul(ceildiv(Dim("q", 2), config.block_m), config.block_m)
         # dQ partials are summed unscaled: the convert applies the softmax scale once per element.
@@ -338,6 +354,9 @@ class TiledBody(Body):
         return [Workspace("d", None, _dims("lse", 3), zero=False),
                 Workspace("dq_acc", "dq", (batch, Dim("q", 1), rows, spec.hdim_q), zero=zero, factor=spec.scale,
                           partials=spec.deterministic)]
+
+    def zeroed_outputs(self, spec):
+        return ("dq",) if spec.grad_accum == "bf16" else ()
 
     def launch(self, stage, spec, config):
         if stage == "dq_dk_dv":
@@ -353,7 +372,9 @@ class TiledBody(Body):
         copies = {"q": max(COPY_ELEMENTS, rows_q), "k": max(COPY_ELEMENTS, rows_q), "v": max(COPY_ELEMENTS, rows_v),
                   "do": max(COPY_ELEMENTS, rows_v)}
         stores = 1 if config.mfma else 2
-        return {**copies, "o": rows_v, "dq": rows_q, "dk": stores, "dv": stores}
+        # bf16 dQ atomics add element pairs (4 bytes) into dq itself.
+        dq = max(rows_q, 2) if spec.grad_accum == "bf16" else rows_q
+        return {**copies, "o": rows_v, "dq": dq, "dk": stores, "dv": stores}
 
     @staticmethod
     def shared_layout(spec: AttentionBwdSpec, config: KernelConfig) -> list[SharedTile]:

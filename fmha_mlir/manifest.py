@@ -3,7 +3,6 @@ runtime must know without MLIR: spec, kernel config, the body's numerics and ali
 files, the compiler's identity and (AMD) per-kernel code-object metadata."""
 from __future__ import annotations
 
-import dataclasses
 from importlib import metadata as importlib_metadata
 
 from .bodies import body_of
@@ -42,7 +41,7 @@ def build_manifest(plan: dict, *, spec: AttentionBwdSpec, config: KernelConfig, 
         "compiler": compiler_identity(),
         "spec": spec_to_json(spec),
         "config": config.to_json(),
-        "numerics": dataclasses.asdict(body.numerics),
+        "numerics": body.numerics_of(spec, config).to_json(),
         "target": {"arch": target.arch, "backend": target.backend, "wave_size": target.wave_size},
         "binary": {"file": binary_file, "format": binary_format},
         "interp_ir": interp_ir_file,

@@ -155,6 +155,7 @@ class _Arithmetic:
     store: Callable[[np.ndarray], np.ndarray]
     round_p_ds: bool = False
     sum_chunk: int | None = None
+    dq_add_block: int = 0           # > 0: dQ added in the element type once per this many keys
     tanh: Callable[[np.ndarray], np.ndarray] = np.tanh
     kernel_exponent: bool = False   # P's exponent formed as the kernels form it (_probabilities)
 
@@ -172,7 +173,7 @@ def _lowp_arithmetic(dtype: str, numerics: Numerics) -> _Arithmetic:
     if not isinstance(numerics, Numerics):
         raise SpecError([Reason("numerics", f"must be a fmha_mlir.numerics.Numerics (got {numerics!r})")])
     return _Arithmetic(np.float32, lambda x: round_to(x, dtype).astype(np.float32), numerics.round_p_ds,
-                       numerics.sum_chunk, kernel_tanh, kernel_exponent=True)
+                       numerics.sum_chunk, numerics.dq_add_block, kernel_tanh, kernel_exponent=True)
 
 
 def kernel_tanh(y: np.ndarray) -> np.ndarray:
@@ -212,6 +213,19 @@ def _sequential_matmul(a: np.ndarray, b: np.ndarray, chunk: int | None, gqa_rati
     for head in range(gqa_ratio):  # a group's heads one after the other, as a work-group loops over them
         for start in range(0, k, chunk):
             out += a[:, :, head, :, start:start + chunk] @ b[:, :, head, start:start + chunk]
+    return out
+
+
+def _blockwise_dq(ds: np.ndarray, k_exp: np.ndarray, scale, arith: _Arithmetic) -> np.ndarray:
+    """dQ as bf16 atomics build it: per key block of arith.dq_add_block keys an f32 partial (summed as
+    _sequential_matmul sums), scaled and rounded to the dtype, then added to the running dQ, itself
+    rounded after every add (the packed atomic's round to nearest even). Key blocks in ascending order:
+    the atomics' order is free, and the gate's factor covers the difference."""
+    block = arith.dq_add_block
+    out = np.zeros(ds.shape[:-1] + k_exp.shape[-1:], dtype=arith.acc)
+    for start in range(0, ds.shape[-1], block):
+        part = _sequential_matmul(ds[..., start:start + block], k_exp[:, :, start:start + block], arith.sum_chunk)
+        out = arith.store(out + arith.store(part * scale))
     return out
 
 
@@ -292,7 +306,8 @@ def _backward_terms(q, k, v, o, do, lse, *, mask, scale, gqa_ratio, bias, arith:
 def _gradients(terms: _Terms, *, scale, gqa_ratio, bias, arith: _Arithmetic, alibi_slopes=None) -> Gradients:
     scale = arith.acc(scale)
     p, ds = arith.operand(terms.p), arith.operand(terms.ds)
-    dq = _sequential_matmul(ds, terms.k_exp, arith.sum_chunk) * scale
+    dq = (_blockwise_dq(ds, terms.k_exp, scale, arith) if arith.dq_add_block
+          else _sequential_matmul(ds, terms.k_exp, arith.sum_chunk) * scale)
     dk = _sequential_matmul(_swap(ds), terms.q, arith.sum_chunk, gqa_ratio) * scale
     dv = _sequential_matmul(_swap(p), terms.do, arith.sum_chunk, gqa_ratio)
     dbias = None if bias is None or alibi_slopes is not None else arith.store(

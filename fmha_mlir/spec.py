@@ -16,6 +16,9 @@ from .errors import Reason, SpecError
 DTYPES = ("f16", "bf16", "f32")
 MASK_KINDS = ("none", "causal_top_left", "causal_bottom_right", "sliding_window")
 BIAS_KINDS = ("none", "elementwise", "alibi")
+# The dtype dQ's atomic adds accumulate in: f32 into a workspace (converted after), or bf16 by packed
+# atomics straight into dQ (seed 004's output_grad_dtype).
+GRAD_ACCUMS = ("f32", "bf16")
 # The scale is compiled in as an f32 attribute: it must survive the rounding, and not as a denormal.
 F32_MIN_NORMAL = 1.1754943508222875e-38
 F32_MAX = 3.4028234663852886e38
@@ -114,6 +117,7 @@ class AttentionBwdSpec:
     alibi_slopes: bool = False  # alibi's slopes from an f32 operand [1 or batch, heads_q]; else the standard ones
     deterministic: bool = False  # no atomics whose order can change a result (tiled bodies: dQ, dbias partials)
     softcap: float = 0.0       # > 0: scores are softcap * tanh(scale q.k / softcap) (FlashAttention's softcap)
+    grad_accum: str = "f32"    # bf16: dQ added into dQ itself by packed bf16 atomics (no f32 workspace)
 
     def __post_init__(self):
         for name in ("scale", "softcap"):   # NumPy and other real scalars (np.float32(0.125)) as Python floats
@@ -144,6 +148,8 @@ class AttentionBwdSpec:
             name += "_dbias"
         if self.deterministic:
             name += "_det"
+        if self.grad_accum != "f32":
+            name += "_acc" + str(self.grad_accum)
         return name
 
     def bias_operands(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -182,6 +188,23 @@ class AttentionBwdSpec:
             out.append(Reason("deterministic", "d(slopes) is still summed by f32 atomics in any order; "
                                                "deterministic mode does not cover it yet",
                               "use dbias=False, or deterministic=False"))
+        out += self._grad_accum_reasons()
+        return out
+
+    def _grad_accum_reasons(self) -> list[Reason]:
+        if self.grad_accum not in GRAD_ACCUMS:
+            return [Reason("grad_accum", f"unknown gradient accumulation dtype {self.grad_accum!r}",
+                           f"use one of {', '.join(GRAD_ACCUMS)}")]
+        if self.grad_accum == "f32":
+            return []
+        out = []
+        if self.dtype != "bf16":
+            out.append(Reason("grad_accum", f"bf16 atomics add into a bf16 dQ; this spec's dtype is {self.dtype}",
+                              "use dtype='bf16', or grad_accum='f32'"))
+        if self.deterministic is True:
+            out.append(Reason("grad_accum", "bf16 atomics add in any order, and bf16 rounding makes the order "
+                                            "show: deterministic mode forbids exactly that",
+                              "use grad_accum='f32' with deterministic=True, or deterministic=False"))
         return out
 
     def _bias_reasons(self) -> list[Reason]:

@@ -3,7 +3,8 @@
 The op's kernel config names the body; the body says which gradients accumulate in f32 workspaces
 (fmha_mlir.bodies): the warp body sums dK / dV by atomics (into the outputs for f32), the tiled body
 sums dQ by atomics into a row-padded workspace (deterministic mode: one partial per key block, written,
-and summed in order by the convert). The bias's gradient accumulates the same way for every body
+and summed in order by the convert; grad_accum = "bf16": by packed bf16 atomics into dq itself, zero-filled,
+no workspace and no convert). The bias's gradient accumulates the same way for every body
 (bodies.bias_accumulation).
 
     d = alloc [B, Hq, Sq] f32;  dot_do_o(o, do, d)
@@ -21,7 +22,7 @@ from fmha_mlir.bodies import Workspace, bias_accumulation, body_of
 from fmha_mlir.dialects import fmha
 from fmha_mlir.dialects.fmha_attrs import WORKSPACE_ATTRIBUTE
 from fmha_mlir.dialects.fmha_types import rows_type, tensor_type
-from fmha_mlir.mlir import gpu, ir, memref
+from fmha_mlir.mlir import arith, gpu, ir, memref
 from fmha_mlir.spec import AttentionBwdSpec
 
 from .base import FmhaPass, PassFailure, rewriting
@@ -59,7 +60,8 @@ def _decompose(op: "ir.Operation", spec: AttentionBwdSpec) -> None:
         if workspace.zero:
             gpu.memset(None, [], allocated[workspace.name].strided, zero)
     for name in body.zeroed_outputs(spec) + bias_zeroed:
-        gpu.memset(None, [], operands[name], zero)
+        element = ir.MemRefType(operands[name].type).element_type
+        gpu.memset(None, [], operands[name], zero if element == zero.type else arith.constant(element, 0.0))
 
     bias_inputs, bias_grads = spec.bias_operands()
     outs = [allocated[accumulators[g].name].strided if g in accumulators else operands[g]

@@ -21,7 +21,8 @@ from fmha_mlir.target import TARGETS
 
 from .base import FmhaPass
 from .ir_builders import collect_ops, create_op, f32
-from .kernel_op_lowering import elementwise, lower_kernel_ops, reduce_width, shared_lowerings, shuffle_xor_reduce
+from .kernel_op_lowering import (elementwise, is_packed_atomic_add, lower_kernel_ops, reduce_width, shared_lowerings,
+                                 shuffle_xor_reduce)
 
 DPP_WAVE = 64
 # Group widths whose sum the in-row steps leave in every lane: width 2**k after the first k steps.
@@ -61,7 +62,8 @@ class ConvertFmhaToRocdl(FmhaPass):
         lowerings = shared_lowerings()
         lowerings[fmha.WaveReduceOp.NAME] = self._lower_wave_reduce
         lowerings[fmha.Exp2Op.NAME] = lower_exp2
-        lower_kernel_ops(module, lowerings)
+        # Packed bf16 atomic adds need the buffer's address: fmha-packed-atomics-to-rocdl lowers them later.
+        lower_kernel_ops(module, lowerings, deferred=is_packed_atomic_add)
         set_flat_work_group_size(module)
 
     def _lower_wave_reduce(self, op: "ir.Operation") -> "ir.Value":

@@ -86,6 +86,27 @@ def accumulate(value: "ir.Value", buffer: "ir.Value", indices: list["ir.Value"],
         memref.store(value, buffer, indices)
 
 
+# llvm.getelementptr's marker for "this index is an operand, not a constant" (LLVM::GEPOp::kDynamicIndex).
+GEP_DYNAMIC_INDEX = -2 ** 31
+
+
+def element_pointer(buffer: "ir.Value", indices: list["ir.Value"], address_space: int = 0) -> "ir.Value":
+    """An !llvm.ptr to buffer[indices] (for instructions that need an address: inline asm, vector
+    atomics): a getelementptr of the aligned pointer by the strided offset, as a pointer, not integer
+    arithmetic (LLVM then keeps fewer addresses live across a loop). Before the gpu.module becomes LLVM."""
+    metadata = memref.ExtractStridedMetadataOp(buffer)
+    offset = metadata.offset
+    for i, stride in zip(indices, metadata.strides):
+        offset = arith.addi(offset, arith.muli(i, stride))
+    i64 = ir.IntegerType.get_signless(64)
+    pointer = ir.Type.parse("!llvm.ptr" if address_space == 0 else f"!llvm.ptr<{address_space}>")
+    base = arith.index_cast(i64, memref.extract_aligned_pointer_as_index(buffer))
+    start = ir.Operation.create("llvm.inttoptr", results=[pointer], operands=[base]).result
+    return ir.Operation.create("llvm.getelementptr", results=[pointer], operands=[start, arith.index_cast(i64, offset)],
+                               attributes={"rawConstantIndices": ir.DenseI32ArrayAttr.get([GEP_DYNAMIC_INDEX]),
+                                           "elem_type": ir.TypeAttr.get(memref_type(buffer).element_type)}).result
+
+
 def dims(value: "ir.Value", positions) -> list["ir.Value"]:
     """memref.dim of `value` at each of `positions`."""
     return [memref.dim(value, index(p)) for p in positions]

@@ -151,4 +151,11 @@ def lower_atomic_add(op: "ir.Operation") -> None:
 
 
 def is_vector_atomic_add(op: "ir.Operation") -> bool:
-    return op.name == fmha.AtomicAddOp.NAME and fmha.AtomicAddOp.width_of(op.operands[0]) is not None
+    """A vector<N x f32> or packed bf16 atomic_add: one instruction on an address (NVIDIA)."""
+    return op.name == fmha.AtomicAddOp.NAME and (fmha.AtomicAddOp.width_of(op.operands[0]) is not None
+                                                 or fmha.AtomicAddOp.is_packed_bf16(op.operands[0]))
+
+
+def is_packed_atomic_add(op: "ir.Operation") -> bool:
+    """A packed bf16 atomic_add: memref.atomic_rmw has no vector form, so it waits for an address."""
+    return op.name == fmha.AtomicAddOp.NAME and fmha.AtomicAddOp.is_packed_bf16(op.operands[0])

@@ -24,6 +24,7 @@ _TABLE: dict[str, str] = {
     "convert-fmha-to-nvvm": "fmha_to_nvvm:ConvertFmhaToNvvm",
     "fmha-hardware-atomics": "hardware_atomics:HardwareAtomics",
     "fmha-vector-atomics-to-nvvm": "vector_atomics_to_nvvm:VectorAtomicsToNvvm",
+    "fmha-packed-atomics-to-rocdl": "packed_atomics_to_rocdl:PackedAtomicsToRocdl",
 }
 
 # Upstream passes that take a chip name: (option, the Target.backend whose arches it accepts).

@@ -12,7 +12,7 @@ from fmha_mlir.kernel_config import KernelConfig
 from fmha_mlir.mlir import arith, gpu, ir, scf
 from fmha_mlir.spec import AttentionBwdSpec, Mask
 
-from .ir_builders import accumulate, dims, index, scalar_elements, vector_shape
+from .ir_builders import accumulate, dims, f32, index, scalar_elements, splat, vector_shape
 from .score_mods import ScoreBias
 from .shared_tiles import LaneValues
 
@@ -25,7 +25,7 @@ class TiledKernel:
         self.spec, self.config = spec, config
         self.operands = fmha.DqDkDvOp.named_operands(op, spec)
         self.q, self.k, self.v, self.do, self.lse, self.d = (self.operands[n] for n in ("q", "k", "v", "do", "lse", "d"))
-        self.dq_acc, self.dk_out, self.dv_out = (self.operands[n] for n in ("dq_out", "dk_out", "dv_out"))
+        self.dq_out, self.dk_out, self.dv_out = (self.operands[n] for n in ("dq_out", "dk_out", "dv_out"))
         self.element = element_type(spec.dtype)
         self.bm, self.bn = config.block_m, config.block_n
         self.tid = gpu.thread_id(gpu.Dimension.x)
@@ -49,7 +49,20 @@ class TiledKernel:
         """dQ's value (f32 or a vector of adjacent, even-aligned columns) at (head, q, col) for this key
         block: an f32 atomic add into dq_acc, or in deterministic mode a store into this key block's
         partial, which no other work-group writes (each element has one owning lane)."""
-        accumulate(value, self.dq_acc, [self.dq_batch, head, q, col], stored=self.spec.deterministic)
+        accumulate(value, self.dq_out, [self.dq_batch, head, q, col], stored=self.spec.deterministic)
+
+    def add_dq_row_pairs(self, head, q, pairs) -> None:
+        """grad_accum = "bf16": this key block's dQ pairs of query row q, (vector<2xf32>, column) as
+        pairs() builds them, each scaled, rounded and added into dq itself by one packed bf16 atomic. dq
+        has no padding rows, so a row past seqlen_q adds nothing: one check per row, and the pairs'
+        columns built inside it (a check per pair, or columns live across it, make the sm_90 body spill)."""
+        inside = scf.IfOp(arith.cmpi(arith.CmpIPredicate.slt, q, self.seqlen_q))
+        with ir.InsertionPoint(inside.then_block):
+            pair_type = ir.VectorType.get([2], self.element)
+            for value, col in pairs():
+                scaled = arith.mulf(value, splat(f32(self.spec.scale), [2]))
+                fmha.AtomicAddOp.build(arith.truncf(pair_type, scaled), self.dq_out, [self.batch, head, q, col])
+            scf.yield_([])
 
     def make_warp_tiles(self) -> None:
         """Each warp's part of the products (hoisted): S^T / dP^T (keys x queries), dK / dV (keys x head

@@ -316,14 +316,22 @@ class _Kernel(TiledKernel):
 
     def add_dq(self, dq, head, q0, tile: WarpTile) -> None:
         """dq_acc[b, head, q0 + row, col:col + 2] += dS K: one vector<2xf32> atomic (deterministic: store)
-        per accumulator pair (adjacent columns; rows are padded; the convert applies the softmax scale)."""
+        per accumulator pair (adjacent columns; rows are padded; the convert applies the softmax scale),
+        or with grad_accum = "bf16" one packed bf16 atomic per pair into dq itself."""
         atom = self.atom
+        column = lambda ni: arith.addi(arith.addi(tile.col0, index(ni * atom.n)), atom.accumulator_col())  # noqa: E731
+        query = lambda mi, r: arith.addi(arith.addi(q0, tile.row0), arith.addi(index(mi * atom.m),  # noqa: E731
+                                                                               atom.accumulator_row(r)))
         for mi, row in enumerate(dq):
+            if self.spec.grad_accum == "bf16":   # pairs grouped by row: one bounds check each
+                for r in range(2):
+                    self.add_dq_row_pairs(head, query(mi, r), lambda: [(atom.rows_of(c)[r], column(ni))
+                                                                      for ni, c in enumerate(row)])
+                continue
             for ni, c in enumerate(row):
-                col = arith.addi(arith.addi(tile.col0, index(ni * atom.n)), atom.accumulator_col())
+                col = column(ni)
                 for r, pair in enumerate(atom.rows_of(c)):
-                    q = arith.addi(arith.addi(q0, tile.row0), arith.addi(index(mi * atom.m), atom.accumulator_row(r)))
-                    self.add_dq_value(pair, head, q, col)
+                    self.add_dq_value(pair, head, query(mi, r), col)
 
     def store_grad(self, out, acc, tile: WarpTile, scale: float | None) -> None:
         """out[b, kv_head, k0 + row, col] = acc (times scale), rounded; rows past seqlen_k are not stored."""

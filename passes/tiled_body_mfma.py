@@ -14,7 +14,8 @@ instruction changes (docs/design/tiled-body.md, section 5):
   keeps the base in SGPRs), rows past the sequence end replaced by zeros with a select: the buffer's own
   out-of-range rule only covers the last rows of the whole tensor, not of a head. One Q / dO buffer.
 - *dQ* by scalar f32 atomics (`global_atomic_add_f32`; neither chip has a packed f32 add), dK / dV
-  stored one element at a time (a lane's four rows are four addresses).
+  stored one element at a time (a lane's four rows are four addresses). With grad_accum = "bf16" dQ is
+  computed transposed, so a lane's registers pair along the head dim for `global_atomic_pk_add_bf16`.
 
 P^T and dS^T go through LDS as [keys x queries] tiles, written element by element from the accumulators
 so that dV's and dK's A operands read k-contiguous. Tile sizes: bodies.AMD_TILED_TABLE.
@@ -32,7 +33,7 @@ from .mfma_atom import MfmaAtom
 from .score_mods import exp2_argument, lse_operand, natural_units, softcap_grad, softmax_input
 from .shared_tiles import shared_grids
 from .tile_schedule import (TiledKernel, WarpTile, advance, contract, flatten, i32, query_block_range,
-                            tile_is_cut, unflatten)
+                            tile_is_cut, unflatten, warp_tile)
 
 
 class _Kernel(TiledKernel):
@@ -179,11 +180,38 @@ class _Kernel(TiledKernel):
                        lambda col, k0: atom.load_b_transposed(tiles["do"], col, k0))
         dk = self.gemm(dk, dkv, self.bm, lambda row, k0: atom.load_a(tiles["ds"], row, k0),
                        lambda col, k0: atom.load_b_transposed(tiles["q"], col, k0))
+        if spec.grad_accum == "bf16":
+            self.add_dq_pairs(head, q0)
+            return dk, dv
         # dQ = dS K: A = (dS^T)^T and B = K, both read down the columns of their tiles.
         dq = self.gemm(self.zeros(dqt), dqt, self.bn, lambda row, k0: atom.load_a_transposed(tiles["ds"], row, k0),
                        lambda col, k0: atom.load_b_transposed(tiles["k"], col, k0))
         self.add_dq(dq, head, q0, dqt)
         return dk, dv
+
+    def add_dq_pairs(self, head, q0) -> None:
+        """dQ for packed bf16 atomics, computed transposed: dQ^T = K^T dS^T (A = K^T, B = dS^T, both read
+        down the columns of their tiles, as dQ's operands are), so that a lane's accumulator registers lie
+        along the head dim: registers r, r + 1 (r even) are adjacent columns of one query row, one pair."""
+        atom, tiles = self.atom, self.tiles
+        with self.lanes.hoist:   # dQ's warp layout, transposed with it
+            tile = warp_tile(self.warp, self.config.dq_warps[::-1], self.spec.hdim_q, self.bm)
+        dqt = self.gemm(self.zeros(tile), tile, self.bn, lambda row, k0: atom.load_a_transposed(tiles["k"], row, k0),
+                        lambda col, k0: atom.load_b_transposed(tiles["ds"], col, k0))
+        pair_type = ir.VectorType.get([2], ir.F32Type.get())
+
+        def pairs(ni):
+            out = []
+            for mi, row in enumerate(dqt):
+                col_first = arith.addi(tile.row0, index(mi * atom.m))
+                for r in range(0, atom.shape.c_registers, 2):
+                    pair = vector.from_elements(pair_type, [vector.extract(row[ni], [], [r + e]) for e in range(2)])
+                    out.append((pair, arith.addi(col_first, self.rows[r])))
+            return out
+
+        for ni in range(len(dqt[0])):   # this lane's query of n-tile ni: one row of dQ
+            q = arith.addi(arith.addi(q0, tile.col0), arith.addi(index(ni * atom.n), atom.b_col))
+            self.add_dq_row_pairs(head, q, lambda: pairs(ni))
 
     def row_values(self, sdp: WarpTile):
         """LSE * log2(e) and D of the query this lane holds in each n-tile: one f32 each."""

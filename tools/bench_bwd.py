@@ -20,6 +20,9 @@ torch's mem-efficient one, which takes an additive bias), for the feature's spee
 
 --deterministic adds each row in deterministic mode (ours only: its cost against the same row).
 
+--grad-accum bf16 adds each bf16 row with dQ added by packed bf16 atomics (ours only: its gain against the
+same row; the gate checks it under its own model, Numerics.dq_add_block).
+
 --sweep also builds the candidate tiled configs of SWEEP for each row, so that one GPU run measures
 them all; the table in fmha_mlir/bodies.py is chosen from that run (tools/reports/bench_notes.md).
 """
@@ -60,19 +63,20 @@ class Row:
     bias: str = "none"     # elementwise ([1, H, S, S], the seed's shape) or alibi (standard slopes): ours only
     dbias: bool = False    # with an elementwise bias: also dbias; with ALiBi: d(slopes) of a slopes tensor
     deterministic: bool = False   # dQ partials per key block, summed in order: ours only
+    grad_accum: str = "f32"       # bf16: dQ by packed bf16 atomics into dq itself: ours only
 
     @property
     def spec(self) -> AttentionBwdSpec:
         return AttentionBwdSpec(dtype=self.dtype, hdim_q=self.hdim, gqa_ratio=self.heads_q // self.heads_kv,
                                 mask=Mask("causal_top_left" if self.causal else "none"), softcap=self.softcap,
                                 bias=self.bias, dbias=self.dbias, alibi_slopes=self.bias == "alibi" and self.dbias,
-                                deterministic=self.deterministic)
+                                deterministic=self.deterministic, grad_accum=self.grad_accum)
 
     @property
     def score_features(self) -> bool:
         """Rows only ours is timed on (torch's fused backwards have no softcap, bias gradient or ALiBi; the
-        deterministic rows compare with our own non-deterministic ones)."""
-        return bool(self.softcap) or self.bias != "none" or self.deterministic
+        deterministic and bf16-accumulation rows compare with our own default ones)."""
+        return bool(self.softcap) or self.bias != "none" or self.deterministic or self.grad_accum != "f32"
 
     @property
     def label(self) -> str:
@@ -81,7 +85,8 @@ class Row:
             "" if not self.dbias else " dslopes" if self.bias == "alibi" else " dbias")
         return f"{self.dtype} B{self.batch} H{self.heads_q}{kv} S{self.seqlen} D{self.hdim}" + (
             " causal" if self.causal else "") + (f" softcap {self.softcap:g}" if self.softcap else "") + bias + (
-            " deterministic" if self.deterministic else "")
+            " deterministic" if self.deterministic else "") + (
+            f" grad-accum {self.grad_accum}" if self.grad_accum != "f32" else "")
 
     @property
     def flops(self) -> float:
@@ -480,6 +485,7 @@ def main(argv=None) -> int:
     p.add_argument("--tag", default="", help="once: the config tag (default: the body's table entry)")
     p.add_argument("--softcap", type=float, default=0.0, help="also each row with this softcap (its speed cost)")
     p.add_argument("--deterministic", action="store_true", help="also each row in deterministic mode (its cost)")
+    p.add_argument("--grad-accum", choices=("bf16",), help="also each bf16 row with bf16 dQ atomics (their gain)")
     p.add_argument("--bias", nargs="*", default=[], choices=BIAS_VARIANTS,
                    help="also each row with each of these biases (their speed cost)")
     args = p.parse_args(argv)
@@ -490,6 +496,9 @@ def main(argv=None) -> int:
         rows = [v for r in rows for v in (r, *(dataclasses.replace(r, **BIAS_VARIANTS[b]) for b in args.bias))]
     if args.deterministic:
         rows = [v for r in rows for v in (r, dataclasses.replace(r, deterministic=True))]
+    if args.grad_accum:   # packed bf16 atomics add into a bf16 dQ: the bf16 rows only
+        rows = [v for r in rows for v in (r, *([dataclasses.replace(r, grad_accum=args.grad_accum)]
+                                               if r.dtype == "bf16" and not r.deterministic else []))]
     if args.action == "build":
         build(args.directory, args.sweep, args.ptxas, rows)
         return 0

@@ -20,7 +20,7 @@ from fmha_mlir.bodies import BODIES
 from fmha_mlir.backends.nvidia import cuda_toolkit
 from fmha_mlir.compiler import RESTART_STAGES, CompiledKernels, Compiler
 from fmha_mlir.errors import FmhaError, PipelineError, SpecError
-from fmha_mlir.spec import AttentionBwdSpec, Mask
+from fmha_mlir.spec import GRAD_ACCUMS, AttentionBwdSpec, Mask
 from fmha_mlir.target import TARGETS, get_target
 
 EMITS = ("fmha", "stages", "gpu", "kernel", "llvm", "isa", "metadata", "manifest")
@@ -48,6 +48,8 @@ def _parser() -> argparse.ArgumentParser:
                       help="also the bias's gradient: dbias, or d(slopes) with --alibi-slopes")
     spec.add_argument("--deterministic", action="store_const", const=True,
                       help="no atomics whose order can change a result (tiled body: dQ partials per key block)")
+    spec.add_argument("--grad-accum", choices=GRAD_ACCUMS,
+                      help="dQ's atomics: f32 into a workspace (default), or bf16 packed atomics into dQ itself")
     parser.add_argument("--target", default="gfx942", choices=(*TARGETS, "all"))
     parser.add_argument("--body", default="auto", choices=("auto", *BODIES),
                         help="kernel body: auto takes the fastest one that supports the spec on the target")
@@ -107,14 +109,15 @@ def main(argv: list[str] | None = None) -> int:
 def _spec(args) -> AttentionBwdSpec | None:
     """The spec from the flags; None for an input file without spec flags (the IR may carry one)."""
     flags = (args.dtype, args.hdim, args.hdim_v, args.gqa, args.mask, args.scale, args.softcap, args.bias,
-             args.alibi_slopes, args.dbias, args.deterministic)
+             args.alibi_slopes, args.dbias, args.deterministic, args.grad_accum)
     if args.input and all(flag is None for flag in flags):
         return None
     return AttentionBwdSpec(
         dtype=_given(args.dtype, "f16"), hdim_q=_given(args.hdim, 128), hdim_v=_given(args.hdim_v, 0),
         gqa_ratio=_given(args.gqa, 1), mask=Mask.parse(_given(args.mask, "none")), scale=_given(args.scale, 0.0),
         softcap=_given(args.softcap, 0.0), bias=_given(args.bias, "none"), alibi_slopes=_given(args.alibi_slopes, False),
-        dbias=_given(args.dbias, False), deterministic=_given(args.deterministic, False))
+        dbias=_given(args.dbias, False), deterministic=_given(args.deterministic, False),
+        grad_accum=_given(args.grad_accum, "f32"))
 
 
 def _given(value, default):

@@ -13,7 +13,7 @@ from fmha_mlir.api import AttentionBackward
 from fmha_mlir.errors import FmhaError
 from fmha_mlir.problem import BIAS_BROADCASTS, LAYOUTS, ProblemSize, make_problem
 from fmha_mlir.runtime.runner import check_tensors, plan_layouts
-from fmha_mlir.spec import DTYPES, AttentionBwdSpec, Mask
+from fmha_mlir.spec import DTYPES, GRAD_ACCUMS, AttentionBwdSpec, Mask
 from fmha_mlir.target import TARGETS
 
 
@@ -41,6 +41,8 @@ def parse_args(argv):
                    help="also the bias's gradient: dbias, or d(slopes) (with --bias alibi: implies --alibi-slopes)")
     p.add_argument("--deterministic", action="store_true",
                    help="no atomics whose order can change a result (the tiled body: dQ partials per key block)")
+    p.add_argument("--grad-accum", default="f32", choices=GRAD_ACCUMS,
+                   help="dQ's atomics: f32 into a workspace, or bf16 packed atomics into dQ (bf16, tiled body)")
     p.add_argument("--batch", type=int, default=2)
     p.add_argument("--heads", type=int, default=4, help="query heads")
     p.add_argument("--seqlen-q", type=int, default=37)
@@ -69,7 +71,7 @@ def main(argv=None) -> int:
         slopes = args.bias == "alibi" and (args.alibi_slopes or args.dbias)
         spec = AttentionBwdSpec(dtype=args.dtype, hdim_q=args.hdim, hdim_v=args.hdim_v, gqa_ratio=args.gqa,
                                 mask=Mask.parse(args.mask), softcap=args.softcap, bias=args.bias, dbias=args.dbias,
-                                alibi_slopes=slopes, deterministic=args.deterministic)
+                                alibi_slopes=slopes, deterministic=args.deterministic, grad_accum=args.grad_accum)
         size = ProblemSize(args.batch, args.heads, args.seqlen_q, args.seqlen_k)
         problem = make_problem(spec, size, seed=args.seed, layout=args.layout, broadcast=args.bias_broadcast)
         problem.oracle_gradients()
@@ -78,7 +80,8 @@ def main(argv=None) -> int:
         extras = (f" softcap {spec.softcap:g}" if spec.softcap else "") + (
             f" bias {spec.bias}" if spec.bias != "none" else "") + "".join(
             f" {n}[{s}]" for n, s in shapes.items()) + (" +dbias" if spec.dbias else "") + (
-            " deterministic" if spec.deterministic else "")
+            " deterministic" if spec.deterministic else "") + (
+            f" grad-accum {spec.grad_accum}" if spec.grad_accum != "f32" else "")
         print(f"fmha-bwd: {spec.dtype} hdim {spec.hdim_q}x{spec.hdim_v} mask {spec.mask} gqa {spec.gqa_ratio}{extras} | "
               f"B{size.batch} Hq{size.heads_q} Hkv{size.heads_kv(spec.gqa_ratio)} Sq{size.seqlen_q} "
               f"Sk{size.seqlen_k} {args.layout}")
@@ -104,7 +107,7 @@ def main(argv=None) -> int:
             bias = t["bias"] if spec.bias == "elementwise" else spec.bias
             grads = runner(t["q"], t["k"], t["v"], t["o"], t["do"], t["lse"], mask=spec.mask, dtype=spec.dtype,
                            scale=spec.scale, softcap=spec.softcap, bias=bias, alibi_slopes=t.get("alibi_slopes"),
-                           dbias=spec.dbias, deterministic=spec.deterministic)
+                           dbias=spec.dbias, deterministic=spec.deterministic, grad_accum=spec.grad_accum)
             ran = time.perf_counter()
             names = ("dq", "dk", "dv") + problem.bias_gradients
             for check in problem.check(dict(zip(names, grads)), bundle.numerics):

@@ -31,6 +31,10 @@ class AmdBackend(Backend):
     def attach_target_pass(self) -> str:
         return render_pass("rocdl-attach-target", chip=self.target.arch)
 
+    def module_passes(self) -> list[str]:
+        # Packed bf16 atomics need the buffer's address, before the gpu conversion runs.
+        return ["fmha-packed-atomics-to-rocdl"]
+
     def gpu_to_llvm_passes(self) -> list[str]:
         # amdgpu.dpp must become rocdl ops before the gpu conversion runs.
         return [render_pass("convert-amdgpu-to-rocdl", chipset=self.target.arch),

@@ -148,3 +148,16 @@ gpu.module @kernels {
     gpu.return
   }
 }
+
+// -----
+
+// A packed bf16 pair stays for fmha-packed-atomics-to-rocdl (memref.atomic_rmw has no vector form).
+gpu.module @kernels {
+  // CHECK-LABEL: gpu.func @packed_atomic_add
+  gpu.func @packed_atomic_add(%p: vector<2xbf16>, %buf: memref<?x?x?x64xbf16, strided<[?, ?, ?, 1]>>, %i: index) kernel {
+    // CHECK-NOT: memref.atomic_rmw
+    // CHECK: "fmha.atomic_add"(%{{.*}}) : (vector<2xbf16>, memref<?x?x?x64xbf16, strided<[?, ?, ?, 1]>>, index, index, index, index) -> ()
+    "fmha.atomic_add"(%p, %buf, %i, %i, %i, %i) : (vector<2xbf16>, memref<?x?x?x64xbf16, strided<[?, ?, ?, 1]>>, index, index, index, index) -> ()
+    gpu.return
+  }
+}

@@ -41,3 +41,21 @@ gpu.module @kernels {
     gpu.return
   }
 }
+
+// -----
+
+// A packed bf16 pair (grad_accum = "bf16"): one red.global.add.noftz.bf16x2 of the pair as one b32,
+// at the element's address (a getelementptr over bf16).
+gpu.module @kernels {
+  // CHECK-LABEL: gpu.func @packed_bf16
+  // CHECK-SAME: (%[[P:[^:]*]]: vector<2xbf16>
+  gpu.func @packed_bf16(%p: vector<2xbf16>, %buf: memref<?x?xbf16, strided<[?, 1]>>, %i: index, %j: index) kernel {
+    // CHECK: %[[PTR:.*]] = llvm.getelementptr %{{.*}}[%{{.*}}] : (!llvm.ptr, i64) -> !llvm.ptr, bf16
+    // CHECK: %[[BITS:.*]] = llvm.bitcast %[[P]] : vector<2xbf16> to i32
+    // CHECK: llvm.inline_asm has_side_effects "{ .reg .b64 ga; cvta.to.global.u64 ga, $0; red.relaxed.gpu.global.add.noftz.bf16x2 [ga], $1; }", "l,r" %[[PTR]], %[[BITS]] : (!llvm.ptr, i32) -> ()
+    // CHECK-NOT: fmha.atomic_add
+    // LLVM: llvm.inline_asm has_side_effects "{{.*}}red.relaxed.gpu.global.add.noftz.bf16x2{{.*}}", "l,r"
+    "fmha.atomic_add"(%p, %buf, %i, %j) : (vector<2xbf16>, memref<?x?xbf16, strided<[?, 1]>>, index, index) -> ()
+    gpu.return
+  }
+}

@@ -578,7 +578,7 @@ func.func @masked_score_window_type(%x: f32, %i: index) {
 
 // atomic_add_value
 func.func @atomic_add_value(%h: f16, %b: memref<?x?xf32>, %i: index) {
-  // expected-error @+1 {{'fmha.atomic_add' op operand #0 ('value') must be f32 or vector<2xf32> or vector<4xf32>, got f16}}
+  // expected-error @+1 {{'fmha.atomic_add' op operand #0 ('value') must be f32, vector<2xf32>, vector<4xf32> or vector<2xbf16>, got f16}}
   "fmha.atomic_add"(%h, %b, %i, %i) : (f16, memref<?x?xf32>, index, index) -> ()
   return
 }
@@ -587,7 +587,7 @@ func.func @atomic_add_value(%h: f16, %b: memref<?x?xf32>, %i: index) {
 
 // atomic_add_vector_width
 func.func @atomic_add_vector_width(%v: vector<3xf32>, %b: memref<?x?xf32>, %i: index) {
-  // expected-error @+1 {{'fmha.atomic_add' op operand #0 ('value') must be f32 or vector<2xf32> or vector<4xf32>, got vector<3xf32>}}
+  // expected-error @+1 {{'fmha.atomic_add' op operand #0 ('value') must be f32, vector<2xf32>, vector<4xf32> or vector<2xbf16>, got vector<3xf32>}}
   "fmha.atomic_add"(%v, %b, %i, %i) : (vector<3xf32>, memref<?x?xf32>, index, index) -> ()
   return
 }
@@ -598,6 +598,15 @@ func.func @atomic_add_vector_width(%v: vector<3xf32>, %b: memref<?x?xf32>, %i: i
 func.func @atomic_add_buffer(%v: f32, %b: memref<?x?xf16>, %i: index) {
   // expected-error @+1 {{operand #1 ('buffer') must be a ranked memref of f32, got memref<?x?xf16>}}
   "fmha.atomic_add"(%v, %b, %i, %i) : (f32, memref<?x?xf16>, index, index) -> ()
+  return
+}
+
+// -----
+
+// atomic_add_packed_bf16_buffer: a packed bf16 pair adds into a bf16 buffer.
+func.func @atomic_add_packed_bf16_buffer(%v: vector<2xbf16>, %b: memref<?x?xf32>, %i: index) {
+  // expected-error @+1 {{operand #1 ('buffer') must be a ranked memref of bf16 for a vector<2xbf16> value, got memref<?x?xf32>}}
+  "fmha.atomic_add"(%v, %b, %i, %i) : (vector<2xbf16>, memref<?x?xf32>, index, index) -> ()
   return
 }
 
@@ -919,5 +928,32 @@ func.func @convert_grad_dbias_off(%acc: memref<1x2x8x8xf32>, %out: memref<1x2x8x
 func.func @convert_grad_dbias_alibi(%acc: memref<1x2x8x8xf32>, %out: memref<1x2x8x8xf16>) {
   // expected-error @+1 {{grad 'dbias' needs a spec with bias = "elementwise" and dbias = true}}
   "fmha.convert_grad"(%acc, %out) {dtype = "f16", hdim_q = 64 : i64, hdim_v = 64 : i64, gqa_ratio = 1 : i64, mask = "none", window_left = -1 : i64, window_right = -1 : i64, scale = 0.125 : f32, bias = "alibi", alibi_slopes = true, dbias = true, deterministic = false, config = {body = "warp", wave_size = 64 : i64}, grad = "dbias"} : (memref<1x2x8x8xf32>, memref<1x2x8x8xf16>) -> ()
+  return
+}
+
+// -----
+
+// attention_bwd_bf16_accum_deterministic: bf16 atomics land in any order, deterministic mode forbids it.
+func.func @attention_bwd_bf16_accum_deterministic(%t: memref<1x2x8x64xbf16>, %l: memref<1x2x8xf32>) {
+  // expected-error @+1 {{grad_accum: bf16 atomics add in any order, and bf16 rounding makes the order show}}
+  "fmha.attention_bwd"(%t, %t, %t, %t, %t, %l, %t, %t, %t) {dtype = "bf16", hdim_q = 64 : i64, hdim_v = 64 : i64, gqa_ratio = 1 : i64, mask = "none", window_left = -1 : i64, window_right = -1 : i64, scale = 0.125 : f32, bias = "none", dbias = false, deterministic = true, grad_accum = "bf16"} : (memref<1x2x8x64xbf16>, memref<1x2x8x64xbf16>, memref<1x2x8x64xbf16>, memref<1x2x8x64xbf16>, memref<1x2x8x64xbf16>, memref<1x2x8xf32>, memref<1x2x8x64xbf16>, memref<1x2x8x64xbf16>, memref<1x2x8x64xbf16>) -> ()
+  return
+}
+
+// -----
+
+// attention_bwd_bf16_accum_f16: packed bf16 atomics add into a bf16 dQ.
+func.func @attention_bwd_bf16_accum_f16(%t: memref<1x2x8x64xf16>, %l: memref<1x2x8xf32>) {
+  // expected-error @+1 {{grad_accum: bf16 atomics add into a bf16 dQ; this spec's dtype is f16}}
+  "fmha.attention_bwd"(%t, %t, %t, %t, %t, %l, %t, %t, %t) {dtype = "f16", hdim_q = 64 : i64, hdim_v = 64 : i64, gqa_ratio = 1 : i64, mask = "none", window_left = -1 : i64, window_right = -1 : i64, scale = 0.125 : f32, bias = "none", dbias = false, deterministic = false, grad_accum = "bf16"} : (memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8xf32>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>) -> ()
+  return
+}
+
+// -----
+
+// attention_bwd_grad_accum_unknown: f32 or bf16 only.
+func.func @attention_bwd_grad_accum_unknown(%t: memref<1x2x8x64xbf16>, %l: memref<1x2x8xf32>) {
+  // expected-error @+1 {{grad_accum: unknown gradient accumulation dtype 'f16' (use one of f32, bf16)}}
+  "fmha.attention_bwd"(%t, %t, %t, %t, %t, %l, %t, %t, %t) {dtype = "bf16", hdim_q = 64 : i64, hdim_v = 64 : i64, gqa_ratio = 1 : i64, mask = "none", window_left = -1 : i64, window_right = -1 : i64, scale = 0.125 : f32, bias = "none", dbias = false, deterministic = false, grad_accum = "f16"} : (memref<1x2x8x64xbf16>, memref<1x2x8x64xbf16>, memref<1x2x8x64xbf16>, memref<1x2x8x64xbf16>, memref<1x2x8x64xbf16>, memref<1x2x8xf32>, memref<1x2x8x64xbf16>, memref<1x2x8x64xbf16>, memref<1x2x8x64xbf16>) -> ()
   return
 }
