@@ -10,6 +10,8 @@ Compiling needs MLIR (flydsl); a machine without it runs bundles compiled elsewh
 """
 from __future__ import annotations
 
+import threading
+
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -75,10 +77,17 @@ class AttentionBackward:
     atomic_order: str = "sequential"
     body: str = "auto"
     _bundles: dict = field(default_factory=dict, repr=False)
+    # One instance may serve several threads: compiles and executor creation run one at a time (MLIR's
+    # context is not for concurrent use); the CPU executor serialises its launches itself.
+    _lock: threading.RLock = field(default_factory=threading.RLock, repr=False, compare=False)
     _compiler: object = field(default=None, repr=False)
     _device: Executor | None = field(default=None, repr=False)
 
     def device(self) -> Executor:
+        with self._lock:
+            return self._device_locked()
+
+    def _device_locked(self) -> Executor:
         if self._device is None:
             if self.executor == "cpu":
                 from .runtime.cpu_executor import CpuExecutor
@@ -99,6 +108,10 @@ class AttentionBackward:
         return self.arch
 
     def bundle(self, spec: AttentionBwdSpec) -> Bundle:
+        with self._lock:
+            return self._bundle_locked(spec)
+
+    def _bundle_locked(self, spec: AttentionBwdSpec) -> Bundle:
         arch = self.target_arch()
         key = (spec, arch)
         if key not in self._bundles:

@@ -2,9 +2,14 @@
 
 It runs bundles of every target (the interpreter executes the target kernel IR, not the binary), so it
 is the fallback where no GPU is present and the reference for atomic-order experiments.
+
+Thread safety: one executor may serve several threads and several bundles at once. Every bundle loaded
+stays loaded (its interpreter found by kernel name: symbols are unique per spec and config), and
+launches run one at a time (the interpreter and its atomic-order generator hold state).
 """
 from __future__ import annotations
 
+import threading
 from typing import Sequence
 
 import numpy as np
@@ -27,7 +32,9 @@ class CpuExecutor(Executor):
             raise RuntimeLaunchError(f"atomic_order must be one of {ATOMIC_ORDERS}, got {atomic_order!r}")
         self.atomic_order = atomic_order
         self.seed = seed
-        self._interpreter = None
+        self._interpreters: dict[str, object] = {}   # kernel name -> the interpreter of its bundle's IR
+        self._loaded: dict[str, object] = {}         # the bundle IR text -> its interpreter
+        self._lock = threading.Lock()
 
     @classmethod
     def available(cls) -> tuple[bool, str]:
@@ -41,8 +48,13 @@ class CpuExecutor(Executor):
         from .interp import Interpreter
 
         self.check_bundle(bundle)
-        self._interpreter = Interpreter(bundle.interp_ir, bundle.target.wave_size,
-                                        atomic_order=self.atomic_order, seed=self.seed)
+        with self._lock:
+            if bundle.interp_ir in self._loaded:
+                return
+            interpreter = Interpreter(bundle.interp_ir, bundle.target.wave_size, atomic_order=self.atomic_order,
+                                      seed=self.seed)
+            self._loaded[bundle.interp_ir] = interpreter
+            self._interpreters.update(dict.fromkeys(interpreter.kernel_names(), interpreter))
 
     def alloc(self, nbytes: int) -> Allocation:
         memory = np.zeros(nbytes, np.uint8)
@@ -59,10 +71,12 @@ class CpuExecutor(Executor):
 
     def launch(self, kernel: str, grid: Sequence[int], block: Sequence[int], args: Sequence[KernelArg],
                shared_bytes: int = 0) -> None:
-        if self._interpreter is None:
-            raise RuntimeLaunchError("no bundle is loaded: call load(bundle) before launch")
+        interpreter = self._interpreters.get(kernel)
+        if interpreter is None:
+            raise RuntimeLaunchError(f"no loaded bundle has kernel {kernel!r}: call load(bundle) before launch")
         values = [device_view(arg) if isinstance(arg, DeviceBuffer) else arg.value for arg in args]
-        self._interpreter.run_kernel(kernel, values, tuple(grid), tuple(block), shared_bytes)
+        with self._lock:
+            interpreter.run_kernel(kernel, values, tuple(grid), tuple(block), shared_bytes)
 
     def synchronize(self) -> None:
         """The interpreter runs each launch to completion."""

@@ -148,3 +148,24 @@ def test_main_job_runs_a_bias_and_the_slopes(capsys):
 def _numerics(spec, arch):
     from fmha_mlir.api import compile_bundle
     return compile_bundle(spec, arch).numerics
+
+
+def test_one_instance_serves_several_threads():
+    """Issue 11: an AttentionBackward (and its CPU executor) shared by threads that run two specs at
+    once gives every call its own spec's gradients (the audit saw 7-10 of 16 calls fail when the
+    executor held one bundle's kernels at a time)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    runner = AttentionBackward(executor="cpu", arch="sm_90")
+    specs = [AttentionBwdSpec("f16", 32, mask=Mask("causal_bottom_right")), AttentionBwdSpec("f16", 64, gqa_ratio=2)]
+    problems = [make_problem(spec, ProblemSize(1, 2, 6, 9), seed=n) for n, spec in enumerate(specs)]
+
+    def call(n):
+        problem = problems[n % 2]
+        t = problem.tensors
+        grads = runner(t["q"], t["k"], t["v"], t["o"], t["do"], t["lse"], mask=problem.spec.mask)
+        return all(c.passed for c in problem.check(dict(zip(("dq", "dk", "dv"), grads)),
+                                                   runner.bundle(problem.spec).numerics))
+
+    with ThreadPoolExecutor(4) as pool:
+        assert all(pool.map(call, range(16)))

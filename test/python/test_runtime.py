@@ -481,7 +481,7 @@ def test_a_failing_free_does_not_hide_the_error_that_stopped_the_run():
 
 
 def test_cpu_executor_launch_before_load_says_so():
-    with pytest.raises(RuntimeLaunchError, match="no bundle is loaded"):
+    with pytest.raises(RuntimeLaunchError, match="no loaded bundle has kernel 'k': call load"):
         CpuExecutor().launch("k", (1, 1, 1), (1, 1, 1), [])
 
 
