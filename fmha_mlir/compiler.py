@@ -10,6 +10,7 @@ Named stages, in order; each one's output is the next one's input and can be dum
 from __future__ import annotations
 
 import dataclasses
+import re
 import struct
 from pathlib import Path
 from collections.abc import Mapping
@@ -129,6 +130,7 @@ class Compiler:
         ctx = make_context()
         module = parse_module(text, ctx, source_name)
         _check_abort_traps(module, source_name)
+        _check_lowered_for(module, target, source_name)
         found_spec, config = _spec_and_config_in(module)
         if spec is not None and found_spec is not None and _as_stored(spec) != _as_stored(found_spec):
             raise CompileError(f"the spec given ({spec.kernel_prefix}) contradicts the one the input carries "
@@ -329,6 +331,43 @@ def _check_abort_traps(module: "ir.Module", source_name: str) -> None:
                    for op, message in abort_traps(module.operation)]
     if records:
         raise CompileError("the input holds IR that MLIR would abort on", tuple(records), stage="parse")
+
+
+def _check_lowered_for(module: "ir.Module", target: Target, source_name: str) -> None:
+    """CompileError when the input's gpu.modules were given another chip's target attribute (a kernel
+    stage of sm_90 restarted for gfx942): LLVM would die selecting the other vendor's intrinsics."""
+    other = {"rocdl": ("nvvm.", "nvgpu."), "nvvm": ("rocdl.", "amdgpu.")}[target.backend]
+    with module.context:
+        records = []
+        foreign = _first_op_named(module.operation, other)
+        if foreign is not None:
+            records.append(error(f"'{foreign.name}' is another vendor's op: this input was lowered for the other "
+                                 f"vendor's chips; restart it with a matching --target or from a stage before the "
+                                 f"kernel stage", position_of(foreign.location, source_name)).format())
+        for gpu_module in collect_ops(module.operation, ["gpu.module"]):
+            if "targets" not in gpu_module.attributes:
+                continue
+            chips = re.findall(r'#(rocdl|nvvm)\.target<[^>]*chip = "([^"]+)"', str(gpu_module.attributes["targets"]))
+            if chips and target.arch not in [chip for _, chip in chips]:
+                records.append(error(f"this gpu.module was lowered for {', '.join(c for _, c in chips)}; restart it "
+                                     f"with --target {chips[0][1]} or from a stage before the kernel stage",
+                                     position_of(gpu_module.location, source_name)).format())
+    if records:
+        raise CompileError(f"the input was lowered for another chip than {target.arch}", tuple(records), stage="parse")
+
+
+def _first_op_named(root, prefixes: tuple[str, ...]):
+    """The first op (in walk order) whose name starts with one of `prefixes`, or None."""
+    for region in root.regions:
+        for block in region.blocks:
+            for op in block.operations:
+                op = op.operation
+                if op.name.startswith(prefixes):
+                    return op
+                found = _first_op_named(op, prefixes)
+                if found is not None:
+                    return found
+    return None
 
 
 def _as_stored(spec: AttentionBwdSpec) -> AttentionBwdSpec:

@@ -23,6 +23,8 @@ from fmha_mlir.errors import FmhaError, PipelineError, SpecError
 from fmha_mlir.spec import GRAD_ACCUMS, AttentionBwdSpec, Mask
 from fmha_mlir.target import TARGETS, get_target
 
+from . import isolation
+
 EMITS = ("fmha", "stages", "gpu", "kernel", "llvm", "isa", "metadata", "manifest")
 STAGES_DIR = "stages"
 
@@ -61,14 +63,38 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--reduce", choices=REDUCE_STRATEGIES, default="dpp", help="AMD wave reductions: DPP steps (default) or the xor-shuffle butterfly")
     parser.add_argument("--ptxas", default="auto",
                         help="ptxas for sm_90 cubins: a path, auto (look on PATH) or none (PTX is the binary)")
+    isolation.add_in_process_option(parser)
     return parser
 
 
+def _isolated(args, argv: list[str]) -> int:
+    """An input file is IR we cannot fully validate: compile it in a child process, so that an LLVM
+    assertion on it is an error here, not the end of this process (a spec's compile stays in-process)."""
+    try:
+        data = sys.stdin.buffer.read() if args.input == "-" else None
+    except OSError as exc:
+        print(f"fmha-compile: cannot read stdin: {exc.strerror}", file=sys.stderr)
+        return 1
+    result = isolation.run_child("fmha_mlir.tools.fmha_compile", argv, data)
+    isolation.passthrough(result)
+    if result.crashed:
+        print(f"fmha-compile: error: MLIR crashed compiling {args.input} ({result.why()}); reproduce with: "
+              f"{isolation.repro('fmha-compile', argv)}", file=sys.stderr)
+        return 1
+    if result.returncode == 0 and result.llvm_error:
+        print(f"fmha-compile: error: {result.llvm_error} (the output above is not to be trusted)", file=sys.stderr)
+        return 1
+    return result.returncode
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     parser = _parser()
     args = parser.parse_args(argv)
     if (args.input is None) != (args.from_stage is None):
         parser.error("an input file and --from-stage go together")
+    if args.input is not None and not args.in_process:
+        return _isolated(args, argv)
     if args.dump_stages and not args.output:
         parser.error("--dump-stages writes under -o DIR: give -o")
     if not args.output and not args.emit:
@@ -133,7 +159,14 @@ def _ptxas(choice: str) -> str | None:
 
 
 def _read_input(path: str) -> str:
-    return sys.stdin.read() if path == "-" else Path(path).read_text()
+    data = sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise PipelineError(f"{path}: not MLIR text ({exc})") from None
+    if "\x00" in text:
+        raise PipelineError(f"{path}: a NUL byte at offset {text.index(chr(0))}: this is not MLIR text")
+    return text
 
 
 def _artifact(result: CompiledKernels, emit: str) -> str:

@@ -75,3 +75,43 @@ def test_fmha_bwd_reports_bad_arguments_with_exit_status_2(capsys, argv, message
     assert main_job.main(["--target", "sm_90", *argv]) == 2
     out, err = capsys.readouterr()
     assert err.startswith("fmha-bwd: error: ") and message in err and "Traceback" not in err
+
+
+def _fmha_compile(*argv, stdin: bytes = b""):
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "fmha_mlir.tools.fmha_compile", *argv], input=stdin,
+                          capture_output=True, text=False)
+
+
+def test_fmha_compile_survives_an_mlir_crash_on_its_input(tmp_path):
+    """A restart from arbitrary IR compiles in a child process: a stack overflow in MLIR's parser is an
+    error with the command that reproduces it, not the death of fmha-compile."""
+    source = tmp_path / "deep.mlir"
+    source.write_text("scf.execute_region {" * 10000 + "}" * 10000)
+    done = _fmha_compile(str(source), "--from-stage", "fmha", "--target", "gfx942", "--emit", "isa")
+    assert done.returncode == 1
+    assert done.stderr.decode().strip().endswith(
+        f"fmha-compile: error: MLIR crashed compiling {source} (SIGSEGV); reproduce with: fmha-compile --in-process "
+        f"{source} --from-stage fmha --target gfx942 --emit isa")
+
+
+def test_fmha_compile_refuses_binary_input():
+    done = _fmha_compile("-", "--from-stage", "kernel", "--target", "gfx942", "--emit", "isa", stdin=b"\xf6\x00")
+    assert done.returncode == 2 and done.stderr.decode().startswith("fmha-compile: -: not MLIR text ('utf-8' codec")
+
+
+def test_a_stage_lowered_for_one_vendor_is_not_restarted_for_the_other(tmp_path):
+    """sm_90's kernel stage holds nvgpu / nvvm ops; restarted for gfx942, LLVM used to abort selecting
+    them ("Cannot select: intrinsic llvm.nvvm..."): the compiler names the op and the fix first."""
+    from fmha_mlir.compiler import Compiler
+    from fmha_mlir.errors import CompileError
+
+    kernel_stage = Compiler().compile_spec(AttentionBwdSpec("f16", 64), "sm_90", tmp_path).stages["kernel"]
+    with pytest.raises(CompileError) as caught:
+        Compiler().compile_module(kernel_stage, "kernel", "gfx942", source_name="k.mlir")
+    text = str(caught.value)
+    assert "the input was lowered for another chip than gfx942" in text
+    assert "is another vendor's op: this input was lowered for the other vendor's chips; restart it with a " \
+           "matching --target or from a stage before the kernel stage" in text
