@@ -21,7 +21,7 @@ SPEC_ATTRIBUTES = {
 }
 MASK_ATTRIBUTES = ("mask", "window_left", "window_right")
 # Written only when the feature is on; absent reads as its default (no softcap, the standard slopes).
-OPTIONAL_SPEC_ATTRIBUTES = {"softcap": ("f32", 0.0), "alibi_slopes": ("bool", False)}
+OPTIONAL_SPEC_ATTRIBUTES = {"softcap": ("f32", 0.0), "alibi_slopes": ("bool", False), "varlen": ("bool", False)}
 
 
 def i64(value: int) -> "ir.IntegerAttr":
@@ -52,6 +52,7 @@ def spec_attributes(spec: AttentionBwdSpec) -> dict[str, "ir.Attribute"]:
         "dbias": ir.BoolAttr.get(spec.dbias), "deterministic": ir.BoolAttr.get(spec.deterministic),
         **({"softcap": f32(spec.softcap)} if spec.softcap else {}),
         **({"alibi_slopes": ir.BoolAttr.get(True)} if spec.alibi_slopes else {}),
+        **({"varlen": ir.BoolAttr.get(True)} if spec.varlen else {}),
     }
 
 

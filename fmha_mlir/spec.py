@@ -109,6 +109,7 @@ class AttentionBwdSpec:
     alibi_slopes: bool = False  # alibi's slopes from an f32 operand [1 or batch, heads_q]; else the standard ones
     deterministic: bool = False  # no atomics whose order can change a result (tiled bodies: dQ, dbias partials)
     softcap: float = 0.0       # > 0: scores are softcap * tanh(scale q.k / softcap) (FlashAttention's softcap)
+    varlen: bool = False       # packed [total, heads, dim] sequences with cu_seqlens (fmha_mlir/varlen.py)
 
     def __post_init__(self):
         if self.hdim_v == 0:
@@ -135,6 +136,8 @@ class AttentionBwdSpec:
             name += "_dbias"
         if self.deterministic:
             name += "_det"
+        if self.varlen:
+            name += "_varlen"
         return name
 
     def bias_operands(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -173,6 +176,23 @@ class AttentionBwdSpec:
             out.append(Reason("deterministic", "d(slopes) is still summed by f32 atomics in any order; "
                                                "deterministic mode does not cover it yet",
                               "use dbias=False, or deterministic=False"))
+        out += self._varlen_reasons()
+        return out
+
+    def _varlen_reasons(self) -> list[Reason]:
+        if not isinstance(self.varlen, bool):
+            return [Reason("varlen", f"must be a bool (got {self.varlen!r})")]
+        if not self.varlen:
+            return []
+        out = []
+        if self.deterministic:
+            out.append(Reason("varlen", "deterministic mode's dQ partials are counted in key blocks of one "
+                                        "sequence length; packed sequences of their own lengths are not built "
+                                        "for it", "use deterministic=False, or pad the batch"))
+        if self.bias == "elementwise" or self.alibi_slopes:
+            out.append(Reason("varlen", "a bias or slopes tensor is indexed by [batch, head, Sq, Sk] of one "
+                                        "length; packed sequences do not give it that shape",
+                              "use bias='alibi' with the standard slopes, or pad the batch"))
         return out
 
     def _bias_reasons(self) -> list[Reason]:
