@@ -111,23 +111,22 @@ def from_json(data, what: str = "expression") -> Expr:
             return Arg(args)
         if op in OPS and isinstance(args, list) and len(args) == 2:
             return BinOp(op, from_json(args[0], what), from_json(args[1], what))
-    raise RuntimeLaunchError(f"{what}: {data!r} is not a size expression (an int, {{\"dim\": [buffer, index]}} "
+    raise RuntimeLaunchError(f"{what}: {data!r} is not a size expression (an int, {{\"dim\": [buffer, index]}}, "
                              f"{{\"arg\": name}} or {{op: [a, b]}} with op one of {', '.join(OPS)})")
+
+
+def leaves(expr: Expr) -> list[Expr]:
+    """The ints, dims and args an expression is built from."""
+    if isinstance(expr, BinOp):
+        return leaves(expr.lhs) + leaves(expr.rhs)
+    return [expr]
 
 
 def args_of(expr: Expr) -> set[str]:
     """The scalar arguments an expression reads."""
-    if isinstance(expr, Arg):
-        return {expr.name}
-    if isinstance(expr, BinOp):
-        return args_of(expr.lhs) | args_of(expr.rhs)
-    return set()
+    return {leaf.name for leaf in leaves(expr) if isinstance(leaf, Arg)}
 
 
 def buffers_of(expr: Expr) -> set[str]:
     """The buffers an expression reads sizes of."""
-    if isinstance(expr, Dim):
-        return {expr.buffer}
-    if isinstance(expr, BinOp):
-        return buffers_of(expr.lhs) | buffers_of(expr.rhs)
-    return set()
+    return {leaf.buffer for leaf in leaves(expr) if isinstance(leaf, Dim)}

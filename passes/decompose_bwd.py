@@ -26,7 +26,7 @@ from fmha_mlir.spec import AttentionBwdSpec
 
 from .base import FmhaPass, PassFailure, rewriting
 from .ir_builders import collect_ops, expr_value, f32
-from .varlen_views import packed_sides, sized
+from .varlen_views import sized
 from .verify import verified_spec
 
 @dataclasses.dataclass(frozen=True)
@@ -86,7 +86,7 @@ def _allocate(workspace: Workspace, op: "ir.Operation", spec: AttentionBwdSpec, 
     type. Varlen: padded per batch, [B, H, max length, D] (fmha_mlir/varlen.py)."""
     dynamic = ir.ShapedType.get_dynamic_size()
     shape = [d if isinstance(d, int) else dynamic for d in workspace.dims]
-    dims, operands = sized(workspace.dims, op, spec, operands, packed_sides(operands))
+    dims, operands = sized(workspace.dims, op, spec, operands)
     sizes = [expr_value(d, operands) for d in dims if not isinstance(d, int)]
     alloc = memref.alloc(ir.MemRefType.get(shape, ir.F32Type.get()), sizes, [])
     alloc.owner.attributes[WORKSPACE_ATTRIBUTE] = ir.StringAttr.get(workspace.name)

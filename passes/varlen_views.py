@@ -57,11 +57,12 @@ def stage_sides(op: "ir.Operation", operands: dict[str, "ir.Value"]) -> dict[str
     return packed_sides(operands)
 
 
-def sized(exprs, op: "ir.Operation", spec: AttentionBwdSpec, operands: dict, sides: dict[str, str]):
+def sized(exprs, op: "ir.Operation", spec: AttentionBwdSpec, operands: dict):
     """(expressions, operands) to build sizes from: unchanged without varlen; else over the packed
     operands, with the host's max lengths among the operands."""
     if not spec.varlen:
         return list(exprs), operands
+    sides = stage_sides(op, operands)
     return [packed_expr(e, sides) for e in exprs], {**operands, **host_scalars(op)}
 
 
