@@ -15,10 +15,11 @@ from fmha_mlir.errors import FmhaError
 from fmha_mlir.kernel_config import KernelConfig
 from fmha_mlir.mlir import ir
 from fmha_mlir.spec import AttentionBwdSpec, Mask
+from fmha_mlir.varlen import CU_SEQLENS
 
 from .fmha_attrs import (CONFIG_ATTRIBUTE, config_attribute, f32, i32, mask_attributes, read_attribute, read_config,
                          read_mask, read_spec, spec_attributes)
-from .fmha_types import ROWS_RANK, SLOPES_RANK, TENSOR_RANK, TensorKind, tensor_problem
+from .fmha_types import ROWS_RANK, SLOPES_RANK, TENSOR_RANK, TensorKind, operand_problem
 
 __all__ = [
     "OPERAND_NAMES", "OPERAND_DIMS", "INPUTS", "GRADS", "BIAS_INPUTS", "operand_names", "WAVE_REDUCE_KINDS", "VerifyError", "spec_attributes", "spec_from_op",
@@ -51,9 +52,14 @@ WAVE_REDUCE_WIDTHS = (2, 4, 8, 16, 32, 64)
 
 def operand_names(spec: AttentionBwdSpec) -> tuple[str, ...]:
     """The operands of fmha.attention_bwd for `spec`: the inputs, the bias's input, the gradients, the
-    bias's gradient (AttentionBwdSpec.bias_operands)."""
+    bias's gradient (AttentionBwdSpec.bias_operands), varlen's cu_seqlens."""
     bias_in, bias_grad = spec.bias_operands()
-    return INPUTS + bias_in + GRADS + bias_grad
+    return INPUTS + bias_in + GRADS + bias_grad + varlen_operands(spec)
+
+
+def varlen_operands(spec: AttentionBwdSpec) -> tuple[str, ...]:
+    """What varlen adds to every problem and stage op, last: cu_seqlens_q, cu_seqlens_k."""
+    return CU_SEQLENS if spec.varlen else ()
 
 
 class VerifyError(FmhaError):
@@ -114,8 +120,25 @@ def _valid_spec(op: "ir.Operation", problems: list[str]) -> AttentionBwdSpec | N
 # Problem and stage ops: operands are named memrefs, attributes are the spec attributes.
 
 
-def tensor_kinds(spec: AttentionBwdSpec) -> dict[str, TensorKind]:
-    """What each named operand of the problem and stage ops must be, for `spec`."""
+def tensor_kinds(spec: AttentionBwdSpec) -> dict[str, "TensorKind | tuple[TensorKind, ...]"]:
+    """What each named operand of the problem and stage ops must be, for `spec` (a tuple: any of them)."""
+    kinds = _padded_kinds(spec)
+    if not spec.varlen:
+        return kinds
+    # Packed: [total, heads, D] tensors, lse [heads_q, total_q]; the workspaces stay padded per batch,
+    # so an accumulating output is the packed gradient or a padded f32 workspace (fmha_mlir/varlen.py).
+    packed = {name: TensorKind(TENSOR_RANK - 1, kinds[name].elements, kinds[name].hdim)
+              for name in ("q", "k", "v", "o", "do", "dq", "dk", "dv")}
+    packed["lse"] = TensorKind(ROWS_RANK - 1, ("f32",))
+    for grad in GRADS:
+        out = kinds[f"{grad}_out"]
+        packed[f"{grad}_out"] = (TensorKind(TENSOR_RANK - 1, out.elements, out.hdim),
+                                 TensorKind(TENSOR_RANK, ("f32",), out.hdim))
+    cu = {name: TensorKind(1, ("i32",)) for name in CU_SEQLENS}
+    return {**kinds, **packed, **cu}
+
+
+def _padded_kinds(spec: AttentionBwdSpec) -> dict[str, TensorKind]:
     t, f = (spec.dtype,), ("f32",)
     t_or_f32 = tuple(dict.fromkeys((spec.dtype, "f32")))  # an output a body may accumulate in f32
     q_like, v_like = spec.hdim_q, spec.hdim_v
@@ -145,8 +168,8 @@ class _SpecOp:
 
     @classmethod
     def operand_names(cls, spec: AttentionBwdSpec) -> tuple[str, ...]:
-        """The op's operands for `spec`, in order."""
-        return cls.OPERANDS
+        """The op's operands for `spec`, in order (varlen's cu_seqlens last)."""
+        return cls.OPERANDS + varlen_operands(spec)
 
     @classmethod
     def names_of(cls, op, spec: AttentionBwdSpec) -> tuple[str, ...]:
@@ -209,7 +232,7 @@ class _SpecOp:
         elif spec is not None and not problems:
             kinds = cls.operand_kinds(op, spec)
             for index, (name, value) in enumerate(zip(names, operands)):
-                problem = tensor_problem(value.type, kinds[name])
+                problem = operand_problem(value.type, kinds[name])
                 if problem:
                     problems.append(f"operand #{index} ('{name}'): {problem}")
         return problems + config_problems
@@ -244,7 +267,8 @@ class DqDkDvOp(_SpecOp):
     def operand_names(cls, spec):
         """With a bias: its input after d, its gradient (an accumulator, or the f32 output) last."""
         bias_in, bias_grad = spec.bias_operands()
-        return cls.OPERANDS[:6] + bias_in + cls.OPERANDS[6:] + tuple(f"{g}_out" for g in bias_grad)
+        return (cls.OPERANDS[:6] + bias_in + cls.OPERANDS[6:] + tuple(f"{g}_out" for g in bias_grad)
+                + varlen_operands(spec))
 
 
 class ConvertGradOp(_SpecOp):
@@ -262,7 +286,8 @@ class ConvertGradOp(_SpecOp):
     @classmethod
     def names_of(cls, op, spec):
         partial_dq = cls._read_partials(op, []) and cls._read_grad(op, []) == "dq"
-        return cls.OPERANDS + ("k",) if partial_dq else cls.OPERANDS
+        names = cls.operand_names(spec)
+        return names[:2] + ("k",) + names[2:] if partial_dq else names
 
     @classmethod
     def build(cls, spec, operands, config=None, *, grad: str | None = None, factor: float = 1.0,
@@ -318,8 +343,9 @@ class ConvertGradOp(_SpecOp):
     def operand_kinds(cls, op, spec):
         grad = cls._read_grad(op, [])
         kinds = tensor_kinds(spec)
-        like = kinds[grad]
-        return {"acc": TensorKind(like.rank, ("f32",), like.hdim), "out": like, "k": kinds["k"]}
+        like = _padded_kinds(spec)[grad]   # acc is a workspace: padded per batch, also under varlen
+        cu = {name: kinds[name] for name in varlen_operands(spec)}
+        return {"acc": TensorKind(like.rank, ("f32",), like.hdim), "out": kinds[grad], "k": kinds["k"], **cu}
 
     @classmethod
     def problems(cls, op) -> list[str]:
@@ -336,7 +362,7 @@ class ConvertGradOp(_SpecOp):
                                                       and spec.deterministic):
             problems.append("partials = true is deterministic mode's: it needs grad \"dq\" or \"dbias\" and "
                             "deterministic = true")
-        if not problems:
+        if not problems and not spec.varlen:   # varlen: acc is padded [B, H, S, D], out packed [T, H, D]
             acc, out = (ir.MemRefType(v.type) for v in list(op.operands)[:2])
             if not _compatible_shapes(acc, out):
                 problems.append(f"operands 'acc' and 'out' must have the same shape, got {acc} and {out}")

@@ -47,17 +47,24 @@ class TensorKind:
     hdim: int | None = None  # None: the innermost size is free (per-row tensors)
 
     def contract_type(self) -> "ir.MemRefType":
-        """The type the frontend gives an operand of this kind (its first element type)."""
-        if self.rank == ROWS_RANK:
-            return rows_type()
-        if self.rank == SLOPES_RANK:
-            return slopes_type()
-        return tensor_type(self.elements[0], self.hdim)
+        """The type the frontend gives an operand of this kind (its first element type): dynamic sizes
+        and outer strides, the innermost dim contiguous (and static where the kind fixes it)."""
+        inner = "?" if self.hdim is None else self.hdim
+        sizes = "?x" * (self.rank - 1) + f"{inner}x{self.elements[0]}"
+        strides = ", ".join(["?"] * (self.rank - 1) + ["1"])
+        return ir.MemRefType(ir.Type.parse(f"memref<{sizes}, strided<[{strides}]>>"))
 
     def describe(self) -> str:
         elements = " or ".join(self.elements)
         inner = f", innermost dim {self.hdim}" if self.hdim is not None else ""
         return f"rank-{self.rank} memref of {elements}{inner}"
+
+
+def operand_problem(value_type: "ir.Type", kinds: "TensorKind | tuple[TensorKind, ...]") -> str | None:
+    """Why `value_type` is none of `kinds` (one kind, or alternatives: the first one's problem), or None."""
+    kinds = kinds if isinstance(kinds, tuple) else (kinds,)
+    problems = [tensor_problem(value_type, kind) for kind in kinds]
+    return None if None in problems else problems[0]
 
 
 def tensor_problem(value_type: "ir.Type", kind: TensorKind) -> str | None:

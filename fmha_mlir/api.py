@@ -129,22 +129,25 @@ class AttentionBackward:
 
     def __call__(self, q, k, v, o, do, lse, *, mask: str | Mask = "none", scale: float = 0.0,
                  dtype: str | None = None, softcap: float = 0.0, bias=None, alibi_slopes=None, dbias: bool = False,
-                 deterministic: bool = False, grad_accum: str = "f32"):
-        _check_arrays(q=q, k=k, v=v, o=o, do=do, lse=lse)
+                 deterministic: bool = False, grad_accum: str = "f32", cu_seqlens_q=None, cu_seqlens_k=None,
+                 max_seqlen_q: int | None = None, max_seqlen_k: int | None = None):
+        _check_arrays(cu_seqlens_q is not None or cu_seqlens_k is not None, q=q, k=k, v=v, o=o, do=do, lse=lse)
         torch_like = _is_torch(q)
         kind, bias_tensors = _bias_inputs(bias, alibi_slopes, dbias)
+        varlen, scalars = _varlen_inputs(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
         spec = AttentionBwdSpec(
             dtype=_torch_dtype(q) if torch_like else infer_dtype(np.asarray(q), dtype),
-            hdim_q=q.shape[-1], hdim_v=v.shape[-1], gqa_ratio=_gqa_ratio(q, k),
+            hdim_q=q.shape[-1], hdim_v=v.shape[-1], gqa_ratio=_gqa_ratio(q, k, packed=bool(varlen)),
             mask=mask if isinstance(mask, Mask) else Mask.parse(mask), scale=scale, softcap=softcap, bias=kind,
-            dbias=dbias, alibi_slopes=alibi_slopes is not None, deterministic=deterministic, grad_accum=grad_accum)
+            dbias=dbias, alibi_slopes=alibi_slopes is not None, deterministic=deterministic, grad_accum=grad_accum,
+            varlen=bool(varlen))
         bundle, device = self.bundle(spec), self.device()
-        inputs = {**dict(zip(("q", "k", "v", "o", "do", "lse"), (q, k, v, o, do, lse))), **bias_tensors}
+        inputs = {**dict(zip(("q", "k", "v", "o", "do", "lse"), (q, k, v, o, do, lse))), **bias_tensors, **varlen}
         names = ("dq", "dk", "dv") + spec.bias_operands()[1]
         if torch_like and q.is_cuda and device.name == "cuda":
-            grads = _run_in_place(bundle, device, inputs, names)
+            grads = _run_in_place(bundle, device, inputs, names, scalars)
         else:
-            grads = run_bundle(bundle, device, {name: _to_numpy(t) for name, t in inputs.items()})
+            grads = run_bundle(bundle, device, {name: _to_numpy(t) for name, t in inputs.items()}, scalars)
             grads = {name: _like(q if name != "dalibi_slopes" else alibi_slopes, grads[name]) if torch_like
                      else grads[name] for name in names}
         out = [grads[name] for name in names]
@@ -156,7 +159,8 @@ class AttentionBackward:
 def attention_bwd(q, k, v, o, do, lse, *, mask: str | Mask = "none", scale: float = 0.0,
                   dtype: str | None = None, executor: str | None = None, arch: str | None = None,
                   body: str = "auto", softcap: float = 0.0, bias=None, alibi_slopes=None, dbias: bool = False,
-                  deterministic: bool = False, grad_accum: str = "f32"):
+                  deterministic: bool = False, grad_accum: str = "f32", cu_seqlens_q=None, cu_seqlens_k=None,
+                  max_seqlen_q: int | None = None, max_seqlen_k: int | None = None):
     """dQ, dK, dV of softmax(S, masked) V for upstream gradient dO (one-shot; for repeated calls keep an
     AttentionBackward, which caches compiled bundles). S = Q K^T * scale or, with softcap C > 0,
     C tanh(Q K^T * scale / C), plus a bias:
@@ -173,10 +177,33 @@ def attention_bwd(q, k, v, o, do, lse, *, mask: str | Mask = "none", scale: floa
     grad_accum="bf16" (bf16 inputs, the tiled body): dQ added into dQ itself by packed bf16 atomics, once
     per key block (no f32 workspace, no convert kernel, half the atomic traffic), at the price of a bf16
     rounding per key block (tools/reports/bench_notes.md). Not with deterministic=True.
+
+    Varlen (FlashAttention's varlen backward): with cu_seqlens_q / cu_seqlens_k (int32 [batch + 1]
+    prefix sums) the tensors are packed, q, o, do [total_q, Hq, D], k, v [total_k, Hkv, D], lse
+    [Hq, total_q]; each sequence has its own lengths (0 allowed) and its own mask. max_seqlen_q /
+    max_seqlen_k size the grids; left out, they are read from cu_seqlens (a device sync for GPU tensors).
+    Not with a bias or slopes tensor, deterministic mode or bf16 atomics.
     """
     return AttentionBackward(executor=executor, arch=arch, body=body)(
         q, k, v, o, do, lse, mask=mask, scale=scale, dtype=dtype, softcap=softcap, bias=bias,
-        alibi_slopes=alibi_slopes, dbias=dbias, deterministic=deterministic, grad_accum=grad_accum)
+        alibi_slopes=alibi_slopes, dbias=dbias, deterministic=deterministic, grad_accum=grad_accum,
+        cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k)
+
+
+def _varlen_inputs(cu_q, cu_k, max_q, max_k) -> tuple[dict, dict]:
+    """(the cu_seqlens tensors by buffer name, the max-length scalars); both empty without varlen."""
+    if cu_q is None and cu_k is None:
+        if max_q is not None or max_k is not None:
+            raise SpecError([Reason("max_seqlen_q", "max lengths are varlen's", "pass cu_seqlens_q and cu_seqlens_k")])
+        return {}, {}
+    if cu_q is None or cu_k is None:
+        raise SpecError([Reason("cu_seqlens_q" if cu_q is None else "cu_seqlens_k", "varlen needs both cu_seqlens",
+                                "pass cu_seqlens_q and cu_seqlens_k (int32 [batch + 1])")])
+    scalars = {}
+    for name, cu, given in (("max_seqlen_q", cu_q, max_q), ("max_seqlen_k", cu_k, max_k)):
+        lengths = np.diff(_to_numpy(cu).astype(np.int64)) if given is None else None
+        scalars[name] = int(given) if given is not None else max(int(lengths.max(initial=0)), 1)
+    return {"cu_seqlens_q": cu_q, "cu_seqlens_k": cu_k}, scalars
 
 
 def _bias_inputs(bias, alibi_slopes, dbias) -> tuple[str, dict]:
@@ -203,7 +230,7 @@ def _bias_inputs(bias, alibi_slopes, dbias) -> tuple[str, dict]:
     return "elementwise", {"bias": bias.reshape((1,) * (4 - bias.ndim) + tuple(bias.shape))}
 
 
-def _run_in_place(bundle: Bundle, device: Executor, inputs: dict, names: tuple[str, ...]) -> dict:
+def _run_in_place(bundle: Bundle, device: Executor, inputs: dict, names: tuple[str, ...], scalars: dict) -> dict:
     """torch CUDA tensors on the CUDA executor: the kernels read and write GPU memory, no copies."""
     import torch
 
@@ -212,34 +239,40 @@ def _run_in_place(bundle: Bundle, device: Executor, inputs: dict, names: tuple[s
                                  device=inputs["q"].device) for name in names}
     # Our launches go to the legacy default stream: wait for whatever torch queued that made the inputs.
     torch.cuda.synchronize(inputs["q"].device)
-    run_bundle(bundle, device, {name: torch_device_array(t) for name, t in {**inputs, **outputs}.items()})
+    run_bundle(bundle, device, {name: torch_device_array(t) for name, t in {**inputs, **outputs}.items()}, scalars)
     return outputs
 
 
 def torch_device_array(t) -> DeviceArray:
     """A torch CUDA tensor as the runtime's DeviceArray (same memory, strides in bytes; kept alive)."""
-    return DeviceArray(t.data_ptr(), tuple(t.shape), tuple(s * t.element_size() for s in t.stride()),
-                       STORAGE[_torch_dtype(t)], owner=t)
+    import torch
+
+    storage = np.dtype(np.int32) if t.dtype == torch.int32 else STORAGE[_torch_dtype(t)]   # cu_seqlens
+    return DeviceArray(t.data_ptr(), tuple(t.shape), tuple(s * t.element_size() for s in t.stride()), storage, owner=t)
 
 
-def _check_arrays(**arrays) -> None:
-    """Each input is an array (NumPy or torch) of its rank: [B, H, S, D], lse [B, H, S]."""
+def _check_arrays(packed: bool, **arrays) -> None:
+    """Each input is an array (NumPy or torch) of its rank: [B, H, S, D], lse [B, H, S]; packed (varlen)
+    [T, H, D], lse [H, T]."""
     reasons = []
     for name, array in arrays.items():
-        rank = 3 if name == "lse" else 4
+        rank = (3 if name == "lse" else 4) - packed
         if not (hasattr(array, "shape") and hasattr(array, "dtype")):
             reasons.append(Reason(name, f"must be a NumPy array or a torch tensor (got {type(array).__name__})",
                                   "pass np.asarray(...) of the right dtype"))
         elif len(array.shape) != rank:
-            layout = "[batch, heads, seq]" if rank == 3 else "[batch, heads, seq, dim]"
+            layout = {(False, True): "[batch, heads, seq]", (False, False): "[batch, heads, seq, dim]",
+                      (True, True): "[heads, total]", (True, False): "[total, heads, dim]"}[packed, name == "lse"]
             reasons.append(Reason(name, f"has shape {tuple(array.shape)}; it must be {layout}"))
     if reasons:
         raise SpecError(reasons)
 
 
-def _gqa_ratio(q, k) -> int:
-    if q.ndim != 4 or k.ndim != 4 or k.shape[1] == 0 or q.shape[1] % k.shape[1]:
-        raise SpecError([Reason("k", f"q {tuple(q.shape)} and k {tuple(k.shape)} must be [batch, heads, seq, dim] "
+def _gqa_ratio(q, k, packed: bool = False) -> int:
+    """heads_q / heads_kv of [B, H, S, D] tensors (packed: [T, H, D])."""
+    rank, layout = (3, "[total, heads, dim]") if packed else (4, "[batch, heads, seq, dim]")
+    if q.ndim != rank or k.ndim != rank or k.shape[1] == 0 or q.shape[1] % k.shape[1]:
+        raise SpecError([Reason("k", f"q {tuple(q.shape)} and k {tuple(k.shape)} must be {layout} "
                                      "with heads_q a multiple of heads_kv")])
     return q.shape[1] // k.shape[1]
 

@@ -9,6 +9,9 @@ import numpy as np
 
 STORAGE = {"f16": np.dtype(np.float16), "bf16": np.dtype(np.uint16), "f32": np.dtype(np.float32)}
 BYTES = {"f16": 2, "bf16": 2, "f32": 4}
+# Buffers that are not problem values: varlen's cu_seqlens.
+INDEX_STORAGE = {"i32": np.dtype(np.int32)}
+BUFFER_STORAGE = {**STORAGE, **INDEX_STORAGE}
 
 
 def bf16_bits(x) -> np.ndarray:

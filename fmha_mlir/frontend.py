@@ -6,6 +6,7 @@ from fmha_mlir.dialects.fmha_attrs import OPERAND_ATTRIBUTE
 from fmha_mlir.kernel_config import KernelConfig
 from fmha_mlir.mlir import func, ir
 from fmha_mlir.spec import AttentionBwdSpec
+from fmha_mlir.varlen import MAX_SEQLENS
 
 
 def problem_types(spec: AttentionBwdSpec, ctx: "ir.Context") -> dict[str, "ir.Type"]:
@@ -17,12 +18,15 @@ def problem_types(spec: AttentionBwdSpec, ctx: "ir.Context") -> dict[str, "ir.Ty
 
 
 def build_problem_module(spec: AttentionBwdSpec, ctx: "ir.Context", config: KernelConfig | None = None) -> "ir.Module":
-    """A module with `func.func @<kernel_prefix>(q, k, v, o, do, lse, [bias], dq, dk, dv, [dbias])` holding one
-    fmha.attention_bwd (with `config` when given; else fmha-select-kernel-config chooses one); each
-    argument is named by its `fmha.operand` attribute. SpecError (before any IR is built) when the spec
-    is invalid."""
+    """A module with `func.func @<kernel_prefix>(q, k, v, o, do, lse, [bias], dq, dk, dv, [dbias],
+    [cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k])` holding one fmha.attention_bwd (with
+    `config` when given; else fmha-select-kernel-config chooses one); each argument is named by its
+    `fmha.operand` attribute. Varlen's max lengths are index arguments of the function only: they size
+    grids and workspaces, no op reads them. SpecError (before any IR is built) when the spec is invalid."""
     types = problem_types(spec, ctx)
     with ctx, ir.Location.name(spec.kernel_prefix):
+        if spec.varlen:
+            types.update({name: ir.IndexType.get() for name in MAX_SEQLENS})
         module = ir.Module.create()
         with ir.InsertionPoint(module.body):
             function = func.FuncOp(spec.kernel_prefix, (list(types.values()), []))
@@ -31,6 +35,7 @@ def build_problem_module(spec: AttentionBwdSpec, ctx: "ir.Context", config: Kern
             # Name each argument's location after its operand, so diagnostics say which tensor.
             entry = function.add_entry_block([ir.Location.name(name) for name in types])
             with ir.InsertionPoint(entry):
-                AttentionBwdOp.build(spec, list(entry.arguments), config)
+                operands = len(operand_names(spec))
+                AttentionBwdOp.build(spec, list(entry.arguments)[:operands], config)
                 func.ReturnOp([])
     return module

@@ -15,8 +15,12 @@ from .diagnostics import position_of
 from .errors import CompileError
 from .mlir import ir
 from .runtime.args import SCALAR_TYPES
-from .shape_expr import ARITH_OPS, BinOp, Dim, Expr, to_json
+from .shape_expr import ARITH_OPS, Arg, BinOp, Dim, Expr, to_json
 from .spec import DTYPES
+from .varlen import CU_SEQLENS, MAX_SEQLENS, PACKED_DIMS
+
+# Element types of buffers: the problem's, and varlen's int32 cu_seqlens.
+BUFFER_DTYPES = DTYPES + ("i32",)
 
 # Code-object facts copied into each kernel's "metadata" on AMD (hsaco_metadata field names).
 HSACO_FIELDS = ("vgpr_count", "sgpr_count", "agpr_count", "group_segment_fixed_size",
@@ -101,16 +105,23 @@ class _PlanReader:
         arguments = list(host.regions[0].blocks[0].arguments)
         self.buffers: dict[str, dict] = {}
         self.workspaces: dict[ir.Operation, str] = {}  # alloc op -> buffer name
+        # Varlen's max lengths: index scalars the caller passes (size expressions read them as args).
+        self.scalars = [name for name, argument in zip(self.names, arguments)
+                        if name in MAX_SEQLENS and isinstance(argument.type, ir.IndexType)]
+        table = {**OPERAND_DIMS, **PACKED_DIMS} if CU_SEQLENS[0] in self.names else OPERAND_DIMS
         for name, argument in zip(self.names, arguments):
-            if name not in OPERAND_DIMS or name in self.buffers:
+            if name in self.scalars:
+                continue
+            if name not in table or name in self.buffers:
                 raise PlanError(f"host argument {name!r} is {'repeated' if name in self.buffers else 'unknown'}; "
-                                f"each of {', '.join(OPERAND_DIMS)} names one argument", host)
+                                f"each of {', '.join(table)} names one argument", host)
             facts = _memref_facts(argument.type, host)
-            dims = [d if d is not None else OPERAND_DIMS[name][i] for i, d in enumerate(facts.pop("shape"))]
-            if len(dims) != len(OPERAND_DIMS[name]):
+            dims = [d if d is not None else table[name][i] for i, d in enumerate(facts.pop("shape"))]
+            if len(dims) != len(table[name]):
                 raise PlanError(f"host argument {name!r} has rank {len(dims)}; docs/ir.md gives it "
-                                f"[{', '.join(OPERAND_DIMS[name])}]", host)
-            self.buffers[name] = {"role": "input" if name in INPUTS + BIAS_INPUTS else "output", **facts, "dims": dims}
+                                f"[{', '.join(table[name])}]", host)
+            role = "input" if name in INPUTS + BIAS_INPUTS + CU_SEQLENS else "output"
+            self.buffers[name] = {"role": role, **facts, "dims": dims}
 
     def read(self) -> dict:
         steps, kernels = [], {}
@@ -131,7 +142,10 @@ class _PlanReader:
                 raise PlanError(f"the launch plan cannot express a {op.name} in the host function; it may "
                                   "hold only workspace allocs, gpu.memset zero fills, gpu.launch_func and the "
                                   "index arithmetic that sizes them", op)
-        return {"buffers": self.buffers, "steps": steps, "kernels": kernels}
+        plan = {"buffers": self.buffers, "steps": steps, "kernels": kernels}
+        if self.scalars:
+            plan["scalars"] = self.scalars
+        return plan
 
     def _add_workspace(self, alloc: "ir.Operation") -> None:
         if WORKSPACE_ATTRIBUTE not in alloc.attributes:
@@ -178,7 +192,11 @@ class _PlanReader:
         """The size expression `value` computes from buffer dims and constants."""
         owner = value.owner
         if isinstance(owner, ir.Block):
-            raise PlanError("a size comes from a block argument, not from buffer sizes and constants", user)
+            name = self.names[ir.BlockArgument(value).arg_number] if owner.owner == self.host else None
+            if name not in self.scalars:
+                raise PlanError("a size comes from a block argument, not from buffer sizes, the host's "
+                                f"scalars ({', '.join(MAX_SEQLENS)}) and constants", user)
+            return Arg(name)
         op = owner.operation
         if op.name == "arith.constant":
             return _constant(value, user)
@@ -233,8 +251,8 @@ def _memref_facts(memref_type: "ir.Type", op: "ir.Operation") -> dict:
     """dtype, rank and the shape (None where dynamic) of a buffer's memref type."""
     memref_type = ir.MemRefType(memref_type)
     dtype = str(memref_type.element_type)
-    if dtype not in DTYPES:
-        raise PlanError(f"buffer element type {memref_type.element_type} is none of f16, bf16, f32", op)
+    if dtype not in BUFFER_DTYPES:
+        raise PlanError(f"buffer element type {memref_type.element_type} is none of {', '.join(BUFFER_DTYPES)}", op)
     if memref_type.memory_space is not None:
         raise PlanError(f"buffer {memref_type} is not in the default memory space: the runtime passes "
                         "device-global pointers", op)

@@ -48,4 +48,5 @@ def build_manifest(plan: dict, *, spec: AttentionBwdSpec, config: KernelConfig, 
         "buffers": buffers,
         "steps": plan["steps"],
         "kernels": kernels,
+        **({"scalars": plan["scalars"]} if "scalars" in plan else {}),
     }

@@ -118,6 +118,7 @@ class AttentionBwdSpec:
     deterministic: bool = False  # no atomics whose order can change a result (tiled bodies: dQ, dbias partials)
     softcap: float = 0.0       # > 0: scores are softcap * tanh(scale q.k / softcap) (FlashAttention's softcap)
     grad_accum: str = "f32"    # bf16: dQ added into dQ itself by packed bf16 atomics (no f32 workspace)
+    varlen: bool = False       # packed [total, heads, dim] sequences with cu_seqlens (fmha_mlir/varlen.py)
 
     def __post_init__(self):
         for name in ("scale", "softcap"):   # NumPy and other real scalars (np.float32(0.125)) as Python floats
@@ -150,6 +151,8 @@ class AttentionBwdSpec:
             name += "_det"
         if self.grad_accum != "f32":
             name += "_acc" + str(self.grad_accum)
+        if self.varlen:
+            name += "_varlen"
         return name
 
     def bias_operands(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -189,6 +192,7 @@ class AttentionBwdSpec:
                                                "deterministic mode does not cover it yet",
                               "use dbias=False, or deterministic=False"))
         out += self._grad_accum_reasons()
+        out += self._varlen_reasons()
         return out
 
     def _grad_accum_reasons(self) -> list[Reason]:
@@ -205,6 +209,25 @@ class AttentionBwdSpec:
             out.append(Reason("grad_accum", "bf16 atomics add in any order, and bf16 rounding makes the order "
                                             "show: deterministic mode forbids exactly that",
                               "use grad_accum='f32' with deterministic=True, or deterministic=False"))
+        return out
+
+    def _varlen_reasons(self) -> list[Reason]:
+        if not isinstance(self.varlen, bool):
+            return [Reason("varlen", f"must be a bool (got {self.varlen!r})")]
+        if not self.varlen:
+            return []
+        out = []
+        if self.deterministic:
+            out.append(Reason("varlen", "deterministic mode's dQ partials are counted in key blocks of one "
+                                        "sequence length; packed sequences of their own lengths are not built "
+                                        "for it", "use deterministic=False, or pad the batch"))
+        if self.bias == "elementwise" or self.alibi_slopes:
+            out.append(Reason("varlen", "a bias or slopes tensor is indexed by [batch, head, Sq, Sk] of one "
+                                        "length; packed sequences do not give it that shape",
+                              "use bias='alibi' with the standard slopes, or pad the batch"))
+        if self.grad_accum == "bf16":
+            out.append(Reason("varlen", "bf16 dQ atomics into packed sequences are not built (nor tested) yet",
+                              "use grad_accum='f32' with varlen"))
         return out
 
     def _bias_reasons(self) -> list[Reason]:

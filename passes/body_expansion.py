@@ -7,12 +7,13 @@ from typing import Callable
 from fmha_mlir.bodies import body_of
 from fmha_mlir.dialects import fmha
 from fmha_mlir.kernel_config import KernelConfig
-from fmha_mlir.mlir import ir
+from fmha_mlir.mlir import ir, scf
 from fmha_mlir.spec import AttentionBwdSpec
 
 from .base import PassFailure, rewriting
 from .ir_builders import collect_ops, enclosing_op
 from .stages_to_gpu import stage_name
+from .varlen_views import build_views
 from .verify import verified_spec
 
 # builder(stage op, spec, config): builds the stage's body in front of the op.
@@ -27,8 +28,24 @@ def expand_stages(module: "ir.Operation", body: str, builders: dict[str, StageBu
             continue
         spec = _checked_spec(op, config)
         with rewriting(op):
-            builders[op.name](op, spec, config)
+            if spec.varlen:
+                _build_on_views(op, spec, config, builders[op.name])
+            else:
+                builders[op.name](op, spec, config)
         op.erase()
+
+
+def _build_on_views(op: "ir.Operation", spec: AttentionBwdSpec, config: KernelConfig, builder: StageBuilder) -> None:
+    """Varlen: the body is built, under the guard that this work-group has work, on a copy of the stage
+    op that takes the per-sequence views (passes/varlen_views.py); the copy is erased once built."""
+    operands, guard = build_views(op, spec, body_of(config).launch(stage_name(op), spec, config).grid)
+    with ir.InsertionPoint(guard.then_block):
+        on_views = ir.Operation.create(op.name, results=[], operands=operands,
+                                       attributes={name: op.attributes[name] for name in op.attributes})
+        scf.yield_([])
+    with rewriting(on_views):
+        builder(on_views, spec, config)
+    on_views.erase()
 
 
 def _checked_spec(op: "ir.Operation", config: KernelConfig) -> AttentionBwdSpec:

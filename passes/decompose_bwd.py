@@ -27,6 +27,7 @@ from fmha_mlir.spec import AttentionBwdSpec
 
 from .base import FmhaPass, PassFailure, rewriting
 from .ir_builders import collect_ops, expr_value, f32
+from .varlen_views import sized
 from .verify import verified_spec
 
 @dataclasses.dataclass(frozen=True)
@@ -51,8 +52,9 @@ def _decompose(op: "ir.Operation", spec: AttentionBwdSpec) -> None:
     operands = fmha.AttentionBwdOp.named_operands(op, spec)
     bias_workspaces, bias_zeroed = bias_accumulation(spec)
     workspaces = body.workspaces(spec, config) + bias_workspaces
-    allocated = {w.name: _allocate(w, operands) for w in workspaces}
-    fmha.DotDoOOp.build(spec, [operands["o"], operands["do"], allocated["d"].strided], config)
+    allocated = {w.name: _allocate(w, op, spec, operands) for w in workspaces}
+    cu = [operands[n] for n in fmha.varlen_operands(spec)]   # varlen: every stage op takes them, last
+    fmha.DotDoOOp.build(spec, [operands["o"], operands["do"], allocated["d"].strided] + cu, config)
 
     accumulators = {w.grad: w for w in workspaces if w.grad is not None}
     zero = f32(0.0)
@@ -67,11 +69,11 @@ def _decompose(op: "ir.Operation", spec: AttentionBwdSpec) -> None:
     outs = [allocated[accumulators[g].name].strided if g in accumulators else operands[g]
             for g in fmha.GRADS + bias_grads]
     fmha.DqDkDvOp.build(spec, [operands[n] for n in ("q", "k", "v", "do", "lse")] + [allocated["d"].strided]
-                        + [operands[n] for n in bias_inputs] + outs, config)
+                        + [operands[n] for n in bias_inputs] + outs + cu, config)
     for grad, workspace in accumulators.items():
         by_key_block = workspace.partials and grad == "dq"   # the convert reads only the partials written
         fmha.ConvertGradOp.build(spec, [allocated[workspace.name].strided, operands[grad]]
-                                 + ([operands["k"]] if by_key_block else []), config, grad=grad,
+                                 + ([operands["k"]] if by_key_block else []) + cu, config, grad=grad,
                                  factor=workspace.factor, partials=workspace.partials)
     for workspace in allocated.values():
         memref.dealloc(workspace.allocated)
@@ -83,11 +85,13 @@ class _Allocated:
     strided: "ir.Value"    # the same buffer cast to the contract type the stage ops take
 
 
-def _allocate(workspace: Workspace, operands: dict) -> _Allocated:
-    """A contiguous f32 buffer of the workspace's shape, named for the launch plan, cast to the contract type."""
+def _allocate(workspace: Workspace, op: "ir.Operation", spec: AttentionBwdSpec, operands: dict) -> _Allocated:
+    """A contiguous f32 buffer of the workspace's shape, named for the launch plan, cast to the contract
+    type. Varlen: padded per batch, [B, H, max length, D] (fmha_mlir/varlen.py)."""
     dynamic = ir.ShapedType.get_dynamic_size()
     shape = [d if isinstance(d, int) else dynamic for d in workspace.dims]
-    sizes = [expr_value(d, operands) for d in workspace.dims if not isinstance(d, int)]
+    dims, operands = sized(workspace.dims, op, spec, operands)
+    sizes = [expr_value(d, operands) for d in dims if not isinstance(d, int)]
     alloc = memref.alloc(ir.MemRefType.get(shape, ir.F32Type.get()), sizes, [])
     alloc.owner.attributes[WORKSPACE_ATTRIBUTE] = ir.StringAttr.get(workspace.name)
     inner = workspace.dims[-1] if isinstance(workspace.dims[-1], int) else None

@@ -123,11 +123,14 @@ def create_op(name: str, result_type: "ir.Type", operands: list, attributes: dic
 
 
 def expr_value(expr, operands: dict) -> "ir.Value":
-    """The index value of a fmha_mlir.shape_expr expression over named memref `operands`."""
-    from fmha_mlir.shape_expr import ARITH_OPS, BinOp, Dim
+    """The index value of a fmha_mlir.shape_expr expression over named memref `operands` (and index
+    scalars, for an Arg)."""
+    from fmha_mlir.shape_expr import ARITH_OPS, Arg, BinOp, Dim
 
     if isinstance(expr, Dim):
         return memref.dim(operands[expr.buffer], index(expr.index))
+    if isinstance(expr, Arg):
+        return operands[expr.name]
     if isinstance(expr, BinOp):
         lhs, rhs = expr_value(expr.lhs, operands), expr_value(expr.rhs, operands)
         return getattr(arith, ARITH_OPS[expr.op].removeprefix("arith."))(lhs, rhs)

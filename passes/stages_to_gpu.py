@@ -16,6 +16,7 @@ from fmha_mlir.mlir import gpu, ir
 
 from .base import FmhaPass, PassFailure, rewriting
 from .ir_builders import collect_ops, enclosing_op, expr_value, i32, index
+from .varlen_views import sized
 from .verify import verified_spec
 
 KERNEL_MODULE = "fmha_kernels"
@@ -42,7 +43,8 @@ class StagesToGpu(FmhaPass):
             _ensure_kernel(kernels, name, op, launch.block, spec, config)
             with rewriting(op):
                 operands = STAGE_CLASSES[op.name].named_operands(op, spec)
-                grid = [expr_value(e, operands) for e in launch.grid]
+                exprs, operands = sized(launch.grid, op, spec, operands)
+                grid = [expr_value(e, operands) for e in exprs]
                 shared = i32(launch.shared_bytes) if launch.shared_bytes else None
                 gpu.LaunchFuncOp([KERNEL_MODULE, name], grid, [index(n) for n in launch.block], list(op.operands),
                                  dynamic_shared_memory_size=shared)

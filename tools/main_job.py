@@ -15,6 +15,7 @@ from fmha_mlir.problem import BIAS_BROADCASTS, LAYOUTS, ProblemSize, make_proble
 from fmha_mlir.runtime.runner import check_tensors, plan_layouts
 from fmha_mlir.spec import DTYPES, GRAD_ACCUMS, AttentionBwdSpec, Mask
 from fmha_mlir.target import TARGETS
+from fmha_mlir.varlen_problem import make_varlen_problem
 
 
 def parse_args(argv):
@@ -47,12 +48,36 @@ def parse_args(argv):
     p.add_argument("--heads", type=int, default=4, help="query heads")
     p.add_argument("--seqlen-q", type=int, default=37)
     p.add_argument("--seqlen-k", type=int, default=53)
+    p.add_argument("--varlen", type=_lengths, metavar="SQ,SQ,...",
+                   help="packed sequences of these query lengths (0 allowed): varlen, cu_seqlens; replaces "
+                        "--batch / --seqlen-q")
+    p.add_argument("--varlen-k", type=_lengths, metavar="SK,SK,...", help="their key lengths (default: --varlen)")
     p.add_argument("--layout", default="bshd", choices=LAYOUTS, help="storage order of q, k, v, o, dO")
     p.add_argument("--atomic-order", default="random", choices=("sequential", "random"),
                    help="order the CPU interpreter applies atomics in")
     p.add_argument("--bundle-dir", help="prebuilt bundles (<dir>/<arch>/<kernel>/) to run instead of compiling")
     p.add_argument("--seed", type=int, default=0)
     return p.parse_args(argv)
+
+
+def _lengths(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(n) for n in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: write lengths as comma-separated integers, e.g. 0,1,37,130")
+
+
+def _problem(args, spec: AttentionBwdSpec):
+    """(the problem, its size line) of the arguments: padded, or packed with --varlen."""
+    if args.varlen is None:
+        size = ProblemSize(args.batch, args.heads, args.seqlen_q, args.seqlen_k)
+        line = (f"B{size.batch} Hq{size.heads_q} Hkv{size.heads_kv(spec.gqa_ratio)} Sq{size.seqlen_q} "
+                f"Sk{size.seqlen_k} {args.layout}")
+        return make_problem(spec, size, seed=args.seed, layout=args.layout, broadcast=args.bias_broadcast), line
+    lengths_k = args.varlen_k or args.varlen
+    problem = make_varlen_problem(spec, args.varlen, lengths_k, heads_q=args.heads, seed=args.seed)
+    return problem, (f"varlen Sq {list(args.varlen)} Sk {list(lengths_k)} Hq{args.heads} "
+                     f"Hkv{args.heads // spec.gqa_ratio} packed [T, H, D]")
 
 
 def targets_of(args) -> list[str | None]:
@@ -71,9 +96,9 @@ def main(argv=None) -> int:
         slopes = args.bias == "alibi" and (args.alibi_slopes or args.dbias)
         spec = AttentionBwdSpec(dtype=args.dtype, hdim_q=args.hdim, hdim_v=args.hdim_v, gqa_ratio=args.gqa,
                                 mask=Mask.parse(args.mask), softcap=args.softcap, bias=args.bias, dbias=args.dbias,
-                                alibi_slopes=slopes, deterministic=args.deterministic, grad_accum=args.grad_accum)
-        size = ProblemSize(args.batch, args.heads, args.seqlen_q, args.seqlen_k)
-        problem = make_problem(spec, size, seed=args.seed, layout=args.layout, broadcast=args.bias_broadcast)
+                                alibi_slopes=slopes, deterministic=args.deterministic, grad_accum=args.grad_accum,
+                                varlen=args.varlen is not None)
+        problem, size_line = _problem(args, spec)
         problem.oracle_gradients()
         targets = targets_of(args)
         shapes = {n: "x".join(map(str, t.shape)) for n, t in problem.tensors.items() if n in ("bias", "alibi_slopes")}
@@ -83,8 +108,7 @@ def main(argv=None) -> int:
             " deterministic" if spec.deterministic else "") + (
             f" grad-accum {spec.grad_accum}" if spec.grad_accum != "f32" else "")
         print(f"fmha-bwd: {spec.dtype} hdim {spec.hdim_q}x{spec.hdim_v} mask {spec.mask} gqa {spec.gqa_ratio}{extras} | "
-              f"B{size.batch} Hq{size.heads_q} Hkv{size.heads_kv(spec.gqa_ratio)} Sq{size.seqlen_q} "
-              f"Sk{size.seqlen_k} {args.layout}")
+              f"{size_line}")
         print(f"seed {args.seed}; the gate: max|err| <= 2 x max|same-dtype reference err| + 2^-20 max|oracle| "
               "(fmha_mlir.tolerance); CK's table beside it")
         print(f"{'target':<8} {'body':<6} {'executor':<9} {'compile':>8} {'run':>8}  {'grad':<13} {'max|err|':>10} "
@@ -100,16 +124,19 @@ def main(argv=None) -> int:
             bundle = runner.bundle(spec)
             compiled = time.perf_counter()
             t = problem.tensors
-            workspace = sum(layout.span * layout.storage.itemsize for name, layout in plan_layouts(bundle, check_tensors(bundle, t)).items()
+            scalars = getattr(problem, "scalars", None)
+            layouts = plan_layouts(bundle, check_tensors(bundle, t), scalars)
+            workspace = sum(layout.span * layout.storage.itemsize for name, layout in layouts.items()
                             if bundle.buffers[name]["role"] == "workspace")
             print(f"[{index}/{len(targets)}] {runner.arch}: running {bundle.spec.kernel_prefix} on "
                   f"{runner.device().name} (workspaces {workspace / 2**20:.2f} MiB) ...", file=sys.stderr, flush=True)
             bias = t["bias"] if spec.bias == "elementwise" else spec.bias
             grads = runner(t["q"], t["k"], t["v"], t["o"], t["do"], t["lse"], mask=spec.mask, dtype=spec.dtype,
                            scale=spec.scale, softcap=spec.softcap, bias=bias, alibi_slopes=t.get("alibi_slopes"),
-                           dbias=spec.dbias, deterministic=spec.deterministic, grad_accum=spec.grad_accum)
+                           dbias=spec.dbias, deterministic=spec.deterministic, grad_accum=spec.grad_accum,
+                           cu_seqlens_q=t.get("cu_seqlens_q"), cu_seqlens_k=t.get("cu_seqlens_k"), **(scalars or {}))
             ran = time.perf_counter()
-            names = ("dq", "dk", "dv") + problem.bias_gradients
+            names = ("dq", "dk", "dv") + spec.bias_operands()[1]
             for check in problem.check(dict(zip(names, grads)), bundle.numerics):
                 failed |= not check.passed
                 print(f"{runner.arch:<8} {bundle.config.body:<6} {runner.device().name:<9} {compiled - start:>7.2f}s "

@@ -155,14 +155,17 @@ def _validate_manifest(manifest, files) -> None:
                                  f"{manifest['target']['arch']} takes {' or '.join(allowed)}")
     _require_file(manifest["interp_ir"], files, "interp_ir")
     buffers = _require(manifest, "buffers", dict)
+    scalars = manifest.get("scalars", [])
+    if not (isinstance(scalars, list) and all(isinstance(n, str) for n in scalars)):
+        raise RuntimeLaunchError(f"manifest key 'scalars' must list scalar names, got {scalars!r}")
     for name, buf in buffers.items():
-        _validate_buffer(name, buf, buffers)
+        _validate_buffer(name, buf, buffers, scalars)
     kernels = _require(manifest, "kernels", dict)
     for name, kernel in kernels.items():
         if not (isinstance(kernel, dict) and isinstance(kernel.get("args"), list)):
             raise RuntimeLaunchError(f"manifest kernel {name!r} needs 'args': its parameter list")
     for index, step in enumerate(_require(manifest, "steps", list)):
-        _validate_step(index, step, buffers, kernels)
+        _validate_step(index, step, buffers, kernels, scalars)
 
 
 def _validate_facts(manifest: dict) -> None:
@@ -183,7 +186,7 @@ def _validate_facts(manifest: dict) -> None:
         raise RuntimeLaunchError(f"manifest key 'numerics' is invalid: {exc}") from None
 
 
-def _validate_buffer(name: str, buf, buffers: dict) -> None:
+def _validate_buffer(name: str, buf, buffers: dict, scalars: list) -> None:
     if not isinstance(buf, dict) or buf.get("role") not in BUFFER_ROLES or "dtype" not in buf:
         raise RuntimeLaunchError(f"manifest buffer {name!r} needs a 'role' in {BUFFER_ROLES} and a 'dtype'")
     dims, rank, align = buf.get("dims"), buf.get("rank"), buf.get("align")
@@ -193,7 +196,7 @@ def _validate_buffer(name: str, buf, buffers: dict) -> None:
         raise RuntimeLaunchError(f"manifest buffer {name!r} needs 'align': a positive element count")
     for dim in dims:
         if buf["role"] == "workspace":
-            _check_sizes(dim, f"manifest workspace {name!r}", "is sized by", buffers)
+            _check_sizes(dim, f"manifest workspace {name!r}", "is sized by", buffers, scalars)
         elif not (isinstance(dim, str) or (isinstance(dim, int) and not isinstance(dim, bool) and dim > 0)):
             raise RuntimeLaunchError(f"manifest buffer {name!r} dimension {dim!r} must be a dimension name or a "
                                      "positive static size")
@@ -210,7 +213,7 @@ def _validate_target(target) -> None:
                                      f"{getattr(known, key)!r}")
 
 
-def _validate_step(index: int, step, buffers: dict, kernels: dict) -> None:
+def _validate_step(index: int, step, buffers: dict, kernels: dict, scalars: list) -> None:
     where = f"manifest step {index}"
     op = step.get("op") if isinstance(step, dict) else None
     if op == "zero":
@@ -236,16 +239,21 @@ def _validate_step(index: int, step, buffers: dict, kernels: dict) -> None:
         if not isinstance(dims, list) or len(dims) != 3:
             raise RuntimeLaunchError(f"{where} ({kernel}) needs '{key}' with 3 entries, got {dims!r}")
     for dim in step["grid"]:
-        _check_sizes(dim, f"{where} ({kernel}) grid", "uses", buffers)
+        _check_sizes(dim, f"{where} ({kernel}) grid", "uses", buffers, scalars)
     if not all(isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in step["block"]):
         raise RuntimeLaunchError(f"{where} ({kernel}) block {step['block']!r} must be 3 positive integers")
 
 
-def _check_sizes(data, what: str, verb: str, buffers: dict) -> None:
-    """`data` is a size expression over the manifest's buffers ("<what> <verb> unknown buffer(s)" if not)."""
-    unknown = shape_expr.buffers_of(shape_expr.from_json(data, what)) - set(buffers)
+def _check_sizes(data, what: str, verb: str, buffers: dict, scalars: list) -> None:
+    """`data` is a size expression over the manifest's buffers and scalars ("<what> <verb> unknown
+    buffer(s)" / "scalar(s)" if not)."""
+    expr = shape_expr.from_json(data, what)
+    unknown = shape_expr.buffers_of(expr) - set(buffers)
     if unknown:
         raise RuntimeLaunchError(f"{what} {verb} unknown buffer(s) {sorted(unknown)}")
+    unknown = shape_expr.args_of(expr) - set(scalars)
+    if unknown:
+        raise RuntimeLaunchError(f"{what} {verb} scalar(s) {sorted(unknown)} the manifest's 'scalars' does not list")
 
 
 def _validate_arg(where: str, kernel: str, arg, param, buffers: dict) -> None:

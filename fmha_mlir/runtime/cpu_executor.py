@@ -14,7 +14,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ..dtypes import STORAGE
+from ..dtypes import BUFFER_STORAGE
 from ..errors import RuntimeLaunchError
 from .args import DeviceBuffer, KernelArg, strided_view
 from .executor import Allocation, Executor
@@ -87,4 +87,4 @@ class CpuExecutor(Executor):
 
 def device_view(buf: DeviceBuffer) -> np.ndarray:
     """The NumPy view a kernel writes through: the buffer's logical tensor over its allocation."""
-    return strided_view(buf.allocation.native.view(STORAGE[buf.dtype]), buf.shape, buf.strides)
+    return strided_view(buf.allocation.native.view(BUFFER_STORAGE[buf.dtype]), buf.shape, buf.strides)

@@ -16,7 +16,8 @@ from typing import Mapping
 import numpy as np
 
 from .. import shape_expr
-from ..dtypes import STORAGE, to_storage
+from .. import varlen
+from ..dtypes import BUFFER_STORAGE as STORAGE, to_storage
 from ..errors import RuntimeLaunchError
 from .args import DeviceBuffer, ScalarArg, bind_args, strided_view
 from .bundle import Bundle
@@ -68,6 +69,29 @@ class Layout:
 def problem_buffers(bundle: Bundle) -> dict[str, dict]:
     """The manifest's problem tensors (inputs and outputs), by name, in manifest order."""
     return {name: buf for name, buf in bundle.buffers.items() if buf["role"] != "workspace"}
+
+
+def check_scalars(bundle: Bundle, tensors: Mapping[str, np.ndarray], scalars: Mapping[str, int] | None) -> dict:
+    """The scalars the bundle's plan reads (varlen's max lengths): each given, a positive int; with host
+    cu_seqlens, that they describe the packed tensors (GPU-resident ones are trusted, as FlashAttention
+    trusts them: reading them would wait for the device)."""
+    wanted = bundle.manifest.get("scalars", [])
+    given = dict(scalars or {})
+    if sorted(given) != sorted(wanted):
+        raise RuntimeLaunchError(f"scalars: the bundle takes {wanted or 'none'}, got {sorted(given) or 'none'}")
+    for name, value in given.items():
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+            raise RuntimeLaunchError(f"scalar {name!r} must be a positive integer (got {value!r})")
+    cu = [tensors.get(name) for name in varlen.CU_SEQLENS]
+    if wanted and all(isinstance(c, np.ndarray) for c in cu) and all(
+            isinstance(tensors.get(n), np.ndarray) for n in ("q", "k")):
+        problem = varlen.check_cu_seqlens(cu[0], cu[1], tensors["q"].shape[0], tensors["k"].shape[0],
+                                          given["max_seqlen_q"], given["max_seqlen_k"])
+        if len(cu[0]) != len(cu[1]):
+            problem = f"cu_seqlens_q has {len(cu[0])} entries and cu_seqlens_k {len(cu[1])}: one per batch + 1 each"
+        if problem:
+            raise RuntimeLaunchError(problem)
+    return {name: int(value) for name, value in given.items()}
 
 
 def check_tensors(bundle: Bundle, tensors: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -234,15 +258,17 @@ def _may_overlap(array: np.ndarray) -> bool:
     return False
 
 
-def plan_layouts(bundle: Bundle, host: Mapping[str, np.ndarray]) -> dict[str, Layout]:
+def plan_layouts(bundle: Bundle, host: Mapping[str, np.ndarray], scalars: Mapping[str, int] | None = None
+                 ) -> dict[str, Layout]:
     """Problem buffers keep the strides of their host arrays; workspaces are contiguous, shaped by their
-    size expressions over the problem buffers' sizes."""
+    size expressions over the problem buffers' sizes (and the scalars)."""
     layouts = {name: Layout.of(bundle.buffers[name]["dtype"], host[name]) for name in problem_buffers(bundle)}
     shapes = {name: layout.shape for name, layout in layouts.items()}
     for name, buf in bundle.buffers.items():
         if buf["role"] != "workspace":
             continue
-        shape = tuple(shape_expr.evaluate(shape_expr.from_json(d), shapes, f"workspace {name!r}") for d in buf["dims"])
+        shape = tuple(shape_expr.evaluate(shape_expr.from_json(d), shapes, f"workspace {name!r}", scalars)
+                      for d in buf["dims"])
         if any(n < 1 for n in shape):
             raise RuntimeLaunchError(f"workspace {name!r} would have shape {shape}: every size must be at least 1")
         layouts[name] = Layout.contiguous(buf["dtype"], shape)
@@ -253,12 +279,14 @@ class PreparedRun:
     """A bundle's buffers staged on `device`: `launch()` runs every step (as often as wanted, e.g. to
     time it), `results()` downloads dq, dk, dv. Use it as a context manager to free the buffers."""
 
-    def __init__(self, bundle: Bundle, device: Executor, tensors: Mapping[str, np.ndarray]):
+    def __init__(self, bundle: Bundle, device: Executor, tensors: Mapping[str, np.ndarray],
+                 scalars: Mapping[str, int] | None = None):
         device.check_bundle(bundle)
         self.bundle, self.device = bundle, device
         self.host = check_tensors(bundle, tensors)
+        self.scalars = check_scalars(bundle, tensors, scalars)
         self.outputs = [name for name, buf in problem_buffers(bundle).items() if buf["role"] == "output"]
-        self.layouts = plan_layouts(bundle, self.host)
+        self.layouts = plan_layouts(bundle, self.host, self.scalars)
         device.load(bundle)
         self.allocations: dict[str, Allocation] = {}
         self.buffers: dict[str, DeviceBuffer] = {}
@@ -285,7 +313,7 @@ class PreparedRun:
         """Run every step (the launches' arguments are bound and packed once, on the first call)."""
         if self._prepared is None:
             shapes = {name: layout.shape for name, layout in self.layouts.items()}
-            self._prepared = [_prepare_step(self.bundle, self.device, index, step, shapes, self.buffers)
+            self._prepared = [_prepare_step(self.bundle, self.device, index, step, shapes, self.buffers, self.scalars)
                               for index, step in enumerate(self.bundle.steps)]
         for run in self._prepared:
             run()
@@ -325,33 +353,36 @@ class PreparedRun:
             # else let `exc` propagate: it is the cause, and after a kernel fault every free fails too
 
 
-def run_bundle(bundle: Bundle, device: Executor, tensors: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Run the bundle's steps on `device`; returns the outputs (the arrays passed in, when given)."""
-    with PreparedRun(bundle, device, tensors) as run:
+def run_bundle(bundle: Bundle, device: Executor, tensors: Mapping[str, np.ndarray],
+               scalars: Mapping[str, int] | None = None) -> dict[str, np.ndarray]:
+    """Run the bundle's steps on `device`; returns the outputs (the arrays passed in, when given).
+    `scalars`: what the plan takes besides tensors (varlen: max_seqlen_q, max_seqlen_k)."""
+    with PreparedRun(bundle, device, tensors, scalars) as run:
         run.launch()
         return run.results()
 
 
 def _prepare_step(bundle: Bundle, device: Executor, index: int, step: dict, shapes: Mapping[str, tuple[int, ...]],
-                  buffers: dict[str, DeviceBuffer]):
+                  buffers: dict[str, DeviceBuffer], scalars: Mapping[str, int]):
     """A callable running one step of the plan on these buffers (of these logical shapes)."""
     if step["op"] == "zero":
         allocation = buffers[step["buffer"]].allocation
         return lambda: device.zero(allocation)
     kernel = step["kernel"]
     where = f"manifest step {index} ({kernel})"
-    grid = [shape_expr.evaluate(shape_expr.from_json(e), shapes, f"{where} grid") for e in step["grid"]]
+    grid = [shape_expr.evaluate(shape_expr.from_json(e), shapes, f"{where} grid", scalars) for e in step["grid"]]
     if any(n < 1 for n in grid):
         raise RuntimeLaunchError(f"{where}: grid {grid} has an empty dimension")
     args = [buffers[arg["buffer"]] if "buffer" in arg else ScalarArg(f"arg{i}", arg["scalar"],
-                                                                     scalar_value(arg, shapes, f"{where} argument {i}"))
+                                                                     scalar_value(arg, shapes, f"{where} argument {i}",
+                                                                                  scalars))
             for i, arg in enumerate(step["args"])]
     return device.prepare(kernel, grid, step["block"], bind_args(kernel, bundle.kernels[kernel]["args"], args),
                           step.get("shared_bytes", 0))
 
 
-def scalar_value(arg: dict, shapes: Mapping[str, tuple[int, ...]], what: str):
+def scalar_value(arg: dict, shapes: Mapping[str, tuple[int, ...]], what: str, scalars: Mapping[str, int]):
     """A scalar argument's value: a size expression, or an f32 literal."""
     if arg["scalar"] == "f32" and isinstance(arg["value"], float):
         return arg["value"]
-    return shape_expr.evaluate(shape_expr.from_json(arg["value"]), shapes, what)
+    return shape_expr.evaluate(shape_expr.from_json(arg["value"]), shapes, what, scalars)

@@ -95,8 +95,8 @@ def compile_mfma(op: Operation, cc: KernelCompiler):
 
 
 def compile_raw_buffer_load(op: Operation, cc: KernelCompiler):
-    """The element at memref.load's linear index, in a buffer of num_records = max over dims of size x
-    stride elements (MLIR's lowering: the memref as one flat range, so an index past the end of a row
+    """The element at memref.load's linear index, in a buffer from the memref's offset on of num_records =
+    max over dims of size x stride elements (MLIR's lowering: the memref as one flat range, so an index past the end of a row
     but inside the buffer reads the next row). A load wholly outside returns zeros (boundsCheck, the
     default; a negative i32 index is a huge unsigned offset); one partly outside is chipset-dependent
     (MLIR's documentation) and an error here, as is any out-of-range load without boundsCheck.
@@ -115,9 +115,13 @@ def compile_raw_buffer_load(op: Operation, cc: KernelCompiler):
     def run(st, mask):
         env, g = st.env, st.grid
         m = env[mem]
-        linear = np.broadcast_to(m.offset + sum(np.asarray(env[i], np.int64) * s for i, s in zip(indices, m.strides)),
+        # The buffer starts at the memref's offset (MLIR's bufferPtr); sizes may differ per lane (a view
+        # of one varlen sequence), and so may the record count.
+        linear = np.broadcast_to(sum(np.asarray(env[i], np.int64) * s for i, s in zip(indices, m.strides)),
                                  (g.lanes,))
-        records = max(int(size) * int(stride) for size, stride in zip(m.sizes, m.strides))
+        records = np.zeros(g.lanes, np.int64)
+        for size, stride in zip(m.sizes, m.strides):
+            records = np.maximum(records, np.asarray(size, np.int64) * stride)
         inside = (linear >= 0) & (linear + extent <= records)
         outside = (linear < 0) | (linear >= records)
         active = np.ones(g.lanes, bool) if mask is None else mask
@@ -127,8 +131,8 @@ def compile_raw_buffer_load(op: Operation, cc: KernelCompiler):
             rule = ("partly outside the buffer (chipset-dependent)" if checked
                     else "outside the buffer without boundsCheck")
             raise InterpreterError(f"{what}: {g.describe(lane)} loads elements [{int(linear[lane])}, "
-                                   f"{int(linear[lane]) + extent}) of a {records}-element buffer: {rule}")
-        flat = np.where(inside, linear, 0)[:, None] + np.arange(extent, dtype=np.int64)
+                                   f"{int(linear[lane]) + extent}) of a {int(records[lane])}-element buffer: {rule}")
+        flat = (np.where(inside, linear, 0) + m.offset)[:, None] + np.arange(extent, dtype=np.int64)
         values = to_values(m.storage.take(flat, mode="clip"), m.elem)
         values = np.where(inside[:, None], values, np.zeros((), values.dtype))
         env[out] = values if isinstance(t, VectorType) else values[:, 0]

@@ -189,6 +189,23 @@ def compile_reinterpret_cast(op: Operation, cc: KernelCompiler):
     return run
 
 
+def compile_extract_strided_metadata(op: Operation, cc: KernelCompiler):
+    """memref.extract_strided_metadata: the base (the same storage, as a rank-0 memref at offset 0),
+    the offset, the sizes and the strides."""
+    (src,) = cc.operands(op)
+    base, offset, *rest = cc.results(op)
+
+    def run(st, mask):
+        env = st.env
+        m = env[src]
+        env[base] = m.with_layout(np.int64(0), (), ())
+        env[offset] = m.offset
+        for slot, value in zip(rest, tuple(m.sizes) + tuple(m.strides)):
+            env[slot] = value
+
+    return run
+
+
 def compile_view(op: Operation, cc: KernelCompiler):
     """memref.view of workgroup memory: its bytes from a byte offset on, as a row-major memref of static
     shape and another element type; different views alias the same bytes."""
@@ -262,6 +279,7 @@ HANDLERS = {
     "memref.cast": compile_cast,
     "memref.subview": compile_subview,
     "memref.reinterpret_cast": compile_reinterpret_cast,
+    "memref.extract_strided_metadata": compile_extract_strided_metadata,
     "memref.view": compile_view,
     "memref.alloca": compile_alloca,
     "memref.assume_alignment": compile_passthrough,

@@ -1,0 +1,123 @@
+"""Varlen test problems: sequences of their own lengths, packed (fmha_mlir/varlen.py), with the oracle
+and the same-dtype reference run per sequence and concatenated. Numpy only.
+
+Each sequence with both lengths positive is an ordinary one-batch problem (problem.make_problem);
+an empty side has nothing to compute: a sequence without queries has dK = dV = 0, one without keys
+has O = 0, lse = +inf (FlashAttention's rows that see no key) and dQ = 0. The gate then judges the
+packed gradients as one tensor each, as it judges a padded problem's.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from . import oracle
+from .dtypes import round_to, to_storage
+from .errors import Reason, SpecError
+from .numerics import Numerics
+from .problem import QK_STD, VALUE_STD, Problem, ProblemSize, make_problem
+from .spec import AttentionBwdSpec
+from .tolerance import GradCheck, check_gradients
+
+GRADS = ("dq", "dk", "dv")
+
+
+@dataclass(frozen=True, eq=False)
+class VarlenProblem:
+    spec: AttentionBwdSpec
+    lengths_q: tuple[int, ...]
+    lengths_k: tuple[int, ...]
+    heads_q: int
+    tensors: dict[str, np.ndarray]     # packed q k v o do [T, H, D] (storage), lse [Hq, Tq], cu_seqlens int32
+    scalars: dict[str, int]            # max_seqlen_q, max_seqlen_k
+    parts: list                        # per sequence: its Problem, or the empty side's shapes
+    _cache: dict = field(default_factory=dict, init=False, repr=False)
+
+    @property
+    def hdim(self) -> int:
+        return max(self.spec.hdim_q, self.spec.hdim_v)
+
+    def oracle_gradients(self) -> oracle.Gradients:
+        if "oracle" not in self._cache:
+            self._cache["oracle"] = self._packed(lambda part: part.oracle_gradients())
+        return self._cache["oracle"]
+
+    def lowp_gradients(self, numerics: Numerics) -> oracle.Gradients:
+        key = ("lowp", numerics)
+        if key not in self._cache:
+            self._cache[key] = self._packed(lambda part: part.lowp_gradients(numerics))
+        return self._cache[key]
+
+    def check(self, kernel: dict, numerics: Numerics) -> list[GradCheck]:
+        """The gate on the packed gradients (tolerance.check_gradients)."""
+        return check_gradients(kernel, self.oracle_gradients(), self.lowp_gradients(numerics), self.spec.dtype,
+                               self.hdim)
+
+    def _packed(self, gradients_of) -> oracle.Gradients:
+        """Per-sequence gradients [1, H, S, D] -> packed [T, H, D] (d: [Hq, Tq]); zeros for an empty side."""
+        hk = self.heads_q // self.spec.gqa_ratio
+        pieces = {name: [] for name in GRADS + ("d",)}
+        for part, sq, sk in zip(self.parts, self.lengths_q, self.lengths_k):
+            if isinstance(part, Problem):
+                g = gradients_of(part)
+                for name in GRADS:
+                    pieces[name].append(getattr(g, name)[0].transpose(1, 0, 2))
+                pieces["d"].append(g.d[0])
+                continue
+            pieces["dq"].append(np.zeros((sq, self.heads_q, self.spec.hdim_q)))
+            pieces["dk"].append(np.zeros((sk, hk, self.spec.hdim_q)))
+            pieces["dv"].append(np.zeros((sk, hk, self.spec.hdim_v)))
+            pieces["d"].append(np.zeros((self.heads_q, sq)))
+        return oracle.Gradients(*(np.concatenate(pieces[n], axis=0) for n in GRADS),
+                                d=np.concatenate(pieces["d"], axis=1))
+
+
+def make_varlen_problem(spec: AttentionBwdSpec, lengths_q, lengths_k, heads_q: int = 2,
+                        seed: int = 0) -> VarlenProblem:
+    """Packed inputs for `spec` (varlen=True) with one sequence per (lengths_q[b], lengths_k[b]);
+    sequence b draws from seed + b."""
+    lengths_q, lengths_k = tuple(int(n) for n in lengths_q), tuple(int(n) for n in lengths_k)
+    reasons = spec.reasons()
+    if not spec.varlen:
+        reasons.append(Reason("varlen", "a packed problem needs a varlen spec", "use varlen=True"))
+    if not lengths_q or len(lengths_q) != len(lengths_k) or min(lengths_q + lengths_k) < 0:
+        reasons.append(Reason("lengths", f"{lengths_q} and {lengths_k}: one non-negative length per sequence each"))
+    elif not (sum(lengths_q) and sum(lengths_k)):
+        reasons.append(Reason("lengths", "every packed tensor needs at least one token"))
+    if heads_q % spec.gqa_ratio:
+        reasons.append(Reason("heads_q", f"{heads_q} is not a multiple of gqa_ratio {spec.gqa_ratio}"))
+    if reasons:
+        raise SpecError(reasons)
+    padded = replace(spec, varlen=False)
+    parts, packed = [], {name: [] for name in ("q", "k", "v", "o", "do", "lse")}
+    for b, (sq, sk) in enumerate(zip(lengths_q, lengths_k)):
+        if sq and sk:
+            part = make_problem(padded, ProblemSize(1, heads_q, sq, sk), seed=seed + b)
+            tensors = {n: part.tensors[n][0].transpose(1, 0, 2) for n in ("q", "k", "v", "o", "do")}
+            tensors["lse"] = part.tensors["lse"][0]
+        else:
+            part, tensors = None, _empty_side(padded, heads_q, sq, sk, np.random.default_rng(seed + b))
+        parts.append(part)
+        for name, array in tensors.items():
+            packed[name].append(array)
+    tensors = {name: np.ascontiguousarray(np.concatenate(arrays, axis=1 if name == "lse" else 0))
+               for name, arrays in packed.items()}
+    for name, lengths in (("cu_seqlens_q", lengths_q), ("cu_seqlens_k", lengths_k)):
+        tensors[name] = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+    scalars = {"max_seqlen_q": max(max(lengths_q), 1), "max_seqlen_k": max(max(lengths_k), 1)}
+    return VarlenProblem(spec, lengths_q, lengths_k, heads_q, tensors, scalars, parts)
+
+
+def _empty_side(spec: AttentionBwdSpec, heads_q: int, sq: int, sk: int, rng) -> dict[str, np.ndarray]:
+    """Packed inputs of a sequence with no queries or no keys: random q / dO or k / v, O = 0 and
+    lse = +inf for queries that see no key."""
+    hk = heads_q // spec.gqa_ratio
+
+    def draw(shape, std):
+        return to_storage(round_to(rng.standard_normal(shape) * std, spec.dtype), spec.dtype)
+
+    return {"q": draw((sq, heads_q, spec.hdim_q), QK_STD), "k": draw((sk, hk, spec.hdim_q), QK_STD),
+            "v": draw((sk, hk, spec.hdim_v), VALUE_STD), "o": to_storage(np.zeros((sq, heads_q, spec.hdim_v)), spec.dtype),
+            "do": draw((sq, heads_q, spec.hdim_v), VALUE_STD),
+            "lse": np.full((heads_q, sq), np.inf, np.float32)}
