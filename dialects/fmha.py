@@ -249,6 +249,39 @@ class AttentionBwdOp(_SpecOp):
     def operand_names(cls, spec):
         return operand_names(spec)
 
+    @classmethod
+    def problems(cls, op) -> list[str]:
+        problems = super().problems(op)
+        spec = _valid_spec(op, [])
+        if problems or spec is None or spec.varlen:   # packed operands have other dims (varlen.py checks them)
+            return problems
+        return _static_size_problems(dict(zip(cls.names_of(op, spec), op.operands)), spec)
+
+
+def _static_size_problems(operands: dict, spec) -> list[str]:
+    """Sizes that static dims fix in two places must agree (docs/ir.md's dims), and heads_q must be
+    gqa_ratio x heads_kv: a contradiction would lower without an error and index out of bounds."""
+    seen: dict[str, tuple[int, str]] = {}
+    clashes: dict[tuple[str, int], list[str]] = {}
+    for name, value in operands.items():
+        shape = ir.MemRefType(value.type).shape
+        for dim, size in zip(OPERAND_DIMS[name], shape):
+            if size == ir.ShapedType.get_dynamic_size() or dim.startswith("hdim"):
+                continue
+            if dim in seen and seen[dim][0] != size:
+                clashes.setdefault((dim, size), []).append(f"'{name}'")
+            seen.setdefault(dim, (size, name))
+    problems = [f"{dim} is {seen[dim][0]} in '{seen[dim][1]}' but {size} in {', '.join(names)}"
+                for (dim, size), names in clashes.items()]
+    sizes = {dim: size for dim, (size, _) in seen.items()}
+    if "heads_q" in sizes and "heads_kv" in sizes and sizes["heads_q"] != spec.gqa_ratio * sizes["heads_kv"]:
+        problems.append(f"heads_q {sizes['heads_q']} (in '{seen['heads_q'][1]}') must be gqa_ratio {spec.gqa_ratio} x "
+                        f"heads_kv {sizes['heads_kv']} (in '{seen['heads_kv'][1]}')")
+    for dim, full in (("bias_batch", "batch"), ("bias_heads", "heads_q"), ("slopes_batch", "batch")):
+        if dim in sizes and sizes[dim] != 1 and full in sizes and sizes[dim] != sizes[full]:
+            problems.append(f"{dim} {sizes[dim]} (in '{seen[dim][1]}') must be 1 or {full} {sizes[full]}")
+    return problems
+
 
 class DotDoOOp(_SpecOp):
     """D = rowsum(dO * O), one f32 per query row."""
