@@ -7,6 +7,7 @@ not halfway through a launch.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,7 +65,8 @@ class Bundle:
         """Write manifest.json and every file into `directory` (created if missing); returns its path."""
         path = Path(directory)
         path.mkdir(parents=True, exist_ok=True)
-        (path / MANIFEST_FILE).write_text(json.dumps(self.manifest, indent=1) + "\n")
+        stamped = {**self.manifest, DIGEST_KEY: digest(self.manifest, self.files)}
+        (path / MANIFEST_FILE).write_text(json.dumps(stamped, indent=1) + "\n")
         for name, data in self.files.items():
             (path / name).write_bytes(data)
         return path
@@ -81,10 +83,18 @@ class Bundle:
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise RuntimeLaunchError(f"{manifest_path}: not valid JSON: {exc}") from None
         files = {f.name: f.read_bytes() for f in path.iterdir() if f.is_file() and f.name != MANIFEST_FILE}
+        stamp = manifest.pop(DIGEST_KEY, None) if isinstance(manifest, dict) else None
         try:
-            return cls(manifest, files)
+            bundle = cls(manifest, files)
         except RuntimeLaunchError as exc:
             raise RuntimeLaunchError(f"{manifest_path}: {exc}") from None
+        if stamp != digest(manifest, files):
+            # A launch plan edited by hand (steps reordered, a zero fill dropped) runs and returns wrong
+            # gradients without any other error: refuse what fmha-compile did not write.
+            raise RuntimeLaunchError(f"{manifest_path}: " + ("has no 'digest'" if stamp is None else
+                                     "does not match its digest: the manifest or a file of the bundle was changed "
+                                     "after fmha-compile wrote it") + "; rebuild the bundle with fmha-compile -o DIR")
+        return bundle
 
     # -- accessors -----------------------------------------------------------------------------------
 
@@ -130,6 +140,18 @@ class Bundle:
     @property
     def buffers(self) -> dict:
         return self.manifest["buffers"]
+
+
+DIGEST_KEY = "digest"
+
+
+def digest(manifest: dict, files: dict[str, bytes]) -> str:
+    """sha256 of the manifest (canonical JSON) and of every file, by name: what `save` stamps and `load`
+    checks, so that a bundle runs only as fmha-compile wrote it."""
+    h = hashlib.sha256(json.dumps(manifest, sort_keys=True, separators=(",", ":")).encode())
+    for name in sorted(files):
+        h.update(name.encode() + b"\0" + hashlib.sha256(files[name]).digest())
+    return "sha256:" + h.hexdigest()
 
 
 def _validate_manifest(manifest, files) -> None:

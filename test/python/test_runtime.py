@@ -714,3 +714,27 @@ def test_a_bias_that_does_not_broadcast_is_refused(shape, message):
     tensors["bias"] = np.zeros(shape, np.float32)
     with pytest.raises(RuntimeLaunchError, match=message):
         run_bundle(bundle, CpuExecutor(), tensors)
+
+
+@pytest.mark.parametrize("edit", ["steps reordered", "a zero fill removed", "the binary changed", "no digest"])
+def test_a_bundle_edited_after_it_was_written_is_refused(tmp_path, edit):
+    """Issue 11: a manifest edited into another launch plan ran and returned wrong gradients. save()
+    stamps a digest of the manifest and the files; load() refuses a bundle that no longer matches it."""
+    directory = attention_bundle().save(tmp_path / "b")
+    path = directory / "manifest.json"
+    manifest = json.loads(path.read_text())
+    if edit == "steps reordered":
+        manifest["steps"][0], manifest["steps"][1] = manifest["steps"][1], manifest["steps"][0]
+    elif edit == "a zero fill removed":
+        manifest["steps"] = [s for s in manifest["steps"] if s["op"] != "zero"]
+    elif edit == "the binary changed":
+        binary = directory / manifest["binary"]["file"]
+        binary.write_bytes(binary.read_bytes() + b"\0")
+    else:
+        del manifest["digest"]
+    path.write_text(json.dumps(manifest))
+    with pytest.raises(RuntimeLaunchError) as caught:
+        Bundle.load(directory)
+    why = "has no 'digest'" if edit == "no digest" else (
+        "does not match its digest: the manifest or a file of the bundle was changed after fmha-compile wrote it")
+    assert str(caught.value) == f"{path}: {why}; rebuild the bundle with fmha-compile -o DIR"
