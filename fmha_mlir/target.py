@@ -20,6 +20,21 @@ class Target:
     max_shared_bytes: int     # shared memory (LDS) one work-group may use, dynamic opt-in included
 
     @property
+    def max_grid(self) -> tuple[int, int, int]:
+        """Work-groups per grid dimension: CUDA's (2^31 - 1, 65535, 65535); HIP's grid is counted in
+        threads, at most 2^32 - 1 per dimension (checked with the block size by grid_problem)."""
+        return (2**31 - 1, 65535, 65535) if self.backend == "nvvm" else (2**32 - 1,) * 3
+
+    def grid_problem(self, grid, block) -> str | None:
+        """Why `grid` work-groups of `block` threads cannot launch on this target (None: they can)."""
+        for axis, (n, threads, limit) in enumerate(zip(grid, block, self.max_grid)):
+            count = n if self.backend == "nvvm" else n * threads
+            if count > limit:
+                what = "work-groups" if self.backend == "nvvm" else "threads"
+                return (f"grid dimension {'xyz'[axis]} needs {count} {what}; {self.arch} launches at most {limit}")
+        return None
+
+    @property
     def vendor(self) -> str:
         return "amd" if self.backend == "rocdl" else "nvidia"
 

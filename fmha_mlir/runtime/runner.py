@@ -373,6 +373,10 @@ def _prepare_step(bundle: Bundle, device: Executor, index: int, step: dict, shap
     grid = [shape_expr.evaluate(shape_expr.from_json(e), shapes, f"{where} grid", scalars) for e in step["grid"]]
     if any(n < 1 for n in grid):
         raise RuntimeLaunchError(f"{where}: grid {grid} has an empty dimension")
+    too_large = bundle.target.grid_problem(grid, step["block"])
+    if too_large:   # the driver would fail the launch with an opaque status, or run a truncated grid
+        raise RuntimeLaunchError(f"{where}: {too_large} (grid {grid}): split the problem into several calls, "
+                                 "e.g. by batch (grid z) or heads (grid y)")
     args = [buffers[arg["buffer"]] if "buffer" in arg else ScalarArg(f"arg{i}", arg["scalar"],
                                                                      scalar_value(arg, shapes, f"{where} argument {i}",
                                                                                   scalars))

@@ -115,3 +115,21 @@ def test_a_stage_lowered_for_one_vendor_is_not_restarted_for_the_other(tmp_path)
     assert "the input was lowered for another chip than gfx942" in text
     assert "is another vendor's op: this input was lowered for the other vendor's chips; restart it with a " \
            "matching --target or from a stage before the kernel stage" in text
+
+
+def test_a_grid_beyond_the_hardware_limit_is_refused_before_the_launch():
+    """Issue 11: batch > 65535 puts more than 65535 work-groups on sm_90's grid z: the driver would fail
+    with an opaque status. The runner refuses it with the limit and the way out."""
+    from fmha_mlir.api import compile_bundle
+    from fmha_mlir.errors import RuntimeLaunchError
+    from fmha_mlir.runtime.cpu_executor import CpuExecutor
+    from fmha_mlir.runtime.runner import run_bundle
+
+    spec = AttentionBwdSpec("f16", 32)
+    bundle = compile_bundle(spec, "sm_90", body="warp")
+    x = np.zeros((65536, 1, 1, 32), np.float16)
+    tensors = {"q": x, "k": x, "v": x, "o": x, "do": x, "lse": np.zeros((65536, 1, 1), np.float32)}
+    with pytest.raises(RuntimeLaunchError) as caught:
+        run_bundle(bundle, CpuExecutor(), tensors)
+    assert "grid dimension z needs 65536 work-groups; sm_90 launches at most 65535" in str(caught.value)
+    assert str(caught.value).endswith("split the problem into several calls, e.g. by batch (grid z) or heads (grid y)")
