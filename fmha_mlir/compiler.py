@@ -131,6 +131,11 @@ class Compiler:
         module = parse_module(text, ctx, source_name)
         _check_abort_traps(module, source_name)
         _check_lowered_for(module, target, source_name)
+        if start_stage == "fmha":
+            from .frontend import name_problem_arguments
+
+            with ctx:
+                name_problem_arguments(module)
         found_spec, config = _spec_and_config_in(module)
         if spec is not None and found_spec is not None and _as_stored(spec) != _as_stored(found_spec):
             raise CompileError(f"the spec given ({spec.kernel_prefix}) contradicts the one the input carries "

@@ -39,3 +39,26 @@ def build_problem_module(spec: AttentionBwdSpec, ctx: "ir.Context", config: Kern
                 AttentionBwdOp.build(spec, list(entry.arguments)[:operands], config)
                 func.ReturnOp([])
     return module
+
+
+def name_problem_arguments(module: "ir.Module") -> None:
+    """Give `fmha.operand` names to the arguments of a hand-written level-1 function that has none:
+    when its one fmha.attention_bwd takes exactly its arguments, in some order, each argument is named
+    after the operand it is (docs/ir.md lets the problem op name them). Others are left as they are
+    (the launch plan then says which argument is unnamed)."""
+    from fmha_mlir.dialects.fmha import spec_from_op
+
+    for function in module.body.operations:
+        if function.operation.name != "func.func" or "arg_attrs" in function.attributes:
+            continue
+        arguments = list(function.regions[0].blocks[0].arguments)
+        problems = [op for op in function.regions[0].blocks[0].operations if op.operation.name == AttentionBwdOp.NAME]
+        if len(problems) != 1:
+            continue
+        spec = spec_from_op(problems[0])
+        operands = list(problems[0].operands)
+        if spec.varlen or sorted(map(str, operands)) != sorted(map(str, arguments)) or len(set(map(str, operands))) != len(operands):
+            continue
+        names = dict(zip(map(str, operands), operand_names(spec)))
+        function.attributes["arg_attrs"] = ir.ArrayAttr.get(
+            [ir.DictAttr.get({OPERAND_ATTRIBUTE: ir.StringAttr.get(names[str(a)])}) for a in arguments])

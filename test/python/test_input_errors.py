@@ -133,3 +133,32 @@ def test_a_grid_beyond_the_hardware_limit_is_refused_before_the_launch():
         run_bundle(bundle, CpuExecutor(), tensors)
     assert "grid dimension z needs 65536 work-groups; sm_90 launches at most 65535" in str(caught.value)
     assert str(caught.value).endswith("split the problem into several calls, e.g. by batch (grid z) or heads (grid y)")
+
+
+STATIC_PROBLEM = """func.func @static(%q: memref<1x4x8x64xf16>, %k: memref<1x2x5x64xf16>, %v: memref<1x2x5x64xf16>,
+    %o: memref<1x4x8x64xf16>, %do: memref<1x4x8x64xf16>, %l: memref<1x4x8xf32>, %dq: memref<1x4x8x64xf16>,
+    %dk: memref<1x2x5x64xf16>, %dv: memref<1x2x5x64xf16>) {
+  "fmha.attention_bwd"(%q, %k, %v, %o, %do, %l, %dq, %dk, %dv) {dtype = "f16", hdim_q = 64 : i64, hdim_v = 64 : i64,
+      gqa_ratio = 2 : i64, mask = "none", window_left = -1 : i64, window_right = -1 : i64, scale = 0.125 : f32,
+      bias = "none", dbias = false, deterministic = false}
+      : (memref<1x4x8x64xf16>, memref<1x2x5x64xf16>, memref<1x2x5x64xf16>, memref<1x4x8x64xf16>,
+         memref<1x4x8x64xf16>, memref<1x4x8xf32>, memref<1x4x8x64xf16>, memref<1x2x5x64xf16>,
+         memref<1x2x5x64xf16>) -> ()
+  return
+}
+"""
+
+
+def test_a_hand_written_static_problem_compiles_to_a_bundle_that_passes_the_gate():
+    """Issue 11 (a false rejection): a level-1 function with static shapes and no fmha.operand names was
+    refused at the launch plan; its arguments are named after the problem op's operands they are."""
+    from fmha_mlir.compiler import Compiler
+    from fmha_mlir.runtime.bundle import Bundle
+    from fmha_mlir.runtime.cpu_executor import CpuExecutor
+    from fmha_mlir.runtime.runner import run_bundle
+
+    result = Compiler().compile_module(STATIC_PROBLEM, "fmha", "sm_90", source_name="static.mlir")
+    bundle = Bundle(result.manifest, result.bundle_files())
+    problem = make_problem(bundle.spec, ProblemSize(1, 4, 8, 5), seed=1)
+    checks = problem.check(run_bundle(bundle, CpuExecutor(), problem.tensors), bundle.numerics)
+    assert bundle.spec.gqa_ratio == 2 and all(c.passed for c in checks), [str(c) for c in checks]
