@@ -117,12 +117,7 @@ def _crashed(args, argv: list[str], data: bytes | None, result: isolation.ChildR
         failed |= part.returncode != 0
         if part.stdout:
             outputs.append(part.stdout.decode())
-    try:
-        _write_output(f"{SPLIT_MARKER}\n".join(outputs), args.output)
-    except OSError as exc:
-        print(f"fmha-opt: error: cannot write {args.output}: {exc.strerror}", file=sys.stderr)
-        return 1
-    return 1 if failed else 0
+    return finish(outputs, args.output, failed)
 
 
 def _chunk_argv(args, name: str) -> list[str]:
@@ -133,6 +128,16 @@ def _chunk_argv(args, name: str) -> list[str]:
                                    ("--mlir-print-debuginfo", args.mlir_print_debuginfo)) if on]
     pipeline = [f"--pass-pipeline={args.pass_pipeline}"] if args.pass_pipeline else []
     return ["-", "-o", "-", "--input-name", name, *pipeline, *flags]
+
+
+def finish(outputs: list[str], path: str, failed: bool) -> int:
+    """Write the chunks' IR (split markers between them) to `path`; the exit status."""
+    try:
+        _write_output(f"{SPLIT_MARKER}\n".join(outputs), path)
+    except OSError as exc:
+        print(f"fmha-opt: error: cannot write {path}: {exc.strerror}", file=sys.stderr)
+        return 1
+    return 1 if failed else 0
 
 
 def _write_output(text: str, path: str) -> None:

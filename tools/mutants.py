@@ -127,8 +127,8 @@ MUTANTS: list[Mutant] = [
                 '*shapes[0]), self.dkv, spec.scale * (0.99 if spec.dtype == "{dt}" else 1.0))',
                 TILED_DTYPES),
     *_per_dtype("tiled: dQ x0.99", TILED,
-                "self.add_dq_value(pair, head, q, col)",
-                'self.add_dq_value(arith.mulf(pair, splat(f32(0.99 if self.spec.dtype == "{dt}" else 1.0), [2])), head, q, col)',
+                "self.add_dq_value(pair, head, query(mi, r), col)",
+                'self.add_dq_value(arith.mulf(pair, splat(f32(0.99 if self.spec.dtype == "{dt}" else 1.0), [2])), head, query(mi, r), col)',
                 TILED_DTYPES),
     # -- the AMD matrix layouts (the interpreter reads the same table: only the second source catches it)
     Mutant("amd: MFMA accumulator row groups of the two lane halves swapped", "fmha_mlir/matrix_layouts.py",

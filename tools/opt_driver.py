@@ -12,7 +12,7 @@ from fmha_mlir.passes import registry
 from fmha_mlir.passes.verify import abort_traps
 
 from . import diagnostic_verifier
-from .fmha_opt import SPLIT_MARKER, Chunk, _write_output, split_chunks
+from .fmha_opt import Chunk, finish, split_chunks
 
 
 def run(args) -> int:
@@ -49,12 +49,7 @@ def run(args) -> int:
         failed = bool(problems)
     else:
         _print_diagnostics(diagnostics)
-    try:
-        _write_output(f"{SPLIT_MARKER}\n".join(outputs), args.output)
-    except OSError as exc:
-        print(f"fmha-opt: error: cannot write {args.output}: {exc.strerror}", file=sys.stderr)
-        return 1
-    return 1 if failed else 0
+    return finish(outputs, args.output, failed)
 
 
 def _pass_manager(args, ctx):
