@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import struct
 from pathlib import Path
 from collections.abc import Mapping
 
@@ -29,7 +28,7 @@ from .mlir import gpu, ir, make_context, parse_module
 from .passes.ir_builders import collect_ops
 from .passes.registry import build_pass_manager
 from .passes.verify import abort_traps
-from .spec import AttentionBwdSpec
+from .spec import AttentionBwdSpec, f32_value
 from .target import Target, get_target
 
 STAGES = ("fmha", "stages", "gpu", "kernel", "llvm", "isa", "binary")
@@ -363,22 +362,21 @@ def _check_lowered_for(module: "ir.Module", target: Target, source_name: str) ->
 
 def _first_op_named(root, prefixes: tuple[str, ...]):
     """The first op (in walk order) whose name starts with one of `prefixes`, or None."""
-    for region in root.regions:
-        for block in region.blocks:
-            for op in block.operations:
-                op = op.operation
-                if op.name.startswith(prefixes):
-                    return op
-                found = _first_op_named(op, prefixes)
-                if found is not None:
-                    return found
-    return None
+    found = []
+
+    def visit(op):
+        if op.name.startswith(prefixes):
+            found.append(op)
+            return ir.WalkResult.INTERRUPT
+        return ir.WalkResult.ADVANCE
+
+    root.walk(visit)
+    return found[0] if found else None
 
 
 def _as_stored(spec: AttentionBwdSpec) -> AttentionBwdSpec:
     """The spec as attributes hold it: the scale and the softcap rounded to f32."""
-    f32 = lambda x: struct.unpack("f", struct.pack("f", x))[0]
-    return dataclasses.replace(spec, scale=f32(spec.scale), softcap=f32(spec.softcap))
+    return dataclasses.replace(spec, scale=f32_value(spec.scale), softcap=f32_value(spec.softcap))
 
 
 def _spec_and_config_in(module: "ir.Module") -> tuple[AttentionBwdSpec | None, KernelConfig | None]:

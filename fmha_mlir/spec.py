@@ -136,7 +136,7 @@ class AttentionBwdSpec:
         mask = {"none": "nomask", "causal_top_left": "tl", "causal_bottom_right": "br"}.get(
             self.mask.kind, f"win{self.mask.window_left}_{self.mask.window_right}".replace("-", "m"))
         name = f"fmha_bwd_{self.dtype}_d{self.hdim_q}x{self.hdim_v}_g{self.gqa_ratio}_{mask}"
-        if _f32(self.scale) != _f32(1.0 / math.sqrt(self.hdim_q)):   # attributes hold f32
+        if f32_value(self.scale) != f32_value(1.0 / math.sqrt(self.hdim_q)):   # attributes hold f32
             # The scale is compiled in: a non-default one must give distinct symbols.
             name += "_s" + _symbol_number(self.scale)
         if self.softcap:
@@ -254,7 +254,7 @@ class AttentionBwdSpec:
             raise SpecError(reasons)
 
 
-def _f32(value: float) -> float:
+def f32_value(value: float) -> float:
     """`value` rounded to f32, as the IR's attributes hold it."""
     return struct.unpack("f", struct.pack("f", value))[0]
 
@@ -262,6 +262,6 @@ def _f32(value: float) -> float:
 def _symbol_number(value: float) -> str:
     """A float as it may appear in a symbol: its f32 value in the fewest digits that tell it from every
     other f32 (two specs whose compiled values differ get distinct symbols), '.' -> 'p', '-' -> 'm'."""
-    rounded = _f32(value)
-    digits = next(d for d in range(6, 10) if _f32(float(f"{rounded:.{d}g}")) == rounded)
+    rounded = f32_value(value)
+    digits = next(d for d in range(6, 10) if f32_value(float(f"{rounded:.{d}g}")) == rounded)
     return f"{rounded:.{digits}g}".replace(".", "p").replace("-", "m").replace("+", "")

@@ -76,15 +76,12 @@ def _isolated(args, argv: list[str]) -> int:
         print(f"fmha-compile: cannot read stdin: {exc.strerror}", file=sys.stderr)
         return 1
     result = isolation.run_child("fmha_mlir.tools.fmha_compile", argv, data)
+    if not result.crashed:
+        return isolation.exit_status("fmha-compile", result)
     isolation.passthrough(result)
-    if result.crashed:
-        print(f"fmha-compile: error: MLIR crashed compiling {args.input} ({result.why()}); reproduce with: "
-              f"{isolation.repro('fmha-compile', argv)}", file=sys.stderr)
-        return 1
-    if result.returncode == 0 and result.llvm_error:
-        print(f"fmha-compile: error: {result.llvm_error} (the output above is not to be trusted)", file=sys.stderr)
-        return 1
-    return result.returncode
+    print(f"fmha-compile: error: MLIR crashed compiling {args.input} ({result.why()}); reproduce with: "
+          f"{isolation.repro('fmha-compile', argv)}", file=sys.stderr)
+    return 1
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -161,12 +158,11 @@ def _ptxas(choice: str) -> str | None:
 def _read_input(path: str) -> str:
     data = sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
     try:
-        text = data.decode("utf-8")
+        return isolation.ir_text(data)
     except UnicodeDecodeError as exc:
         raise PipelineError(f"{path}: not MLIR text ({exc})") from None
-    if "\x00" in text:
-        raise PipelineError(f"{path}: a NUL byte at offset {text.index(chr(0))}: this is not MLIR text")
-    return text
+    except ValueError as exc:
+        raise PipelineError(f"{path}: {exc}") from None
 
 
 def _artifact(result: CompiledKernels, emit: str) -> str:

@@ -81,12 +81,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     result = isolation.run_child(_MODULE, argv, data)
     if not result.crashed:
-        isolation.passthrough(result)
-        llvm_error = result.llvm_error
-        if result.returncode == 0 and llvm_error:   # LLVM reported an error outside MLIR's diagnostics
-            print(f"fmha-opt: error: {llvm_error} (the output above is not to be trusted)", file=sys.stderr)
-            return 1
-        return result.returncode
+        return isolation.exit_status("fmha-opt", result)
     return _crashed(args, argv, data, result)
 
 
@@ -95,8 +90,8 @@ def _crashed(args, argv: list[str], data: bytes | None, result: isolation.ChildR
     chunks that do not crash MLIR are still processed and only those that do are reported."""
     name = args.input_name or ("<stdin>" if args.input == "-" else args.input)
     try:
-        text = (data if data is not None else open(args.input, "rb").read()).decode("utf-8")
-    except (OSError, UnicodeDecodeError):
+        text = isolation.ir_text(data if data is not None else open(args.input, "rb").read())
+    except (OSError, ValueError):   # UnicodeDecodeError is a ValueError
         text = None
     if not args.split_input_file or text is None or len(split_chunks(text)) == 1:
         print(f"{name}:1:1: error: MLIR crashed on this input ({result.why()}); reproduce with: "

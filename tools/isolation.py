@@ -60,6 +60,24 @@ def run_child(module: str, argv: list[str], stdin: bytes | None) -> ChildResult:
     return ChildResult(done.returncode, done.stdout, done.stderr)
 
 
+def ir_text(data: bytes) -> str:
+    """Input bytes as IR text: UnicodeDecodeError, or ValueError for a NUL byte (MLIR's parser takes
+    neither as an error of its own)."""
+    text = data.decode("utf-8")
+    if "\x00" in text:
+        raise ValueError(f"a NUL byte at offset {text.index(chr(0))}: this is not MLIR text")
+    return text
+
+
+def exit_status(tool: str, result: ChildResult) -> int:
+    """Pass a child that did not crash through; an LLVM error it printed while exiting 0 is a failure."""
+    passthrough(result)
+    if result.returncode == 0 and result.llvm_error:
+        print(f"{tool}: error: {result.llvm_error} (the output above is not to be trusted)", file=sys.stderr)
+        return 1
+    return result.returncode
+
+
 def passthrough(result: ChildResult) -> None:
     """The child's output, diagnostics first (the order the tools print them in)."""
     sys.stderr.buffer.write(result.stderr)

@@ -12,6 +12,7 @@ from fmha_mlir.passes import registry
 from fmha_mlir.passes.verify import abort_traps
 
 from . import diagnostic_verifier
+from .isolation import ir_text
 from .fmha_opt import Chunk, finish, split_chunks
 
 
@@ -122,10 +123,7 @@ def _read_input(path: str, name: str | None) -> tuple[str, str]:
     else:
         with open(path, "rb") as handle:
             data, name = handle.read(), name or path
-    text = data.decode("utf-8")
-    if "\x00" in text:
-        raise ValueError(f"a NUL byte at offset {text.index(chr(0))}: this is not MLIR text")
-    return text, name
+    return ir_text(data), name
 
 
 def _print_diagnostics(diagnostics: list[Diagnostic]) -> None:
