@@ -16,6 +16,7 @@ from fmha_mlir.spec import Mask
 from .base import PassFailure, rewriting
 from .ir_builders import collect_ops, enclosing_op, f32, index, splat, vector_shape
 from .key_range import diagonal
+from .verify import check_verified
 
 KERNEL_OPS = (fmha.WaveReduceOp.NAME, fmha.Exp2Op.NAME, fmha.MaskedScoreOp.NAME, fmha.AtomicAddOp.NAME)
 
@@ -32,9 +33,7 @@ def lower_kernel_ops(module: "ir.Operation", lowerings: dict[str, Lowering],
     Every op is verified first (the fmha ops are unregistered: MLIR checked nothing about them).
     """
     for op in collect_ops(module, KERNEL_OPS):
-        problems = fmha.verify_op(op)
-        if problems:
-            raise PassFailure("invalid op: " + "; ".join(problems), op)
+        check_verified(op)
         if enclosing_op(op, "gpu.func") is None:
             raise PassFailure(f"'{op.name}' must be inside a gpu.func (run fmha-stages-to-gpu first)", op)
         if deferred(op):

@@ -19,6 +19,7 @@ from fmha_mlir.mlir import ir
 from .base import FmhaPass, PassFailure, rewriting
 from .hardware_atomics import ATOMIC_BIN_OP_FADD, ATOMIC_ORDERING_MONOTONIC
 from .ir_builders import collect_ops, element_pointer
+from .verify import check_verified
 
 GLOBAL_ADDRESS_SPACE = 1
 PAIR_BYTES = 4
@@ -31,9 +32,7 @@ class PackedAtomicsToRocdl(FmhaPass):
 
     def run_on_module(self, module: "ir.Operation") -> None:
         for op in collect_ops(module, [fmha.AtomicAddOp.NAME]):
-            problems = fmha.verify_op(op)
-            if problems:
-                raise PassFailure("invalid op: " + "; ".join(problems), op)
+            check_verified(op)
             if not fmha.AtomicAddOp.is_packed_bf16(op.operands[0]):
                 raise PassFailure("an f32 'fmha.atomic_add' is lowered by convert-fmha-to-rocdl; run it first", op)
             value, buffer, *indices = op.operands

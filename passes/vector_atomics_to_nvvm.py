@@ -20,6 +20,7 @@ from fmha_mlir.mlir import ir, vector
 
 from .base import FmhaPass, PassFailure, rewriting
 from .ir_builders import collect_ops, element_pointer
+from .verify import check_verified
 
 
 def red_asm(width: int) -> str:
@@ -42,9 +43,7 @@ class VectorAtomicsToNvvm(FmhaPass):
 
     def run_on_module(self, module: "ir.Operation") -> None:
         for op in collect_ops(module, [fmha.AtomicAddOp.NAME]):
-            problems = fmha.verify_op(op)
-            if problems:
-                raise PassFailure("invalid op: " + "; ".join(problems), op)
+            check_verified(op)
             width = fmha.AtomicAddOp.width_of(op.operands[0])
             if width is None and not fmha.AtomicAddOp.is_packed_bf16(op.operands[0]):
                 raise PassFailure("an f32 'fmha.atomic_add' is lowered by convert-fmha-to-nvvm; run it first", op)

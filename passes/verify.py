@@ -11,11 +11,17 @@ from .ir_builders import collect_ops
 WAVE_SIZES = tuple(sorted({t.wave_size for t in TARGETS.values()}))
 
 
-def verified_spec(op) -> AttentionBwdSpec:
-    """`op`'s spec after the fmha verifier accepted `op`; PassFailure with its problems otherwise."""
+def check_verified(op) -> None:
+    """PassFailure, at `op`, with every problem the fmha verifier finds in it (the fmha ops are
+    unregistered: MLIR checked nothing about them)."""
     problems = fmha.verify_op(op)
     if problems:
         raise PassFailure("invalid op: " + "; ".join(problems), op)
+
+
+def verified_spec(op) -> AttentionBwdSpec:
+    """`op`'s spec after the fmha verifier accepted `op`; PassFailure with its problems otherwise."""
+    check_verified(op)
     return fmha.spec_from_op(op)
 
 
