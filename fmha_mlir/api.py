@@ -127,6 +127,19 @@ class AttentionBackward:
                 self._bundles[key] = compile_bundle(spec, arch, self._compiler, config=config)
         return self._bundles[key]
 
+    def spec_for(self, q, k, v, *, mask: str | Mask = "none", scale: float = 0.0, dtype: str | None = None,
+                 softcap: float = 0.0, bias=None, alibi_slopes=None, dbias: bool = False, deterministic: bool = False,
+                 grad_accum: str = "f32", varlen: bool = False) -> AttentionBwdSpec:
+        """The spec a call with these tensors and options compiles (a prebuilt bundle's name comes from it:
+        bundle_path(dir, spec, arch))."""
+        kind = _bias_inputs(bias, alibi_slopes, dbias)[0]
+        return AttentionBwdSpec(
+            dtype=_torch_dtype(q) if _is_torch(q) else infer_dtype(np.asarray(q), dtype),
+            hdim_q=q.shape[-1], hdim_v=v.shape[-1], gqa_ratio=_gqa_ratio(q, k, packed=varlen),
+            mask=mask if isinstance(mask, Mask) else Mask.parse(mask), scale=scale, softcap=softcap, bias=kind,
+            dbias=dbias, alibi_slopes=alibi_slopes is not None, deterministic=deterministic, grad_accum=grad_accum,
+            varlen=varlen)
+
     def __call__(self, q, k, v, o, do, lse, *, mask: str | Mask = "none", scale: float = 0.0,
                  dtype: str | None = None, softcap: float = 0.0, bias=None, alibi_slopes=None, dbias: bool = False,
                  deterministic: bool = False, grad_accum: str = "f32", cu_seqlens_q=None, cu_seqlens_k=None,
@@ -135,12 +148,9 @@ class AttentionBackward:
         torch_like = _is_torch(q)
         kind, bias_tensors = _bias_inputs(bias, alibi_slopes, dbias)
         varlen, scalars = _varlen_inputs(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
-        spec = AttentionBwdSpec(
-            dtype=_torch_dtype(q) if torch_like else infer_dtype(np.asarray(q), dtype),
-            hdim_q=q.shape[-1], hdim_v=v.shape[-1], gqa_ratio=_gqa_ratio(q, k, packed=bool(varlen)),
-            mask=mask if isinstance(mask, Mask) else Mask.parse(mask), scale=scale, softcap=softcap, bias=kind,
-            dbias=dbias, alibi_slopes=alibi_slopes is not None, deterministic=deterministic, grad_accum=grad_accum,
-            varlen=bool(varlen))
+        spec = self.spec_for(q, k, v, mask=mask, scale=scale, dtype=dtype, softcap=softcap, bias=bias,
+                             alibi_slopes=alibi_slopes, dbias=dbias, deterministic=deterministic,
+                             grad_accum=grad_accum, varlen=bool(varlen))
         bundle, device = self.bundle(spec), self.device()
         inputs = {**dict(zip(("q", "k", "v", "o", "do", "lse"), (q, k, v, o, do, lse))), **bias_tensors, **varlen}
         names = ("dq", "dk", "dv") + spec.bias_operands()[1]
