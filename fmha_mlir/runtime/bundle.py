@@ -10,6 +10,7 @@ import dataclasses
 import hashlib
 import json
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 from .. import shape_expr
@@ -98,9 +99,14 @@ class Bundle:
 
     # -- accessors -----------------------------------------------------------------------------------
 
-    @property
+    @cached_property
     def spec(self) -> AttentionBwdSpec:
         return spec_from_json(self.manifest["spec"])
+
+    @cached_property
+    def key(self) -> str:
+        """The bundle's identity (its digest): executors load each bundle once under it."""
+        return digest(self.manifest, self.files)
 
     @property
     def config(self) -> KernelConfig:

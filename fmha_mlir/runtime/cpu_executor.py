@@ -4,8 +4,8 @@ It runs bundles of every target (the interpreter executes the target kernel IR, 
 is the fallback where no GPU is present and the reference for atomic-order experiments.
 
 Thread safety: one executor may serve several threads and several bundles at once. Every bundle loaded
-stays loaded (its interpreter found by kernel name: symbols are unique per spec and config), and
-launches run one at a time (the interpreter and its atomic-order generator hold state).
+stays loaded (Executor.load), and launches run one at a time (the interpreter and its atomic-order
+generator hold state).
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import numpy as np
 from ..dtypes import BUFFER_STORAGE
 from ..errors import RuntimeLaunchError
 from .args import DeviceBuffer, KernelArg, strided_view
-from .executor import Allocation, Executor
+from .executor import Allocation, Executor, KernelSet
 
 
 class CpuExecutor(Executor):
@@ -30,11 +30,10 @@ class CpuExecutor(Executor):
 
         if atomic_order not in ATOMIC_ORDERS:
             raise RuntimeLaunchError(f"atomic_order must be one of {ATOMIC_ORDERS}, got {atomic_order!r}")
+        super().__init__()
         self.atomic_order = atomic_order
         self.seed = seed
-        self._interpreters: dict[str, object] = {}   # kernel name -> the interpreter of its bundle's IR
-        self._loaded: dict[str, object] = {}         # the bundle IR text -> its interpreter
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()   # one launch at a time, over every kernel set
 
     @classmethod
     def available(cls) -> tuple[bool, str]:
@@ -44,17 +43,12 @@ class CpuExecutor(Executor):
             return False, f"the CPU interpreter cannot be imported: {exc}"
         return True, "the NumPy SIMT interpreter"
 
-    def load(self, bundle) -> None:
+    def _load(self, bundle) -> "InterpretedKernels":
         from .interp import Interpreter
 
-        self.check_bundle(bundle)
-        with self._lock:
-            if bundle.interp_ir in self._loaded:
-                return
-            interpreter = Interpreter(bundle.interp_ir, bundle.target.wave_size, atomic_order=self.atomic_order,
-                                      seed=self.seed)
-            self._loaded[bundle.interp_ir] = interpreter
-            self._interpreters.update(dict.fromkeys(interpreter.kernel_names(), interpreter))
+        interpreter = Interpreter(bundle.interp_ir, bundle.target.wave_size, atomic_order=self.atomic_order,
+                                  seed=self.seed)
+        return InterpretedKernels(interpreter, self._lock)
 
     def alloc(self, nbytes: int) -> Allocation:
         memory = np.zeros(nbytes, np.uint8)
@@ -66,23 +60,34 @@ class CpuExecutor(Executor):
     def download(self, allocation: Allocation, host: np.ndarray) -> None:
         host.reshape(-1).view(np.uint8)[...] = allocation.native[:host.nbytes]
 
-    def zero(self, allocation: Allocation) -> None:
+    def zero(self, allocation: Allocation, stream: int | None = None) -> None:
         allocation.native[...] = 0
-
-    def launch(self, kernel: str, grid: Sequence[int], block: Sequence[int], args: Sequence[KernelArg],
-               shared_bytes: int = 0) -> None:
-        interpreter = self._interpreters.get(kernel)
-        if interpreter is None:
-            raise RuntimeLaunchError(f"no loaded bundle has kernel {kernel!r}: call load(bundle) before launch")
-        values = [device_view(arg) if isinstance(arg, DeviceBuffer) else arg.value for arg in args]
-        with self._lock:
-            interpreter.run_kernel(kernel, values, tuple(grid), tuple(block), shared_bytes)
 
     def synchronize(self) -> None:
         """The interpreter runs each launch to completion."""
 
     def free(self, allocation: Allocation) -> None:
         """NumPy memory goes with its last reference."""
+
+
+class InterpretedKernels(KernelSet):
+    """A bundle's kernels as the interpreter of its IR; `lock` serialises launches across kernel sets."""
+
+    def __init__(self, interpreter, lock: threading.Lock):
+        self._interpreter, self._lock = interpreter, lock
+
+    def prepare(self, kernel: str, grid: Sequence[int], block: Sequence[int], args: Sequence[KernelArg],
+                shared_bytes: int = 0, stream: int | None = None):
+        if kernel not in self._interpreter.kernel_names():
+            raise RuntimeLaunchError(f"the bundle has no kernel {kernel!r}")
+        values = [device_view(arg) if isinstance(arg, DeviceBuffer) else arg.value for arg in args]
+        grid, block = tuple(grid), tuple(block)
+
+        def run():
+            with self._lock:
+                self._interpreter.run_kernel(kernel, values, grid, block, shared_bytes)
+
+        return run
 
 
 def device_view(buf: DeviceBuffer) -> np.ndarray:

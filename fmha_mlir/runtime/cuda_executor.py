@@ -1,18 +1,25 @@
 """The CUDA executor: NVIDIA GPUs through the driver API of cuda-bindings (imported on first use).
 
 PTX is JIT-compiled by the driver at load (it runs on the target's compute capability and later ones);
-a cubin needs the target's major version. Kernel parameters are passed as `kernelParams`: an array of
+a cubin needs the target's major version. Each bundle is loaded once per executor (Executor.load).
+
+Thread safety and torch: the executor works in the device's primary context (the one the CUDA runtime,
+and so torch, uses). Every driver call runs with that context current, pushed only when the calling
+thread has another one (or none), so any thread may use the executor and torch's own current device is
+left as it was. Launches go to the stream given (torch's current stream); None is the legacy default. Kernel parameters are passed as `kernelParams`: an array of
 pointers, each into the naturally aligned kernarg blob that args.pack_args lays out.
 """
 from __future__ import annotations
 
+import threading
+from contextlib import contextmanager
 from typing import Sequence
 
 import numpy as np
 
 from ..errors import RuntimeLaunchError
 from .args import KernelArg, pack_args
-from .executor import Allocation, Executor, check_status
+from .executor import Allocation, Executor, KernelSet, check_status
 
 INSTALL_HINT = "pip install cuda-bindings==13.0.3"
 # A launch may use this much dynamic shared memory without asking; more needs the function attribute.
@@ -38,18 +45,26 @@ class CudaExecutor(Executor):
     vendor = "nvidia"
 
     def __init__(self, device_index: int = 0):
+        super().__init__()
         self._cu = _driver()
-        self._module = None
-        self._functions: dict[str, object] = {}
-        self._shared_limits: dict[str, int] = {}
+        self._context = None
         check_status(self._cu.cuInit(0), "cuInit")
+        self.device_index = device_index
         self._device = check_status(self._cu.cuDeviceGet(device_index), f"cuDeviceGet({device_index})")
         self._context = check_status(self._cu.cuDevicePrimaryCtxRetain(self._device), "cuDevicePrimaryCtxRetain")
+
+    @contextmanager
+    def current(self):
+        """The primary context current for the calls inside (pushed only where another one is)."""
+        now = check_status(self._cu.cuCtxGetCurrent(), "cuCtxGetCurrent")
+        if int(now) == int(self._context):
+            yield
+            return
+        check_status(self._cu.cuCtxPushCurrent(self._context), "cuCtxPushCurrent")
         try:
-            check_status(self._cu.cuCtxSetCurrent(self._context), "cuCtxSetCurrent")
-        except BaseException:
-            self.close()  # a half-made executor must not keep the primary context retained
-            raise
+            yield
+        finally:
+            check_status(self._cu.cuCtxPopCurrent(), "cuCtxPopCurrent")
 
     @classmethod
     def available(cls) -> tuple[bool, str]:
@@ -68,12 +83,12 @@ class CudaExecutor(Executor):
             return False, f"no usable CUDA driver: {exc}"
         return True, "CUDA device 0: " + name.split(b"\0")[0].decode()
 
-    def load(self, bundle) -> None:
-        self.check_bundle(bundle)
+    def _load(self, bundle) -> "CudaKernels":
         self._check_capability(bundle)
-        self._unload()
         image = bundle.binary + (b"\0" if bundle.binary_format == "ptx" else b"")  # PTX text is NUL-terminated
-        self._module = check_status(self._cu.cuModuleLoadData(image), f"cuModuleLoadData({bundle.binary_format})")
+        with self.current():
+            module = check_status(self._cu.cuModuleLoadData(image), f"cuModuleLoadData({bundle.binary_format})")
+        return CudaKernels(self, module)
 
     def _check_capability(self, bundle) -> None:
         attr = self._cu.CUdevice_attribute
@@ -86,75 +101,90 @@ class CudaExecutor(Executor):
             raise RuntimeLaunchError(f"the bundle's {bundle.binary_format} is for {bundle.target.arch}; this GPU is "
                                      f"sm_{have[0]}{have[1]}: rebuild the bundle for it")
 
-    def _function(self, kernel: str):
-        if self._module is None:
-            raise RuntimeLaunchError("no bundle is loaded: call load(bundle) before launch")
-        if kernel not in self._functions:
-            self._functions[kernel] = check_status(self._cu.cuModuleGetFunction(self._module, kernel.encode()),
-                                                   f"cuModuleGetFunction({kernel})")
-        return self._functions[kernel]
-
     def alloc(self, nbytes: int) -> Allocation:
-        pointer = check_status(self._cu.cuMemAlloc(max(nbytes, 1)), f"cuMemAlloc({nbytes})")
+        with self.current():
+            pointer = check_status(self._cu.cuMemAlloc(max(nbytes, 1)), f"cuMemAlloc({nbytes})")
         return Allocation(int(pointer), nbytes, pointer)
 
     def upload(self, allocation: Allocation, host: np.ndarray) -> None:
-        check_status(self._cu.cuMemcpyHtoD(allocation.native, host.ctypes.data, host.nbytes), "cuMemcpyHtoD")
+        with self.current():
+            check_status(self._cu.cuMemcpyHtoD(allocation.native, host.ctypes.data, host.nbytes), "cuMemcpyHtoD")
 
     def download(self, allocation: Allocation, host: np.ndarray) -> None:
-        check_status(self._cu.cuMemcpyDtoH(host.ctypes.data, allocation.native, host.nbytes), "cuMemcpyDtoH")
+        with self.current():
+            check_status(self._cu.cuMemcpyDtoH(host.ctypes.data, allocation.native, host.nbytes), "cuMemcpyDtoH")
 
-    def zero(self, allocation: Allocation) -> None:
+    def zero(self, allocation: Allocation, stream: int | None = None) -> None:
         # Word-wide fills are several times faster than byte-wide ones on large workspaces.
-        if allocation.nbytes % 4 == 0:
-            check_status(self._cu.cuMemsetD32(allocation.native, 0, allocation.nbytes // 4), "cuMemsetD32")
-        else:
-            check_status(self._cu.cuMemsetD8(allocation.native, 0, allocation.nbytes), "cuMemsetD8")
-
-    def launch(self, kernel: str, grid: Sequence[int], block: Sequence[int], args: Sequence[KernelArg],
-               shared_bytes: int = 0) -> None:
-        self.prepare(kernel, grid, block, args, shared_bytes)()
-
-    def prepare(self, kernel: str, grid: Sequence[int], block: Sequence[int], args: Sequence[KernelArg],
-                shared_bytes: int = 0):
-        """Look the function up, raise its shared-memory limit and pack the arguments once; the returned
-        callable only calls cuLaunchKernel (the driver copies the parameter values at each call)."""
-        function = self._function(kernel)
-        if shared_bytes > max(DEFAULT_DYNAMIC_SHARED_BYTES, self._shared_limits.get(kernel, 0)):
-            attribute = self._cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
-            check_status(self._cu.cuFuncSetAttribute(function, attribute, shared_bytes),
-                         f"cuFuncSetAttribute({kernel}, MAX_DYNAMIC_SHARED_SIZE_BYTES, {shared_bytes})")
-            self._shared_limits[kernel] = shared_bytes
-        packed = pack_args(args)
-        blob = np.frombuffer(packed.blob, np.uint8).copy()
-        params = np.array([blob.ctypes.data + f.offset for f in packed.fields], np.uint64)
-        grid, block, what = tuple(grid), tuple(block), f"cuLaunchKernel({kernel}, grid={tuple(grid)}, block={tuple(block)})"
-        launch, address = self._cu.cuLaunchKernel, params.ctypes.data
-
-        def run(blob=blob, params=params):  # keeps the packed arguments alive with the callable
-            check_status(launch(function, *grid, *block, shared_bytes, None, address, 0), what)
-
-        return run
+        cu, stream = self._cu, stream or 0
+        with self.current():
+            if allocation.nbytes % 4 == 0:
+                check_status(cu.cuMemsetD32Async(allocation.native, 0, allocation.nbytes // 4, stream),
+                             "cuMemsetD32Async")
+            else:
+                check_status(cu.cuMemsetD8Async(allocation.native, 0, allocation.nbytes, stream), "cuMemsetD8Async")
 
     def synchronize(self) -> None:
-        check_status(self._cu.cuCtxSynchronize(), "cuCtxSynchronize (a kernel failed)")
+        with self.current():
+            check_status(self._cu.cuCtxSynchronize(), "cuCtxSynchronize (a kernel failed)")
 
     def borrow(self, address: int, nbytes: int) -> Allocation:
         return Allocation(address, nbytes, self._cu.CUdeviceptr(address))
 
     def free(self, allocation: Allocation) -> None:
-        check_status(self._cu.cuMemFree(allocation.native), "cuMemFree")
+        with self.current():
+            check_status(self._cu.cuMemFree(allocation.native), "cuMemFree")
 
     def close(self) -> None:
-        """Unload the module and release the primary context (once, even when unloading fails)."""
+        """Unload every module and release the primary context (once, even when unloading fails)."""
         try:
-            self._unload()
+            super().close()
         finally:
             if self._context is not None:
                 self._context = None
                 check_status(self._cu.cuDevicePrimaryCtxRelease(self._device), "cuDevicePrimaryCtxRelease")
 
-    def _unload(self) -> None:
-        module, self._module, self._functions, self._shared_limits = self._module, None, {}, {}
-        if module is not None:
-            check_status(self._cu.cuModuleUnload(module), "cuModuleUnload")
+    def _unload(self, kernels: "CudaKernels") -> None:
+        with self.current():
+            check_status(self._cu.cuModuleUnload(kernels.module), "cuModuleUnload")
+
+
+class CudaKernels(KernelSet):
+    """One loaded module: functions looked up (and their shared-memory limit raised) once each."""
+
+    def __init__(self, executor: CudaExecutor, module):
+        self._executor, self._cu, self.module = executor, executor._cu, module
+        self._functions: dict[str, object] = {}
+        self._shared_limits: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def _function(self, kernel: str, shared_bytes: int):
+        with self._lock:
+            if kernel not in self._functions:
+                self._functions[kernel] = check_status(self._cu.cuModuleGetFunction(self.module, kernel.encode()),
+                                                       f"cuModuleGetFunction({kernel})")
+            function = self._functions[kernel]
+            if shared_bytes > max(DEFAULT_DYNAMIC_SHARED_BYTES, self._shared_limits.get(kernel, 0)):
+                attribute = self._cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+                check_status(self._cu.cuFuncSetAttribute(function, attribute, shared_bytes),
+                             f"cuFuncSetAttribute({kernel}, MAX_DYNAMIC_SHARED_SIZE_BYTES, {shared_bytes})")
+                self._shared_limits[kernel] = shared_bytes
+            return function
+
+    def prepare(self, kernel: str, grid: Sequence[int], block: Sequence[int], args: Sequence[KernelArg],
+                shared_bytes: int = 0, stream: int | None = None):
+        """Look the function up and pack the arguments once; the returned callable only calls
+        cuLaunchKernel (the driver copies the parameter values at each call)."""
+        with self._executor.current():
+            function = self._function(kernel, shared_bytes)
+        packed = pack_args(args)
+        blob = np.frombuffer(packed.blob, np.uint8).copy()
+        params = np.array([blob.ctypes.data + f.offset for f in packed.fields], np.uint64)
+        grid, block, what = tuple(grid), tuple(block), f"cuLaunchKernel({kernel}, grid={tuple(grid)}, block={tuple(block)})"
+        launch, address, current, stream = self._cu.cuLaunchKernel, params.ctypes.data, self._executor.current, stream or 0
+
+        def run(blob=blob, params=params):  # keeps the packed arguments alive with the callable
+            with current():
+                check_status(launch(function, *grid, *block, shared_bytes, stream, address, 0), what)
+
+        return run

@@ -1,14 +1,17 @@
 """The device interface the runner drives, and choosing an executor by name or automatically.
 
-An executor owns device memory and one loaded kernel set at a time. The GPU executors import their
-vendor bindings (cuda-bindings, hip-python) only when used, so this package imports with NumPy alone.
+An executor owns device memory on one device and the kernel sets loaded onto it: `load(bundle)` loads
+a bundle's binary once and returns the same KernelSet on every later call, so one executor serves any
+number of bundles and threads at once. The GPU executors import their vendor bindings (cuda-bindings,
+hip-python) only when used, so this package imports with NumPy alone.
 """
 from __future__ import annotations
 
 import importlib
+import threading
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar, Sequence
+from typing import TYPE_CHECKING, Callable, ClassVar, Sequence
 
 import numpy as np
 
@@ -45,20 +48,47 @@ def check_status(result: tuple, what: str):
     return values[0] if len(values) == 1 else tuple(values)
 
 
+class KernelSet(ABC):
+    """One bundle's kernels loaded on one device."""
+
+    @abstractmethod
+    def prepare(self, kernel: str, grid: Sequence[int], block: Sequence[int], args: Sequence["KernelArg"],
+                shared_bytes: int = 0, stream: int | None = None) -> Callable[[], None]:
+        """A callable that launches `kernel` with these fixed arguments on `stream` (a native stream
+        handle; None: the default stream). Arguments are packed once, so repeated launches are cheap."""
+
+    def launch(self, kernel: str, grid: Sequence[int], block: Sequence[int], args: Sequence["KernelArg"],
+               shared_bytes: int = 0, stream: int | None = None) -> None:
+        self.prepare(kernel, grid, block, args, shared_bytes, stream)()
+
+
 class Executor(ABC):
-    """Runs a bundle's kernels on one device."""
+    """Runs bundles' kernels on one device."""
 
     name: ClassVar[str]
     vendor: ClassVar[str | None]  # the target vendor whose binaries it runs; None: any (the CPU interpreter)
+
+    def __init__(self):
+        self._kernel_sets: dict[str, KernelSet] = {}   # Bundle.key -> its kernels on this device
+        self._load_lock = threading.Lock()
 
     @classmethod
     @abstractmethod
     def available(cls) -> tuple[bool, str]:
         """(usable here, why not / which device)."""
 
+    def load(self, bundle: "Bundle") -> KernelSet:
+        """The bundle's kernels on this device, loaded on the first call (once, whichever thread asks)."""
+        self.check_bundle(bundle)
+        with self._load_lock:
+            kernels = self._kernel_sets.get(bundle.key)
+            if kernels is None:
+                kernels = self._kernel_sets[bundle.key] = self._load(bundle)
+            return kernels
+
     @abstractmethod
-    def load(self, bundle: "Bundle") -> None:
-        """Load the bundle's kernels, replacing any loaded before."""
+    def _load(self, bundle: "Bundle") -> KernelSet:
+        """Load the bundle's binary (called once per bundle)."""
 
     @abstractmethod
     def alloc(self, nbytes: int) -> Allocation: ...
@@ -72,17 +102,8 @@ class Executor(ABC):
         """Fill the C-contiguous `host` from the start of `allocation`."""
 
     @abstractmethod
-    def zero(self, allocation: Allocation) -> None: ...
-
-    @abstractmethod
-    def launch(self, kernel: str, grid: Sequence[int], block: Sequence[int], args: Sequence["KernelArg"],
-               shared_bytes: int = 0) -> None: ...
-
-    def prepare(self, kernel: str, grid: Sequence[int], block: Sequence[int], args: Sequence["KernelArg"],
-                shared_bytes: int = 0):
-        """A callable that launches `kernel` with these fixed arguments; executors that can pack the
-        arguments once (the CUDA one) make repeated launches cheaper for the host."""
-        return lambda: self.launch(kernel, grid, block, args, shared_bytes)
+    def zero(self, allocation: Allocation, stream: int | None = None) -> None:
+        """Zero-fill the allocation (queued on `stream` where the device has streams)."""
 
     @abstractmethod
     def synchronize(self) -> None: ...
@@ -97,6 +118,14 @@ class Executor(ABC):
 
     def close(self) -> None:
         """Release the loaded kernels (device memory is freed by whoever allocated it)."""
+        with self._load_lock:
+            kernel_sets = list(self._kernel_sets.values())
+            self._kernel_sets.clear()
+        for kernels in kernel_sets:
+            self._unload(kernels)
+
+    def _unload(self, kernels: KernelSet) -> None:
+        """Release one kernel set's module (the GPU executors)."""
 
     def check_bundle(self, bundle: "Bundle") -> None:
         """Refuse a bundle built for another vendor's GPU."""

@@ -8,13 +8,14 @@ whose manifest and binary disagree fails with a message instead of reading garba
 from __future__ import annotations
 
 import ctypes
+import threading
 from typing import Sequence
 
 import numpy as np
 
 from ..errors import RuntimeLaunchError
 from .args import KernelArg, check_against_metadata, metadata_field, pack_args
-from .executor import Allocation, Executor, check_status
+from .executor import Allocation, Executor, KernelSet, check_status
 
 INSTALL_HINT = "pip install hip-python==7.2.2.562.43"
 # The `extra` tags, fixed by hip_runtime_api.h as ((void*)1), ((void*)2), ((void*)3). Spelled out here
@@ -46,15 +47,17 @@ class HipExecutor(Executor):
     vendor = "amd"
 
     def __init__(self, device_index: int = 0):
+        super().__init__()
         self._hip = _hip()
-        check_status(self._hip.hipSetDevice(device_index), f"hipSetDevice({device_index})")
+        self.device_index = device_index
+        self._set_device()
         props = self._hip.hipDeviceProp_t()
         check_status(self._hip.hipGetDeviceProperties(props, device_index), "hipGetDeviceProperties")
         # e.g. b"gfx942:sramecc+:xnack-": the chip, then target features
         self.arch = props.gcnArchName.split(b"\0")[0].decode().split(":")[0]
-        self._module = None
-        self._functions: dict[str, object] = {}
-        self._metadata: dict[str, dict] = {}
+
+    def _set_device(self) -> None:
+        check_status(self._hip.hipSetDevice(self.device_index), f"hipSetDevice({self.device_index})")
 
     @classmethod
     def available(cls) -> tuple[bool, str]:
@@ -70,40 +73,64 @@ class HipExecutor(Executor):
             return False, "the HIP runtime sees no device"
         return True, f"{count} HIP device(s)"
 
-    def load(self, bundle) -> None:
-        self.check_bundle(bundle)
+    def _load(self, bundle) -> "HipKernels":
         if bundle.target.arch != self.arch:
             raise RuntimeLaunchError(f"the bundle's code object is for {bundle.target.arch}; this GPU is "
                                      f"{self.arch}: rebuild the bundle for it")
-        self._unload()
-        self._metadata = code_object_kernels(bundle)
-        self._module = check_status(self._hip.hipModuleLoadData(bundle.binary), "hipModuleLoadData")
-
-    def _function(self, kernel: str):
-        if self._module is None:
-            raise RuntimeLaunchError("no bundle is loaded: call load(bundle) before launch")
-        if kernel not in self._functions:
-            self._functions[kernel] = check_status(self._hip.hipModuleGetFunction(self._module, kernel.encode()),
-                                                   f"hipModuleGetFunction({kernel})")
-        return self._functions[kernel]
+        metadata = code_object_kernels(bundle)
+        self._set_device()
+        return HipKernels(self, check_status(self._hip.hipModuleLoadData(bundle.binary), "hipModuleLoadData"),
+                          metadata)
 
     def alloc(self, nbytes: int) -> Allocation:
+        self._set_device()
         pointer = check_status(self._hip.hipMalloc(max(nbytes, 1)), f"hipMalloc({nbytes})")
         return Allocation(int(pointer), nbytes, pointer)
 
     def upload(self, allocation: Allocation, host: np.ndarray) -> None:
+        self._set_device()
         check_status(self._hip.hipMemcpy(allocation.native, host.ctypes.data, host.nbytes,
                                          self._hip.hipMemcpyKind.hipMemcpyHostToDevice), "hipMemcpy (to device)")
 
     def download(self, allocation: Allocation, host: np.ndarray) -> None:
+        self._set_device()
         check_status(self._hip.hipMemcpy(host.ctypes.data, allocation.native, host.nbytes,
                                          self._hip.hipMemcpyKind.hipMemcpyDeviceToHost), "hipMemcpy (to host)")
 
-    def zero(self, allocation: Allocation) -> None:
-        check_status(self._hip.hipMemset(allocation.native, 0, allocation.nbytes), "hipMemset")
+    def zero(self, allocation: Allocation, stream: int | None = None) -> None:
+        self._set_device()
+        check_status(self._hip.hipMemsetAsync(allocation.native, 0, allocation.nbytes, stream), "hipMemsetAsync")
 
-    def launch(self, kernel: str, grid: Sequence[int], block: Sequence[int], args: Sequence[KernelArg],
-               shared_bytes: int = 0) -> None:
+    def synchronize(self) -> None:
+        self._set_device()
+        check_status(self._hip.hipDeviceSynchronize(), "hipDeviceSynchronize (a kernel failed)")
+
+    def free(self, allocation: Allocation) -> None:
+        self._set_device()
+        check_status(self._hip.hipFree(allocation.native), "hipFree")
+
+    def _unload(self, kernels: "HipKernels") -> None:
+        self._set_device()
+        check_status(self._hip.hipModuleUnload(kernels.module), "hipModuleUnload")
+
+
+class HipKernels(KernelSet):
+    """One loaded code object and its metadata; functions looked up once each."""
+
+    def __init__(self, executor: HipExecutor, module, metadata: dict[str, dict]):
+        self._executor, self._hip, self.module, self._metadata = executor, executor._hip, module, metadata
+        self._functions: dict[str, object] = {}
+        self._lock = threading.Lock()
+
+    def _function(self, kernel: str):
+        with self._lock:
+            if kernel not in self._functions:
+                self._functions[kernel] = check_status(self._hip.hipModuleGetFunction(self.module, kernel.encode()),
+                                                       f"hipModuleGetFunction({kernel})")
+            return self._functions[kernel]
+
+    def prepare(self, kernel: str, grid: Sequence[int], block: Sequence[int], args: Sequence[KernelArg],
+                shared_bytes: int = 0, stream: int | None = None):
         function = self._function(kernel)
         if kernel not in self._metadata:
             raise RuntimeLaunchError(f"kernel {kernel} is not in the code object's metadata")
@@ -115,19 +142,11 @@ class HipExecutor(Executor):
         size = ctypes.c_size_t(segment)
         extra = (ctypes.c_void_p * 5)(HIP_LAUNCH_PARAM_BUFFER_POINTER, ctypes.addressof(blob),
                                       HIP_LAUNCH_PARAM_BUFFER_SIZE, ctypes.addressof(size), HIP_LAUNCH_PARAM_END)
-        check_status(self._hip.hipModuleLaunchKernel(function, *grid, *block, shared_bytes, None, None, extra),
-                     f"hipModuleLaunchKernel({kernel}, grid={tuple(grid)}, block={tuple(block)})")
+        grid, block, what = tuple(grid), tuple(block), f"hipModuleLaunchKernel({kernel}, grid={tuple(grid)}, block={tuple(block)})"
+        launch, set_device = self._hip.hipModuleLaunchKernel, self._executor._set_device
 
-    def synchronize(self) -> None:
-        check_status(self._hip.hipDeviceSynchronize(), "hipDeviceSynchronize (a kernel failed)")
+        def run(blob=blob, size=size, extra=extra):  # keeps the kernarg blob alive with the callable
+            set_device()
+            check_status(launch(function, *grid, *block, shared_bytes, stream, None, extra), what)
 
-    def free(self, allocation: Allocation) -> None:
-        check_status(self._hip.hipFree(allocation.native), "hipFree")
-
-    def close(self) -> None:
-        self._unload()
-
-    def _unload(self) -> None:
-        module, self._module, self._functions, self._metadata = self._module, None, {}, {}
-        if module is not None:
-            check_status(self._hip.hipModuleUnload(module), "hipModuleUnload")
+        return run

@@ -22,7 +22,7 @@ from ..errors import RuntimeLaunchError
 from .args import DeviceBuffer, ScalarArg, bind_args, strided_view
 from .bundle import Bundle
 from .device_array import DeviceArray
-from .executor import Allocation, Executor
+from .executor import Allocation, Executor, KernelSet
 
 
 @dataclass(frozen=True)
@@ -287,7 +287,7 @@ class PreparedRun:
         self.scalars = check_scalars(bundle, tensors, scalars)
         self.outputs = [name for name, buf in problem_buffers(bundle).items() if buf["role"] == "output"]
         self.layouts = plan_layouts(bundle, self.host, self.scalars)
-        device.load(bundle)
+        self.kernels = device.load(bundle)
         self.allocations: dict[str, Allocation] = {}
         self.buffers: dict[str, DeviceBuffer] = {}
         self._prepared = None
@@ -313,7 +313,8 @@ class PreparedRun:
         """Run every step (the launches' arguments are bound and packed once, on the first call)."""
         if self._prepared is None:
             shapes = {name: layout.shape for name, layout in self.layouts.items()}
-            self._prepared = [_prepare_step(self.bundle, self.device, index, step, shapes, self.buffers, self.scalars)
+            self._prepared = [_prepare_step(self.bundle, self.device, self.kernels, index, step, shapes, self.buffers,
+                                            self.scalars)
                               for index, step in enumerate(self.bundle.steps)]
         for run in self._prepared:
             run()
@@ -362,12 +363,13 @@ def run_bundle(bundle: Bundle, device: Executor, tensors: Mapping[str, np.ndarra
         return run.results()
 
 
-def _prepare_step(bundle: Bundle, device: Executor, index: int, step: dict, shapes: Mapping[str, tuple[int, ...]],
-                  buffers: dict[str, DeviceBuffer], scalars: Mapping[str, int]):
-    """A callable running one step of the plan on these buffers (of these logical shapes)."""
+def _prepare_step(bundle: Bundle, device: Executor, kernels: KernelSet, index: int, step: dict,
+                  shapes: Mapping[str, tuple[int, ...]], buffers: dict[str, DeviceBuffer], scalars: Mapping[str, int],
+                  stream: int | None = None):
+    """A callable running one step of the plan on these buffers (of these logical shapes), on `stream`."""
     if step["op"] == "zero":
         allocation = buffers[step["buffer"]].allocation
-        return lambda: device.zero(allocation)
+        return lambda: device.zero(allocation, stream)
     kernel = step["kernel"]
     where = f"manifest step {index} ({kernel})"
     grid = [shape_expr.evaluate(shape_expr.from_json(e), shapes, f"{where} grid", scalars) for e in step["grid"]]
@@ -381,8 +383,8 @@ def _prepare_step(bundle: Bundle, device: Executor, index: int, step: dict, shap
                                                                      scalar_value(arg, shapes, f"{where} argument {i}",
                                                                                   scalars))
             for i, arg in enumerate(step["args"])]
-    return device.prepare(kernel, grid, step["block"], bind_args(kernel, bundle.kernels[kernel]["args"], args),
-                          step.get("shared_bytes", 0))
+    return kernels.prepare(kernel, grid, step["block"], bind_args(kernel, bundle.kernels[kernel]["args"], args),
+                           step.get("shared_bytes", 0), stream)
 
 
 def scalar_value(arg: dict, shapes: Mapping[str, tuple[int, ...]], what: str, scalars: Mapping[str, int]):

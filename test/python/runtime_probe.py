@@ -108,7 +108,7 @@ def expected_output(x: np.ndarray) -> np.ndarray:
 def run_probe(executor, bundle: Bundle, x: np.ndarray) -> np.ndarray:
     """Drive the executor directly (not through run_bundle): upload x with its strides, launch, read y."""
     layouts = {"x": Layout.of("f16", x), "y": Layout.contiguous("f32", x.shape)}
-    executor.load(bundle)
+    kernels = executor.load(bundle)
     allocations = {name: executor.alloc(layout.span * layout.storage.itemsize) for name, layout in layouts.items()}
     try:
         buffers = {name: DeviceBuffer(name, layout.dtype, layout.shape, layout.strides, allocations[name].address,
@@ -118,7 +118,7 @@ def run_probe(executor, bundle: Bundle, x: np.ndarray) -> np.ndarray:
         step = bundle.steps[0]
         args = bind_args(KERNEL, bundle.kernels[KERNEL]["args"],
                          [buffers["x"], buffers["y"], ScalarArg("scale", "f32", SCALE), ScalarArg("bias", "i32", BIAS)])
-        executor.launch(KERNEL, (x.shape[2], x.shape[1], x.shape[0]), step["block"], args)
+        kernels.launch(KERNEL, (x.shape[2], x.shape[1], x.shape[0]), step["block"], args)
         executor.synchronize()
         flat = np.empty(layouts["y"].span, np.float32)
         executor.download(allocations["y"], flat)

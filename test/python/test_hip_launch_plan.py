@@ -61,7 +61,7 @@ class RecordingHip:
         ctypes.memmove(dst, src, nbytes)
         return (0,)
 
-    def hipMemset(self, pointer, value, nbytes):
+    def hipMemsetAsync(self, pointer, value, nbytes, stream):
         ctypes.memset(pointer, value, nbytes)
         return (0,)
 

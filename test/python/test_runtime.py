@@ -354,9 +354,13 @@ class NumpyKernels(CpuExecutor):
     """The CPU executor's memory with NumPy stand-ins for the kernels: simple functions of their inputs
     that need every buffer staged, zeroed and read back at the right strides."""
 
-    def load(self, bundle):
+    def load(self, bundle):   # the executor is its own kernel set
         self.check_bundle(bundle)
         self.launches = []
+        return self
+
+    def prepare(self, kernel, grid, block, args, shared_bytes=0, stream=None):
+        return lambda: self.launch(kernel, grid, block, args, shared_bytes)
 
     def launch(self, kernel, grid, block, args, shared_bytes=0):
         self.launches.append((kernel, tuple(grid), tuple(block)))
@@ -480,9 +484,15 @@ def test_a_failing_free_does_not_hide_the_error_that_stopped_the_run():
         run_bundle(attention_bundle(), FaultingKernel(), problem_tensors())
 
 
-def test_cpu_executor_launch_before_load_says_so():
-    with pytest.raises(RuntimeLaunchError, match="no loaded bundle has kernel 'k': call load"):
-        CpuExecutor().launch("k", (1, 1, 1), (1, 1, 1), [])
+def test_cpu_executor_names_a_kernel_the_bundle_lacks():
+    kernels = CpuExecutor().load(runtime_probe.build_probe_bundle("gfx942"))
+    with pytest.raises(RuntimeLaunchError, match="the bundle has no kernel 'k'"):
+        kernels.launch("k", (1, 1, 1), (1, 1, 1), [])
+
+
+def test_an_executor_loads_each_bundle_once():
+    executor, bundle = CpuExecutor(), runtime_probe.build_probe_bundle("gfx942")
+    assert executor.load(bundle) is executor.load(bundle)
 
 
 # -- executors --------------------------------------------------------------------------------------
@@ -561,25 +571,28 @@ class FakeCuda:
         def call(*args):
             self.calls.append(name)
             status = CUresult.CUDA_ERROR_NO_DEVICE if name == self.fail else 0
-            return (status, f"{name}-result")
+            return (status, sum(map(ord, name)))   # a handle: an int, distinct per call name
         return call
 
 
 def test_cuda_executor_releases_the_primary_context_on_every_path(monkeypatch):
-    fake = FakeCuda(fail="cuCtxSetCurrent")
-    monkeypatch.setattr(cuda_executor, "_driver", lambda: fake)
-    with pytest.raises(RuntimeLaunchError, match="cuCtxSetCurrent failed: CUDA_ERROR_NO_DEVICE"):
-        cuda_executor.CudaExecutor()
-    assert fake.calls.count("cuDevicePrimaryCtxRelease") == 1
-
     fake = FakeCuda(fail="cuModuleUnload")
     monkeypatch.setattr(cuda_executor, "_driver", lambda: fake)
     executor = cuda_executor.CudaExecutor()
-    executor._module = "module"  # as if a bundle were loaded
+    executor._kernel_sets["bundle"] = cuda_executor.CudaKernels(executor, "module")  # as if one were loaded
     with pytest.raises(RuntimeLaunchError, match="cuModuleUnload failed"):
         executor.close()
     executor.close()  # a second close releases nothing twice
     assert fake.calls.count("cuDevicePrimaryCtxRelease") == 1 and fake.calls.count("cuModuleUnload") == 1
+
+
+def test_cuda_executor_pushes_its_context_only_for_its_own_calls(monkeypatch):
+    fake = FakeCuda()
+    monkeypatch.setattr(cuda_executor, "_driver", lambda: fake)
+    executor = cuda_executor.CudaExecutor()
+    executor.zero(executor.borrow(0x1000, 64), stream=7)
+    # another context was current (torch's device, or none): pushed for the call, popped after it
+    assert fake.calls[-4:] == ["cuCtxGetCurrent", "cuCtxPushCurrent", "cuMemsetD32Async", "cuCtxPopCurrent"]
 
 
 class FakeHip:
@@ -628,8 +641,7 @@ def test_hip_launch_passes_the_checked_blob_through_extra(monkeypatch, metadata_
     monkeypatch.setattr(hip_executor, "_hip", lambda: fake)
     executor = hip_executor.HipExecutor()
     assert executor.arch == "gfx942"
-    executor.load(runtime_probe.build_probe_bundle("gfx942"))
-    executor.launch(kernel, (5, 3, 2), (4, 1, 1), args)
+    executor.load(runtime_probe.build_probe_bundle("gfx942")).launch(kernel, (5, 3, 2), (4, 1, 1), args)
     assert fake.launches == [(kernel, (5, 3, 2), (4, 1, 1), pack_args(args).blob)]
     with pytest.raises(RuntimeLaunchError, match="this GPU is gfx942"):
         executor.load(runtime_probe.build_probe_bundle("gfx950"))
