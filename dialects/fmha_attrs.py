@@ -117,6 +117,9 @@ KERNEL_CONFIG_ATTRIBUTE = "fmha.config"
 # the launch plan gives its buffers.
 OPERAND_ATTRIBUTE = "fmha.operand"
 WORKSPACE_ATTRIBUTE = "fmha.workspace"
+# On each gpu.launch_func: how the kernel uses each operand ("read" / "write" / "accumulate", bodies.py),
+# so the launch plan says which steps must come before which (docs/ir.md, "The launch plan").
+ACCESS_ATTRIBUTE = "fmha.access"
 
 
 def config_attribute(config: KernelConfig) -> "ir.DictAttr":

@@ -119,6 +119,21 @@ def bias_accumulation(spec: AttentionBwdSpec) -> tuple[list[Workspace], tuple[st
     return [], grads
 
 
+# How a kernel uses a buffer argument (the manifest's "access", checked by the runtime against the steps).
+READ, WRITE, ACCUMULATE = "read", "write", "accumulate"
+ACCESSES = (READ, WRITE, ACCUMULATE)
+
+
+def stage_output_access(spec: AttentionBwdSpec, config: KernelConfig) -> dict[str, str]:
+    """Per gradient, how dq_dk_dv treats its output (a workspace or the gradient itself): ACCUMULATE
+    where the plan zero-fills it first (the kernel adds into it, or leaves parts unwritten that are read
+    later), WRITE where the kernel stores every element that is read."""
+    workspaces = body_of(config).workspaces(spec, config) + bias_accumulation(spec)[0]
+    zeroed = {w.grad for w in workspaces if w.grad is not None and w.zero}
+    zeroed |= set(body_of(config).zeroed_outputs(spec) + bias_accumulation(spec)[1])
+    return {g: ACCUMULATE if g in zeroed else WRITE for g in GRADS + spec.bias_operands()[1]}
+
+
 def row_lanes(hdim: int | None, wave_size: int, element_bytes: int) -> int:
     """Lanes that share one row in the row kernels: each lane moves 16 bytes (a power-of-two number of
     lanes per row, at most a wave); else, and for rows of dynamic length (hdim None), the whole wave."""

@@ -49,3 +49,17 @@ class PipelineError(FmhaError, ValueError):
 
 class RuntimeLaunchError(FmhaError):
     """A bundle cannot be loaded or launched on the chosen executor."""
+
+
+# Exit statuses of the command-line tools (fmha-opt, fmha-compile, fmha-bwd), the same in each; argparse
+# already exits 2 on a bad option, so every other error the user can fix takes 2 as well.
+EXIT_OK = 0
+EXIT_FAIL = 1    # fmha-bwd only: the kernels ran and some gradient failed the gate
+EXIT_ERROR = 2   # bad input or usage: the message names what is wrong and the fix
+
+
+def exit_status_epilog(fail: str = "") -> str:
+    """The --help epilog that documents the statuses above (`fail`: what status 1 means, if the tool has it)."""
+    one = f", {EXIT_FAIL} {fail}" if fail else ""
+    return (f"Exit status: {EXIT_OK} success{one}, {EXIT_ERROR} an error (bad input, options or IR; MLIR crashing "
+            "on the input): the message names the problem and the fix.")

@@ -10,7 +10,8 @@ steps. Nothing about the stages is hard-coded here.
 from __future__ import annotations
 
 from .dialects.fmha import BIAS_INPUTS, INPUTS, OPERAND_DIMS
-from .dialects.fmha_attrs import OPERAND_ATTRIBUTE, WORKSPACE_ATTRIBUTE
+from .bodies import ACCESSES
+from .dialects.fmha_attrs import ACCESS_ATTRIBUTE, OPERAND_ATTRIBUTE, WORKSPACE_ATTRIBUTE
 from .diagnostics import position_of
 from .errors import CompileError
 from .mlir import ir
@@ -164,18 +165,19 @@ class _PlanReader:
         launch = op.opview
         kernel = ir.SymbolRefAttr(launch.kernel).value[-1]
         args, signature = [], []
-        for value in launch.kernelOperands:
+        access = _access(op, len(launch.kernelOperands))
+        for value, uses in zip(launch.kernelOperands, access):
             if isinstance(value.type, ir.MemRefType):
                 name = self._buffer(value, op)
                 args.append({"buffer": name})
                 signature.append({"buffer": name, "rank": self.buffers[name]["rank"],
-                                  "dtype": self.buffers[name]["dtype"], "type": str(value.type)})
+                                  "dtype": self.buffers[name]["dtype"], "type": str(value.type), "access": uses})
             elif str(value.type) == "f32":
                 args.append({"scalar": "f32", "value": _float_constant(value, op)})
-                signature.append({"scalar": "f32"})
+                signature.append({"scalar": "f32", "type": "f32"})
             elif str(value.type) in SCALAR_TYPES:
                 args.append({"scalar": str(value.type), "value": to_json(self._expr(value, op))})
-                signature.append({"scalar": str(value.type)})
+                signature.append({"scalar": str(value.type), "type": str(value.type)})
             else:
                 raise PlanError(f"kernel argument of type {value.type} is neither a memref nor an i32/i64/f32 "
                                 "scalar", op)
@@ -223,6 +225,18 @@ class _PlanReader:
             return self.workspaces[owner]
         raise PlanError(f"cannot trace an operand to a host argument or workspace (it comes from {owner.name})",
                         user)
+
+
+def _access(launch: "ir.Operation", count: int) -> list[str]:
+    """The launch's `fmha.access`: how the kernel uses each operand (fmha-stages-to-gpu writes it)."""
+    try:
+        access = [ir.StringAttr(a).value for a in ir.ArrayAttr(launch.attributes[ACCESS_ATTRIBUTE])]
+    except (KeyError, ValueError):   # absent, or not an array of strings
+        access = []
+    if len(access) != count or not set(access) <= set(ACCESSES):
+        raise PlanError(f"gpu.launch_func needs '{ACCESS_ATTRIBUTE}': an array of {count} strings, one per operand, "
+                        f"each {' / '.join(ACCESSES)} (how the kernel uses it; fmha-stages-to-gpu writes it)", launch)
+    return access
 
 
 def _constant(value: "ir.Value", user: "ir.Operation") -> int:

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from fmha_mlir.bodies import body_of
+from fmha_mlir.bodies import READ, WRITE, body_of, stage_output_access
 from fmha_mlir.dialects import fmha
-from fmha_mlir.dialects.fmha_attrs import describe_kernel
+from fmha_mlir.dialects.fmha_attrs import ACCESS_ATTRIBUTE, describe_kernel
 from fmha_mlir.mlir import gpu, ir
 
 from .base import FmhaPass, PassFailure, rewriting
@@ -43,12 +43,23 @@ class StagesToGpu(FmhaPass):
             _ensure_kernel(kernels, name, op, launch.block, spec, config)
             with rewriting(op):
                 operands = STAGE_CLASSES[op.name].named_operands(op, spec)
+                access = operand_access(op.name, list(operands), spec, config)
                 exprs, operands = sized(launch.grid, op, spec, operands)
                 grid = [expr_value(e, operands) for e in exprs]
                 shared = i32(launch.shared_bytes) if launch.shared_bytes else None
-                gpu.LaunchFuncOp([KERNEL_MODULE, name], grid, [index(n) for n in launch.block], list(op.operands),
-                                 dynamic_shared_memory_size=shared)
+                launched = gpu.LaunchFuncOp([KERNEL_MODULE, name], grid, [index(n) for n in launch.block],
+                                            list(op.operands), dynamic_shared_memory_size=shared)
+                launched.operation.attributes[ACCESS_ATTRIBUTE] = ir.ArrayAttr.get(
+                    [ir.StringAttr.get(a) for a in access])
             op.erase()
+
+
+def operand_access(stage_op: str, names: list[str], spec, config) -> list[str]:
+    """How the stage's kernel uses each operand: the row kernels write their output (d, a converted
+    gradient), dq_dk_dv writes or accumulates each `<grad>_out` as the body says, the rest is read."""
+    outputs = {fmha.DotDoOOp.NAME: {"d": WRITE}, fmha.ConvertGradOp.NAME: {"out": WRITE},
+               fmha.DqDkDvOp.NAME: {f"{g}_out": a for g, a in stage_output_access(spec, config).items()}}
+    return [outputs[stage_op].get(name, READ) for name in names]
 
 
 def kernel_symbol(spec, config, stage: str) -> str:

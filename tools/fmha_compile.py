@@ -5,7 +5,8 @@
     fmha-compile 02_gpu.mlir --from-stage gpu --target gfx950 --emit isa               # restart
 
 --from-stage names the stage whose output the input file is (the NN_<stage>.mlir dumps); compilation
-continues with the next stage. Exit status: 0 ok, 1 compile failure, 2 bad spec or usage.
+continues with the next stage. Exit status: 0 ok, 2 any error (a bad spec, option or input IR, a compile
+that fails on it, MLIR crashing on it), as a bad option (fmha_mlir/errors.py).
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from fmha_mlir.backends.amd import REDUCE_STRATEGIES
 from fmha_mlir.bodies import BODIES
 from fmha_mlir.backends.nvidia import cuda_toolkit
 from fmha_mlir.compiler import RESTART_STAGES, CompiledKernels, Compiler
-from fmha_mlir.errors import FmhaError, PipelineError, SpecError
+from fmha_mlir.errors import EXIT_ERROR, EXIT_OK, FmhaError, PipelineError, exit_status_epilog
 from fmha_mlir.spec import GRAD_ACCUMS, AttentionBwdSpec, Mask
 from fmha_mlir.target import TARGETS, get_target
 
@@ -31,7 +32,8 @@ STAGES_DIR = "stages"
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fmha-compile", allow_abbrev=False,
-                                     description="Compile the fused attention backward for gfx942, gfx950, sm_90.")
+                                     description="Compile the fused attention backward for gfx942, gfx950, sm_90.",
+                                     epilog=exit_status_epilog())
     parser.add_argument("input", nargs="?", help="an IR file to restart from (with --from-stage); '-': stdin")
     parser.add_argument("--from-stage", choices=RESTART_STAGES, help="the stage whose output the input file is")
     spec = parser.add_argument_group("spec (the default when no input file is given)")
@@ -74,14 +76,14 @@ def _isolated(args, argv: list[str]) -> int:
         data = sys.stdin.buffer.read() if args.input == "-" else None
     except OSError as exc:
         print(f"fmha-compile: cannot read stdin: {exc.strerror}", file=sys.stderr)
-        return 1
+        return EXIT_ERROR
     result = isolation.run_child("fmha_mlir.tools.fmha_compile", argv, data)
     if not result.crashed:
         return isolation.exit_status("fmha-compile", result)
     isolation.passthrough(result)
     print(f"fmha-compile: error: MLIR crashed compiling {args.input} ({result.why()}); reproduce with: "
           f"{isolation.repro('fmha-compile', argv)}", file=sys.stderr)
-    return 1
+    return EXIT_ERROR
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -120,13 +122,10 @@ def main(argv: list[str] | None = None) -> int:
                 if len(targets) > 1:
                     print(f"// ----- target {arch}")
                 sys.stdout.write(_artifact(result, args.emit))
-    except (SpecError, PipelineError) as exc:
-        print(f"fmha-compile: {exc}", file=sys.stderr)
-        return 2
     except (FmhaError, OSError) as exc:
         print(f"fmha-compile: {exc}", file=sys.stderr)
-        return 1
-    return 0
+        return EXIT_ERROR
+    return EXIT_OK
 
 
 def _spec(args) -> AttentionBwdSpec | None:

@@ -4,10 +4,11 @@
     fmha-opt in.mlir -split-input-file -verify-diagnostics
 
 Our passes and upstream ones mix freely in one pipeline (passes/registry.py resolves the names).
-Every failure is printed as `file:line:col: error: message` and exits 1. The MLIR work runs in a child
-process (tools/opt_driver.py; `--in-process` runs it here): an LLVM assertion or a stack overflow on
-some input becomes an error at that input (with -split-input-file, at the chunk that crashed, the other
-chunks still processed) instead of killing fmha-opt.
+Every failure is printed as `file:line:col: error: message` and exits 2, as a bad option does (the
+statuses: fmha_mlir/errors.py). The MLIR work runs in a child process (tools/opt_driver.py;
+`--in-process` runs it here): an LLVM assertion or a stack overflow on some input becomes an error at
+that input (with -split-input-file, at the chunk that crashed, the other chunks still processed)
+instead of killing fmha-opt.
 """
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ import argparse
 import re
 import sys
 from dataclasses import dataclass
+
+from fmha_mlir.errors import EXIT_ERROR, EXIT_OK, exit_status_epilog
 
 from . import isolation
 
@@ -45,7 +48,8 @@ def split_chunks(text: str) -> list[Chunk]:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="fmha-opt", allow_abbrev=False,
-        description="Parse fmha / MLIR IR, verify the fmha ops, run a pass pipeline and print the result.")
+        description="Parse fmha / MLIR IR, verify the fmha ops, run a pass pipeline and print the result.",
+        epilog=exit_status_epilog())
     parser.add_argument("input", nargs="?", default="-", help="input .mlir file ('-' or none: stdin)")
     parser.add_argument("-o", dest="output", default="-", help="output file ('-': stdout)")
     parser.add_argument("--pass-pipeline", "-pass-pipeline", default="",
@@ -78,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
         data = sys.stdin.buffer.read() if args.input == "-" else None
     except OSError as exc:
         print(f"fmha-opt: error: cannot read stdin: {exc.strerror}", file=sys.stderr)
-        return 1
+        return EXIT_ERROR
     result = isolation.run_child(_MODULE, argv, data)
     if not result.crashed:
         return isolation.exit_status("fmha-opt", result)
@@ -96,7 +100,7 @@ def _crashed(args, argv: list[str], data: bytes | None, result: isolation.ChildR
     if not args.split_input_file or text is None or len(split_chunks(text)) == 1:
         print(f"{name}:1:1: error: MLIR crashed on this input ({result.why()}); reproduce with: "
               f"{isolation.repro('fmha-opt', argv)}", file=sys.stderr)
-        return 1
+        return EXIT_ERROR
     outputs, failed = [], False
     for chunk in split_chunks(text):
         padded = ("\n" * (chunk.first_line - 1) + chunk.text).encode()
@@ -131,8 +135,8 @@ def finish(outputs: list[str], path: str, failed: bool) -> int:
         _write_output(f"{SPLIT_MARKER}\n".join(outputs), path)
     except OSError as exc:
         print(f"fmha-opt: error: cannot write {path}: {exc.strerror}", file=sys.stderr)
-        return 1
-    return 1 if failed else 0
+        return EXIT_ERROR
+    return EXIT_ERROR if failed else EXIT_OK
 
 
 def _write_output(text: str, path: str) -> None:

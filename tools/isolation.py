@@ -14,6 +14,8 @@ import subprocess
 import sys
 from dataclasses import dataclass
 
+from fmha_mlir.errors import EXIT_ERROR
+
 IN_PROCESS = "--in-process"
 _IN_PROCESS_HELP = ("run the MLIR work in this process: faster, but an LLVM assertion then kills it (by default "
                     "a child process does it and a crash becomes an error message)")
@@ -74,7 +76,7 @@ def exit_status(tool: str, result: ChildResult) -> int:
     passthrough(result)
     if result.returncode == 0 and result.llvm_error:
         print(f"{tool}: error: {result.llvm_error} (the output above is not to be trusted)", file=sys.stderr)
-        return 1
+        return EXIT_ERROR
     return result.returncode
 
 

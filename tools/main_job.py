@@ -1,16 +1,19 @@
 """fmha-bwd: the main job. Compile the backward for one problem, run it, check it against the oracle.
 
 With no GPU the kernels run in the CPU SIMT interpreter (the target's own kernel IR: DPP reductions and
-wave64 on AMD, shuffles and wave32 on NVIDIA). Prints one row per gradient and exits 1 on any FAIL.
+wave64 on AMD, shuffles and wave32 on NVIDIA). Prints one row per gradient and exits 1 on any FAIL, 2 on
+an error (bad options or problem: the message says which and the fix).
 """
 from __future__ import annotations
 
 import argparse
 import sys
 import time
+from pathlib import Path
 
 from fmha_mlir.api import AttentionBackward
-from fmha_mlir.errors import FmhaError
+from fmha_mlir.errors import (EXIT_ERROR, EXIT_FAIL, EXIT_OK, FmhaError, Reason, SpecError,
+                              exit_status_epilog)
 from fmha_mlir.problem import BIAS_BROADCASTS, LAYOUTS, ProblemSize, make_problem
 from fmha_mlir.runtime.runner import check_tensors, plan_layouts
 from fmha_mlir.spec import DTYPES, GRAD_ACCUMS, AttentionBwdSpec, Mask
@@ -19,7 +22,8 @@ from fmha_mlir.varlen_problem import make_varlen_problem
 
 
 def parse_args(argv):
-    p = argparse.ArgumentParser(prog="fmha-bwd", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="fmha-bwd", description=__doc__.splitlines()[0],
+                                epilog=exit_status_epilog("a gradient failed the gate (FAIL rows)"))
     p.add_argument("--target", default="auto",
                    help=f"{', '.join(TARGETS)}, all, or auto (the GPU's arch, else gfx942 on the CPU)")
     p.add_argument("--executor", default="auto", choices=("auto", "cpu", "cuda", "hip"))
@@ -55,7 +59,7 @@ def parse_args(argv):
     p.add_argument("--layout", default="bshd", choices=LAYOUTS, help="storage order of q, k, v, o, dO")
     p.add_argument("--atomic-order", default="random", choices=("sequential", "random"),
                    help="order the CPU interpreter applies atomics in")
-    p.add_argument("--bundle-dir", help="prebuilt bundles (<dir>/<arch>/<kernel>/) to run instead of compiling")
+    p.add_argument("--bundle-dir", type=_directory, help="prebuilt bundles (<dir>/<arch>/<kernel>/) to run instead of compiling")
     p.add_argument("--seed", type=int, default=0)
     return p.parse_args(argv)
 
@@ -65,6 +69,13 @@ def _lengths(text: str) -> tuple[int, ...]:
         return tuple(int(n) for n in text.split(","))
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r}: write lengths as comma-separated integers, e.g. 0,1,37,130")
+
+
+def _directory(text: str) -> str:
+    # A mistyped folder would otherwise just miss every bundle and compile instead, without a word.
+    if not Path(text).is_dir():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a folder: give the -o DIR of fmha-compile runs")
+    return text
 
 
 def _problem(args, spec: AttentionBwdSpec):
@@ -86,7 +97,8 @@ def targets_of(args) -> list[str | None]:
     if args.target == "auto":
         return [None]
     if args.target not in TARGETS:
-        raise SystemExit(f"fmha-bwd: unknown target {args.target!r}; use {', '.join(TARGETS)}, all or auto")
+        raise SpecError([Reason("target", f"unknown target {args.target!r}",
+                                f"use {', '.join(TARGETS)}, all or auto")])
     return [args.target]
 
 
@@ -142,10 +154,10 @@ def main(argv=None) -> int:
                 print(f"{runner.arch:<8} {bundle.config.body:<6} {runner.device().name:<9} {compiled - start:>7.2f}s "
                       f"{ran - compiled:>7.2f}s  {check.name:<13} {check.max_abs_err:>10.3e} {check.allowed:>10.3e} "
                       f"{check.ratio:>6.2f} {check.ck_allowed:>10.3e}  {'PASS' if check.passed else 'FAIL'}")
-        return 1 if failed else 0
+        return EXIT_FAIL if failed else EXIT_OK
     except FmhaError as exc:
         print(f"fmha-bwd: error: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_ERROR
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ import sys
 
 from fmha_mlir.diagnostics import Diagnostic, capture, error, from_mlir, position_of
 from fmha_mlir.dialects.fmha import emit_verification_errors
-from fmha_mlir.errors import FmhaError, PipelineError
+from fmha_mlir.errors import EXIT_ERROR, FmhaError, PipelineError
 from fmha_mlir.mlir import ir, make_context
 from fmha_mlir.passes import registry
 from fmha_mlir.passes.verify import abort_traps
@@ -25,13 +25,13 @@ def run(args) -> int:
         text, source_name = _read_input(args.input, args.input_name)
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         print(f"fmha-opt: error: cannot read {args.input}: {getattr(exc, 'strerror', None) or exc}", file=sys.stderr)
-        return 1
+        return EXIT_ERROR
     ctx = make_context()
     try:
         pass_manager = _pass_manager(args, ctx)
     except PipelineError as exc:
         print(f"fmha-opt: error: invalid --pass-pipeline: {exc}", file=sys.stderr)
-        return 1
+        return EXIT_ERROR
 
     chunks = split_chunks(text) if args.split_input_file else [Chunk(1, text)]
     outputs: list[str] = []

@@ -19,9 +19,11 @@ from ..kernel_config import KernelConfig
 from ..numerics import Numerics
 from ..spec import AttentionBwdSpec, Mask
 from ..target import TARGETS, Target
+from ..bodies import ACCESSES, ACCUMULATE, READ
 from .args import SCALAR_TYPES
+from .kernel_signatures import binary_defines, kernel_signatures
 
-FORMAT = "fmha-bundle/2"
+FORMAT = "fmha-bundle/3"
 MANIFEST_FILE = "manifest.json"
 REQUIRED_KEYS = ("format", "compiler", "spec", "config", "numerics", "target", "binary", "interp_ir", "buffers",
                  "steps", "kernels")
@@ -192,8 +194,82 @@ def _validate_manifest(manifest, files) -> None:
     for name, kernel in kernels.items():
         if not (isinstance(kernel, dict) and isinstance(kernel.get("args"), list)):
             raise RuntimeLaunchError(f"manifest kernel {name!r} needs 'args': its parameter list")
+        for index, param in enumerate(kernel["args"]):
+            _validate_param(name, index, param)
     for index, step in enumerate(_require(manifest, "steps", list)):
         _validate_step(index, step, buffers, kernels, scalars)
+    _validate_kernels_exist(manifest, files)
+    _validate_order(manifest["steps"], buffers, kernels)
+
+
+def _validate_param(kernel: str, index: int, param) -> None:
+    """A kernel parameter names its full MLIR type, and a memref how the kernel uses it."""
+    where = f"manifest kernel {kernel!r} parameter {index}"
+    if not (isinstance(param, dict) and isinstance(param.get("type"), str)):
+        raise RuntimeLaunchError(f"{where} needs 'type': its MLIR type as the kernel declares it")
+    if "buffer" in param and param.get("access") not in ACCESSES:
+        raise RuntimeLaunchError(f"{where} ({param['buffer']}) has 'access' {param.get('access')!r}; "
+                                 f"one of {', '.join(ACCESSES)}")
+
+
+def _validate_kernels_exist(manifest: dict, files: dict) -> None:
+    """Every kernel of the manifest is in the interpreter IR with the parameter types the manifest gives
+    (read from its gpu.func signatures), and the binary defines it: a manifest that does not describe
+    its own kernels would launch them with the wrong arguments."""
+    try:
+        signatures = kernel_signatures(files[manifest["interp_ir"]].decode("utf-8"))
+    except UnicodeDecodeError:
+        raise RuntimeLaunchError(f"interp_ir {manifest['interp_ir']!r} is not UTF-8 text") from None
+    binary, binary_format = files[manifest["binary"]["file"]], manifest["binary"]["format"]
+    for name, kernel in manifest["kernels"].items():
+        if name not in signatures:
+            raise RuntimeLaunchError(f"manifest kernel {name!r} is not in the bundle's interpreter IR, whose kernels "
+                                     f"are {sorted(signatures)}; rebuild the bundle with fmha-compile -o DIR")
+        declared = list(signatures[name])
+        listed = [param["type"] for param in kernel["args"]]
+        if listed != declared:
+            first = next(i for i, (a, b) in enumerate(zip(listed + [None], declared + [None])) if a != b)
+            raise RuntimeLaunchError(
+                f"manifest kernel {name!r} lists {len(listed)} parameters, its gpu.func declares {len(declared)}; "
+                f"parameter {first} is {_nth(listed, first)} in the manifest, {_nth(declared, first)} in the "
+                "kernel: the manifest was written for other kernels; rebuild the bundle with fmha-compile -o DIR")
+        if not binary_defines(binary, binary_format, name):
+            raise RuntimeLaunchError(f"manifest kernel {name!r} is not defined by the bundle's {binary_format} "
+                                     f"binary {manifest['binary']['file']!r}; rebuild the bundle with fmha-compile")
+
+
+def _nth(types: list, index: int) -> str:
+    return types[index] if index < len(types) else "absent"
+
+
+def _validate_order(steps: list, buffers: dict, kernels: dict) -> None:
+    """The steps, in order, as a program over the buffers: a kernel reads only an input or what an
+    earlier step wrote or zero-filled, accumulates only into a buffer zero-filled since its last plain
+    write, and every output is written. (Outputs and workspaces start as NaN: a plan edited against
+    these rules would return wrong gradients, not fail.)"""
+    state = {name: "written" if buf["role"] == "input" else "unset" for name, buf in buffers.items()}
+    for index, step in enumerate(steps):
+        if step["op"] == "zero":
+            state[step["buffer"]] = "zeroed"
+            continue
+        where = f"manifest step {index} ({step['kernel']})"
+        for arg, param in zip(step["args"], kernels[step["kernel"]]["args"]):
+            name = arg.get("buffer")
+            if name is None:
+                continue
+            if param["access"] == READ and state[name] == "unset":
+                raise RuntimeLaunchError(f"{where} reads {name!r}, which no earlier step writes or zero-fills: "
+                                         "the steps are out of order (rebuild the bundle with fmha-compile)")
+            if param["access"] == ACCUMULATE and state[name] not in ("zeroed", "accumulated"):
+                raise RuntimeLaunchError(f"{where} accumulates into {name!r}, which is not zero-filled before it: "
+                                         f"the plan needs a {{\"op\": \"zero\", \"buffer\": \"{name}\"}} step "
+                                         "earlier (rebuild the bundle with fmha-compile)")
+            if param["access"] != READ:
+                state[name] = "accumulated" if param["access"] == ACCUMULATE else "written"
+    unwritten = [name for name, buf in buffers.items() if buf["role"] == "output" and state[name] == "unset"]
+    if unwritten:
+        raise RuntimeLaunchError(f"no step writes output(s) {unwritten}: they would come back NaN "
+                                 "(rebuild the bundle with fmha-compile)")
 
 
 def _validate_facts(manifest: dict) -> None:

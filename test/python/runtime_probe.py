@@ -71,7 +71,8 @@ def build_probe_bundle(arch: str, cubin: bool = False) -> Bundle:
         binary_op = next(op for op in module.body.operations if op.operation.name == "gpu.binary")
         binary = gpu.ObjectAttr(binary_op.attributes["objects"][0]).object
     binary_format = "hsaco" if target.backend == "rocdl" else "cubin" if cubin else "ptx"
-    memref = lambda dtype: {"buffer": dtype, "rank": 4, "dtype": dtype}  # noqa: E731
+    memref = lambda dtype, access: {"rank": 4, "dtype": dtype, "type": _MEMREF.format(t=dtype),  # noqa: E731
+                                    "access": access}
     dims = ["batch", "heads", "seqlen", HDIM]
     manifest = {
         "format": FORMAT,
@@ -89,8 +90,8 @@ def build_probe_bundle(arch: str, cubin: bool = False) -> Bundle:
                             {"scalar": "i32", "value": BIAS}],
                    "grid": [{"dim": ["x", 2]}, {"dim": ["x", 1]}, {"dim": ["x", 0]}],
                    "block": [HDIM, 1, 1], "shared_bytes": 0}],
-        "kernels": {KERNEL: {"args": [{**memref("f16"), "buffer": "x"}, {**memref("f32"), "buffer": "y"},
-                                      {"scalar": "f32"}, {"scalar": "i32"}]}},
+        "kernels": {KERNEL: {"args": [{**memref("f16", "read"), "buffer": "x"}, {**memref("f32", "write"), "buffer": "y"},
+                                      {"scalar": "f32", "type": "f32"}, {"scalar": "i32", "type": "i32"}]}},
     }
     return Bundle(manifest, {f"probe.{binary_format}": binary, "probe.interp.mlir": interp_ir.encode()})
 

@@ -137,8 +137,13 @@ def test_launch_plan_of_a_bf16_spec(compiler):
     assert dq_dk_dv["grid"] == [{"dim": ["q", 2]}, {"dim": ["q", 1]}, {"dim": ["q", 0]}]
     assert dq_dk_dv["block"] == [64, 1, 1] and dq_dk_dv["shared_bytes"] == 0
     assert manifest["kernels"][f"{prefix}_convert_dk"]["args"] == [
-        {"buffer": "dk_acc", "rank": 4, "dtype": "f32", "type": "memref<?x?x?x128xf32, strided<[?, ?, ?, 1]>>"},
-        {"buffer": "dk", "rank": 4, "dtype": "bf16", "type": "memref<?x?x?x128xbf16, strided<[?, ?, ?, 1]>>"}]
+        {"buffer": "dk_acc", "rank": 4, "dtype": "f32", "type": "memref<?x?x?x128xf32, strided<[?, ?, ?, 1]>>",
+         "access": "read"},
+        {"buffer": "dk", "rank": 4, "dtype": "bf16", "type": "memref<?x?x?x128xbf16, strided<[?, ?, ?, 1]>>",
+         "access": "write"}]
+    # The warp body adds dK / dV into the f32 workspaces the plan zero-fills; it stores dQ (one wave a row).
+    assert [a["access"] for a in manifest["kernels"][f"{prefix}_dq_dk_dv"]["args"]] == ["read"] * 6 + [
+        "write", "accumulate", "accumulate"]
 
 
 def test_launch_plan_of_the_tiled_body(compiler):
@@ -275,7 +280,7 @@ module attributes {gpu.container_module} {
     %c64 = arith.constant 64 : index
     %n = memref.dim %o, %c2 : memref<?x?x?x64xf32>
     %blocks = arith.ceildivui %n, %c64 : index
-    gpu.launch_func @fmha_kernels::@k blocks in (%blocks, %c1, %c1) threads in (%c64, %c1, %c1) args(%o : memref<?x?x?x64xf32>)
+    gpu.launch_func @fmha_kernels::@k blocks in (%blocks, %c1, %c1) threads in (%c64, %c1, %c1) args(%o : memref<?x?x?x64xf32>) {fmha.access = ["read"]}
     return
   }
   gpu.module @fmha_kernels {
@@ -309,6 +314,10 @@ def test_a_host_function_off_the_contract_is_a_plan_error():
     with pytest.raises(CompileError, match="host argument #1 has no 'fmha.operand' attribute") as caught:
         _plan(unnamed)
     assert caught.value.stage == "plan"
+    unmarked = _HOST.replace(' {fmha.access = ["read"]}', "")
+    with pytest.raises(CompileError, match="gpu.launch_func needs 'fmha.access': an array of 1 strings, one per "
+                                           "operand, each read / write / accumulate"):
+        _plan(unmarked)
     remainder = _HOST.replace("arith.ceildivui %n, %c64", "arith.remui %n, %c64")
     with pytest.raises(CompileError, match="the launch plan cannot express a arith.remui in the host function"):
         _plan(remainder)

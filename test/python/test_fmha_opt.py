@@ -7,6 +7,7 @@ from typing import ClassVar
 import pytest
 
 from fmha_mlir.dialects.fmha import VerifyError
+from fmha_mlir.errors import EXIT_ERROR
 from fmha_mlir.passes import registry
 from fmha_mlir.passes.base import FmhaPass, rewriting
 from fmha_mlir.tools import diagnostic_verifier
@@ -82,7 +83,7 @@ def test_expectations_that_point_nowhere_are_errors():
 def test_main_reports_located_errors_and_keeps_other_chunks(tmp_path, capsys):
     source = tmp_path / "in.mlir"
     source.write_text("func.func @bad() {\n  return %x : f32\n}\n// -----\nfunc.func @good() {\n  return\n}\n")
-    assert main([str(source), "--split-input-file"]) == 1
+    assert main([str(source), "--split-input-file"]) == EXIT_ERROR
     out, err = capsys.readouterr()
     assert err == f"{source}:2:10: error: use of undeclared SSA value name\n"
     assert "func.func @good" in out and "@bad" not in out
@@ -104,7 +105,7 @@ def test_main_writes_the_output_file(tmp_path, capsys):
 def test_main_rejects_bad_pipelines_without_a_traceback(tmp_path, capsys, argv, message):
     source = tmp_path / "in.mlir"
     source.write_text("")
-    assert main([str(source), *argv]) == 1
+    assert main([str(source), *argv]) == EXIT_ERROR
     assert capsys.readouterr().err.startswith(message)
 
 
@@ -147,7 +148,8 @@ def test_main_turns_pass_failures_into_located_errors(tmp_path, capsys, failing_
     source = tmp_path / "in.mlir"
     source.write_text("func.func @f() {\n  return\n}\n")
     # --in-process: the monkeypatched registry lives in this process
-    assert main([str(source), "--in-process", f"--pass-pipeline=builtin.module({_FailingPass.NAME}{{how={how}}})"]) == 1
+    pipeline = f"--pass-pipeline=builtin.module({_FailingPass.NAME}{{how={how}}})"
+    assert main([str(source), "--in-process", pipeline]) == EXIT_ERROR
     out, err = capsys.readouterr()
     # Located at the (implicit) module, which MLIR puts at line 0.
     assert out == "" and err == f"{source}:0:0: {message}\n"
@@ -156,7 +158,8 @@ def test_main_turns_pass_failures_into_located_errors(tmp_path, capsys, failing_
 def test_a_project_error_while_rewriting_an_op_is_located_at_that_op(tmp_path, capsys, failing_pass):
     source = tmp_path / "in.mlir"
     source.write_text("\nfunc.func @f() {\n  return\n}\n")
-    assert main([str(source), "--in-process", f"--pass-pipeline=builtin.module({_FailingPass.NAME}{{how=blamed}})"]) == 1
+    pipeline = f"--pass-pipeline=builtin.module({_FailingPass.NAME}{{how=blamed}})"
+    assert main([str(source), "--in-process", pipeline]) == EXIT_ERROR
     assert capsys.readouterr().err == f"{source}:2:1: error: fmha-test-failing: 'fmha.exp2' op is broken\n"
 
 
@@ -168,7 +171,7 @@ def test_a_crash_in_mlir_is_a_located_error_and_the_other_chunks_survive(tmp_pat
     source = tmp_path / "deep.mlir"
     deep = "scf.execute_region {" * 10000 + "}" * 10000
     source.write_text(f"func.func @a() {{\n  return\n}}\n// -----\n{deep}\n// -----\nfunc.func @c() {{\n  return\n}}\n")
-    assert main([str(source), "--split-input-file"]) == 1
+    assert main([str(source), "--split-input-file"]) == EXIT_ERROR
     out, err = capsys.readouterr()
     assert err.startswith(f"{source}:5:1: error: MLIR crashed on the chunk starting here (SIGSEGV); reproduce with: "
                           f"sed -n '5,5p' {source} | fmha-opt --in-process - -o - --input-name {source}")
@@ -184,7 +187,7 @@ def test_binary_input_is_an_error_not_a_traceback(data, message):
     import sys
 
     done = subprocess.run([sys.executable, "-m", "fmha_mlir.tools.fmha_opt"], input=data, capture_output=True)
-    assert done.returncode == 1 and done.stderr.decode().startswith(message), done.stderr
+    assert done.returncode == EXIT_ERROR and done.stderr.decode().startswith(message), done.stderr
 
 
 @pytest.mark.parametrize("element,message", [
@@ -197,7 +200,7 @@ def test_binary_input_is_an_error_not_a_traceback(data, message):
 def test_target_options_mlir_would_abort_on_are_refused_first(tmp_path, capsys, element, message):
     source = tmp_path / "in.mlir"
     source.write_text("module {}\n")
-    assert main([str(source), "--in-process", f"--pass-pipeline=builtin.module({element})"]) == 1
+    assert main([str(source), "--in-process", f"--pass-pipeline=builtin.module({element})"]) == EXIT_ERROR
     assert capsys.readouterr().err == f"fmha-opt: error: invalid --pass-pipeline: {message}\n"
 
 

@@ -8,7 +8,6 @@
 """
 from __future__ import annotations
 
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -21,6 +20,8 @@ from fmha_mlir.bodies import choose_config
 from fmha_mlir.errors import SpecError
 from fmha_mlir.spec import AttentionBwdSpec, Mask
 from fmha_mlir.target import TARGETS, get_target
+from fmha_mlir.tools.fuzz_opt import (LINE_MUTATIONS, NUMBERS, OK_STATUSES, lit_inputs, mutate_lines,
+                                     pipeline_args)
 
 ROOT = Path(__file__).resolve().parents[2]
 BOUNDED = dict(derandomize=True, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -107,42 +108,19 @@ def test_random_valid_specs_pass_the_gate_in_the_interpreter(compiler, data):
     assert all(c.passed for c in checks), [str(c) for c in checks]
 
 
-LIT_INPUTS = sorted(p for p in (ROOT / "test").rglob("*.mlir") if "Output" not in p.parts
-                    and re.search(r"RUN: fmha-opt %s", p.read_text()))
-
-
-def _pipeline(text: str) -> list[str]:
-    found = re.search(r"RUN: fmha-opt %s[^\n]*?--pass-pipeline='([^']*)'", text)
-    return [f"--pass-pipeline={found.group(1)}"] if found else []
-
-
-def _mutate(lines: list[str], how: str, at: int, value: int) -> list[str]:
-    at %= max(len(lines), 1)
-    if how == "drop":
-        return lines[:at] + lines[at + 1:]
-    if how == "repeat":
-        return lines[:at + 1] + lines[at:]
-    if how == "truncate":
-        return lines[:at] + [lines[at][:len(lines[at]) // 2]] if lines else lines
-    if how == "swap":
-        other = (at * 7 + value) % len(lines)
-        lines = list(lines)
-        lines[at], lines[other] = lines[other], lines[at]
-        return lines
-    # "number": one integer literal of the line replaced
-    return lines[:at] + [re.sub(r"\b\d+\b", str(value), lines[at], count=1)] + lines[at + 1:]
+LIT_INPUTS = lit_inputs(ROOT)
 
 
 @settings(max_examples=16, **BOUNDED)
-@given(source=st.sampled_from(LIT_INPUTS), how=st.sampled_from(["drop", "repeat", "truncate", "swap", "number"]),
-       at=st.integers(0, 10**6), value=st.sampled_from([0, 1, 3, 64, 65, 4096, 2**31, 2**63]))
+@given(source=st.sampled_from(LIT_INPUTS), how=st.sampled_from(LINE_MUTATIONS),
+       at=st.integers(0, 10**6), value=st.sampled_from(NUMBERS))
 def test_mutated_lit_inputs_get_an_error_or_a_result_never_a_crash(tmp_path_factory, source, how, at, value):
     text = source.read_text()
-    mutated = "\n".join(_mutate(text.splitlines(), how, at, value)) + "\n"
+    mutated = "\n".join(mutate_lines(text.splitlines(), how, at, value)) + "\n"
     path = tmp_path_factory.mktemp("fuzz") / source.name
     path.write_text(mutated)
     done = subprocess.run([sys.executable, "-m", "fmha_mlir.tools.fmha_opt", str(path), "--split-input-file",
-                           *_pipeline(text)], capture_output=True, text=True, timeout=300)
-    assert done.returncode in (0, 1), (how, at, value, done.returncode, done.stderr[-2000:])
+                           *pipeline_args(text)], capture_output=True, text=True, timeout=300)
+    assert done.returncode in OK_STATUSES, (how, at, value, done.returncode, done.stderr[-2000:])
     assert "Traceback" not in done.stderr, done.stderr[-3000:]
     assert done.returncode == 0 or "error" in done.stderr

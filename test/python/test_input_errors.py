@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from fmha_mlir.api import attention_bwd
-from fmha_mlir.errors import SpecError
+from fmha_mlir.errors import EXIT_ERROR, SpecError
 from fmha_mlir.problem import ProblemSize, make_problem
 from fmha_mlir.spec import AttentionBwdSpec, Mask
 from fmha_mlir.tools import main_job
@@ -91,7 +91,7 @@ def test_fmha_compile_survives_an_mlir_crash_on_its_input(tmp_path):
     source = tmp_path / "deep.mlir"
     source.write_text("scf.execute_region {" * 10000 + "}" * 10000)
     done = _fmha_compile(str(source), "--from-stage", "fmha", "--target", "gfx942", "--emit", "isa")
-    assert done.returncode == 1
+    assert done.returncode == EXIT_ERROR
     assert done.stderr.decode().strip().endswith(
         f"fmha-compile: error: MLIR crashed compiling {source} (SIGSEGV); reproduce with: fmha-compile --in-process "
         f"{source} --from-stage fmha --target gfx942 --emit isa")
@@ -162,3 +162,41 @@ def test_a_hand_written_static_problem_compiles_to_a_bundle_that_passes_the_gate
     problem = make_problem(bundle.spec, ProblemSize(1, 4, 8, 5), seed=1)
     checks = problem.check(run_bundle(bundle, CpuExecutor(), problem.tensors), bundle.numerics)
     assert bundle.spec.gqa_ratio == 2 and all(c.passed for c in checks), [str(c) for c in checks]
+
+
+# -- one exit status per kind of outcome, the same in every tool (fmha_mlir/errors.py) -------------------
+
+def _tool(module: str, *argv: str):
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", f"fmha_mlir.tools.{module}", *argv], capture_output=True, text=True)
+
+
+@pytest.mark.parametrize("module,argv,message", [
+    ("fmha_opt", ["no-such-file.mlir"], "fmha-opt: error: cannot read no-such-file.mlir: No such file or directory"),
+    ("fmha_opt", ["-", "--pass-pipeline=builtin.module(no-such-pass)"], "fmha-opt: error: invalid --pass-pipeline"),
+    ("fmha_compile", ["--dtype", "f16", "--hdim", "100", "--emit", "isa"],
+     "hdim_q: 100 is not supported by the warp body on gfx942 (wave size 64) (use a multiple of 64 from 64 to 512)"),
+    ("fmha_compile", ["-", "--from-stage", "gpu", "--emit", "isa"],   # a compile failure, once status 1
+     "fmha-compile: [kernel] the kernel stage has 0 gpu.module ops; the bundle needs exactly one"),
+    ("main_job", ["--target", "sm_91"], "- target: unknown target 'sm_91' (use gfx942, gfx950, sm_90, all or auto)"),
+    ("main_job", ["--bundle-dir", "no-such-dir"],
+     "argument --bundle-dir: 'no-such-dir' is not a folder: give the -o DIR of fmha-compile runs"),
+])
+def test_every_tool_exits_2_on_an_error_with_the_problem_and_the_fix(module, argv, message):
+    """Bad input or usage is status 2 in each tool, as argparse's own errors (status 1 is kept for
+    fmha-bwd's FAIL verdict, test_api.py); the message says what is wrong."""
+    done = _tool(module, *argv)
+    status, stderr = done.returncode, done.stderr
+    assert status == EXIT_ERROR, stderr
+    assert message in stderr and "Traceback" not in stderr, stderr
+
+
+@pytest.mark.parametrize("module,fail", [("fmha_opt", ""), ("fmha_compile", ""),
+                                         ("main_job", "1 a gradient failed the gate")])
+def test_every_tool_documents_its_exit_statuses_in_its_help(module, fail):
+    done = _tool(module, "--help")
+    text = " ".join(done.stdout.split())
+    assert done.returncode == 0 and "Exit status: 0 success" in text and "2 an error" in text
+    assert (fail in text) if fail else ", 1 " not in text

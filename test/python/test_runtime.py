@@ -7,6 +7,7 @@ import copy
 import ctypes
 import enum
 import json
+import re
 import struct
 import sys
 import types
@@ -27,6 +28,7 @@ from fmha_mlir.runtime.bundle import FORMAT, Bundle, spec_from_json, spec_to_jso
 from fmha_mlir.runtime.cpu_executor import CpuExecutor, device_view  # noqa: E402
 from fmha_mlir.runtime.executor import get_executor  # noqa: E402
 from fmha_mlir.runtime.hsaco_metadata import target_arch  # noqa: E402
+from fmha_mlir.runtime.kernel_signatures import kernel_signatures  # noqa: E402
 from fmha_mlir.runtime.runner import PreparedRun, check_tensors, run_bundle  # noqa: E402
 from fmha_mlir.spec import AttentionBwdSpec, Mask  # noqa: E402
 from fmha_mlir.target import TARGETS  # noqa: E402
@@ -61,8 +63,14 @@ def attention_manifest(spec: AttentionBwdSpec = SPEC, arch: str = "gfx942") -> d
              {"op": "zero", "buffer": "dv_acc"},
              launch("dq_dk_dv", ["q", "k", "v", "do", "lse", "d", "dq", "dk_acc", "dv_acc"], "q"),
              launch("convert_dk", ["dk_acc", "dk"], "dk"), launch("convert_dv", ["dv_acc", "dv"], "dv")]
+    # What each kernel writes or adds to; it reads the rest.
+    outputs = {"dot_do_o": {"d": "write"}, "dq_dk_dv": {"dq": "write", "dk_acc": "accumulate", "dv_acc": "accumulate"},
+               "convert_dk": {"dk": "write"}, "convert_dv": {"dv": "write"}}
     kernels = {s["kernel"]: {"args": [{"buffer": a["buffer"], "rank": buffers[a["buffer"]]["rank"],
-                                       "dtype": buffers[a["buffer"]]["dtype"]} for a in s["args"]]}
+                                       "dtype": buffers[a["buffer"]]["dtype"],
+                                       "type": memref_type(buffers[a["buffer"]]),
+                                       "access": outputs[s["kernel"][len(PREFIX) + 1:]].get(a["buffer"], "read")}
+                             for a in s["args"]]}
                for s in steps if s["op"] == "launch"}
     binary = "kernels.hsaco" if target.backend == "rocdl" else "kernels.ptx"
     return {"format": FORMAT, "compiler": {"fmha-mlir": "test"}, "spec": spec_to_json(spec),
@@ -73,10 +81,32 @@ def attention_manifest(spec: AttentionBwdSpec = SPEC, arch: str = "gfx942") -> d
             "buffers": buffers, "steps": steps, "kernels": kernels}
 
 
+def memref_type(buf: dict) -> str:
+    """The MLIR type of a buffer of the stand-in manifest, as docs/ir.md gives it."""
+    shape = "x".join(str(d) if isinstance(d, int) else "?" for d in buf["dims"])
+    return f"memref<{shape}x{buf['dtype']}, strided<[{', '.join(['?'] * (buf['rank'] - 1) + ['1'])}]>>"
+
+
+def interp_ir_of(manifest: dict) -> str:
+    """Generic-form kernel IR declaring the manifest's kernels, as the compiler prints it (bodies empty)."""
+    funcs = [f'  "gpu.func"() <{{function_type = ({", ".join(p["type"] for p in kernel["args"])}) -> (), kernel}}> '
+             f'({{\n  ^bb0:\n    "gpu.return"() : () -> ()\n  }}) {{sym_name = "{name}"}} : () -> ()'
+             for name, kernel in manifest["kernels"].items()]
+    return '"gpu.module"() <{sym_name = "fmha_kernels"}> ({\n' + "\n".join(funcs) + "\n}) : () -> ()\n"
+
+
+def binary_of(manifest: dict) -> bytes:
+    """A stand-in code object that defines the manifest's kernels (ELF string table entries, PTX .entry)."""
+    if manifest["binary"]["format"] == "ptx":
+        return "".join(f".visible .entry {name}(\n)\n" for name in manifest["kernels"]).encode()
+    return b"\x7fELF fake\0" + b"".join(name.encode() + b"\0" for name in manifest["kernels"])
+
+
 def attention_bundle(manifest: dict | None = None) -> Bundle:
     manifest = manifest or attention_manifest()
     binary = "kernels.ptx" if manifest["target"]["backend"] == "nvvm" else "kernels.hsaco"
-    return Bundle(manifest, {binary: b"\x7fELF fake", "kernels.interp.mlir": b"module {}"})
+    return Bundle(manifest, {binary: binary_of(manifest),
+                             "kernels.interp.mlir": interp_ir_of(manifest).encode()})
 
 
 # -- bundles ----------------------------------------------------------------------------------------
@@ -91,7 +121,8 @@ def test_bundle_round_trip(tmp_path):
     assert loaded.manifest == bundle.manifest and loaded.files == bundle.files
     assert loaded.spec == SPEC
     assert loaded.target is TARGETS["gfx942"]
-    assert (loaded.binary, loaded.binary_format, loaded.interp_ir) == (b"\x7fELF fake", "hsaco", "module {}")
+    assert (loaded.binary, loaded.binary_format) == (binary_of(bundle.manifest), "hsaco")
+    assert set(kernel_signatures(loaded.interp_ir)) == set(loaded.kernels)
     assert [s["op"] for s in loaded.steps][:3] == ["launch", "zero", "zero"]
     assert set(loaded.kernels) == {f"{PREFIX}_{s}" for s in ("dot_do_o", "dq_dk_dv", "convert_dk", "convert_dv")}
     assert loaded.buffers["dk_acc"]["dims"][0] == {"dim": ["dk", 0]}
@@ -430,18 +461,68 @@ def test_runner_keeps_strides_of_inputs_and_given_outputs():
         np.testing.assert_array_equal(result[name], want, err_msg=name)
 
 
-def test_a_buffer_no_step_writes_comes_back_nan():
-    manifest = attention_manifest()
-    manifest["steps"] = [s for s in manifest["steps"] if s.get("kernel") != "k_convert_dv"]
-    result = run_bundle(attention_bundle(manifest), NumpyKernels(), problem_tensors())
-    assert np.isnan(result["dv"]).all() and not np.isnan(result["dk"]).any()
+def _without(steps: list, unwanted) -> list:
+    return [s for s in steps if s.get("kernel") != unwanted and s != unwanted]
 
 
-def test_a_missing_zero_step_shows_in_the_accumulators():
+def _retyped(manifest: dict, kernel: str, index: int, type_text: str) -> None:
+    manifest["kernels"][kernel]["args"][index]["type"] = type_text
+
+
+@pytest.mark.parametrize("edit,message", [
+    (lambda m: m.update(steps=_without(m["steps"], "k_convert_dv")),
+     "no step writes output(s) ['dv']: they would come back NaN (rebuild the bundle with fmha-compile)"),
+    (lambda m: m.update(steps=_without(m["steps"], {"op": "zero", "buffer": "dk_acc"})),
+     "manifest step 2 (k_dq_dk_dv) accumulates into 'dk_acc', which is not zero-filled before it: the plan needs "
+     'a {"op": "zero", "buffer": "dk_acc"} step earlier (rebuild the bundle with fmha-compile)'),
+    (lambda m: m.update(steps=m["steps"][1:4] + m["steps"][:1] + m["steps"][4:]),
+     "manifest step 2 (k_dq_dk_dv) reads 'd', which no earlier step writes or zero-fills: the steps are out of "
+     "order (rebuild the bundle with fmha-compile)"),
+    (lambda m: m.update(steps=[m["steps"][4]] + m["steps"][:4] + m["steps"][5:]),
+     "manifest step 0 (k_convert_dk) reads 'dk_acc', which no earlier step writes or zero-fills"),
+])
+def test_a_manifest_edited_into_an_invalid_launch_plan_is_refused(edit, message):
+    """Outputs and workspaces start as NaN and the kernels trust the plan: a step out of order or a
+    zero fill dropped would return wrong gradients, so the plan is checked as a program at load."""
     manifest = attention_manifest()
-    manifest["steps"] = [s for s in manifest["steps"] if s != {"op": "zero", "buffer": "dk_acc"}]
-    result = run_bundle(attention_bundle(manifest), NumpyKernels(), problem_tensors())
-    assert np.isnan(result["dk"]).all()
+    edit(manifest)
+    with pytest.raises(RuntimeLaunchError) as caught:
+        attention_bundle(manifest)
+    assert str(caught.value).startswith(message)
+
+
+def test_a_manifest_that_does_not_describe_its_kernels_is_refused():
+    """The kernel parameters are checked against the gpu.func signatures of the bundle's interpreter IR
+    (read without MLIR) and the kernel names against the binary's symbols."""
+    files = attention_bundle().files
+    manifest = attention_manifest()
+    _retyped(manifest, "k_dot_do_o", 2, "memref<?x?x?xf16, strided<[?, ?, 1]>>")
+    with pytest.raises(RuntimeLaunchError, match=re.escape(
+            "manifest kernel 'k_dot_do_o' lists 3 parameters, its gpu.func declares 3; parameter 2 is "
+            "memref<?x?x?xf16, strided<[?, ?, 1]>> in the manifest, memref<?x?x?xf32, strided<[?, ?, 1]>> in the "
+            "kernel: the manifest was written for other kernels")):
+        Bundle(manifest, files)
+    manifest = attention_manifest()
+    manifest["kernels"]["k_convert_dk"]["args"].append({"scalar": "i32", "type": "i32"})
+    manifest["steps"][4]["args"].append({"scalar": "i32", "value": 1})
+    with pytest.raises(RuntimeLaunchError, match="manifest kernel 'k_convert_dk' lists 3 parameters, its gpu.func "
+                                                 "declares 2; parameter 2 is i32 in the manifest, absent in the kernel"):
+        Bundle(manifest, files)
+    manifest = attention_manifest()
+    manifest["kernels"]["k_other"] = manifest["kernels"].pop("k_convert_dv")
+    manifest["steps"][5]["kernel"] = "k_other"
+    with pytest.raises(RuntimeLaunchError, match=r"manifest kernel 'k_other' is not in the bundle's interpreter IR, "
+                                                 r"whose kernels are \['k_convert_dk', 'k_convert_dv', "):
+        Bundle(manifest, files)
+    binary = files["kernels.hsaco"].replace(b"k_convert_dv\0", b"k_convert_xx\0")
+    with pytest.raises(RuntimeLaunchError, match="manifest kernel 'k_convert_dv' is not defined by the bundle's "
+                                                 "hsaco binary 'kernels.hsaco'"):
+        Bundle(attention_manifest(), {**files, "kernels.hsaco": binary})
+    manifest = attention_manifest()
+    del manifest["kernels"]["k_dq_dk_dv"]["args"][7]["access"]
+    with pytest.raises(RuntimeLaunchError, match="manifest kernel 'k_dq_dk_dv' parameter 7 \\(dk_acc\\) has 'access' "
+                                                 "None; one of read, write, accumulate"):
+        Bundle(manifest, files)
 
 
 def test_runner_refuses_inconsistent_bundles():
@@ -728,7 +809,7 @@ def test_a_bias_that_does_not_broadcast_is_refused(shape, message):
         run_bundle(bundle, CpuExecutor(), tensors)
 
 
-@pytest.mark.parametrize("edit", ["steps reordered", "a zero fill removed", "the binary changed", "no digest"])
+@pytest.mark.parametrize("edit", ["steps reordered", "a zero fill repeated", "the binary changed", "no digest"])
 def test_a_bundle_edited_after_it_was_written_is_refused(tmp_path, edit):
     """Issue 11: a manifest edited into another launch plan ran and returned wrong gradients. save()
     stamps a digest of the manifest and the files; load() refuses a bundle that no longer matches it."""
@@ -737,8 +818,8 @@ def test_a_bundle_edited_after_it_was_written_is_refused(tmp_path, edit):
     manifest = json.loads(path.read_text())
     if edit == "steps reordered":
         manifest["steps"][0], manifest["steps"][1] = manifest["steps"][1], manifest["steps"][0]
-    elif edit == "a zero fill removed":
-        manifest["steps"] = [s for s in manifest["steps"] if s["op"] != "zero"]
+    elif edit == "a zero fill repeated":   # still a valid plan: the digest is what refuses it
+        manifest["steps"].insert(1, {"op": "zero", "buffer": "dk_acc"})
     elif edit == "the binary changed":
         binary = directory / manifest["binary"]["file"]
         binary.write_bytes(binary.read_bytes() + b"\0")
