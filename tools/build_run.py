@@ -18,6 +18,28 @@ def build_run_parser(doc: str, report: str, actions=("build", "run"), action_hel
     return p
 
 
+def build_bundles(directory: Path, arch: str, pairs, ptxas: str | None = None) -> int:
+    """Compile one bundle per (spec, config) into its bundle_path under `directory` (needs MLIR; a spec
+    listed twice is built once). `ptxas` of a CUDA toolkit: cubins, so the GPU needs no JIT. Returns how
+    many were built."""
+    from fmha_mlir.api import bundle_path, compile_bundle
+    from fmha_mlir.compiler import Compiler
+
+    compiler, built = Compiler(ptxas=ptxas), set()
+    for spec, config in pairs:
+        out = bundle_path(directory, spec, arch, config=config)
+        if out not in built:
+            compile_bundle(spec, arch, compiler, config=config).save(out)
+            built.add(out)
+    return len(built)
+
+
+def earlier_rows(report: Path, resume: bool) -> list[dict]:
+    """--resume: the rows an earlier, cut-short run wrote into the report's .json (none without it)."""
+    data = report.with_suffix(".json")
+    return json.loads(data.read_text()) if resume and data.is_file() else []
+
+
 def write_report_files(report: Path, lines: list[str], data) -> None:
     """report (.md) from `lines`, and the same name with .json from `data`."""
     report.write_text("\n".join(lines) + "\n")

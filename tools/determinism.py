@@ -24,7 +24,7 @@ from fmha_mlir.bodies import choose_config
 from fmha_mlir.problem import ProblemSize, make_problem
 from fmha_mlir.spec import AttentionBwdSpec, Mask
 from fmha_mlir.target import get_target
-from build_run import build_run_parser, write_report_files  # run as a script: tools/ is on sys.path
+from build_run import build_bundles, build_run_parser, write_report_files  # run as a script: tools/ is on sys.path
 
 ARCH = "sm_90"
 SIZE = ProblemSize(batch=2, heads_q=8, seqlen_q=1000, seqlen_k=1000)
@@ -46,12 +46,7 @@ def variants():
 
 
 def build(directory: Path) -> None:
-    from fmha_mlir.api import compile_bundle
-    from fmha_mlir.compiler import Compiler
-
-    compiler = Compiler()
-    for _, _, spec, config in variants():
-        compile_bundle(spec, ARCH, compiler, config=config).save(bundle_path(directory, spec, ARCH, config=config))
+    build_bundles(directory, ARCH, [(spec, config) for _, _, spec, config in variants()])
 
 
 def run(directory: Path, runs: int, report: Path, smoke: bool = False) -> int:

@@ -27,7 +27,7 @@ from fmha_mlir.dtypes import from_storage
 from fmha_mlir.problem import ProblemSize, make_problem
 from fmha_mlir.spec import AttentionBwdSpec, Mask
 from fmha_mlir.target import get_target
-from build_run import build_run_parser, write_report_files  # run as a script: tools/ is on sys.path
+from build_run import build_bundles, build_run_parser, write_report_files  # run as a script: tools/ is on sys.path
 
 ARCH = "sm_90"
 CASES = [
@@ -51,13 +51,7 @@ def _config(spec, body):
 
 
 def build(directory: Path) -> None:
-    from fmha_mlir.api import compile_bundle
-    from fmha_mlir.compiler import Compiler
-
-    compiler = Compiler()
-    for spec, body, _ in CASES:
-        config = _config(spec, body)
-        compile_bundle(spec, ARCH, compiler, config=config).save(bundle_path(directory, spec, ARCH, config=config))
+    build_bundles(directory, ARCH, [(spec, _config(spec, body)) for spec, body, _ in CASES])
 
 
 def _values(array, dtype: str) -> np.ndarray:

@@ -21,7 +21,6 @@ column. The oracle (float64 NumPy) runs in worker processes while the GPU runs t
 from __future__ import annotations
 
 import dataclasses
-import json
 import platform
 import sys
 import time
@@ -40,7 +39,7 @@ from fmha_mlir.spec import AttentionBwdSpec, Mask
 from fmha_mlir.target import get_target
 from fmha_mlir.tolerance import GRADIENT_NAMES
 from fmha_mlir.variants import variant_matrix
-from build_run import build_run_parser, write_report_files  # run as a script: tools/ is on sys.path
+from build_run import build_bundles, build_run_parser, earlier_rows, write_report_files  # run as a script: tools/ is on sys.path
 
 REALISTIC = ProblemSize(batch=2, heads_q=8, seqlen_q=1024, seqlen_k=1024)
 ODD = (ProblemSize(1, 4, 77, 1000), ProblemSize(1, 4, 1000, 77))
@@ -85,14 +84,8 @@ def jobs(arch: str, body: str, smoke: bool = False, score_mods: dict | None = No
 
 
 def build(directory: Path, arch: str, body: str, score_mods: dict | None = None) -> None:
-    from fmha_mlir.api import compile_bundle
-    from fmha_mlir.compiler import Compiler
-
-    compiler = Compiler()
-    built = configs(arch, body, score_mods)
-    for spec, config in built:
-        compile_bundle(spec, arch, compiler, config=config).save(bundle_path(directory, spec, arch, config=config))
-    print(f"built {len(built)} bundles for {arch} under {directory / arch}")
+    built = build_bundles(directory, arch, configs(arch, body, score_mods))
+    print(f"built {built} bundles for {arch} under {directory / arch}")
 
 
 def _reference(job):
@@ -126,7 +119,7 @@ def run(directory: Path, arch: str, body: str, report: Path, workers: int, smoke
     device = get_executor(None, "nvidia" if arch.startswith("sm_") else "amd")
     planned = jobs(arch, body, smoke, score_mods)
     # --resume: keep the rows an earlier, cut-short run of the same plan wrote, run the rest.
-    rows = json.loads(report.with_suffix(".json").read_text()) if resume and report.with_suffix(".json").is_file() else []
+    rows = earlier_rows(report, resume)
     done = {f"{r['kernel']} {r['size']} {r['layout']}" for r in rows}   # the layout cell carries the shape tag
     failures, started, earlier = sum(not r["pass"] for r in rows), time.time(), len(rows)
     todo = [job for job in planned if job_key(*job) not in done]

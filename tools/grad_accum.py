@@ -24,7 +24,7 @@ from fmha_mlir.bodies import choose_config
 from fmha_mlir.problem import ProblemSize, make_problem
 from fmha_mlir.spec import AttentionBwdSpec, Mask
 from fmha_mlir.target import get_target
-from build_run import build_run_parser, write_report_files  # run as a script: tools/ is on sys.path
+from build_run import build_bundles, build_run_parser, write_report_files  # run as a script: tools/ is on sys.path
 
 ARCH = "sm_90"
 PLAIN = AttentionBwdSpec("bf16", 128)
@@ -46,15 +46,8 @@ def variants(spec: AttentionBwdSpec):
 
 
 def build(directory: Path) -> None:
-    from fmha_mlir.api import compile_bundle
-    from fmha_mlir.compiler import Compiler
-
-    compiler = Compiler()
-    for _, shape_spec, _ in SHAPES:
-        for _, spec, config in variants(shape_spec):
-            out = bundle_path(directory, spec, ARCH, config=config)
-            if not out.is_dir():
-                compile_bundle(spec, ARCH, compiler, config=config).save(out)
+    build_bundles(directory, ARCH, [(spec, config) for _, shape_spec, _ in SHAPES
+                                    for _, spec, config in variants(shape_spec)])
 
 
 def run(directory: Path, report: Path, smoke: bool = False) -> int:

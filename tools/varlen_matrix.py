@@ -28,7 +28,7 @@ from fmha_mlir.runtime.runner import run_bundle
 from fmha_mlir.spec import AttentionBwdSpec, Mask
 from fmha_mlir.target import get_target
 from fmha_mlir.varlen_problem import make_varlen_problem
-from build_run import build_run_parser, write_report_files  # run as a script: tools/ is on sys.path
+from build_run import build_bundles, build_run_parser, write_report_files  # run as a script: tools/ is on sys.path
 
 HEADS_Q = 8
 # (query lengths, key lengths): empty queries, empty keys, length 1, blocks cut at odd places, long ones.
@@ -59,14 +59,9 @@ def seed_of(spec, lengths) -> int:
 
 
 def build(directory: Path, arch: str) -> None:
-    from fmha_mlir.api import compile_bundle
-    from fmha_mlir.compiler import Compiler
-
-    compiler, target = Compiler(), get_target(arch)
-    for spec in variants():
-        config = choose_config(spec, target)
-        compile_bundle(spec, arch, compiler, config=config).save(bundle_path(directory, spec, arch, config=config))
-    print(f"built {len(variants())} varlen bundles for {arch} under {directory / arch}")
+    target = get_target(arch)
+    built = build_bundles(directory, arch, [(spec, choose_config(spec, target)) for spec in variants()])
+    print(f"built {built} varlen bundles for {arch} under {directory / arch}")
 
 
 def _reference(job):
