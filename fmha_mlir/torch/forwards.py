@@ -76,9 +76,8 @@ def _flash_why_not(case: ForwardCase) -> str | None:
 
 
 def _flash_run(q, k, v, bias, slopes, case: ForwardCase):
-    out, lse = torch.ops.aten._scaled_dot_product_flash_attention(
+    return torch.ops.aten._scaled_dot_product_flash_attention(
         q, k, v, 0.0, case.mask.kind != "none", False, scale=case.options.scale)[:2]
-    return out, lse
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -235,7 +234,8 @@ def choose_forward(case: ForwardCase) -> Forward:
         raise SpecError([Reason("forward", f"unknown forward {name!r}", f"use 'auto' or one of {', '.join(FORWARDS)}")])
     why = FORWARDS[name].why_not(case)
     if why is not None:
-        raise SpecError([Reason("forward", f"{name!r} cannot serve this call: it needs {why}",
+        raise SpecError([Reason("forward", f"{name!r} cannot serve this call: it needs {why} (it serves: "
+                                           f"{FORWARDS[name].serves})",
                                 "use forward='auto' (it picks one that can), or change the options")])
     return FORWARDS[name]
 
