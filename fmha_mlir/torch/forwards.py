@@ -135,12 +135,12 @@ def _block_mask(mask: Mask, seqlen_q: int, seqlen_k: int, device: torch.device):
 def _score_mod(case: ForwardCase, bias, slopes, batch: int, device):
     """softcap, then the bias or ALiBi, as a score_mod (flex hands it scale Q K^T)."""
     cap, kind = case.options.softcap, case.options.bias
+    if not cap and kind == "none":
+        return None
     offset = case.seqlen_k - case.seqlen_q
     bias4 = None if kind != "elementwise" else bias.reshape((1,) * (4 - bias.dim()) + tuple(bias.shape)).expand(
         batch, case.heads_q, case.seqlen_q, case.seqlen_k)
     slopes2 = None if kind != "alibi" else scores.alibi_slopes(slopes, case.heads_q, device).expand(batch, case.heads_q)
-    if not cap and kind == "none":
-        return None
 
     def score_mod(score, b, h, q_idx, kv_idx):
         if cap:
