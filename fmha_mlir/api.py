@@ -245,8 +245,8 @@ def _run_in_place(bundle: Bundle, device: Executor, inputs: dict, names: tuple[s
     import torch
 
     like = {"dq": "q", "dk": "k", "dv": "v", "dbias": "bias", "dalibi_slopes": "alibi_slopes"}
-    outputs = {name: torch.empty(inputs[like[name]].shape, dtype=inputs[like[name]].dtype,
-                                 device=inputs["q"].device) for name in names}
+    # empty_like keeps the inputs' strides: gradients of BSHD views come back in BSHD storage.
+    outputs = {name: torch.empty_like(inputs[like[name]]) for name in names}
     # Our launches go to the legacy default stream: wait for whatever torch queued that made the inputs.
     torch.cuda.synchronize(inputs["q"].device)
     run_bundle(bundle, device, {name: torch_device_array(t) for name, t in {**inputs, **outputs}.items()}, scalars)

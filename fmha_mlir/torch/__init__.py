@@ -1,0 +1,14 @@
+"""fmha_mlir.torch: attention for PyTorch whose forward is torch's own fused attention and whose
+backward is ours (torch.library custom ops; eager and torch.compile(fullgraph=True)).
+
+    from fmha_mlir.torch import attention
+    out = attention(q, k, v, mask="bottom_right", layout="bshd")
+    out.sum().backward()
+
+Needs torch (pip install 'fmha-mlir[torch]'); the rest of fmha_mlir does not.
+"""
+from .attention import attention
+from .backward import prebuild
+from .forwards import FORWARDS
+
+__all__ = ["attention", "prebuild", "FORWARDS"]

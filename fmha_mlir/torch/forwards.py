@@ -1,0 +1,256 @@
+"""Which of torch's attention forwards serves a call, and each one's log-sum-exp in our convention.
+
+Our backward needs O and the forward's lse as fmha_mlir/oracle.py defines it: natural log, [B, Hq, Sq]
+f32, +inf for a row that sees no key (O = 0 there). Every forward below returns a natural-log lse; the
+conversions are the padding the mem-efficient op adds (sliced off), the dtype, and the empty rows, which
+the forwards mark differently (FlexAttention -inf, the CPU flash op 0): they are set from the mask.
+
+The table (README "PyTorch" says the same): 'auto' takes the first forward of AUTO_ORDER[device] that
+serves the call; forward=NAME forces one and refuses, with the reason, a call it cannot serve.
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from ..errors import Reason, SpecError
+from ..spec import Mask
+from . import scores
+from .options import AttentionOptions
+
+HALF = (torch.float16, torch.bfloat16)
+
+
+@dataclass(frozen=True)
+class ForwardCase:
+    """The static facts of one call the table decides on (q, k, v as logical [B, H, S, D] views)."""
+
+    device: str
+    dtype: torch.dtype
+    heads_q: int
+    heads_kv: int
+    seqlen_q: int
+    seqlen_k: int
+    hdim_q: int
+    hdim_v: int
+    options: AttentionOptions
+
+    @staticmethod
+    def of(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, options: AttentionOptions) -> "ForwardCase":
+        return ForwardCase(q.device.type, q.dtype, q.shape[1], k.shape[1], q.shape[2], k.shape[2], q.shape[3],
+                           v.shape[3], options)
+
+    @property
+    def mask(self) -> Mask:
+        return self.options.mask
+
+
+@dataclass(frozen=True)
+class Forward:
+    name: str
+    serves: str   # what it serves, for the README table and the errors
+    why_not: Callable[[ForwardCase], str | None]
+    # (q, k, v, bias, slopes, case) -> (out [B, Hq, Sq, Dv] in q's dtype, natural-log lse [B, Hq, >= Sq])
+    run: Callable[..., tuple[torch.Tensor, torch.Tensor]]
+
+
+def _first(*checks: tuple[bool, str]) -> str | None:
+    return next((why for failed, why in checks if failed), None)
+
+
+# ---------------------------------------------------------------------------------------------------
+# SDPA's flash op (CUDA)
+
+def _flash_why_not(case: ForwardCase) -> str | None:
+    square_causal = case.mask.kind in ("causal_top_left", "causal_bottom_right") and case.seqlen_q == case.seqlen_k
+    return _first(
+        (case.device != "cuda", "CUDA tensors only"), (case.dtype not in HALF, "f16 / bf16 only"),
+        (case.options.bias != "none" or case.options.softcap > 0, "no bias, ALiBi or softcap"),
+        (case.heads_q != case.heads_kv, "equal heads (no GQA)"),
+        (case.hdim_q != case.hdim_v or case.hdim_q % 8 or case.hdim_q > 256, "one head dim, a multiple of 8 to 256"),
+        # torch's is_causal is top-left, and SDPA keeps flash off it when Sq != Sk: square causal only.
+        (case.mask.kind != "none" and not square_causal, "no mask, or causal with seqlen_q == seqlen_k"))
+
+
+def _flash_run(q, k, v, bias, slopes, case: ForwardCase):
+    return torch.ops.aten._scaled_dot_product_flash_attention(
+        q, k, v, 0.0, case.mask.kind != "none", False, scale=case.options.scale)[:2]
+
+
+# ---------------------------------------------------------------------------------------------------
+# SDPA's mem-efficient op (CUDA)
+
+# The op reads the bias in rows aligned to 16 elements (SDPA pads it the same way, then slices).
+_BIAS_ROW_ALIGN = 16
+
+
+def _efficient_why_not(case: ForwardCase) -> str | None:
+    alignment = 4 if case.dtype == torch.float32 else 8
+    return _first(
+        (case.device != "cuda", "CUDA tensors only"), (case.options.softcap > 0, "no softcap"),
+        (case.heads_q != case.heads_kv, "equal heads (no GQA)"),
+        (case.hdim_q % alignment or case.hdim_v % alignment, f"head dims a multiple of {alignment}"),
+        # ALiBi reaches it as a materialised bias in q's dtype: exact in f32 only.
+        (case.options.bias == "alibi" and case.dtype != torch.float32, "ALiBi in f32 only"),
+        (case.mask.kind not in ("none", "causal_top_left"), "no mask or top-left causal"))
+
+
+def _efficient_run(q, k, v, bias, slopes, case: ForwardCase):
+    add = scores.additive_bias(case.options.bias, bias, slopes, case.heads_q, case.seqlen_q, case.seqlen_k, q.device)
+    if add is not None:
+        padded = -(-case.seqlen_k // _BIAS_ROW_ALIGN) * _BIAS_ROW_ALIGN
+        storage = add.new_zeros(add.shape[:-1] + (padded,), dtype=q.dtype)
+        storage[..., :case.seqlen_k] = add
+        add = storage[..., :case.seqlen_k].expand(q.shape[0], case.heads_q, case.seqlen_q, case.seqlen_k)
+    out, lse = torch.ops.aten._scaled_dot_product_efficient_attention(
+        q, k, v, add, True, 0.0, case.mask.kind == "causal_top_left", scale=case.options.scale)[:2]
+    return out, lse   # lse [B, H, Sq rounded up to 32]: converted_lse slices it
+
+
+# ---------------------------------------------------------------------------------------------------
+# FlexAttention
+
+@functools.cache
+def _compiled_flex():
+    """flex_attention compiled once (its fused kernel; uncompiled, torch runs an unfused reference)."""
+    from torch.nn.attention.flex_attention import flex_attention
+
+    return torch.compile(flex_attention, dynamic=False)
+
+
+@functools.lru_cache(maxsize=32)
+def _block_mask(mask: Mask, seqlen_q: int, seqlen_k: int, device: torch.device):
+    """The mask as a BlockMask, from spec.Mask.visible (built once per shape)."""
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    def mask_mod(b, h, q_idx, kv_idx):
+        return mask.visible(q_idx, kv_idx, seqlen_q, seqlen_k)
+
+    return create_block_mask(mask_mod, None, None, seqlen_q, seqlen_k, device=device)
+
+
+def _score_mod(case: ForwardCase, bias, slopes, batch: int, device):
+    """softcap, then the bias or ALiBi, as a score_mod (flex hands it scale Q K^T)."""
+    cap, kind = case.options.softcap, case.options.bias
+    if not cap and kind == "none":
+        return None
+    offset = case.seqlen_k - case.seqlen_q
+    bias4 = None if kind != "elementwise" else bias.reshape((1,) * (4 - bias.dim()) + tuple(bias.shape)).expand(
+        batch, case.heads_q, case.seqlen_q, case.seqlen_k)
+    slopes2 = None if kind != "alibi" else scores.alibi_slopes(slopes, case.heads_q, device).expand(batch, case.heads_q)
+
+    def score_mod(score, b, h, q_idx, kv_idx):
+        if cap:
+            score = cap * torch.tanh(score / cap)
+        if bias4 is not None:
+            score = score + bias4[b, h, q_idx, kv_idx]
+        if slopes2 is not None:   # ALiBi: -slope_h |i + Sk - Sq - j|
+            score = score - slopes2[b, h] * torch.abs(q_idx + offset - kv_idx)
+        return score
+
+    return score_mod
+
+
+def _flex_run(q, k, v, bias, slopes, case: ForwardCase):
+    from torch.nn.attention.flex_attention import AuxRequest, flex_attention
+
+    flex = _compiled_flex() if case.device == "cuda" else flex_attention
+    block_mask = None if case.mask.kind == "none" else _block_mask(case.mask, case.seqlen_q, case.seqlen_k, q.device)
+    out, aux = flex(q, k, v, score_mod=_score_mod(case, bias, slopes, q.shape[0], q.device), block_mask=block_mask,
+                    scale=case.options.scale, enable_gqa=case.heads_q != case.heads_kv,
+                    return_aux=AuxRequest(lse=True))
+    return out, aux.lse
+
+
+# ---------------------------------------------------------------------------------------------------
+# the CPU flash op
+
+def _cpu_flash_why_not(case: ForwardCase) -> str | None:
+    return _first((case.device != "cpu", "CPU tensors only"), (case.options.softcap > 0, "no softcap"),
+                  (case.heads_q != case.heads_kv, "equal heads (no GQA)"),
+                  (case.hdim_q != case.hdim_v, "one head dim for q, k and v"))
+
+
+def _cpu_flash_run(q, k, v, bias, slopes, case: ForwardCase):
+    # The mask and the bias as one additive f32 mask (it takes f32 beside half inputs: ALiBi stays exact).
+    add = scores.additive_bias(case.options.bias, bias, slopes, case.heads_q, case.seqlen_q, case.seqlen_k, q.device)
+    attn_mask = None
+    if case.mask.kind != "none" or add is not None:
+        seen = scores.visible(case.mask, case.seqlen_q, case.seqlen_k, q.device)
+        attn_mask = torch.zeros(seen.shape, dtype=torch.float32, device=q.device).masked_fill(~seen, float("-inf"))
+        attn_mask = attn_mask if add is None else attn_mask + add.float()
+        attn_mask = attn_mask.expand(q.shape[0], case.heads_q, case.seqlen_q, case.seqlen_k)
+    return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+        q, k, v, 0.0, False, attn_mask=attn_mask, scale=case.options.scale)
+
+
+# ---------------------------------------------------------------------------------------------------
+# plain torch: any option, any device; the fallback and the tests' reference (float64 inputs give a
+# float64 forward)
+
+def math_forward(q, k, v, bias, slopes, case: ForwardCase):
+    acc = torch.promote_types(q.dtype, torch.float32)
+    k, v = (scores.expand_kv(x, case.heads_q).to(acc) for x in (k, v))
+    s = (q.to(acc) @ k.transpose(-1, -2)) * case.options.scale
+    if case.options.softcap > 0:
+        s = case.options.softcap * torch.tanh(s / case.options.softcap)
+    add = scores.additive_bias(case.options.bias, bias, slopes, case.heads_q, case.seqlen_q, case.seqlen_k, q.device)
+    if add is not None:
+        s = s + add.to(acc)
+    s = s.masked_fill(~scores.visible(case.mask, case.seqlen_q, case.seqlen_k, q.device), float("-inf"))
+    lse = torch.logsumexp(s, dim=-1)                           # -inf where a row sees no key
+    p = torch.exp(s - torch.where(torch.isinf(lse), 0.0, lse)[..., None])   # 0 there, not NaN
+    return (p @ v).to(q.dtype), lse
+
+
+def _serves_all(case: ForwardCase) -> str | None:
+    return None
+
+
+FORWARDS = {f.name: f for f in (
+    Forward("flash", "CUDA f16/bf16, no mask or causal with Sq == Sk, equal heads and head dims, no bias/softcap",
+            _flash_why_not, _flash_run),
+    Forward("efficient", "CUDA, no mask or top-left causal, an elementwise bias (ALiBi in f32), equal heads, "
+                         "no softcap", _efficient_why_not, _efficient_run),
+    Forward("flex", "any option (bottom-right causal, sliding window, GQA, bias/ALiBi/softcap as score_mod); "
+                    "compiled on CUDA, torch's unfused reference elsewhere", _serves_all, _flex_run),
+    Forward("cpu_flash", "CPU, any mask and bias (as an additive mask), equal heads and head dims, no softcap",
+            _cpu_flash_why_not, _cpu_flash_run),
+    Forward("math", "any option on any device (plain torch; the fallback and the tests' reference)",
+            _serves_all, math_forward),
+)}
+AUTO_ORDER = {"cuda": ("flash", "efficient", "flex", "math"), "cpu": ("cpu_flash", "math")}
+
+
+def choose_forward(case: ForwardCase) -> Forward:
+    """The forward options.forward names, or for 'auto' the first of AUTO_ORDER that serves the case."""
+    name = case.options.forward
+    if name == "auto":
+        return next(FORWARDS[n] for n in AUTO_ORDER.get(case.device, ("math",)) if FORWARDS[n].why_not(case) is None)
+    if name not in FORWARDS:
+        raise SpecError([Reason("forward", f"unknown forward {name!r}", f"use 'auto' or one of {', '.join(FORWARDS)}")])
+    why = FORWARDS[name].why_not(case)
+    if why is not None:
+        raise SpecError([Reason("forward", f"{name!r} cannot serve this call: it needs {why} (it serves: "
+                                           f"{FORWARDS[name].serves})",
+                                "use forward='auto' (it picks one that can), or change the options")])
+    return FORWARDS[name]
+
+
+def converted_lse(lse: torch.Tensor, case: ForwardCase) -> torch.Tensor:
+    """A forward's natural-log lse as ours: [B, Hq, Sq] contiguous f32, +inf on the rows that see no key."""
+    lse = lse[..., :case.seqlen_q].float()
+    if scores.empty_rows(case.mask, case.seqlen_q, case.seqlen_k).any():   # decided on the host: no sync
+        seen = scores.visible(case.mask, case.seqlen_q, case.seqlen_k, lse.device).any(dim=1)
+        lse = torch.where(seen, lse, float("inf"))
+    return lse.contiguous()
+
+
+def run_forward(q, k, v, bias, slopes, options: AttentionOptions) -> tuple[torch.Tensor, torch.Tensor]:
+    """(out, lse in our convention) of logical [B, H, S, D] views, by the forward the table picks."""
+    case = ForwardCase.of(q, k, v, options)
+    out, lse = choose_forward(case).run(q, k, v, bias, slopes, case)
+    return out, converted_lse(lse, case)

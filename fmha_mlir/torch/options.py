@@ -1,0 +1,98 @@
+"""The options of one attention call, checked before any tensor is touched.
+
+The custom ops take them as plain arguments (torch.library schemas hold str / float / bool); this frozen
+dataclass is their one definition and the one place bad values are refused with the fix.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from ..errors import Reason, SpecError
+from ..spec import Mask
+
+LAYOUTS = ("bhsd", "bshd")
+
+
+@dataclass(frozen=True)
+class AttentionOptions:
+    """mask: which keys a query sees (spec.Mask); scale: the softmax scale (resolved, never None);
+    softcap: 0 or C of C tanh(s / C); bias: none, elementwise (a tensor) or alibi; layout: the caller's
+    storage order of q, k, v and out; forward: a name of forwards.FORWARDS or 'auto'."""
+
+    scale: float
+    mask: Mask = field(default_factory=Mask)
+    softcap: float = 0.0
+    bias: str = "none"
+    layout: str = "bhsd"
+    deterministic: bool = False
+    bundle_dir: str | None = None
+    forward: str = "auto"
+
+    def as_op_args(self) -> tuple:
+        """The options as the custom ops take them (after the tensors), in op-schema order."""
+        return (self.bias, str(self.mask), self.scale, self.softcap, self.layout, self.deterministic,
+                self.bundle_dir, self.forward)
+
+    @staticmethod
+    def from_op_args(bias: str, mask: str, scale: float, softcap: float, layout: str, deterministic: bool,
+                     bundle_dir: str | None, forward: str) -> "AttentionOptions":
+        return AttentionOptions(scale, Mask.parse(mask), softcap, bias, layout, deterministic, bundle_dir, forward)
+
+    def reasons(self) -> list[Reason]:
+        out = list(self.mask.reasons())
+        if self.layout not in LAYOUTS:
+            out.append(Reason("layout", f"unknown layout {self.layout!r}",
+                              "use 'bhsd' ([batch, heads, seq, dim]) or 'bshd' ([batch, seq, heads, dim])"))
+        if not (isinstance(self.scale, float) and math.isfinite(self.scale) and self.scale > 0):
+            out.append(Reason("scale", f"must be a finite float > 0 (got {self.scale!r})",
+                              "leave it None for 1/sqrt(head dim)"))
+        if not (isinstance(self.softcap, float) and math.isfinite(self.softcap) and self.softcap >= 0):
+            out.append(Reason("softcap", f"must be a finite float >= 0 (got {self.softcap!r})", "0 turns it off"))
+        if not isinstance(self.deterministic, bool):
+            out.append(Reason("deterministic", f"must be True or False (got {self.deterministic!r})"))
+        if self.bundle_dir is not None and not isinstance(self.bundle_dir, str):
+            out.append(Reason("bundle_dir", f"must be a path string or None (got {type(self.bundle_dir).__name__})",
+                              "pass str(path)"))
+        return out
+
+    def check(self) -> None:
+        reasons = self.reasons()
+        if reasons:
+            raise SpecError(reasons)
+
+
+def default_scale(hdim_q: int) -> float:
+    """The softmax scale when none is given: 1/sqrt(head dim), as torch's SDPA and our spec take it."""
+    return 1.0 / math.sqrt(hdim_q)
+
+
+def options_of(q, *, mask, scale, bias, softcap, layout, deterministic, bundle_dir, forward,
+               alibi_slopes=None) -> AttentionOptions:
+    """attention()'s keyword arguments as checked options (q: the caller's tensor, for the head dim)."""
+    if isinstance(bias, str) and bias != "alibi":
+        raise SpecError([Reason("bias", f"unknown bias {bias!r}",
+                                "pass a tensor ([Sq, Sk], [H, Sq, Sk] or [B, H, Sq, Sk]) or 'alibi'")])
+    if alibi_slopes is not None and bias is not None and bias != "alibi":
+        raise SpecError([Reason("alibi_slopes", "given with a bias tensor", "give one of them")])
+    kind = "alibi" if bias == "alibi" or alibi_slopes is not None else "none" if bias is None else "elementwise"
+    options = AttentionOptions(
+        scale=_as_float(scale) if scale is not None else default_scale(q.shape[-1]),
+        mask=mask if isinstance(mask, Mask) else Mask.parse(mask), softcap=_as_float(softcap), bias=kind,
+        layout=layout, deterministic=deterministic, bundle_dir=None if bundle_dir is None else str(bundle_dir),
+        forward=forward)
+    options.check()
+    return options
+
+
+def _as_float(value):
+    """A real number as a float; anything else is left for reasons() to name."""
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else value
+
+
+def logical(x, layout: str):
+    """The caller's tensor as a logical [B, H, S, D] view (BSHD: a transposed view, never a copy)."""
+    return x.transpose(1, 2) if layout == "bshd" else x
+
+
+caller_layout = logical   # the same transpose maps a logical view back to the caller's order

@@ -1,0 +1,340 @@
+"""fmha_mlir.torch: torch's forwards' lse in our convention, our backward under the gate, layouts, GQA,
+dbias, torch.compile without graph breaks, the fake impls, a finite-difference check, bad options.
+
+CPU tensors run our sm_90 bundles in the interpreter; the CUDA tests run on the H200
+(python -m pytest -q test/python/test_torch_op.py).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from fmha_mlir import SpecError, oracle  # noqa: E402
+from fmha_mlir.api import AttentionBackward, torch_dtype_names  # noqa: E402
+from fmha_mlir.tolerance import check_gradients  # noqa: E402
+from fmha_mlir.torch import attention  # noqa: E402
+from fmha_mlir.torch import ops  # noqa: E402
+from fmha_mlir.torch.backward import backward_runner, spec_of  # noqa: E402
+from fmha_mlir.torch.forwards import FORWARDS, ForwardCase, choose_forward, run_forward  # noqa: E402
+from fmha_mlir.torch.options import default_scale, options_of  # noqa: E402
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+def _tensors(shape_q, shape_kv, dtype, device="cpu", seed=0, dv=None):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(shape_q, generator=g).to(device, dtype)
+    k = torch.randn(shape_kv, generator=g).to(device, dtype)
+    v = (0.5 * torch.randn(shape_kv[:-1] + (dv or shape_kv[-1],), generator=g)).to(device, dtype)
+    return q, k, v
+
+
+def _values(t):
+    return t.detach().double().numpy()
+
+
+def _options(q, **kw):
+    defaults = dict(mask="none", scale=None, bias=None, softcap=0.0, layout="bhsd", deterministic=False,
+                    bundle_dir=None, forward="auto", alibi_slopes=None)
+    return options_of(q, **{**defaults, **kw})
+
+
+# ---------------------------------------------------------------------------------------------------
+# every forward's out and lse against the float64 oracle (natural log, +inf on empty rows, f32 [B, Hq, Sq])
+
+LSE_CASES = {   # name: (Sq, Sk, heads_kv, options, slopes)
+    "plain": (9, 13, 2, {}, None),
+    "causal-square": (12, 12, 2, dict(mask="top_left"), None),
+    "top-left": (9, 13, 2, dict(mask="top_left"), None),
+    "bottom-right-empty-rows": (13, 6, 2, dict(mask="bottom_right"), None),
+    "window": (11, 17, 2, dict(mask="window:3,1"), None),
+    "bias": (9, 13, 2, dict(bias="tensor"), None),
+    "alibi": (9, 13, 2, dict(bias="alibi"), None),
+    "alibi-slopes": (9, 13, 2, dict(bias="alibi"), "slopes"),
+    "softcap": (9, 13, 2, dict(softcap=2.0), None),
+    "gqa": (9, 13, 1, dict(mask="bottom_right"), None),
+}
+
+
+def _lse_case(name, dtype, device):
+    sq, sk, hkv, kw, slopes = LSE_CASES[name]
+    q, k, v = _tensors((2, 2, sq, 32), (2, hkv, sk, 32), dtype, device, seed=len(name))
+    bias = 0.5 * torch.randn(2, sq, sk).to(device, dtype) if kw.get("bias") == "tensor" else kw.get("bias")
+    slopes = torch.tensor([0.3, 0.7], device=device) if slopes else None
+    options = _options(q, **{**kw, "bias": bias}, alibi_slopes=slopes)
+    return q, k, v, (bias if isinstance(bias, torch.Tensor) else None), slopes, options
+
+
+def _check_against_the_oracle(forward, name, dtype, device, atol):
+    q, k, v, bias, slopes, options = _lse_case(name, dtype, device)
+    forced = options_of(q, mask=options.mask, scale=None, bias=bias if bias is not None else
+                        (None if options.bias == "none" else "alibi"), softcap=options.softcap, layout="bhsd",
+                        deterministic=False, bundle_dir=None, forward=forward, alibi_slopes=slopes)
+    case = ForwardCase.of(q, k, v, forced)
+    if FORWARDS[forward].why_not(case) is not None:
+        pytest.skip(f"{forward} does not serve {name}: {FORWARDS[forward].why_not(case)}")
+    out, lse = run_forward(q, k, v, bias, slopes, forced)
+    extra = dict(bias=None if bias is None else _values(bias), alibi_slopes=None if slopes is None else _values(slopes))
+    if options.bias == "alibi" and slopes is None:
+        extra["bias"] = oracle.alibi_bias(oracle.alibi_slopes(q.shape[1]).astype(np.float32), q.shape[2], k.shape[2])
+    ref = oracle.forward(_values(q), _values(k), _values(v), mask=options.mask, scale=options.scale,
+                         gqa_ratio=q.shape[1] // k.shape[1], softcap=options.softcap, **extra)
+    ref_out, ref_lse = torch.from_numpy(ref.o), torch.from_numpy(ref.lse)
+    out, lse = out.cpu(), lse.cpu()
+    assert lse.dtype == torch.float32 and lse.shape == q.shape[:3] and lse.is_contiguous()
+    assert torch.equal(torch.isposinf(lse), torch.isposinf(ref_lse)) and not torch.isneginf(lse).any()
+    assert torch.isposinf(lse).any() == (name == "bottom-right-empty-rows")
+    finite = torch.isfinite(ref_lse)
+    torch.testing.assert_close(lse[finite].double(), ref_lse[finite].double(), atol=atol, rtol=0)
+    torch.testing.assert_close(out.double(), ref_out.double(), atol=atol, rtol=0)
+
+
+@pytest.mark.parametrize("forward", ["cpu_flash", "flex", "math"])
+@pytest.mark.parametrize("name", list(LSE_CASES))
+def test_cpu_forwards_lse_is_ours(forward, name):
+    # f32 forwards against the float64 oracle: f32 rounding is ~1e-6 here; a wrong log base, padding or
+    # ALiBi offset is off by far more than 1e-5.
+    _check_against_the_oracle(forward, name, torch.float32, "cpu", atol=1e-5)
+
+
+@cuda
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "f32"])
+@pytest.mark.parametrize("forward", ["flash", "efficient", "flex", "math"])
+@pytest.mark.parametrize("name", list(LSE_CASES))
+def test_cuda_forwards_lse_is_ours(forward, name, dtype):
+    # bf16 outputs carry a bf16 rounding (2^-9 relative) of values below 2; lse is kept in f32.
+    _check_against_the_oracle(forward, name, dtype, "cuda", atol=1e-5 if dtype == torch.float32 else 2e-2)
+
+
+def test_auto_picks_by_device_and_options():
+    q, k, v = _tensors((1, 2, 8, 32), (1, 2, 8, 32), torch.float32)
+    pick = lambda **kw: choose_forward(ForwardCase.of(q, k, v, _options(q, **kw))).name   # noqa: E731
+    assert pick() == "cpu_flash" and pick(mask="bottom_right") == "cpu_flash"
+    assert pick(softcap=5.0) == "math"
+    with pytest.raises(SpecError, match="'flash' cannot serve this call: it needs CUDA tensors only"):
+        pick(forward="flash")
+
+
+# ---------------------------------------------------------------------------------------------------
+# our backward under the gate (CPU tensors through the interpreter)
+
+def _gate(q, k, v, bias, slopes, options, grads, do):
+    """The gate for the op's gradients, with the oracle fed the op's own saved out and lse."""
+    out, lse = ops.attention_forward(q.detach(), k.detach(), v.detach(), bias, slopes, *options.as_op_args())
+    names = ("dq", "dk", "dv") + (("dbias",) if bias is not None and bias.requires_grad else ()) + (
+        ("dalibi_slopes",) if slopes is not None and slopes.requires_grad else ())
+    views = [x.detach().transpose(1, 2) if options.layout == "bshd" else x.detach() for x in (q, k, v, out, do)]
+    grads = [g.transpose(1, 2) if options.layout == "bshd" and i < 3 else g for i, g in enumerate(grads)]
+    extra = dict(mask=options.mask, scale=options.scale, gqa_ratio=views[0].shape[1] // views[1].shape[1],
+                 softcap=options.softcap)
+    if bias is not None:
+        extra["bias"] = _values(bias)
+    elif options.bias == "alibi" and slopes is None:
+        extra["bias"] = oracle.alibi_bias(oracle.alibi_slopes(views[0].shape[1]).astype(np.float32),
+                                          views[0].shape[2], views[1].shape[2])
+    if slopes is not None:
+        extra["alibi_slopes"] = _values(slopes)
+    inputs = [_values(x) for x in views[:3]] + [_values(views[3]), _values(views[4]), _values(lse)]
+    runner = backward_runner("cpu", None, None)
+    spec = spec_of(runner, *views[:3], bias, slopes, options, len(names) > 3)
+    dtype = torch_dtype_names()[q.dtype]
+    checks = check_gradients({n: _values(g) for n, g in zip(names, grads)}, oracle.backward(*inputs, **extra),
+                             oracle.lowp_backward(*inputs, dtype=dtype, numerics=runner.bundle(spec).numerics, **extra),
+                             dtype, max(q.shape[-1], v.shape[-1]))
+    assert [c.name for c in checks] == list(names)
+    assert all(c.passed for c in checks), [str(c) for c in checks]
+
+
+GRAD_CASES = {   # name: (dtype, Sq, Sk, heads_kv, kwargs)
+    "f32-none": (torch.float32, 17, 23, 2, {}),
+    "bf16-bottom-right-empty-rows": (torch.bfloat16, 40, 24, 2, dict(mask="bottom_right")),
+    "f32-window-gqa": (torch.float32, 19, 33, 1, dict(mask="window:4,2")),
+    "bf16-softcap-top-left": (torch.bfloat16, 21, 21, 2, dict(mask="top_left", softcap=3.0)),
+    "f32-bias-dbias": (torch.float32, 13, 29, 2, dict(bias="tensor")),
+    "f32-alibi": (torch.float32, 13, 21, 2, dict(bias="alibi")),
+    "f32-alibi-dslopes": (torch.float32, 13, 21, 2, dict(bias="alibi", slopes=True)),
+}
+
+
+@pytest.mark.parametrize("name", list(GRAD_CASES))
+def test_eager_gradients_pass_the_gate(name):
+    dtype, sq, sk, hkv, kw = GRAD_CASES[name]
+    q, k, v = _tensors((1, 2, sq, 32), (1, hkv, sk, 32), dtype, seed=7)
+    bias = (0.5 * torch.randn(2, sq, sk)).to(dtype).requires_grad_() if kw.get("bias") == "tensor" else kw.get("bias")
+    slopes = torch.tensor([0.25, 0.6], requires_grad=True) if kw.get("slopes") else None
+    opts = {n: kw[n] for n in ("mask", "softcap") if n in kw}
+    for x in (q, k, v):
+        x.requires_grad_()
+    out = attention(q, k, v, bias=bias, alibi_slopes=slopes, **opts)
+    do = (0.5 * torch.randn(out.shape, generator=torch.Generator().manual_seed(1))).to(dtype)
+    out.backward(do)
+    grads = [q.grad, k.grad, v.grad] + [t.grad for t in (bias, slopes) if isinstance(t, torch.Tensor)]
+    assert all(g is not None for g in grads)
+    tensor_bias = bias if isinstance(bias, torch.Tensor) else None
+    _gate(q, k, v, tensor_bias, slopes, _options(q, bias=bias, alibi_slopes=slopes, **opts), grads, do)
+
+
+def test_bshd_equals_bhsd_with_the_callers_strides_and_no_copies(monkeypatch):
+    q, k, v = _tensors((1, 2, 11, 32), (1, 1, 15, 32), torch.bfloat16, seed=3)
+    seen = []
+    call = AttentionBackward.__call__
+
+    def spy(self, q_, k_, v_, o_, do_, lse_, **kw):
+        seen.append((q_.data_ptr(), k_.data_ptr(), v_.data_ptr(), q_.stride()))
+        return call(self, q_, k_, v_, o_, do_, lse_, **kw)
+
+    monkeypatch.setattr(AttentionBackward, "__call__", spy)
+    results = {}
+    for layout in ("bhsd", "bshd"):
+        xs = [(x.transpose(1, 2).contiguous() if layout == "bshd" else x.clone()).requires_grad_() for x in (q, k, v)]
+        out = attention(*xs, mask="bottom_right", layout=layout)
+        out.float().square().sum().backward()
+        assert out.is_contiguous() and all(x.grad.is_contiguous() and x.grad.shape == x.shape for x in xs)
+        assert seen[-1][:3] == tuple(x.data_ptr() for x in xs)     # the kernels read the caller's storage
+        back = (lambda t: t.transpose(1, 2)) if layout == "bshd" else (lambda t: t)
+        results[layout] = [back(t) for t in (out, *(x.grad for x in xs))]
+    assert seen[1][3] == (704, 32, 64, 1)   # q's logical view of BSHD storage
+    for a, b in zip(results["bhsd"], results["bshd"]):
+        assert torch.equal(a, b)
+
+
+# ---------------------------------------------------------------------------------------------------
+# torch.compile, the fake impls, a finite-difference check
+
+class _Block(torch.nn.Module):
+    def __init__(self, width=64, heads=2):
+        super().__init__()
+        self.heads, self.qkv, self.proj = heads, torch.nn.Linear(width, 3 * width), torch.nn.Linear(width, width)
+
+    def forward(self, x):
+        b, s, w = x.shape
+        q, k, v = self.qkv(x).view(b, s, 3, self.heads, w // self.heads).unbind(2)
+        return self.proj(attention(q, k, v, mask="top_left", layout="bshd").reshape(b, s, w))
+
+
+def _compiled_matches_eager(device, backend, dtype):
+    torch.manual_seed(0)
+    model = _Block().to(device, dtype)
+    x = torch.randn(2, 16, 64, device=device, dtype=dtype)
+    eager = model(x)
+    eager.sum().backward()
+    eager_grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend=backend, fullgraph=True)   # fullgraph: a graph break is an error
+    out = compiled(x)
+    out.sum().backward()
+    torch.testing.assert_close(out, eager, rtol=0, atol=0 if backend == "aot_eager" else 1e-2)
+    for got, want in zip((p.grad for p in model.parameters()), eager_grads):
+        torch.testing.assert_close(got, want, rtol=0, atol=0 if backend == "aot_eager" else 5e-2)
+
+
+def test_torch_compile_fullgraph_matches_eager_on_cpu():
+    _compiled_matches_eager("cpu", "aot_eager", torch.float32)
+
+
+@cuda
+def test_torch_compile_fullgraph_inductor_matches_eager_on_cuda():
+    _compiled_matches_eager("cuda", "inductor", torch.bfloat16)
+
+
+@cuda
+def test_compiled_flex_is_not_recompiled_for_new_tensors():
+    """flex's score_mod is a fresh closure per call: new bias / slopes tensors of one shape reuse its graph."""
+    from torch._dynamo.utils import counters
+
+    q, k, v = _tensors((2, 4, 128, 64), (2, 2, 128, 64), torch.bfloat16, "cuda")
+    options = _options(q, mask="bottom_right", softcap=20.0, bias="alibi", forward="flex",
+                       alibi_slopes=torch.rand(4, device="cuda"))
+    run_forward(q, k, v, None, torch.rand(4, device="cuda"), options)
+    graphs = counters["stats"]["unique_graphs"]
+    out, lse = run_forward(q, k, v, None, torch.rand(4, device="cuda"), options)
+    assert counters["stats"]["unique_graphs"] == graphs and torch.isfinite(lse).all()
+
+
+@pytest.mark.parametrize("layout", ["bhsd", "bshd"])
+def test_opcheck_of_both_ops(layout):
+    q, k, v = _tensors((1, 2, 9, 32), (1, 2, 12, 32), torch.float32, seed=5)
+    if layout == "bshd":
+        q, k, v = (x.transpose(1, 2).contiguous() for x in (q, k, v))
+    bias = 0.3 * torch.randn(9, 12)
+    args = _options(q, bias=bias, mask="bottom_right", layout=layout).as_op_args()
+    q, k, v, bias = (x.requires_grad_() for x in (q, k, v, bias))
+    torch.library.opcheck(ops.attention_forward, (q, k, v, bias, None, *args))
+    out, lse = ops.attention_forward(q, k, v, bias, None, *args)
+    grad = torch.randn_like(out)
+    # The backward has no autograd formula of its own (no double backward): its schema and fake only.
+    torch.library.opcheck(ops.attention_backward, (grad, q, k, v, out, lse, bias, None, True, *args),
+                          test_utils=("test_schema", "test_faketensor"))
+
+
+def test_one_backward_call_matches_central_differences_of_the_float64_forward():
+    q, k, v = _tensors((1, 2, 14, 32), (1, 1, 19, 32), torch.float32, seed=11)
+    kw = dict(mask="window:6,2", softcap=4.0)
+    xs = [x.clone().requires_grad_() for x in (q, k, v)]
+    out = attention(*xs, **kw)
+    direction_out = torch.randn(out.shape, generator=torch.Generator().manual_seed(2))
+    out.backward(direction_out)
+    g = torch.Generator().manual_seed(3)
+    dirs = [torch.randn(x.shape, generator=g, dtype=torch.float64) for x in xs]
+    analytic = sum(float((x.grad.double() * d).sum()) for x, d in zip(xs, dirs))
+
+    options = _options(q.double(), forward="math", **kw)
+
+    def loss(t):
+        moved = [x.detach().double() + t * d for x, d in zip(xs, dirs)]
+        return float((run_forward(*moved, None, None, options)[0] * direction_out.double()).sum())
+
+    eps = 1e-4
+    numeric = (loss(eps) - loss(-eps)) / (2 * eps)
+    # Bound: an f32 gradient element errs by a few ulps of its terms (2^-21 ~ 5e-7 for 8 ulps), so even
+    # with every error aligned |<err, dir>| <= 5e-7 sum |grad_i dir_i|; the float64 central difference errs
+    # by ~eps^2 = 1e-8 relative. Hence 1e-6 of sum |grad_i dir_i|: measured 2e-8 of it, while the
+    # backward run with a 1% wrong scale lands at 6e-5 of it (60x over).
+    scale = sum(float((x.grad.double() * d).abs().sum()) for x, d in zip(xs, dirs))
+    assert abs(analytic - numeric) <= 1e-6 * scale, (analytic, numeric, scale)
+
+
+# ---------------------------------------------------------------------------------------------------
+# bad options
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(layout="sbhd"), "layout: unknown layout 'sbhd'"),
+    (dict(mask="diagonal"), "mask: unknown mask 'diagonal'"),
+    (dict(bias="relative"), "bias: unknown bias 'relative'"),
+    (dict(scale=-1.0), "scale: must be a finite float > 0"),
+    (dict(forward="cudnn"), "forward: unknown forward 'cudnn'"),
+    (dict(bias=torch.zeros(5, 5)), r"bias: torch.float32 \(5, 5\) on cpu does not fit scores"),
+    (dict(alibi_slopes=torch.zeros(3)), r"alibi_slopes: got torch.float32 \(3,\)"),
+])
+def test_bad_options_are_refused_with_the_fix(kwargs, match):
+    q, k, v = _tensors((1, 2, 8, 32), (1, 2, 8, 32), torch.float32)
+    with pytest.raises(SpecError, match=match):
+        attention(q, k, v, **kwargs)
+
+
+def test_mismatched_heads_are_refused():
+    q, k, v = _tensors((1, 3, 8, 32), (1, 2, 8, 32), torch.float32)
+    with pytest.raises(SpecError, match="3 query heads are not a multiple of 2 key/value heads"):
+        attention(q, k, v)
+
+
+def test_default_scale_is_one_over_sqrt_hdim():
+    assert default_scale(64) == 1 / math.sqrt(64)
+
+
+def test_prebuild_writes_the_bundle_the_op_loads(tmp_path, monkeypatch):
+    from fmha_mlir import api
+    from fmha_mlir.torch import prebuild
+
+    meta = [torch.empty(s, dtype=torch.bfloat16, device="meta") for s in ((1, 9, 2, 32), (1, 12, 1, 32), (1, 12, 1, 32))]
+    path = prebuild(tmp_path, *meta, arch="sm_90", mask="bottom_right", softcap=2.0, layout="bshd")
+    assert (path / "manifest.json").is_file()
+    monkeypatch.setattr(api, "compile_bundle", lambda *a, **k: pytest.fail("compiled instead of loading the prebuilt"))
+    xs = [x.requires_grad_() for x in _tensors((1, 9, 2, 32), (1, 12, 1, 32), torch.bfloat16)]
+    attention(*xs, mask="bottom_right", softcap=2.0, layout="bshd", bundle_dir=str(tmp_path)).sum().backward()
+    assert all(torch.isfinite(x.grad).all() for x in xs)
