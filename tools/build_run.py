@@ -44,3 +44,19 @@ def write_report_files(report: Path, lines: list[str], data) -> None:
     """report (.md) from `lines`, and the same name with .json from `data`."""
     report.write_text("\n".join(lines) + "\n")
     report.with_suffix(".json").write_text(json.dumps(data, indent=1) + "\n")
+
+
+def build_bf16_bundles(directory: Path, shapes, mask: str, arch: str = "sm_90") -> list[Path]:
+    """The bundles a torch run on bf16 [B, H, S, D] tensors of these shapes asks AttentionBackward for
+    (named as its spec_for names them), compiled here (needs MLIR); one per distinct spec."""
+    import numpy as np
+
+    from fmha_mlir.api import AttentionBackward, bundle_path, compile_bundle
+
+    specs = {AttentionBackward().spec_for(*(np.empty(shape, np.uint16),) * 3, mask=mask, dtype="bf16")
+             for shape in shapes}
+    paths = []
+    for spec in sorted(specs, key=lambda s: s.kernel_prefix):
+        paths.append(bundle_path(directory, spec, arch))
+        compile_bundle(spec, arch).save(paths[-1])
+    return paths
