@@ -101,15 +101,8 @@ def sdpa_attention(q, k, v):
 
 
 def fmha_attention(bundle_dir: str | None):
-    """(attend, what it is). The op is issue 12 part 1's, written on another branch."""
-    try:
-        from fmha_mlir.torch import attention
-    except ModuleNotFoundError as exc:
-        if exc.name != "fmha_mlir.torch":
-            raise
-        # STAND-IN until fmha_mlir.torch lands (remove at the merge): torch SDPA, named as such in the JSON
-        # so that no report can mistake it for our backward.
-        return sdpa_attention, "STAND-IN: torch SDPA (fmha_mlir.torch is not installed)"
+    """(attend, what it is): our backward behind torch's flash forward."""
+    from fmha_mlir.torch import attention
 
     def attend(q, k, v):
         return attention(q, k, v, mask=MASK, layout="bhsd", bundle_dir=bundle_dir)

@@ -91,7 +91,7 @@ class Bundle:
             bundle = cls(manifest, files)
         except RuntimeLaunchError as exc:
             raise RuntimeLaunchError(f"{manifest_path}: {exc}") from None
-        if stamp != digest(manifest, files):
+        if stamp != bundle.key:
             # A launch plan edited by hand (steps reordered, a zero fill dropped) runs and returns wrong
             # gradients without any other error: refuse what fmha-compile did not write.
             raise RuntimeLaunchError(f"{manifest_path}: " + ("has no 'digest'" if stamp is None else
