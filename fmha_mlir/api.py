@@ -5,7 +5,8 @@
     dq, dk, dv, dbias = attention_bwd(q, k, v, o, do, lse, bias=bias, dbias=True)
 
 Arrays are NumPy arrays (or torch tensors) in logical [batch, heads, seq, dim] shape with any strides
-(docs/ir.md); NumPy has no bfloat16, so bf16 data is passed as uint16 bit patterns with dtype="bf16".
+(docs/ir.md). bf16 NumPy data is an `ml_dtypes.bfloat16` array (gradients come back in it), or uint16
+bit patterns with dtype="bf16".
 Compiling needs MLIR (flydsl); a machine without it runs bundles compiled elsewhere (`bundle_dir`).
 """
 from __future__ import annotations
@@ -23,8 +24,8 @@ from .errors import Reason, SpecError
 from .kernel_config import KernelConfig
 from .runtime.bundle import Bundle
 from .runtime.device_array import DeviceArray
-from .runtime.executor import Executor, get_executor
-from .runtime.runner import run_bundle
+from .runtime.executor import Executor, executor_class, get_executor
+from .runtime.runner import PreparedRun, run_bundle
 from .spec import AttentionBwdSpec, Mask
 from .target import get_target
 
@@ -55,20 +56,28 @@ def bundle_path(directory, spec: AttentionBwdSpec, arch: str, body: str = "auto"
 def infer_dtype(q, dtype: str | None) -> str:
     if dtype is not None:
         return dtype
+    if is_ml_bfloat16(q):
+        return "bf16"
     if q.dtype in _NUMPY_DTYPES:
         return _NUMPY_DTYPES[q.dtype]
     raise SpecError([Reason("dtype", f"cannot tell the element type of {q.dtype} arrays",
-                            "pass float16 or float32 arrays, or uint16 bf16 bit patterns with dtype='bf16'")])
+                            "pass float16, float32 or ml_dtypes.bfloat16 arrays (or uint16 bf16 bit "
+                            "patterns with dtype='bf16')")])
 
 
 @dataclass
 class AttentionBackward:
     """Compiles (once per spec and arch) and runs the backward on one executor.
 
-    executor: 'cuda', 'hip', 'cpu' or None (a usable GPU, else the CPU interpreter).
+    executor: 'cuda', 'hip', 'cpu' or None (a usable GPU, else the CPU interpreter); one named that is
+        not usable here is an error, and so are CUDA tensors without a usable CUDA executor.
+    device_index: the GPU the executor drives (torch CUDA tensors must live on it).
     arch: the target to compile for; None picks the executor's (sm_90 on CUDA, gfx942 on the CPU).
     body: 'auto' (the fastest body that supports the spec on the arch), 'warp' or 'tiled'.
     bundle_dir: prebuilt bundles (bundle_path) used before compiling.
+    debug: torch CUDA tensors only: every buffer the kernels write starts as NaN (an element no kernel
+        writes shows up), at the price of a device synchronisation and a host upload per buffer.
+        Host arrays are always poisoned that way: they are staged through the host anyway.
     """
 
     executor: str | None = None
@@ -76,6 +85,8 @@ class AttentionBackward:
     bundle_dir: str | None = None
     atomic_order: str = "sequential"
     body: str = "auto"
+    device_index: int = 0
+    debug: bool = False
     _bundles: dict = field(default_factory=dict, repr=False)
     # One instance may serve several threads: compiles and executor creation run one at a time (MLIR's
     # context is not for concurrent use); the CPU executor serialises its launches itself.
@@ -95,7 +106,7 @@ class AttentionBackward:
                 self._device = CpuExecutor(atomic_order=self.atomic_order)
             else:
                 vendor = get_target(self.arch).vendor if self.arch else None
-                self._device = get_executor(self.executor, vendor)
+                self._device = get_executor(self.executor, vendor, self.device_index)
         return self._device
 
     def target_arch(self) -> str:
@@ -145,25 +156,40 @@ class AttentionBackward:
                  deterministic: bool = False, grad_accum: str = "f32", cu_seqlens_q=None, cu_seqlens_k=None,
                  max_seqlen_q: int | None = None, max_seqlen_k: int | None = None):
         _check_arrays(cu_seqlens_q is not None or cu_seqlens_k is not None, q=q, k=k, v=v, o=o, do=do, lse=lse)
-        torch_like = _is_torch(q)
         kind, bias_tensors = _bias_inputs(bias, alibi_slopes, dbias)
         varlen, scalars = _varlen_inputs(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
         spec = self.spec_for(q, k, v, mask=mask, scale=scale, dtype=dtype, softcap=softcap, bias=bias,
                              alibi_slopes=alibi_slopes, dbias=dbias, deterministic=deterministic,
                              grad_accum=grad_accum, varlen=bool(varlen))
-        bundle, device = self.bundle(spec), self.device()
+        on_gpu = _is_torch(q) and q.is_cuda
+        device = self._cuda_executor(self.device(), q.device) if on_gpu else self.device()
+        bundle = self.bundle(spec)
         inputs = {**dict(zip(("q", "k", "v", "o", "do", "lse"), (q, k, v, o, do, lse))), **bias_tensors, **varlen}
         names = ("dq", "dk", "dv") + spec.bias_operands()[1]
-        if torch_like and q.is_cuda and device.name == "cuda":
-            grads = _run_in_place(bundle, device, inputs, names, scalars)
+        if on_gpu:
+            grads = _run_in_place(bundle, device, inputs, names, scalars, self.debug)
         else:
             grads = run_bundle(bundle, device, {name: _to_numpy(t) for name, t in inputs.items()}, scalars)
-            grads = {name: _like(q if name != "dalibi_slopes" else alibi_slopes, grads[name]) if torch_like
-                     else grads[name] for name in names}
+            grads = {name: _like(q if name != "dalibi_slopes" else alibi_slopes, grads[name]) for name in names}
         out = [grads[name] for name in names]
         if dbias:   # in the shape the bias was given in
             out[-1] = out[-1].reshape(tuple((bias if kind == "elementwise" else alibi_slopes).shape))
         return tuple(out)
+
+
+    def _cuda_executor(self, device: Executor, where) -> Executor:
+        """`device`, when it can launch on torch CUDA tensors on `where` (never a silent copy to the CPU)."""
+        if device.name != "cuda":
+            usable, why = executor_class("cuda").available()
+            raise SpecError([Reason("executor", f"the tensors live on {where} but the executor is "
+                                                f"{device.name!r}" + ("" if usable else f" (cuda: {why})"),
+                                    "use AttentionBackward(executor='cuda') with cuda-bindings installed, or pass "
+                                    "CPU tensors")])
+        if where.index != device.device_index:
+            raise SpecError([Reason("device", f"the tensors live on {where} but this AttentionBackward drives "
+                                              f"cuda:{device.device_index}",
+                                    f"use AttentionBackward(device_index={where.index}) for them")])
+        return device
 
 
 def attention_bwd(q, k, v, o, do, lse, *, mask: str | Mask = "none", scale: float = 0.0,
@@ -240,16 +266,31 @@ def _bias_inputs(bias, alibi_slopes, dbias) -> tuple[str, dict]:
     return "elementwise", {"bias": bias.reshape((1,) * (4 - bias.ndim) + tuple(bias.shape))}
 
 
-def _run_in_place(bundle: Bundle, device: Executor, inputs: dict, names: tuple[str, ...], scalars: dict) -> dict:
-    """torch CUDA tensors on the CUDA executor: the kernels read and write GPU memory, no copies."""
+def _run_in_place(bundle: Bundle, device: Executor, inputs: dict, names: tuple[str, ...], scalars: dict,
+                  debug: bool) -> dict:
+    """torch CUDA tensors on the CUDA executor: the kernels read and write the tensors' memory and take
+    their workspaces from torch's caching allocator, on torch's current stream (which orders them after
+    the work that made the inputs); nothing is copied and nothing waits for the device."""
     import torch
 
+    where = inputs["q"].device
+    strays = sorted(name for name, t in inputs.items() if t.device != where)
+    if strays:
+        raise SpecError([Reason(strays[0], f"lives on {inputs[strays[0]].device} and q on {where}",
+                                "put every tensor of the call on one device")])
     like = {"dq": "q", "dk": "k", "dv": "v", "dbias": "bias", "dalibi_slopes": "alibi_slopes"}
     # empty_like keeps the inputs' strides: gradients of BSHD views come back in BSHD storage.
     outputs = {name: torch.empty_like(inputs[like[name]]) for name in names}
-    # Our launches go to the legacy default stream: wait for whatever torch queued that made the inputs.
-    torch.cuda.synchronize(inputs["q"].device)
-    run_bundle(bundle, device, {name: torch_device_array(t) for name, t in {**inputs, **outputs}.items()}, scalars)
+    arrays = {name: torch_device_array(t) for name, t in {**inputs, **outputs}.items()}
+
+    def workspace(nbytes: int) -> DeviceArray:
+        # Held by the run until it closes; then freed stream-ordered: reused only by work queued after ours.
+        t = torch.empty(nbytes, dtype=torch.uint8, device=where)
+        return DeviceArray(t.data_ptr(), (nbytes,), (1,), np.dtype(np.uint8), owner=t)
+
+    stream = torch.cuda.current_stream(where).cuda_stream
+    with PreparedRun(bundle, device, arrays, scalars, stream=stream, workspace=workspace, poison=debug) as run:
+        run.launch()
     return outputs
 
 
@@ -305,10 +346,17 @@ def _torch_dtype(t) -> str:
     return names[t.dtype]
 
 
+def is_ml_bfloat16(array) -> bool:
+    """An `ml_dtypes.bfloat16` NumPy array (told by its dtype's name: ml_dtypes need not be installed)."""
+    return isinstance(array, np.ndarray) and array.dtype.name == "bfloat16"
+
+
 def _to_numpy(t) -> np.ndarray:
-    """A NumPy view of the data (torch tensors are copied to the host; bf16 becomes uint16 bits)."""
+    """A NumPy view of the data in the runtime's storage (torch tensors are copied to the host; bf16,
+    torch or ml_dtypes, becomes uint16 bits)."""
     if not _is_torch(t):
-        return np.asarray(t)
+        array = np.asarray(t)
+        return array.view(np.uint16) if is_ml_bfloat16(array) else array
     import torch
 
     t = t.detach().cpu()
@@ -318,7 +366,10 @@ def _to_numpy(t) -> np.ndarray:
 
 
 def _like(reference, array: np.ndarray):
-    """`array` as a torch tensor of `reference`'s dtype on its device."""
+    """`array` (in storage) as what `reference` is: a torch tensor of its dtype on its device, an
+    ml_dtypes.bfloat16 array, or the array itself."""
+    if not _is_torch(reference):
+        return array.view(reference.dtype) if is_ml_bfloat16(np.asarray(reference)) else array
     import torch
 
     if reference.dtype == torch.bfloat16:

@@ -75,7 +75,22 @@ def measure(torch, call, calls: int, cycles_per_second: float) -> dict:
     return {"host_s": host, "gpu_s": start.elapsed_time(stop) / 1e3 / calls, "back_to_back": queued < sleep_seconds}
 
 
-def run(directory: Path, report: Path, calls: int) -> int:
+def profile(torch, our_backward, calls: int, path: Path) -> None:
+    """Where our host time goes: cProfile's top functions, by cumulative and by own time."""
+    import cProfile
+    import io
+    import pstats
+
+    profiler = cProfile.Profile()
+    profiler.runcall(lambda: [our_backward() for _ in range(calls)])
+    torch.cuda.synchronize()
+    text = io.StringIO()
+    for order in ("cumulative", "tottime"):
+        pstats.Stats(profiler, stream=text).sort_stats(order).print_stats(30)
+    path.write_text(text.getvalue())
+
+
+def run(directory: Path, report: Path, calls: int, profile_path: Path | None = None) -> int:
     import torch
 
     from fmha_mlir.api import AttentionBackward
@@ -88,6 +103,8 @@ def run(directory: Path, report: Path, calls: int) -> int:
         torch_backward, our_backward = backward_calls(torch, ours, shape, seed=n)
         agreement = {name: float((a.float() - b.float()).abs().max() / b.float().abs().max())
                      for name, a, b in zip(("dq", "dk", "dv"), our_backward(), torch_backward())}
+        if profile_path is not None and n == 0:
+            profile(torch, our_backward, calls, profile_path)
         rows.append({"shape": list(shape), "torch": measure(torch, torch_backward, calls, rate),
                      "ours": measure(torch, our_backward, calls, rate), "max_rel_diff": agreement})
         print(f"B{shape[0]} H{shape[1]} S{shape[2]} D{shape[3]}: host {rows[-1]['torch']['host_s'] * 1e6:.1f} us "
@@ -122,6 +139,8 @@ def write_report(path: Path, rows: list[dict], meta: dict) -> None:
 def main(argv=None) -> int:
     p = build_run_parser(__doc__, "tools/reports/bench_torch_overhead.md")
     p.add_argument("--calls", type=int, default=200, help="calls per timed figure")
+    p.add_argument("--profile", type=Path, help="run: also write cProfile's top functions of --calls calls of "
+                                                "ours on the small shape to this file")
     args = p.parse_args(argv)
     if args.calls < 1:
         p.error(f"--calls {args.calls}: give at least 1")
@@ -129,7 +148,7 @@ def main(argv=None) -> int:
         for path in build_bf16_bundles(args.directory, SHAPES, MASK):
             print(f"built {path}")
         return 0
-    return run(args.directory, args.report, args.calls)
+    return run(args.directory, args.report, args.calls, args.profile)
 
 
 if __name__ == "__main__":

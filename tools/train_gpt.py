@@ -121,8 +121,24 @@ def learning_rate(t: TrainConfig, step: int) -> float:
     return t.lr * (0.1 + 0.9 * 0.5 * (1 + np.cos(np.pi * progress)))
 
 
-def train(m: ModelConfig, t: TrainConfig) -> dict:
-    """Train and return the run's record (the per-step logs, steps/s and what ran)."""
+PROFILED_STEPS = 5
+
+
+def write_profile(profiler, path: Path) -> None:
+    """torch.profiler's tables of the profiled steps: where the host time and the GPU time go."""
+    averages = profiler.key_averages()
+    path.write_text("\n\n".join(averages.table(sort_by=key, row_limit=30)
+                                 for key in ("self_cpu_time_total", "self_cuda_time_total")) + "\n")
+
+
+def train(m: ModelConfig, t: TrainConfig, profile: Path | None = None) -> dict:
+    """Train and return the run's record (the per-step logs, steps/s and what ran). With `profile`,
+    steps timing_warmup .. + PROFILED_STEPS run under torch.profiler (its tables go there; the run's
+    steps/s then include the profiler's own cost)."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as profiler_of
+
+    profiler = None
     attend, implementation = (sdpa_attention, "torch SDPA flash") if t.attention == "sdpa" else \
         fmha_attention(t.bundle_dir)
     device = torch.device(t.device)
@@ -136,6 +152,13 @@ def train(m: ModelConfig, t: TrainConfig) -> dict:
         if step == t.timing_warmup:
             synchronize(device)
             started = time.perf_counter()
+            if profile is not None:
+                profiler = profiler_of(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
+                profiler.__enter__()
+        if profiler is not None and step == t.timing_warmup + PROFILED_STEPS:
+            profiler.__exit__(None, None, None)
+            write_profile(profiler, profile)
+            profiler = None
         for group in optimizer.param_groups:
             group["lr"] = learning_rate(t, step)
         batch = data[order[step * t.batch:(step + 1) * t.batch]]
@@ -157,7 +180,8 @@ def train(m: ModelConfig, t: TrainConfig) -> dict:
             "device": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
             "torch": torch.__version__, "loss": logs[:, 0].tolist(), "grad_norm": logs[:, 1].tolist(),
             "qkv_grad_norm": logs[:, 2::2].tolist(), "out_grad_norm": logs[:, 3::2].tolist(),
-            "timed_steps": timed, "steps_per_s": timed / seconds if timed > 0 else None}
+            "timed_steps": timed, "steps_per_s": timed / seconds if timed > 0 else None,
+            "profiled": profile is not None}
 
 
 def add_config_arguments(p: argparse.ArgumentParser) -> None:
@@ -195,6 +219,8 @@ def main(argv=None) -> int:
     run.add_argument("--attention", choices=("sdpa", "fmha"), default="sdpa")
     run.add_argument("--seed", type=int, default=0)
     run.add_argument("--json", type=Path, help="where the run's record goes (default: not written)")
+    run.add_argument("--profile", type=Path, help=f"write torch.profiler's tables of {PROFILED_STEPS} steps after "
+                                                  "--timing-warmup to this file (slows those steps)")
     add_config_arguments(run)
     args = p.parse_args(argv)
     if args.action == "build":
@@ -202,7 +228,7 @@ def main(argv=None) -> int:
         for path in build_bf16_bundles(args.directory, [(1, m.heads, m.seq, m.head_dim)], MASK):
             print(f"built {path}")
         return 0
-    record = train(*configs(run, args, args.attention, args.seed))
+    record = train(*configs(run, args, args.attention, args.seed), profile=args.profile)
     print(f"{record['attention']}, seed {args.seed}: loss {record['loss'][0]:.3f} -> {record['loss'][-1]:.3f}, "
           f"{record['steps_per_s'] or float('nan'):.2f} steps/s")
     if args.json:

@@ -7,6 +7,7 @@ on AMD the result is checked against the code object's own metadata before a lau
 """
 from __future__ import annotations
 
+import functools
 import struct
 from dataclasses import dataclass
 from typing import Mapping, Sequence, Union
@@ -68,12 +69,19 @@ class ArgField:
 
 @dataclass(frozen=True)
 class PackedArgs:
-    fields: tuple[ArgField, ...]
+    """The kernarg blob, each field's offset in it, and (for checks and messages) the fields themselves."""
+
+    flat: tuple[tuple[str, str, Union[int, float]], ...]   # flatten_args' (name, type, value)
+    offsets: tuple[int, ...]
     blob: bytes
 
     @property
     def size(self) -> int:
         return len(self.blob)
+
+    @property
+    def fields(self) -> tuple[ArgField, ...]:
+        return tuple(ArgField(name, kind, value, offset) for (name, kind, value), offset in zip(self.flat, self.offsets))
 
 
 def bind_args(kernel: str, params: Sequence[dict], args: Sequence[KernelArg]) -> list[KernelArg]:
@@ -109,16 +117,24 @@ def flatten_args(args: Sequence[KernelArg]) -> list[tuple[str, str, Union[int, f
 
 def pack_args(args: Sequence[KernelArg]) -> PackedArgs:
     """Lay the flattened parameters out at natural alignment; the blob is padded to 8 bytes."""
-    fields, offset = [], 0
-    for name, kind, value in flatten_args(args):
-        size = FIELD_TYPES[kind][1]
-        offset = _align(offset, size)
-        fields.append(ArgField(name, kind, value, offset))
-        offset += size
-    blob = bytearray(_align(offset, 8))
-    for field in fields:
-        struct.pack_into("<" + field.format, blob, field.offset, field.value)
-    return PackedArgs(tuple(fields), bytes(blob))
+    flat = tuple(flatten_args(args))
+    offsets, layout = _layout(tuple(kind for _, kind, _ in flat))
+    return PackedArgs(flat, offsets, layout.pack(*(value for _, _, value in flat)))
+
+
+@functools.lru_cache(maxsize=512)
+def _layout(kinds: tuple[str, ...]) -> tuple[tuple[int, ...], struct.Struct]:
+    """(each field's offset, one Struct packing them all with the padding) for fields of these types:
+    computed once per kernel signature, since a training loop packs the same kernels on every call."""
+    offsets, format, offset = [], "<", 0
+    for kind in kinds:
+        code, size = FIELD_TYPES[kind]
+        aligned = _align(offset, size)
+        format += "x" * (aligned - offset) + code
+        offsets.append(aligned)
+        offset = aligned + size
+    format += "x" * (_align(offset, 8) - offset)
+    return tuple(offsets), struct.Struct(format)
 
 
 def _align(offset: int, alignment: int) -> int:

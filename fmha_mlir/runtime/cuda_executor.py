@@ -21,7 +21,7 @@ from ..errors import RuntimeLaunchError
 from .args import KernelArg, pack_args
 from .executor import Allocation, Executor, KernelSet, check_status
 
-INSTALL_HINT = "pip install cuda-bindings==13.0.3"
+INSTALL_HINT = "pip install 'cuda-bindings>=12.6' (the fmha-mlir[cuda] extra)"
 # A launch may use this much dynamic shared memory without asking; more needs the function attribute.
 DEFAULT_DYNAMIC_SHARED_BYTES = 48 * 1024
 
@@ -179,7 +179,7 @@ class CudaKernels(KernelSet):
             function = self._function(kernel, shared_bytes)
         packed = pack_args(args)
         blob = np.frombuffer(packed.blob, np.uint8).copy()
-        params = np.array([blob.ctypes.data + f.offset for f in packed.fields], np.uint64)
+        params = np.array(packed.offsets, np.uint64) + np.uint64(blob.ctypes.data)   # a pointer to each field
         grid, block, what = tuple(grid), tuple(block), f"cuLaunchKernel({kernel}, grid={tuple(grid)}, block={tuple(block)})"
         launch, address, current, stream = self._cu.cuLaunchKernel, params.ctypes.data, self._executor.current, stream or 0
 

@@ -149,9 +149,10 @@ def executor_class(name: str) -> type[Executor]:
     return getattr(importlib.import_module(module), cls)
 
 
-def get_executor(name: str | None = None, vendor: str | None = None) -> Executor:
+def get_executor(name: str | None = None, vendor: str | None = None, device_index: int = 0) -> Executor:
     """The executor `name` ('cuda', 'hip', 'cpu'), or with None the GPU executor for `vendor` ('nvidia'
-    or 'amd', e.g. `bundle.target.vendor`; None tries both) when it is usable here, else 'cpu'."""
+    or 'amd', e.g. `bundle.target.vendor`; None tries both) when it is usable here, else 'cpu'.
+    device_index: the GPU a GPU executor drives."""
     if vendor is not None and vendor not in GPU_EXECUTOR_OF_VENDOR:
         raise RuntimeLaunchError(f"unknown vendor {vendor!r}; choose one of {', '.join(GPU_EXECUTOR_OF_VENDOR)}")
     if name is not None:
@@ -159,10 +160,14 @@ def get_executor(name: str | None = None, vendor: str | None = None) -> Executor
         usable, reason = cls.available()
         if not usable:
             raise RuntimeLaunchError(f"executor {name!r} is not available: {reason}")
-        return cls()
+        return _create(cls, device_index)
     candidates = [GPU_EXECUTOR_OF_VENDOR[vendor]] if vendor else list(GPU_EXECUTOR_OF_VENDOR.values())
     for candidate in candidates + ["cpu"]:
         cls = executor_class(candidate)
         if cls.available()[0]:
-            return cls()
+            return _create(cls, device_index)
     raise RuntimeLaunchError("no executor is available, not even 'cpu': " + executor_class("cpu").available()[1])
+
+
+def _create(cls: type[Executor], device_index: int) -> Executor:
+    return cls(device_index) if cls.vendor is not None else cls()

@@ -17,7 +17,7 @@ from ..errors import RuntimeLaunchError
 from .args import KernelArg, check_against_metadata, metadata_field, pack_args
 from .executor import Allocation, Executor, KernelSet, check_status
 
-INSTALL_HINT = "pip install hip-python==7.2.2.562.43"
+INSTALL_HINT = "pip install 'hip-python>=6.2' (the fmha-mlir[rocm] extra)"
 # The `extra` tags, fixed by hip_runtime_api.h as ((void*)1), ((void*)2), ((void*)3). Spelled out here
 # because hip-python does not promise to export these macros as plain integers.
 HIP_LAUNCH_PARAM_BUFFER_POINTER, HIP_LAUNCH_PARAM_BUFFER_SIZE, HIP_LAUNCH_PARAM_END = 1, 2, 3

@@ -7,11 +7,14 @@ plausible zero.
 
 DeviceArrays (tensors already in GPU memory) are used in place: no copies, so then every tensor,
 outputs included, must be one, and outputs must be dense (their zero fill covers their whole span).
+A training loop's caller (fmha_mlir.torch) also hands over its stream and a workspace allocator (torch's
+caching allocator) and turns poisoning off: then a run allocates nothing itself, copies nothing to or
+from the host and never waits for the device.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Callable, Mapping
 
 import numpy as np
 
@@ -277,12 +280,22 @@ def plan_layouts(bundle: Bundle, host: Mapping[str, np.ndarray], scalars: Mappin
 
 class PreparedRun:
     """A bundle's buffers staged on `device`: `launch()` runs every step (as often as wanted, e.g. to
-    time it), `results()` downloads dq, dk, dv. Use it as a context manager to free the buffers."""
+    time it), `results()` downloads dq, dk, dv. Use it as a context manager to free the buffers.
+
+    stream: the native stream every launch and zero fill is queued on (None: the default stream).
+    workspace: where workspaces come from when the tensors are DeviceArrays, nbytes -> DeviceArray
+        (memory the caller owns and frees, e.g. torch's caching allocator, stream-ordered on `stream`);
+        None: the executor allocates them and close() frees them.
+    poison: every buffer the plan writes starts as NaN, so an element no kernel writes cannot pass for
+        a value. In GPU memory that is a device synchronisation and a host upload per buffer: a debug
+        mode there, the default for host arrays (which are uploaded anyway).
+    """
 
     def __init__(self, bundle: Bundle, device: Executor, tensors: Mapping[str, np.ndarray],
-                 scalars: Mapping[str, int] | None = None):
+                 scalars: Mapping[str, int] | None = None, *, stream: int | None = None,
+                 workspace: Callable[[int], DeviceArray] | None = None, poison: bool = True):
         device.check_bundle(bundle)
-        self.bundle, self.device = bundle, device
+        self.bundle, self.device, self.stream = bundle, device, stream
         self.host = check_tensors(bundle, tensors)
         self.scalars = check_scalars(bundle, tensors, scalars)
         self.outputs = [name for name, buf in problem_buffers(bundle).items() if buf["role"] == "output"]
@@ -290,19 +303,29 @@ class PreparedRun:
         self.kernels = device.load(bundle)
         self.allocations: dict[str, Allocation] = {}
         self.buffers: dict[str, DeviceBuffer] = {}
+        # The workspace allocator's arrays: held until close(), or their memory would be handed out again
+        # (torch's caching allocator reuses a freed block at once) while this run still uses it.
+        self.workspaces: dict[str, DeviceArray] = {}
         self._prepared = None
+        on_device = any(isinstance(array, DeviceArray) for array in self.host.values())
+        if workspace is not None and not on_device:
+            raise RuntimeLaunchError("a workspace allocator serves runs on GPU-resident tensors (DeviceArrays); "
+                                     "host arrays are staged by the executor")
         try:
             for name, layout in self.layouts.items():
                 nbytes = layout.span * layout.storage.itemsize
                 array = self.host.get(name)
+                if array is None and workspace is not None:
+                    array = self.workspaces[name] = _workspace(workspace, name, nbytes)
                 if isinstance(array, DeviceArray):  # used in place: borrowed, never copied or freed
                     allocation = device.borrow(array.address, nbytes)
+                    if poison and bundle.buffers[name]["role"] != "input":
+                        device.synchronize()   # the memory may still be in use by earlier work on a stream
+                        device.upload(allocation, _nan(layout))
                 else:
                     allocation = self.allocations[name] = device.alloc(nbytes)
                     role = bundle.buffers[name]["role"]
-                    staged = layout.stage(array) if role == "input" else np.full(
-                        layout.span, to_storage(np.float32(np.nan), layout.dtype), layout.storage)
-                    device.upload(allocation, staged)
+                    device.upload(allocation, layout.stage(array) if role == "input" else _nan(layout))
                 self.buffers[name] = DeviceBuffer(name, layout.dtype, layout.shape, layout.strides,
                                                   allocation.address, allocation)
         except BaseException as exc:
@@ -314,7 +337,7 @@ class PreparedRun:
         if self._prepared is None:
             shapes = {name: layout.shape for name, layout in self.layouts.items()}
             self._prepared = [_prepare_step(self.bundle, self.device, self.kernels, index, step, shapes, self.buffers,
-                                            self.scalars)
+                                            self.scalars, self.stream)
                               for index, step in enumerate(self.bundle.steps)]
         for run in self._prepared:
             run()
@@ -332,6 +355,7 @@ class PreparedRun:
 
     def close(self) -> None:
         """Free every buffer, even when freeing one fails (the first failure is raised afterwards)."""
+        self.workspaces = {}   # stream-ordered memory: freed now, reused only by work queued after ours
         allocations, self.allocations = self.allocations, {}
         failure = None
         for allocation in allocations.values():
@@ -361,6 +385,19 @@ def run_bundle(bundle: Bundle, device: Executor, tensors: Mapping[str, np.ndarra
     with PreparedRun(bundle, device, tensors, scalars) as run:
         run.launch()
         return run.results()
+
+
+def _workspace(allocate: Callable[[int], DeviceArray], name: str, nbytes: int) -> DeviceArray:
+    array = allocate(nbytes)
+    if not isinstance(array, DeviceArray) or array.span_bytes < nbytes:
+        raise RuntimeLaunchError(f"the workspace allocator returned {array!r} for workspace {name!r}; it must "
+                                 f"return a DeviceArray of at least {nbytes} bytes")
+    return array
+
+
+def _nan(layout: Layout) -> np.ndarray:
+    """The staging array that poisons a buffer of this layout."""
+    return np.full(layout.span, to_storage(np.float32(np.nan), layout.dtype), layout.storage)
 
 
 def _prepare_step(bundle: Bundle, device: Executor, kernels: KernelSet, index: int, step: dict,

@@ -12,7 +12,7 @@ DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 
 def attention(q, k, v, *, mask="none", scale=None, bias=None, alibi_slopes=None, softcap=0.0, layout="bhsd",
-              deterministic=False, bundle_dir=None, forward="auto"):
+              deterministic=False, bundle_dir=None, forward="auto", debug=False):
     """softmax(S) V with S = scale Q K^T (C tanh(. / C) with softcap=C) + bias, masked; returns out in
     the caller's layout, differentiable in q, k, v and a bias or slopes tensor that requires grad.
 
@@ -21,10 +21,12 @@ def attention(q, k, v, *, mask="none", scale=None, bias=None, alibi_slopes=None,
     bias: a tensor [Sq, Sk], [H, Sq, Sk] or [B, H, Sq, Sk] in q's dtype (size-1 dims broadcast) or
     'alibi' (-slope_h |i + Sk - Sq - j|, the standard slopes or alibi_slopes [H] / [B, H] f32).
     forward: 'auto' or a name of fmha_mlir.torch.forwards.FORWARDS; bundle_dir: prebuilt bundles (prebuild).
+    debug: on CUDA, our backward NaN-fills every buffer its kernels write before they run, so an element
+    none writes shows up as NaN (a device synchronisation and host uploads per call: not for training).
     """
     options = options_of(q, mask=mask, scale=scale, bias=bias, softcap=softcap, layout=layout,
                          deterministic=deterministic, bundle_dir=bundle_dir, forward=forward,
-                         alibi_slopes=alibi_slopes)
+                         alibi_slopes=alibi_slopes, debug=debug)
     bias_tensor = bias if isinstance(bias, torch.Tensor) else None
     _check_tensors(q, k, v, bias_tensor, alibi_slopes, options)
     choose_forward(ForwardCase.of(logical(q, layout), logical(k, layout), logical(v, layout), options))  # refuse early

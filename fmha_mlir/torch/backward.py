@@ -18,12 +18,14 @@ INTERPRETED_ARCH = "sm_90"
 
 
 @functools.cache
-def backward_runner(device_type: str, device_index: int | None, bundle_dir: str | None) -> AttentionBackward:
+def backward_runner(device_type: str, device_index: int | None, bundle_dir: str | None,
+                    debug: bool = False) -> AttentionBackward:
     """The AttentionBackward of one device (it caches compiled bundles, so it lives as long as the process)."""
     if device_type == "cpu":
         return AttentionBackward(executor="cpu", arch=INTERPRETED_ARCH, bundle_dir=bundle_dir)
     if device_type == "cuda":
-        return AttentionBackward(executor="cuda", bundle_dir=bundle_dir)
+        return AttentionBackward(executor="cuda", device_index=device_index or 0, bundle_dir=bundle_dir,
+                                 debug=debug)
     raise SpecError([Reason("device", f"our backward runs on CPU and CUDA tensors, not {device_type!r} ones",
                             "move the tensors to 'cuda' or 'cpu'")])
 

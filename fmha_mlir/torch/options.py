@@ -18,7 +18,8 @@ LAYOUTS = ("bhsd", "bshd")
 class AttentionOptions:
     """mask: which keys a query sees (spec.Mask); scale: the softmax scale (resolved, never None);
     softcap: 0 or C of C tanh(s / C); bias: none, elementwise (a tensor) or alibi; layout: the caller's
-    storage order of q, k, v and out; forward: a name of forwards.FORWARDS or 'auto'."""
+    storage order of q, k, v and out; forward: a name of forwards.FORWARDS or 'auto'; debug: our
+    backward NaN-fills every buffer its kernels write first (AttentionBackward.debug; slow)."""
 
     scale: float
     mask: Mask = field(default_factory=Mask)
@@ -28,16 +29,18 @@ class AttentionOptions:
     deterministic: bool = False
     bundle_dir: str | None = None
     forward: str = "auto"
+    debug: bool = False
 
     def as_op_args(self) -> tuple:
         """The options as the custom ops take them (after the tensors), in op-schema order."""
         return (self.bias, str(self.mask), self.scale, self.softcap, self.layout, self.deterministic,
-                self.bundle_dir, self.forward)
+                self.bundle_dir, self.forward, self.debug)
 
     @staticmethod
     def from_op_args(bias: str, mask: str, scale: float, softcap: float, layout: str, deterministic: bool,
-                     bundle_dir: str | None, forward: str) -> "AttentionOptions":
-        return AttentionOptions(scale, Mask.parse(mask), softcap, bias, layout, deterministic, bundle_dir, forward)
+                     bundle_dir: str | None, forward: str, debug: bool) -> "AttentionOptions":
+        return AttentionOptions(scale, Mask.parse(mask), softcap, bias, layout, deterministic, bundle_dir, forward,
+                                debug)
 
     def reasons(self) -> list[Reason]:
         out = list(self.mask.reasons())
@@ -49,8 +52,9 @@ class AttentionOptions:
                               "leave it None for 1/sqrt(head dim)"))
         if not (isinstance(self.softcap, float) and math.isfinite(self.softcap) and self.softcap >= 0):
             out.append(Reason("softcap", f"must be a finite float >= 0 (got {self.softcap!r})", "0 turns it off"))
-        if not isinstance(self.deterministic, bool):
-            out.append(Reason("deterministic", f"must be True or False (got {self.deterministic!r})"))
+        for name in ("deterministic", "debug"):
+            if not isinstance(getattr(self, name), bool):
+                out.append(Reason(name, f"must be True or False (got {getattr(self, name)!r})"))
         if self.bundle_dir is not None and not isinstance(self.bundle_dir, str):
             out.append(Reason("bundle_dir", f"must be a path string or None (got {type(self.bundle_dir).__name__})",
                               "pass str(path)"))
@@ -68,7 +72,7 @@ def default_scale(hdim_q: int) -> float:
 
 
 def options_of(q, *, mask, scale, bias, softcap, layout, deterministic, bundle_dir, forward,
-               alibi_slopes=None) -> AttentionOptions:
+               alibi_slopes=None, debug=False) -> AttentionOptions:
     """attention()'s keyword arguments as checked options (q: the caller's tensor, for the head dim)."""
     if isinstance(bias, str) and bias != "alibi":
         raise SpecError([Reason("bias", f"unknown bias {bias!r}",
@@ -80,7 +84,7 @@ def options_of(q, *, mask, scale, bias, softcap, layout, deterministic, bundle_d
         scale=_as_float(scale) if scale is not None else default_scale(q.shape[-1]),
         mask=mask if isinstance(mask, Mask) else Mask.parse(mask), softcap=_as_float(softcap), bias=kind,
         layout=layout, deterministic=deterministic, bundle_dir=None if bundle_dir is None else str(bundle_dir),
-        forward=forward)
+        forward=forward, debug=debug)
     options.check()
     return options
 

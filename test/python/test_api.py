@@ -70,6 +70,32 @@ def test_uint16_arrays_need_an_explicit_bf16_dtype():
         attention_bwd(q, q, q, q, q, np.zeros((1, 1, 2), np.float32), executor="cpu")
 
 
+def test_ml_dtypes_bfloat16_arrays_in_and_out_equal_the_uint16_bit_patterns():
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    spec = AttentionBwdSpec(dtype="bf16", hdim_q=64, mask=Mask("causal_bottom_right"))
+    t = make_problem(spec, ProblemSize(1, 2, 6, 9), seed=4).tensors
+    bwd = AttentionBackward(executor="cpu", arch="sm_90")
+    as_bits = bwd(t["q"], t["k"], t["v"], t["o"], t["do"], t["lse"], mask=spec.mask, dtype="bf16")
+    typed = {n: a.view(ml_dtypes.bfloat16) if a.dtype == np.uint16 else a for n, a in t.items()}
+    grads = bwd(typed["q"], typed["k"], typed["v"], typed["o"], typed["do"], typed["lse"], mask=spec.mask)
+    assert [g.dtype for g in grads] == [np.dtype(ml_dtypes.bfloat16)] * 3     # the dtype told: no dtype= needed
+    assert all(np.array_equal(g.view(np.uint16), bits) for g, bits in zip(grads, as_bits))
+
+
+def test_cuda_tensors_never_fall_back_to_the_cpu():
+    torch = pytest.importorskip("torch")
+    from fmha_mlir.runtime.cpu_executor import CpuExecutor
+
+    with pytest.raises(SpecError, match="the tensors live on cuda:0 but the executor is 'cpu'"):
+        AttentionBackward()._cuda_executor(CpuExecutor(), torch.device("cuda", 0))
+
+    class OtherGpu:
+        name, device_index = "cuda", 0
+
+    with pytest.raises(SpecError, match=r"drives cuda:0 .* AttentionBackward\(device_index=1\)"):
+        AttentionBackward()._cuda_executor(OtherGpu(), torch.device("cuda", 1))
+
+
 def test_main_job_prints_pass_rows_and_exits_zero(capsys):
     assert main_job.main(["--target", "sm_90", "--executor", "cpu", "--batch", "1", "--heads", "2",
                           "--seqlen-q", "5", "--seqlen-k", "9"]) == 0

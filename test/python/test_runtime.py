@@ -11,6 +11,7 @@ import re
 import struct
 import sys
 import types
+import weakref
 from pathlib import Path
 
 import numpy as np
@@ -26,7 +27,8 @@ from fmha_mlir.runtime.args import (DeviceBuffer, ScalarArg, bind_args, check_ag
                                     flatten_args, pack_args)
 from fmha_mlir.runtime.bundle import FORMAT, Bundle, spec_from_json, spec_to_json  # noqa: E402
 from fmha_mlir.runtime.cpu_executor import CpuExecutor, device_view  # noqa: E402
-from fmha_mlir.runtime.executor import get_executor  # noqa: E402
+from fmha_mlir.runtime.device_array import DeviceArray  # noqa: E402
+from fmha_mlir.runtime.executor import Allocation, get_executor  # noqa: E402
 from fmha_mlir.runtime.hsaco_metadata import target_arch  # noqa: E402
 from fmha_mlir.runtime.kernel_signatures import kernel_signatures  # noqa: E402
 from fmha_mlir.runtime.runner import PreparedRun, check_tensors, run_bundle  # noqa: E402
@@ -461,6 +463,101 @@ def test_runner_keeps_strides_of_inputs_and_given_outputs():
         np.testing.assert_array_equal(result[name], want, err_msg=name)
 
 
+class ResidentKernels(NumpyKernels):
+    """NumpyKernels over "GPU-resident" tensors: NumPy arrays handed over as DeviceArrays at their own
+    addresses. Records every call that would allocate, copy or wait, and the stream of each launch."""
+
+    def __init__(self):
+        super().__init__()
+        self.memory, self.calls = {}, []
+
+    def resident(self, array: np.ndarray) -> DeviceArray:
+        array = np.ascontiguousarray(array)
+        self.memory[array.ctypes.data] = array.reshape(-1).view(np.uint8)
+        return DeviceArray(array.ctypes.data, array.shape, array.strides, array.dtype, owner=array)
+
+    def borrow(self, address, nbytes):
+        return Allocation(address, nbytes, self.memory[address][:nbytes])
+
+    def prepare(self, kernel, grid, block, args, shared_bytes=0, stream=None):
+        self.calls.append(("launch", kernel, stream))
+        return super().prepare(kernel, grid, block, args, shared_bytes, stream)
+
+    def zero(self, allocation, stream=None):
+        self.calls.append(("zero", allocation.nbytes, stream))
+        super().zero(allocation, stream)
+
+    def alloc(self, nbytes):
+        self.calls.append(("alloc", nbytes))
+        return super().alloc(nbytes)
+
+    def upload(self, allocation, host):
+        self.calls.append(("upload", host.nbytes))
+        super().upload(allocation, host)
+
+    def download(self, allocation, host):
+        self.calls.append(("download", host.nbytes))
+        super().download(allocation, host)
+
+    def synchronize(self):
+        self.calls.append(("synchronize",))
+
+
+class CachingAllocator:
+    """torch's caching allocator in miniature: a block whose owner is dropped goes back to the pool, and
+    the next request it is large enough for gets it again (torch does that at once, stream-ordered)."""
+
+    def __init__(self, device: ResidentKernels):
+        self.device, self.free, self.handed_out = device, [], 0
+
+    def __call__(self, nbytes: int) -> DeviceArray:
+        fits = [i for i, b in enumerate(self.free) if b.nbytes >= nbytes]
+        block = self.free.pop(fits[0]) if fits else np.zeros(max(nbytes, 1 << 16), np.uint8)
+        owner = type("Block", (), {})()   # what the run must keep alive while it uses the block
+        weakref.finalize(owner, self.free.append, block)
+        self.handed_out += 1
+        self.device.memory[block.ctypes.data] = block
+        return DeviceArray(block.ctypes.data, (nbytes,), (1,), block.dtype, owner=owner)
+
+
+def _resident_run(poison: bool):
+    """One run on resident tensors with a workspace allocator, as fmha_mlir.torch drives it."""
+    device, tensors = ResidentKernels(), problem_tensors()
+    outputs = {name: np.zeros_like(a) for name, a in expected_gradients(tensors).items()}
+    arrays = {name: device.resident(a) for name, a in {**tensors, **outputs}.items()}
+    allocator = CachingAllocator(device)
+    with PreparedRun(attention_bundle(), device, arrays, stream=7, workspace=allocator, poison=poison) as run:
+        run.launch()
+        addresses = {buf.address for name, buf in run.buffers.items()}
+    assert len(addresses) == len(run.buffers)   # no two buffers share a block while the run holds them
+    return device, tensors, arrays, allocator
+
+
+def test_a_training_loop_run_allocates_copies_and_waits_for_nothing():
+    device, tensors, arrays, allocator = _resident_run(poison=False)
+    for name, want in expected_gradients(tensors).items():
+        np.testing.assert_array_equal(arrays[name].owner, want, err_msg=name)
+    assert allocator.handed_out == 3 and len(allocator.free) == 3   # d, dk_acc, dv_acc; back in the pool
+    assert not [c for c in device.calls if c[0] not in ("launch", "zero")]
+    assert {c[-1] for c in device.calls} == {7}     # every launch and zero fill on the caller's stream
+
+
+def test_debug_poisoning_of_resident_buffers_waits_and_fills_with_nan():
+    device, *_ = _resident_run(poison=True)
+    written = 6   # dq, dk, dv and the three workspaces; the inputs are not touched
+    assert [c[0] for c in device.calls[:2 * written]] == ["synchronize", "upload"] * written
+
+
+def test_a_workspace_allocator_needs_resident_tensors():
+    with pytest.raises(RuntimeLaunchError, match="a workspace allocator serves runs on GPU-resident tensors"):
+        PreparedRun(attention_bundle(), NumpyKernels(), problem_tensors(), workspace=lambda n: None)
+    device, tensors = ResidentKernels(), problem_tensors()
+    outputs = {name: np.zeros_like(a) for name, a in expected_gradients(tensors).items()}
+    arrays = {name: device.resident(a) for name, a in {**tensors, **outputs}.items()}
+    with pytest.raises(RuntimeLaunchError, match="the workspace allocator returned None for workspace 'd'"):
+        PreparedRun(attention_bundle(), device, arrays, workspace=lambda n: None)
+
+
 def _without(steps: list, unwanted) -> list:
     return [s for s in steps if s.get("kernel") != unwanted and s != unwanted]
 
@@ -674,6 +771,26 @@ def test_cuda_executor_pushes_its_context_only_for_its_own_calls(monkeypatch):
     executor.zero(executor.borrow(0x1000, 64), stream=7)
     # another context was current (torch's device, or none): pushed for the call, popped after it
     assert fake.calls[-4:] == ["cuCtxGetCurrent", "cuCtxPushCurrent", "cuMemsetD32Async", "cuCtxPopCurrent"]
+
+
+def test_cuda_launch_passes_a_pointer_to_each_packed_field_on_the_given_stream(monkeypatch):
+    seen = []
+
+    class Driver(FakeCuda):
+        def cuLaunchKernel(self, function, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
+            pointers = (ctypes.c_uint64 * 7).from_address(params)   # x: ptr, ptr, offset, size, stride; n; s
+            values = [ctypes.c_uint64.from_address(p).value for p in pointers[:5]]
+            values += [ctypes.c_int32.from_address(pointers[5]).value, ctypes.c_float.from_address(pointers[6]).value]
+            seen.append(((gx, gy, gz), (bx, by, bz), shared, stream, values))
+            return (0,)
+
+    monkeypatch.setattr(cuda_executor, "_driver", lambda: Driver())
+    executor = cuda_executor.CudaExecutor()
+    kernels = cuda_executor.CudaKernels(executor, "module")
+    args = [DeviceBuffer("x", "f32", (9,), (1,), 0xABC000), ScalarArg("n", "i32", 9), ScalarArg("s", "f32", 0.5)]
+    run = kernels.prepare("k", (3, 2, 1), (128, 1, 1), args, 0, stream=42)
+    run(), run()   # packed once, launched twice
+    assert seen == [((3, 2, 1), (128, 1, 1), 0, 42, [0xABC000, 0xABC000, 0, 9, 1, 9, 0.5])] * 2
 
 
 class FakeHip:

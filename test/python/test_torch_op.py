@@ -1,12 +1,16 @@
 """fmha_mlir.torch: torch's forwards' lse in our convention, our backward under the gate, layouts, GQA,
 dbias, torch.compile without graph breaks, the fake impls, a finite-difference check, bad options.
 
-CPU tensors run our sm_90 bundles in the interpreter; the CUDA tests run on the H200
-(python -m pytest -q test/python/test_torch_op.py).
+CPU tensors run our sm_90 bundles in the interpreter; the CUDA tests run on the H200. A GPU machine
+without MLIR takes the bundles they need prebuilt where MLIR is:
+    python test/python/test_torch_op.py DIR        # here
+    python -m pytest -q test/python/test_torch_op.py --torch-bundles DIR       # there
 """
 from __future__ import annotations
 
+import importlib.util
 import math
+import sys
 
 import numpy as np
 import pytest
@@ -14,6 +18,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from fmha_mlir import SpecError, oracle  # noqa: E402
+from fmha_mlir.dtypes import from_storage  # noqa: E402
 from fmha_mlir.api import AttentionBackward, torch_dtype_names  # noqa: E402
 from fmha_mlir.tolerance import check_gradients  # noqa: E402
 from fmha_mlir.torch import attention  # noqa: E402
@@ -34,7 +39,7 @@ def _tensors(shape_q, shape_kv, dtype, device="cpu", seed=0, dv=None):
 
 
 def _values(t):
-    return t.detach().double().numpy()
+    return t.detach().cpu().double().numpy()
 
 
 def _options(q, **kw):
@@ -122,8 +127,9 @@ def test_auto_picks_by_device_and_options():
 # ---------------------------------------------------------------------------------------------------
 # our backward under the gate (CPU tensors through the interpreter)
 
-def _gate(q, k, v, bias, slopes, options, grads, do):
-    """The gate for the op's gradients, with the oracle fed the op's own saved out and lse."""
+def _gate(q, k, v, bias, slopes, options, grads, do, runner=None):
+    """The gate for the op's gradients, with the oracle fed the op's own saved out and lse; `runner`:
+    the AttentionBackward that ran them (its bundle's numerics model the rounding)."""
     out, lse = ops.attention_forward(q.detach(), k.detach(), v.detach(), bias, slopes, *options.as_op_args())
     names = ("dq", "dk", "dv") + (("dbias",) if bias is not None and bias.requires_grad else ()) + (
         ("dalibi_slopes",) if slopes is not None and slopes.requires_grad else ())
@@ -139,7 +145,7 @@ def _gate(q, k, v, bias, slopes, options, grads, do):
     if slopes is not None:
         extra["alibi_slopes"] = _values(slopes)
     inputs = [_values(x) for x in views[:3]] + [_values(views[3]), _values(views[4]), _values(lse)]
-    runner = backward_runner("cpu", None, None)
+    runner = runner or backward_runner("cpu", None, None)
     spec = spec_of(runner, *views[:3], bias, slopes, options, len(names) > 3)
     dtype = torch_dtype_names()[q.dtype]
     checks = check_gradients({n: _values(g) for n, g in zip(names, grads)}, oracle.backward(*inputs, **extra),
@@ -206,20 +212,25 @@ def test_bshd_equals_bhsd_with_the_callers_strides_and_no_copies(monkeypatch):
 # torch.compile, the fake impls, a finite-difference check
 
 class _Block(torch.nn.Module):
-    def __init__(self, width=64, heads=2):
+    def __init__(self, width=64, heads=2, bundle_dir=None):
         super().__init__()
         self.heads, self.qkv, self.proj = heads, torch.nn.Linear(width, 3 * width), torch.nn.Linear(width, width)
+        self.bundle_dir = bundle_dir
 
     def forward(self, x):
         b, s, w = x.shape
         q, k, v = self.qkv(x).view(b, s, 3, self.heads, w // self.heads).unbind(2)
-        return self.proj(attention(q, k, v, mask="top_left", layout="bshd").reshape(b, s, w))
+        out = attention(q, k, v, mask="top_left", layout="bshd", bundle_dir=self.bundle_dir)
+        return self.proj(out.reshape(b, s, w))
 
 
-def _compiled_matches_eager(device, backend, dtype):
+BLOCK_INPUT = (2, 16, 64)   # batch, seq, width of the _Block runs: heads 2 of dim 32
+
+
+def _compiled_matches_eager(device, backend, dtype, bundle_dir=None):
     torch.manual_seed(0)
-    model = _Block().to(device, dtype)
-    x = torch.randn(2, 16, 64, device=device, dtype=dtype)
+    model = _Block(bundle_dir=bundle_dir).to(device, dtype)
+    x = torch.randn(*BLOCK_INPUT, device=device, dtype=dtype)
     eager = model(x)
     eager.sum().backward()
     eager_grads = [p.grad.clone() for p in model.parameters()]
@@ -238,8 +249,8 @@ def test_torch_compile_fullgraph_matches_eager_on_cpu():
 
 
 @cuda
-def test_torch_compile_fullgraph_inductor_matches_eager_on_cuda():
-    _compiled_matches_eager("cuda", "inductor", torch.bfloat16)
+def test_torch_compile_fullgraph_inductor_matches_eager_on_cuda(cuda_bundles):
+    _compiled_matches_eager("cuda", "inductor", torch.bfloat16, cuda_bundles)
 
 
 @cuda
@@ -300,6 +311,133 @@ def test_one_backward_call_matches_central_differences_of_the_float64_forward():
 
 
 # ---------------------------------------------------------------------------------------------------
+# our backward on CUDA tensors: under the gate, on torch's stream, with torch's allocator, never waiting
+
+CUDA_CASES = {   # name: (dtype, batch, heads_q, heads_kv, Sq, Sk, head dim, kwargs)
+    "bf16-causal-gqa": (torch.bfloat16, 2, 8, 2, 256, 256, 64, dict(mask="top_left")),
+    "f16-bottom-right-bshd": (torch.float16, 1, 4, 4, 200, 328, 128, dict(mask="bottom_right", layout="bshd")),
+    "bf16-window-softcap": (torch.bfloat16, 1, 4, 2, 192, 192, 64, dict(mask="window:32,8", softcap=20.0)),
+    "bf16-bias-dbias": (torch.bfloat16, 1, 2, 2, 128, 160, 64, dict(bias="tensor")),
+    "bf16-alibi-dslopes": (torch.bfloat16, 1, 4, 4, 128, 128, 64, dict(bias="alibi", slopes=True)),
+    "f32-none": (torch.float32, 1, 2, 1, 77, 93, 64, {}),
+    "bf16-causal-gqa-deterministic": (torch.bfloat16, 2, 8, 2, 256, 256, 64, dict(mask="top_left",
+                                                                               deterministic=True)),
+}
+
+
+def _cuda_case(name, device):
+    """(q, k, v, bias, slopes, attention() kwargs) of a CUDA case, in the case's layout (meta: shapes only)."""
+    dtype, b, hq, hkv, sq, sk, d, kw = CUDA_CASES[name]
+    layout = kw.get("layout", "bhsd")
+    order = (lambda *s: (s[0], s[2], s[1], s[3])) if layout == "bshd" else (lambda *s: s)
+    if device == "meta":
+        q, k, v = (torch.empty(order(b, h, n, d), dtype=dtype, device="meta") for h, n in ((hq, sq), (hkv, sk), (hkv, sk)))
+    else:
+        q, k, v = (x.to(device) for x in _tensors(order(b, hq, sq, d), order(b, hkv, sk, d), dtype, seed=len(name)))
+    bias = (0.5 * torch.randn(hq, sq, sk)).to(device, dtype) if kw.get("bias") == "tensor" else kw.get("bias")
+    slopes = torch.linspace(0.1, 0.8, hq, device=device) if kw.get("slopes") else None
+    for t in (bias, slopes):
+        if isinstance(t, torch.Tensor):
+            t.requires_grad_()
+    opts = {n: kw[n] for n in ("mask", "softcap", "layout", "deterministic") if n in kw}
+    return q, k, v, bias, slopes, opts
+
+
+def cuda_bundle_builds():
+    """(where, what) of every bundle the CUDA tests load: (q, k, v as meta tensors, prebuild's kwargs)."""
+    for name in CUDA_CASES:
+        q, k, v, bias, slopes, opts = _cuda_case(name, "meta")
+        yield name, (q, k, v), dict(opts, bias=bias, alibi_slopes=slopes)
+    b, s, w = BLOCK_INPUT
+    meta = torch.empty((b, s, 2, w // 2), dtype=torch.bfloat16, device="meta")
+    yield "_Block", (meta, meta, meta), dict(mask="top_left", layout="bshd")
+
+
+@pytest.fixture
+def cuda_bundles(pytestconfig):
+    """The prebuilt bundles' directory (--torch-bundles), or None where MLIR can compile them."""
+    directory = pytestconfig.getoption("--torch-bundles")
+    if directory is None and importlib.util.find_spec("flydsl") is None:
+        pytest.skip("no --torch-bundles DIR and no MLIR to compile the bundles (python test/python/test_torch_op.py DIR)")
+    return directory
+
+
+def _cuda_backward(name, bundle_dir):
+    q, k, v, bias, slopes, opts = _cuda_case(name, "cuda")
+    for x in (q, k, v):
+        x.requires_grad_()
+    out = attention(q, k, v, bias=bias, alibi_slopes=slopes, bundle_dir=bundle_dir, **opts)
+    do = 0.5 * torch.randn(out.shape, generator=torch.Generator().manual_seed(1)).to("cuda", out.dtype)
+    out.backward(do)
+    return q, k, v, bias, slopes, opts, do
+
+
+@cuda
+@pytest.mark.parametrize("name", list(CUDA_CASES))
+def test_cuda_gradients_pass_the_gate(name, cuda_bundles):
+    q, k, v, bias, slopes, opts, do = _cuda_backward(name, cuda_bundles)
+    grads = [q.grad, k.grad, v.grad] + [t.grad for t in (bias, slopes) if isinstance(t, torch.Tensor)]
+    assert all(g is not None and g.is_cuda for g in grads)
+    tensor_bias = bias if isinstance(bias, torch.Tensor) else None
+    options = _options(q, bias=bias, alibi_slopes=slopes, bundle_dir=cuda_bundles, **opts)
+    _gate(q, k, v, tensor_bias, slopes, options, grads, do, backward_runner("cuda", 0, cuda_bundles))
+
+
+@cuda
+def test_cuda_backward_queues_on_the_current_stream_and_never_waits(cuda_bundles):
+    q, k, v, _, _, opts = _cuda_case("bf16-causal-gqa-deterministic", "cuda")
+
+    def grads_of(xs):
+        out = attention(*xs, bundle_dir=cuda_bundles, **opts)
+        torch.cuda._sleep(2_000_000_000)    # ~1 s of GPU time queued ahead of dO and our backward
+        do = torch.full_like(out, 0.5)      # written only after the sleep: read early, it is garbage
+        grads = torch.autograd.grad(out, xs, do)
+        return grads, not torch.cuda.current_stream().query()
+
+    reference, _ = grads_of([x.clone().requires_grad_() for x in (q, k, v)])   # loads the bundle too
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):   # autograd runs the backward on the forward's stream: side
+        grads, busy = grads_of([x.clone().requires_grad_() for x in (q, k, v)])
+    torch.cuda.current_stream().wait_stream(side)
+    assert busy        # a synchronisation anywhere in the call would have waited for the sleep
+    for got, want in zip(grads, reference):
+        assert torch.equal(got, want)   # deterministic mode: bitwise, unless a kernel read dO early
+
+
+@cuda
+def test_cuda_backward_takes_memory_from_torch_and_copies_nothing(cuda_bundles, monkeypatch):
+    from fmha_mlir.runtime.cuda_executor import CudaExecutor
+
+    _cuda_backward("bf16-causal-gqa", cuda_bundles)     # loaded once; what follows is the hot path
+    for method in ("alloc", "upload", "download", "synchronize"):
+        monkeypatch.setattr(CudaExecutor, method, lambda *a, m=method: pytest.fail(f"the hot path called {m}"))
+    before = torch.cuda.memory_stats()["allocation.all.allocated"]
+    q, *_ = _cuda_backward("bf16-causal-gqa", cuda_bundles)
+    assert torch.isfinite(q.grad).all()
+    # q, k, v, out, lse, dO, the gradients and our workspaces: all through torch's caching allocator
+    assert torch.cuda.memory_stats()["allocation.all.allocated"] - before > 10
+
+
+@cuda
+def test_cuda_debug_mode_poisons_what_the_kernels_write(cuda_bundles, monkeypatch):
+    from fmha_mlir.runtime.cuda_executor import CudaExecutor
+
+    uploads = []
+    upload = CudaExecutor.upload
+    monkeypatch.setattr(CudaExecutor, "upload", lambda self, a, host: (uploads.append(host), upload(self, a, host)))
+    q, k, v, _, _, opts = _cuda_case("bf16-causal-gqa", "cuda")
+    xs = [x.requires_grad_() for x in (q, k, v)]
+    attention(*xs, bundle_dir=cuda_bundles, debug=True, **opts).sum().backward()
+    runner = backward_runner("cuda", 0, cuda_bundles, True)
+    bundle = runner.bundle(spec_of(runner, q, k, v, None, None, _options(q, debug=True, **opts), False))
+    storage = {np.dtype(np.uint16): "bf16", np.dtype(np.float32): "f32"}
+    assert len(uploads) == sum(b["role"] != "input" for b in bundle.buffers.values())   # outputs, workspaces
+    assert all(np.isnan(from_storage(h, storage[h.dtype])).all() for h in uploads)
+    assert all(torch.isfinite(x.grad).all() for x in xs)
+
+
+# ---------------------------------------------------------------------------------------------------
 # bad options
 
 @pytest.mark.parametrize("kwargs, match", [
@@ -338,3 +476,12 @@ def test_prebuild_writes_the_bundle_the_op_loads(tmp_path, monkeypatch):
     xs = [x.requires_grad_() for x in _tensors((1, 9, 2, 32), (1, 12, 1, 32), torch.bfloat16)]
     attention(*xs, mask="bottom_right", softcap=2.0, layout="bshd", bundle_dir=str(tmp_path)).sum().backward()
     assert all(torch.isfinite(x.grad).all() for x in xs)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        sys.exit(f"usage: {sys.argv[0]} OUTPUT_DIR   (builds the bundles the CUDA tests load; needs MLIR)")
+    from fmha_mlir.torch import prebuild
+
+    for name, tensors, kwargs in cuda_bundle_builds():
+        print(name, prebuild(sys.argv[1], *tensors, arch="sm_90", **kwargs))
