@@ -11,6 +11,7 @@ Compiling needs MLIR (flydsl); a machine without it runs bundles compiled elsewh
 """
 from __future__ import annotations
 
+import functools
 import threading
 
 from dataclasses import dataclass, field
@@ -25,6 +26,7 @@ from .kernel_config import KernelConfig
 from .runtime.bundle import Bundle
 from .runtime.device_array import DeviceArray
 from .runtime.executor import Executor, executor_class, get_executor
+from .runtime.launch_plan import LaunchPlans
 from .runtime.runner import PreparedRun, run_bundle
 from .spec import AttentionBwdSpec, Mask
 from .target import get_target
@@ -33,6 +35,7 @@ _NUMPY_DTYPES = {np.dtype(np.float16): "f16", np.dtype(np.float32): "f32"}
 # The arch a GPU-less run interprets: gfx942 exercises the wave64 (DPP) path no GPU here can run.
 CPU_DEFAULT_ARCH = "gfx942"
 GPU_ARCH_OF_EXECUTOR = {"cuda": "sm_90"}
+_TORCH_INDEX_STORAGE = {"torch.int32": np.dtype(np.int32)}
 
 
 def compile_bundle(spec: AttentionBwdSpec, arch: str, compiler=None, *, body: str = "auto",
@@ -93,6 +96,7 @@ class AttentionBackward:
     _lock: threading.RLock = field(default_factory=threading.RLock, repr=False, compare=False)
     _compiler: object = field(default=None, repr=False)
     _device: Executor | None = field(default=None, repr=False)
+    _plans: LaunchPlans = field(default_factory=LaunchPlans, repr=False)   # torch CUDA calls, by geometry
 
     def device(self) -> Executor:
         with self._lock:
@@ -167,7 +171,7 @@ class AttentionBackward:
         inputs = {**dict(zip(("q", "k", "v", "o", "do", "lse"), (q, k, v, o, do, lse))), **bias_tensors, **varlen}
         names = ("dq", "dk", "dv") + spec.bias_operands()[1]
         if on_gpu:
-            grads = _run_in_place(bundle, device, inputs, names, scalars, self.debug)
+            grads = _run_in_place(bundle, device, inputs, names, scalars, None if self.debug else self._plans)
         else:
             grads = run_bundle(bundle, device, {name: _to_numpy(t) for name, t in inputs.items()}, scalars)
             grads = {name: _like(q if name != "dalibi_slopes" else alibi_slopes, grads[name]) for name in names}
@@ -267,10 +271,11 @@ def _bias_inputs(bias, alibi_slopes, dbias) -> tuple[str, dict]:
 
 
 def _run_in_place(bundle: Bundle, device: Executor, inputs: dict, names: tuple[str, ...], scalars: dict,
-                  debug: bool) -> dict:
+                  plans: LaunchPlans | None) -> dict:
     """torch CUDA tensors on the CUDA executor: the kernels read and write the tensors' memory and take
     their workspaces from torch's caching allocator, on torch's current stream (which orders them after
-    the work that made the inputs); nothing is copied and nothing waits for the device."""
+    the work that made the inputs); nothing is copied and nothing waits for the device. With `plans`,
+    the launch plan bound to this geometry is reused; without (debug), a PreparedRun NaN-fills first."""
     import torch
 
     where = inputs["q"].device
@@ -284,22 +289,24 @@ def _run_in_place(bundle: Bundle, device: Executor, inputs: dict, names: tuple[s
     arrays = {name: torch_device_array(t) for name, t in {**inputs, **outputs}.items()}
 
     def workspace(nbytes: int) -> DeviceArray:
-        # Held by the run until it closes; then freed stream-ordered: reused only by work queued after ours.
+        # Held until the launches are queued; then freed stream-ordered: reused only by work queued after ours.
         t = torch.empty(nbytes, dtype=torch.uint8, device=where)
         return DeviceArray(t.data_ptr(), (nbytes,), (1,), np.dtype(np.uint8), owner=t)
 
     stream = torch.cuda.current_stream(where).cuda_stream
-    with PreparedRun(bundle, device, arrays, scalars, stream=stream, workspace=workspace, poison=debug) as run:
+    if plans is not None:
+        plans.plan(bundle, device, arrays, scalars).run(arrays, workspace, stream)
+        return outputs
+    with PreparedRun(bundle, device, arrays, scalars, stream=stream, workspace=workspace, poison=True) as run:
         run.launch()
     return outputs
 
 
 def torch_device_array(t) -> DeviceArray:
     """A torch CUDA tensor as the runtime's DeviceArray (same memory, strides in bytes; kept alive)."""
-    import torch
-
-    storage = np.dtype(np.int32) if t.dtype == torch.int32 else STORAGE[_torch_dtype(t)]   # cu_seqlens
-    return DeviceArray(t.data_ptr(), tuple(t.shape), tuple(s * t.element_size() for s in t.stride()), storage, owner=t)
+    storage = _TORCH_INDEX_STORAGE.get(str(t.dtype)) or STORAGE[_torch_dtype(t)]   # int32: cu_seqlens
+    size = t.element_size()
+    return DeviceArray(t.data_ptr(), tuple(t.shape), tuple(s * size for s in t.stride()), storage, owner=t)
 
 
 def _check_arrays(packed: bool, **arrays) -> None:
@@ -332,8 +339,9 @@ def _is_torch(x) -> bool:
     return type(x).__module__.startswith("torch")
 
 
+@functools.cache
 def torch_dtype_names() -> dict:
-    """torch dtype -> our dtype name (torch is imported only when asked)."""
+    """torch dtype -> our dtype name (torch is imported only when asked; built once)."""
     import torch
 
     return {torch.float16: "f16", torch.bfloat16: "bf16", torch.float32: "f32"}

@@ -29,6 +29,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from build_run import build_bf16_bundles  # run as a script: tools/ is on sys.path
 from gpt_corpus import CorpusConfig, make_sequences
+from train_compare import ATTENTION_OF
 
 MASK = "top_left"   # causal, query i sees keys 0..i (Sq == Sk)
 
@@ -106,7 +107,7 @@ def fmha_attention(bundle_dir: str | None):
 
     def attend(q, k, v):
         return attention(q, k, v, mask=MASK, layout="bhsd", bundle_dir=bundle_dir)
-    return attend, "fmha_mlir.torch.attention"
+    return attend, ATTENTION_OF["fmha"]
 
 
 def synchronize(device: torch.device) -> None:
@@ -139,7 +140,7 @@ def train(m: ModelConfig, t: TrainConfig, profile: Path | None = None) -> dict:
     from torch.profiler import profile as profiler_of
 
     profiler = None
-    attend, implementation = (sdpa_attention, "torch SDPA flash") if t.attention == "sdpa" else \
+    attend, implementation = (sdpa_attention, ATTENTION_OF["sdpa"]) if t.attention == "sdpa" else \
         fmha_attention(t.bundle_dir)
     device = torch.device(t.device)
     data = torch.from_numpy(make_sequences(CorpusConfig(vocab=m.vocab), t.steps * t.batch, m.seq + 1)).to(device)

@@ -69,9 +69,9 @@ class ArgField:
 
 @dataclass(frozen=True)
 class PackedArgs:
-    """The kernarg blob, each field's offset in it, and (for checks and messages) the fields themselves."""
+    """The kernarg blob and each field's offset in it; `fields` names them (for checks and messages)."""
 
-    flat: tuple[tuple[str, str, Union[int, float]], ...]   # flatten_args' (name, type, value)
+    args: tuple[KernelArg, ...]
     offsets: tuple[int, ...]
     blob: bytes
 
@@ -81,7 +81,8 @@ class PackedArgs:
 
     @property
     def fields(self) -> tuple[ArgField, ...]:
-        return tuple(ArgField(name, kind, value, offset) for (name, kind, value), offset in zip(self.flat, self.offsets))
+        return tuple(ArgField(name, kind, value, offset)
+                     for (name, kind, value), offset in zip(flatten_args(self.args), self.offsets))
 
 
 def bind_args(kernel: str, params: Sequence[dict], args: Sequence[KernelArg]) -> list[KernelArg]:
@@ -117,17 +118,24 @@ def flatten_args(args: Sequence[KernelArg]) -> list[tuple[str, str, Union[int, f
 
 def pack_args(args: Sequence[KernelArg]) -> PackedArgs:
     """Lay the flattened parameters out at natural alignment; the blob is padded to 8 bytes."""
-    flat = tuple(flatten_args(args))
-    offsets, layout = _layout(tuple(kind for _, kind, _ in flat))
-    return PackedArgs(flat, offsets, layout.pack(*(value for _, _, value in flat)))
+    args = tuple(args)
+    values = []
+    for arg in args:   # flatten_args' values, without naming each field: this runs on every launch
+        if isinstance(arg, ScalarArg):
+            values.append(arg.value)
+        else:
+            values += (arg.address, arg.address, 0, *arg.shape, *arg.strides)
+    offsets, layout = _layout(tuple(len(a.shape) if isinstance(a, DeviceBuffer) else a.type for a in args))
+    return PackedArgs(args, offsets, layout.pack(*values))
 
 
 @functools.lru_cache(maxsize=512)
-def _layout(kinds: tuple[str, ...]) -> tuple[tuple[int, ...], struct.Struct]:
-    """(each field's offset, one Struct packing them all with the padding) for fields of these types:
-    computed once per kernel signature, since a training loop packs the same kernels on every call."""
+def _layout(signature: tuple) -> tuple[tuple[int, ...], struct.Struct]:
+    """(each field's offset, one Struct packing them all with the padding) for arguments of this
+    signature (a memref's rank or a scalar's type, per argument): computed once per kernel, since a
+    training loop packs the same kernels on every call."""
     offsets, format, offset = [], "<", 0
-    for kind in kinds:
+    for kind in _field_types(signature):
         code, size = FIELD_TYPES[kind]
         aligned = _align(offset, size)
         format += "x" * (aligned - offset) + code
@@ -135,6 +143,14 @@ def _layout(kinds: tuple[str, ...]) -> tuple[tuple[int, ...], struct.Struct]:
         offset = aligned + size
     format += "x" * (_align(offset, 8) - offset)
     return tuple(offsets), struct.Struct(format)
+
+
+def _field_types(signature: tuple) -> list[str]:
+    """The field types flatten_args gives arguments of this signature."""
+    types = []
+    for item in signature:
+        types += ["ptr", "ptr", "i64"] + ["i64"] * 2 * item if isinstance(item, int) else [item]
+    return types
 
 
 def _align(offset: int, alignment: int) -> int:

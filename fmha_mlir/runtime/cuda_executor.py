@@ -48,6 +48,7 @@ class CudaExecutor(Executor):
         super().__init__()
         self._cu = _driver()
         self._context = None
+        self._inside = threading.local()   # this thread's depth inside current()
         check_status(self._cu.cuInit(0), "cuInit")
         self.device_index = device_index
         self._device = check_status(self._cu.cuDeviceGet(device_index), f"cuDeviceGet({device_index})")
@@ -55,16 +56,26 @@ class CudaExecutor(Executor):
 
     @contextmanager
     def current(self):
-        """The primary context current for the calls inside (pushed only where another one is)."""
-        now = check_status(self._cu.cuCtxGetCurrent(), "cuCtxGetCurrent")
-        if int(now) == int(self._context):
-            yield
+        """The primary context current for the calls inside (pushed only where another one is). Nested
+        uses cost no driver call: a run wraps its launches in one, and each launch's own is free."""
+        if getattr(self._inside, "depth", 0):
+            self._inside.depth += 1
+            try:
+                yield
+            finally:
+                self._inside.depth -= 1
             return
-        check_status(self._cu.cuCtxPushCurrent(self._context), "cuCtxPushCurrent")
+        now = check_status(self._cu.cuCtxGetCurrent(), "cuCtxGetCurrent")
+        pushed = int(now) != int(self._context)
+        if pushed:
+            check_status(self._cu.cuCtxPushCurrent(self._context), "cuCtxPushCurrent")
+        self._inside.depth = 1
         try:
             yield
         finally:
-            check_status(self._cu.cuCtxPopCurrent(), "cuCtxPopCurrent")
+            self._inside.depth = 0
+            if pushed:
+                check_status(self._cu.cuCtxPopCurrent(), "cuCtxPopCurrent")
 
     @classmethod
     def available(cls) -> tuple[bool, str]:

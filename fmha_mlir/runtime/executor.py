@@ -7,6 +7,7 @@ hip-python) only when used, so this package imports with NumPy alone.
 """
 from __future__ import annotations
 
+import contextlib
 import importlib
 import threading
 from abc import ABC, abstractmethod
@@ -110,6 +111,11 @@ class Executor(ABC):
 
     @abstractmethod
     def free(self, allocation: Allocation) -> None: ...
+
+    def current(self):
+        """A context manager under which a run's calls go to this device (the CUDA executor makes its
+        context current once for all of them); a no-op where the device needs nothing."""
+        return contextlib.nullcontext()
 
     def borrow(self, address: int, nbytes: int) -> Allocation:
         """Device memory someone else owns (a DeviceArray), to launch on and zero-fill; never freed here."""

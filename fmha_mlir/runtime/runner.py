@@ -120,14 +120,14 @@ def check_tensors(bundle: Bundle, tensors: Mapping[str, np.ndarray]) -> dict[str
                                  f"bundle's gqa_ratio is {spec.gqa_ratio} (heads_q must be gqa_ratio x heads_kv)")
     given = [name for name in outputs if name in tensors]
     for name in given:
-        _check_output(name, tensors[name], [(other, tensors[other]) for other in given if other < name])
+        check_output(name, tensors[name], [(other, tensors[other]) for other in given if other < name])
     full = dict(tensors)
     for name in outputs:
         if name not in full:
             shape = tuple(sizes[d] if isinstance(d, str) else d for d in buffers[name]["dims"])
             full[name] = np.empty(shape, STORAGE[buffers[name]["dtype"]])
     for name, array in full.items():
-        _check_alignment(bundle, name, array, buffers[name]["align"])
+        check_alignment(bundle, name, array, buffers[name]["align"])
     return full
 
 
@@ -165,7 +165,7 @@ def _sizes(tensors: Mapping[str, np.ndarray], buffers: dict[str, dict]) -> dict[
     return {dim: size for dim, (size, _) in sizes.items()}
 
 
-def _check_alignment(bundle: Bundle, name: str, array, align: int) -> None:
+def check_alignment(bundle: Bundle, name: str, array, align: int) -> None:
     """The kernels load `align` elements of this tensor as one aligned vector: every stride that is
     stepped, and a GPU tensor's address, must keep that alignment."""
     if align == 1:
@@ -199,7 +199,7 @@ def _check_residency(tensors: Mapping[str, np.ndarray], inputs: list[str], outpu
                                      "dense output")
 
 
-def _check_output(name: str, array: np.ndarray, others: list[tuple[str, np.ndarray]]) -> None:
+def check_output(name: str, array: np.ndarray, others: list[tuple[str, np.ndarray]]) -> None:
     """An output array the results are written into must take every element, distinctly, in place."""
     if isinstance(array, DeviceArray):
         for other, other_array in others:
@@ -316,7 +316,7 @@ class PreparedRun:
                 nbytes = layout.span * layout.storage.itemsize
                 array = self.host.get(name)
                 if array is None and workspace is not None:
-                    array = self.workspaces[name] = _workspace(workspace, name, nbytes)
+                    array = self.workspaces[name] = allocate_workspace(workspace, name, nbytes)
                 if isinstance(array, DeviceArray):  # used in place: borrowed, never copied or freed
                     allocation = device.borrow(array.address, nbytes)
                     if poison and bundle.buffers[name]["role"] != "input":
@@ -335,10 +335,8 @@ class PreparedRun:
     def launch(self) -> None:
         """Run every step (the launches' arguments are bound and packed once, on the first call)."""
         if self._prepared is None:
-            shapes = {name: layout.shape for name, layout in self.layouts.items()}
-            self._prepared = [_prepare_step(self.bundle, self.device, self.kernels, index, step, shapes, self.buffers,
-                                            self.scalars, self.stream)
-                              for index, step in enumerate(self.bundle.steps)]
+            self._prepared = [step.prepare(self.device, self.kernels, self.buffers, self.stream)
+                              for step in bind_steps(self.bundle, self.layouts, self.scalars)]
         for run in self._prepared:
             run()
 
@@ -387,7 +385,7 @@ def run_bundle(bundle: Bundle, device: Executor, tensors: Mapping[str, np.ndarra
         return run.results()
 
 
-def _workspace(allocate: Callable[[int], DeviceArray], name: str, nbytes: int) -> DeviceArray:
+def allocate_workspace(allocate: Callable[[int], DeviceArray], name: str, nbytes: int) -> DeviceArray:
     array = allocate(nbytes)
     if not isinstance(array, DeviceArray) or array.span_bytes < nbytes:
         raise RuntimeLaunchError(f"the workspace allocator returned {array!r} for workspace {name!r}; it must "
@@ -400,28 +398,55 @@ def _nan(layout: Layout) -> np.ndarray:
     return np.full(layout.span, to_storage(np.float32(np.nan), layout.dtype), layout.storage)
 
 
-def _prepare_step(bundle: Bundle, device: Executor, kernels: KernelSet, index: int, step: dict,
-                  shapes: Mapping[str, tuple[int, ...]], buffers: dict[str, DeviceBuffer], scalars: Mapping[str, int],
-                  stream: int | None = None):
-    """A callable running one step of the plan on these buffers (of these logical shapes), on `stream`."""
+@dataclass(frozen=True)
+class BoundStep:
+    """One step of the plan with everything its geometry fixes evaluated: the grid, the scalar arguments,
+    which buffer each memref argument is. What is left per run is the buffers' addresses."""
+
+    kernel: str | None                      # None: zero-fill `args[0]`
+    args: tuple                             # buffer names (str) and ScalarArgs, in parameter order
+    grid: tuple[int, ...] = ()
+    block: tuple[int, ...] = ()
+    shared_bytes: int = 0
+
+    def prepare(self, device: Executor, kernels: KernelSet, buffers: Mapping[str, DeviceBuffer],
+                stream: int | None = None) -> Callable[[], None]:
+        """A callable running the step on these buffers, on `stream`."""
+        if self.kernel is None:
+            allocation = buffers[self.args[0]].allocation
+            return lambda: device.zero(allocation, stream)
+        args = [buffers[a] if isinstance(a, str) else a for a in self.args]
+        return kernels.prepare(self.kernel, self.grid, self.block, args, self.shared_bytes, stream)
+
+
+def bind_steps(bundle: Bundle, layouts: Mapping[str, Layout], scalars: Mapping[str, int]) -> list[BoundStep]:
+    """The bundle's steps bound to the buffers' layouts (and the scalars); RuntimeLaunchError for a grid
+    that is empty or beyond the target's limits, or an argument that does not fit its parameter."""
+    shapes = {name: layout.shape for name, layout in layouts.items()}
+    stand_ins = {name: DeviceBuffer(name, layout.dtype, layout.shape, layout.strides, 0)   # for bind_args' checks
+                 for name, layout in layouts.items()}
+    return [_bind_step(bundle, index, step, shapes, stand_ins, scalars) for index, step in enumerate(bundle.steps)]
+
+
+def _bind_step(bundle: Bundle, index: int, step: dict, shapes: Mapping[str, tuple[int, ...]],
+               stand_ins: Mapping[str, DeviceBuffer], scalars: Mapping[str, int]) -> BoundStep:
     if step["op"] == "zero":
-        allocation = buffers[step["buffer"]].allocation
-        return lambda: device.zero(allocation, stream)
+        return BoundStep(None, (step["buffer"],))
     kernel = step["kernel"]
     where = f"manifest step {index} ({kernel})"
-    grid = [shape_expr.evaluate(shape_expr.from_json(e), shapes, f"{where} grid", scalars) for e in step["grid"]]
+    grid = tuple(shape_expr.evaluate(shape_expr.from_json(e), shapes, f"{where} grid", scalars) for e in step["grid"])
     if any(n < 1 for n in grid):
-        raise RuntimeLaunchError(f"{where}: grid {grid} has an empty dimension")
+        raise RuntimeLaunchError(f"{where}: grid {list(grid)} has an empty dimension")
     too_large = bundle.target.grid_problem(grid, step["block"])
     if too_large:   # the driver would fail the launch with an opaque status, or run a truncated grid
-        raise RuntimeLaunchError(f"{where}: {too_large} (grid {grid}): split the problem into several calls, "
-                                 "e.g. by batch (grid z) or heads (grid y)")
-    args = [buffers[arg["buffer"]] if "buffer" in arg else ScalarArg(f"arg{i}", arg["scalar"],
-                                                                     scalar_value(arg, shapes, f"{where} argument {i}",
-                                                                                  scalars))
-            for i, arg in enumerate(step["args"])]
-    return kernels.prepare(kernel, grid, step["block"], bind_args(kernel, bundle.kernels[kernel]["args"], args),
-                           step.get("shared_bytes", 0), stream)
+        raise RuntimeLaunchError(f"{where}: {too_large} (grid {list(grid)}): split the problem into several "
+                                 "calls, e.g. by batch (grid z) or heads (grid y)")
+    args = [stand_ins[arg["buffer"]] if "buffer" in arg else ScalarArg(
+        f"arg{i}", arg["scalar"], scalar_value(arg, shapes, f"{where} argument {i}", scalars))
+        for i, arg in enumerate(step["args"])]
+    bind_args(kernel, bundle.kernels[kernel]["args"], args)
+    return BoundStep(kernel, tuple(a.name if isinstance(a, DeviceBuffer) else a for a in args), grid,
+                     tuple(step["block"]), step.get("shared_bytes", 0))
 
 
 def scalar_value(arg: dict, shapes: Mapping[str, tuple[int, ...]], what: str, scalars: Mapping[str, int]):

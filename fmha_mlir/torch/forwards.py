@@ -244,8 +244,7 @@ def converted_lse(lse: torch.Tensor, case: ForwardCase) -> torch.Tensor:
     """A forward's natural-log lse as ours: [B, Hq, Sq] contiguous f32, +inf on the rows that see no key."""
     lse = lse[..., :case.seqlen_q].float()
     if scores.empty_rows(case.mask, case.seqlen_q, case.seqlen_k).any():   # decided on the host: no sync
-        seen = scores.visible(case.mask, case.seqlen_q, case.seqlen_k, lse.device).any(dim=1)
-        lse = torch.where(seen, lse, float("inf"))
+        lse = torch.where(scores.seen_rows(case.mask, case.seqlen_q, case.seqlen_k, lse.device), lse, float("inf"))
     return lse.contiguous()
 
 

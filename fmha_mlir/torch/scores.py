@@ -21,9 +21,19 @@ def visible(mask: Mask, seqlen_q: int, seqlen_k: int, device: torch.device) -> t
     return torch.from_numpy(np.array(oracle.visible_matrix(mask, seqlen_q, seqlen_k))).to(device)
 
 
+@functools.lru_cache(maxsize=256)
 def empty_rows(mask: Mask, seqlen_q: int, seqlen_k: int) -> np.ndarray:
-    """[Sq] bool: the rows that see no key (their lse is +inf in our convention)."""
-    return ~oracle.visible_matrix(mask, seqlen_q, seqlen_k).any(axis=1)
+    """[Sq] bool, read-only: the rows that see no key (their lse is +inf in our convention). Cached per
+    shape: the [Sq, Sk] matrix behind it costs milliseconds of host time at Sq = Sk = 1024."""
+    rows = ~oracle.visible_matrix(mask, seqlen_q, seqlen_k).any(axis=1)
+    rows.flags.writeable = False
+    return rows
+
+
+@functools.lru_cache(maxsize=64)
+def seen_rows(mask: Mask, seqlen_q: int, seqlen_k: int, device: torch.device) -> torch.Tensor:
+    """[Sq] bool on `device`: the rows that see a key (uploaded once per shape)."""
+    return torch.from_numpy(~empty_rows(mask, seqlen_q, seqlen_k)).to(device)
 
 
 def alibi_slopes(slopes: torch.Tensor | None, heads_q: int, device) -> torch.Tensor:

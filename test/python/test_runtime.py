@@ -4,6 +4,7 @@ hip module, and the CPU executor on real bundles when the interpreter is there."
 from __future__ import annotations
 
 import copy
+import dataclasses
 import ctypes
 import enum
 import json
@@ -31,6 +32,7 @@ from fmha_mlir.runtime.device_array import DeviceArray  # noqa: E402
 from fmha_mlir.runtime.executor import Allocation, get_executor  # noqa: E402
 from fmha_mlir.runtime.hsaco_metadata import target_arch  # noqa: E402
 from fmha_mlir.runtime.kernel_signatures import kernel_signatures  # noqa: E402
+from fmha_mlir.runtime.launch_plan import LaunchPlan, LaunchPlans  # noqa: E402
 from fmha_mlir.runtime.runner import PreparedRun, check_tensors, run_bundle  # noqa: E402
 from fmha_mlir.spec import AttentionBwdSpec, Mask  # noqa: E402
 from fmha_mlir.target import TARGETS  # noqa: E402
@@ -548,6 +550,54 @@ def test_debug_poisoning_of_resident_buffers_waits_and_fills_with_nan():
     assert [c[0] for c in device.calls[:2 * written]] == ["synchronize", "upload"] * written
 
 
+def _resident_problem(device: ResidentKernels, seed: int = 0, **sizes) -> tuple[dict, dict]:
+    """(the host tensors, the same handed over as DeviceArrays, outputs included)."""
+    tensors = problem_tensors(seed=seed, **sizes)
+    outputs = {name: np.zeros_like(a) for name, a in expected_gradients(tensors).items()}
+    return tensors, {name: device.resident(a) for name, a in {**tensors, **outputs}.items()}
+
+
+def test_a_launch_plan_is_bound_once_per_geometry_and_runs_on_new_addresses():
+    device, bundle, plans = ResidentKernels(), attention_bundle(), LaunchPlans()
+    tensors, arrays = _resident_problem(device)
+    plan = plans.plan(bundle, device, arrays)
+    plan.run(arrays, CachingAllocator(device), stream=3)
+    again, moved = _resident_problem(device, seed=1)          # other values at other addresses
+    assert plans.plan(bundle, device, moved) is plan
+    plan.run(moved, CachingAllocator(device), stream=3)
+    for host, resident in ((tensors, arrays), (again, moved)):
+        for name, want in expected_gradients(host).items():
+            np.testing.assert_array_equal(resident[name].owner, want, err_msg=name)
+    assert not [c for c in device.calls if c[0] not in ("launch", "zero")] and {c[-1] for c in device.calls} == {3}
+    _, longer = _resident_problem(device, seqlen_q=6)
+    assert plans.plan(bundle, device, longer) is not plan     # another geometry, another plan
+
+
+def test_a_launch_plan_checks_addresses_on_every_run():
+    manifest = attention_manifest()
+    manifest["buffers"]["q"]["align"] = 8
+    device, bundle = ResidentKernels(), attention_bundle(manifest)
+    _, arrays = _resident_problem(device)
+    plan = LaunchPlan(bundle, device, arrays)
+    shifted = dict(arrays, q=dataclasses.replace(arrays["q"], address=arrays["q"].address + 2))
+    with pytest.raises(RuntimeLaunchError, match="tensor 'q' starts at GPU address .* not aligned to the 16-byte"):
+        plan.run(shifted, CachingAllocator(device))
+    with pytest.raises(RuntimeLaunchError, match="outputs 'dk' and 'dq' share GPU memory"):
+        plan.run(dict(arrays, dq=dataclasses.replace(arrays["dq"], address=arrays["dk"].address)),
+                 CachingAllocator(device))
+    with pytest.raises(RuntimeLaunchError, match="a launch plan runs on GPU-resident tensors"):
+        LaunchPlan(bundle, device, problem_tensors())
+
+
+def test_launch_plans_drop_the_least_recently_used():
+    device, bundle, plans = ResidentKernels(), attention_bundle(), LaunchPlans(capacity=2)
+    shapes = [_resident_problem(device, seqlen_q=n)[1] for n in (3, 4, 5)]
+    first, second = plans.plan(bundle, device, shapes[0]), plans.plan(bundle, device, shapes[1])
+    assert plans.plan(bundle, device, shapes[0]) is first     # used again: now the most recent
+    plans.plan(bundle, device, shapes[2])                     # evicts the second
+    assert plans.plan(bundle, device, shapes[0]) is first and plans.plan(bundle, device, shapes[1]) is not second
+
+
 def test_a_workspace_allocator_needs_resident_tensors():
     with pytest.raises(RuntimeLaunchError, match="a workspace allocator serves runs on GPU-resident tensors"):
         PreparedRun(attention_bundle(), NumpyKernels(), problem_tensors(), workspace=lambda n: None)
@@ -770,6 +820,20 @@ def test_cuda_executor_pushes_its_context_only_for_its_own_calls(monkeypatch):
     executor = cuda_executor.CudaExecutor()
     executor.zero(executor.borrow(0x1000, 64), stream=7)
     # another context was current (torch's device, or none): pushed for the call, popped after it
+    assert fake.calls[-4:] == ["cuCtxGetCurrent", "cuCtxPushCurrent", "cuMemsetD32Async", "cuCtxPopCurrent"]
+
+
+def test_cuda_calls_inside_one_current_block_ask_the_driver_once(monkeypatch):
+    fake = FakeCuda()
+    monkeypatch.setattr(cuda_executor, "_driver", lambda: fake)
+    executor = cuda_executor.CudaExecutor()
+    allocation = executor.borrow(0x1000, 64)
+    del fake.calls[:]
+    with executor.current():      # as LaunchPlan.run wraps its launches
+        for _ in range(3):
+            executor.zero(allocation, stream=7)
+    assert fake.calls == ["cuCtxGetCurrent", "cuCtxPushCurrent"] + ["cuMemsetD32Async"] * 3 + ["cuCtxPopCurrent"]
+    executor.zero(allocation)     # outside again: its own push and pop
     assert fake.calls[-4:] == ["cuCtxGetCurrent", "cuCtxPushCurrent", "cuMemsetD32Async", "cuCtxPopCurrent"]
 
 

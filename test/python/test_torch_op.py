@@ -127,10 +127,13 @@ def test_auto_picks_by_device_and_options():
 # ---------------------------------------------------------------------------------------------------
 # our backward under the gate (CPU tensors through the interpreter)
 
-def _gate(q, k, v, bias, slopes, options, grads, do, runner=None):
-    """The gate for the op's gradients, with the oracle fed the op's own saved out and lse; `runner`:
-    the AttentionBackward that ran them (its bundle's numerics model the rounding)."""
-    out, lse = ops.attention_forward(q.detach(), k.detach(), v.detach(), bias, slopes, *options.as_op_args())
+def _gate(q, k, v, bias, slopes, options, grads, do, runner=None, saved=None):
+    """The gate for the op's gradients, with the oracle fed the out and lse the backward saw: `saved`,
+    or the op's forward run again (deterministic on the CPU; on CUDA a forward may not repeat bitwise, e.g.
+    flex once recompiled, and d(slopes) sums enough terms to notice). `runner`: the AttentionBackward that
+    ran them (its bundle's numerics model the rounding)."""
+    out, lse = saved or ops.attention_forward(q.detach(), k.detach(), v.detach(), bias, slopes,
+                                              *options.as_op_args())
     names = ("dq", "dk", "dv") + (("dbias",) if bias is not None and bias.requires_grad else ()) + (
         ("dalibi_slopes",) if slopes is not None and slopes.requires_grad else ())
     views = [x.detach().transpose(1, 2) if options.layout == "bshd" else x.detach() for x in (q, k, v, out, do)]
@@ -363,24 +366,25 @@ def cuda_bundles(pytestconfig):
 
 
 def _cuda_backward(name, bundle_dir):
+    """One forward and backward of a CUDA case through the op pair, keeping the out and lse it saved."""
     q, k, v, bias, slopes, opts = _cuda_case(name, "cuda")
     for x in (q, k, v):
         x.requires_grad_()
-    out = attention(q, k, v, bias=bias, alibi_slopes=slopes, bundle_dir=bundle_dir, **opts)
+    options = _options(q, bias=bias, alibi_slopes=slopes, bundle_dir=bundle_dir, **opts)
+    tensor_bias = bias if isinstance(bias, torch.Tensor) else None
+    out, lse = ops.attention_forward(q, k, v, tensor_bias, slopes, *options.as_op_args())   # as attention() does
     do = 0.5 * torch.randn(out.shape, generator=torch.Generator().manual_seed(1)).to("cuda", out.dtype)
     out.backward(do)
-    return q, k, v, bias, slopes, opts, do
+    return q, k, v, tensor_bias, slopes, options, do, (out.detach(), lse)
 
 
 @cuda
 @pytest.mark.parametrize("name", list(CUDA_CASES))
 def test_cuda_gradients_pass_the_gate(name, cuda_bundles):
-    q, k, v, bias, slopes, opts, do = _cuda_backward(name, cuda_bundles)
-    grads = [q.grad, k.grad, v.grad] + [t.grad for t in (bias, slopes) if isinstance(t, torch.Tensor)]
+    q, k, v, bias, slopes, options, do, saved = _cuda_backward(name, cuda_bundles)
+    grads = [q.grad, k.grad, v.grad] + [t.grad for t in (bias, slopes) if t is not None]
     assert all(g is not None and g.is_cuda for g in grads)
-    tensor_bias = bias if isinstance(bias, torch.Tensor) else None
-    options = _options(q, bias=bias, alibi_slopes=slopes, bundle_dir=cuda_bundles, **opts)
-    _gate(q, k, v, tensor_bias, slopes, options, grads, do, backward_runner("cuda", 0, cuda_bundles))
+    _gate(q, k, v, bias, slopes, options, grads, do, backward_runner("cuda", 0, cuda_bundles), saved)
 
 
 @cuda

@@ -64,8 +64,8 @@ def test_the_verdict_follows_its_rule():
     assert train_compare.summarise(_fake_runs(1.5))["verdict"] == "PASS"
     assert train_compare.summarise(_fake_runs(3.0))["verdict"] == "FAIL"                  # 3x the rerun noise
     assert train_compare.summarise(_fake_runs(1.0, fmha_norm=1.02))["verdict"] == "FAIL"  # step 0 off by 2%
-    stand_in = train_compare.summarise(_fake_runs(1.0, attention="STAND-IN: torch SDPA"))
-    assert stand_in["verdict"] == "FAIL" and stand_in["stand_in"] == ["fmha_seed0"]
+    mislabelled = train_compare.summarise(_fake_runs(1.0, attention="torch SDPA flash"))
+    assert mislabelled["verdict"] == "FAIL" and mislabelled["mislabelled"] == ["fmha_seed0"]
 
 
 def test_a_bitwise_repeatable_torch_falls_back_to_the_seed_noise():
