@@ -20,13 +20,13 @@ from pathlib import Path
 import numpy as np
 
 from .bodies import choose_config
-from .dtypes import STORAGE
+from .dtypes import BUFFER_STORAGE, STORAGE
 from .errors import Reason, SpecError
 from .kernel_config import KernelConfig
 from .runtime.bundle import Bundle
 from .runtime.device_array import DeviceArray
 from .runtime.executor import Executor, executor_class, get_executor
-from .runtime.launch_plan import LaunchPlans
+from .runtime.bound_plan import BoundPlans
 from .runtime.runner import PreparedRun, run_bundle
 from .spec import AttentionBwdSpec, Mask
 from .target import get_target
@@ -35,7 +35,6 @@ _NUMPY_DTYPES = {np.dtype(np.float16): "f16", np.dtype(np.float32): "f32"}
 # The arch a GPU-less run interprets: gfx942 exercises the wave64 (DPP) path no GPU here can run.
 CPU_DEFAULT_ARCH = "gfx942"
 GPU_ARCH_OF_EXECUTOR = {"cuda": "sm_90"}
-_TORCH_INDEX_STORAGE = {"torch.int32": np.dtype(np.int32)}
 
 
 def compile_bundle(spec: AttentionBwdSpec, arch: str, compiler=None, *, body: str = "auto",
@@ -96,7 +95,7 @@ class AttentionBackward:
     _lock: threading.RLock = field(default_factory=threading.RLock, repr=False, compare=False)
     _compiler: object = field(default=None, repr=False)
     _device: Executor | None = field(default=None, repr=False)
-    _plans: LaunchPlans = field(default_factory=LaunchPlans, repr=False)   # torch CUDA calls, by geometry
+    _plans: BoundPlans = field(default_factory=BoundPlans, repr=False)   # torch CUDA calls, by geometry
 
     def device(self) -> Executor:
         with self._lock:
@@ -271,7 +270,7 @@ def _bias_inputs(bias, alibi_slopes, dbias) -> tuple[str, dict]:
 
 
 def _run_in_place(bundle: Bundle, device: Executor, inputs: dict, names: tuple[str, ...], scalars: dict,
-                  plans: LaunchPlans | None) -> dict:
+                  plans: BoundPlans | None) -> dict:
     """torch CUDA tensors on the CUDA executor: the kernels read and write the tensors' memory and take
     their workspaces from torch's caching allocator, on torch's current stream (which orders them after
     the work that made the inputs); nothing is copied and nothing waits for the device. With `plans`,
@@ -304,7 +303,7 @@ def _run_in_place(bundle: Bundle, device: Executor, inputs: dict, names: tuple[s
 
 def torch_device_array(t) -> DeviceArray:
     """A torch CUDA tensor as the runtime's DeviceArray (same memory, strides in bytes; kept alive)."""
-    storage = _TORCH_INDEX_STORAGE.get(str(t.dtype)) or STORAGE[_torch_dtype(t)]   # int32: cu_seqlens
+    storage = _torch_storage().get(t.dtype) or STORAGE[_torch_dtype(t)]   # (the fallback names a bad dtype)
     size = t.element_size()
     return DeviceArray(t.data_ptr(), tuple(t.shape), tuple(s * size for s in t.stride()), storage, owner=t)
 
@@ -345,6 +344,14 @@ def torch_dtype_names() -> dict:
     import torch
 
     return {torch.float16: "f16", torch.bfloat16: "bf16", torch.float32: "f32"}
+
+
+@functools.cache
+def _torch_storage() -> dict:
+    """torch dtype -> the runtime's NumPy storage dtype: the problem's types and varlen's int32 cu_seqlens."""
+    import torch
+
+    return {**{t: STORAGE[name] for t, name in torch_dtype_names().items()}, torch.int32: BUFFER_STORAGE["i32"]}
 
 
 def _torch_dtype(t) -> str:

@@ -138,7 +138,7 @@ def main(argv=None) -> int:
             t = problem.tensors
             scalars = getattr(problem, "scalars", None)
             layouts = plan_layouts(bundle, check_tensors(bundle, t), scalars)
-            workspace = sum(layout.span * layout.storage.itemsize for name, layout in layouts.items()
+            workspace = sum(layout.nbytes for name, layout in layouts.items()
                             if bundle.buffers[name]["role"] == "workspace")
             print(f"[{index}/{len(targets)}] {runner.arch}: running {bundle.spec.kernel_prefix} on "
                   f"{runner.device().name} (workspaces {workspace / 2**20:.2f} MiB) ...", file=sys.stderr, flush=True)

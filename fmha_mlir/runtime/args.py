@@ -104,38 +104,48 @@ def bind_args(kernel: str, params: Sequence[dict], args: Sequence[KernelArg]) ->
 
 def flatten_args(args: Sequence[KernelArg]) -> list[tuple[str, str, Union[int, float]]]:
     """(field name, field type, value) for every kernel parameter, memrefs expanded."""
-    flat = []
-    for arg in args:
-        if isinstance(arg, ScalarArg):
-            flat.append((arg.name, arg.type, arg.value))
-            continue
-        flat += [(f"{arg.name}.allocated", "ptr", arg.address), (f"{arg.name}.aligned", "ptr", arg.address),
-                 (f"{arg.name}.offset", "i64", 0)]
-        flat += [(f"{arg.name}.sizes[{d}]", "i64", n) for d, n in enumerate(arg.shape)]
-        flat += [(f"{arg.name}.strides[{d}]", "i64", s) for d, s in enumerate(arg.strides)]
-    return flat
+    return [field for arg in args for field in zip(_field_names(arg), _field_types(_signature(arg)), _values(arg))]
 
 
 def pack_args(args: Sequence[KernelArg]) -> PackedArgs:
     """Lay the flattened parameters out at natural alignment; the blob is padded to 8 bytes."""
     args = tuple(args)
-    values = []
-    for arg in args:   # flatten_args' values, without naming each field: this runs on every launch
-        if isinstance(arg, ScalarArg):
-            values.append(arg.value)
-        else:
-            values += (arg.address, arg.address, 0, *arg.shape, *arg.strides)
-    offsets, layout = _layout(tuple(len(a.shape) if isinstance(a, DeviceBuffer) else a.type for a in args))
-    return PackedArgs(args, offsets, layout.pack(*values))
+    offsets, layout = _layout(tuple(_signature(a) for a in args))
+    return PackedArgs(args, offsets, layout.pack(*(v for a in args for v in _values(a))))
+
+
+# The memref ABI in one place: a rank-r memref is allocated ptr, aligned ptr, offset, sizes[r], strides[r].
+
+def _signature(arg: KernelArg):
+    """What fixes an argument's fields: a memref's rank, or a scalar's type."""
+    return len(arg.shape) if isinstance(arg, DeviceBuffer) else arg.type
+
+
+def _field_types(signature) -> list[str]:
+    return ["ptr", "ptr", "i64"] + ["i64"] * 2 * signature if isinstance(signature, int) else [signature]
+
+
+def _values(arg: KernelArg) -> tuple:
+    if isinstance(arg, ScalarArg):
+        return (arg.value,)
+    return (arg.address, arg.address, 0, *arg.shape, *arg.strides)
+
+
+def _field_names(arg: KernelArg) -> list[str]:
+    if isinstance(arg, ScalarArg):
+        return [arg.name]
+    return ([f"{arg.name}.allocated", f"{arg.name}.aligned", f"{arg.name}.offset"]
+            + [f"{arg.name}.sizes[{d}]" for d in range(len(arg.shape))]
+            + [f"{arg.name}.strides[{d}]" for d in range(len(arg.shape))])
 
 
 @functools.lru_cache(maxsize=512)
 def _layout(signature: tuple) -> tuple[tuple[int, ...], struct.Struct]:
     """(each field's offset, one Struct packing them all with the padding) for arguments of this
-    signature (a memref's rank or a scalar's type, per argument): computed once per kernel, since a
-    training loop packs the same kernels on every call."""
+    signature (one _signature per argument): computed once per kernel, since a training loop packs the
+    same kernels on every call."""
     offsets, format, offset = [], "<", 0
-    for kind in _field_types(signature):
+    for kind in (kind for item in signature for kind in _field_types(item)):
         code, size = FIELD_TYPES[kind]
         aligned = _align(offset, size)
         format += "x" * (aligned - offset) + code
@@ -143,14 +153,6 @@ def _layout(signature: tuple) -> tuple[tuple[int, ...], struct.Struct]:
         offset = aligned + size
     format += "x" * (_align(offset, 8) - offset)
     return tuple(offsets), struct.Struct(format)
-
-
-def _field_types(signature: tuple) -> list[str]:
-    """The field types flatten_args gives arguments of this signature."""
-    types = []
-    for item in signature:
-        types += ["ptr", "ptr", "i64"] + ["i64"] * 2 * item if isinstance(item, int) else [item]
-    return types
 
 
 def _align(offset: int, alignment: int) -> int:

@@ -59,6 +59,11 @@ class Layout:
         """Elements from the first to one past the last one the layout reaches."""
         return 1 + sum((n - 1) * s for n, s in zip(self.shape, self.strides))
 
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the allocation that holds the span."""
+        return self.span * self.storage.itemsize
+
     def view(self, flat: np.ndarray) -> np.ndarray:
         """`flat` (span elements) seen as the logical tensor."""
         return strided_view(flat, self.shape, self.strides)
@@ -313,7 +318,7 @@ class PreparedRun:
                                      "host arrays are staged by the executor")
         try:
             for name, layout in self.layouts.items():
-                nbytes = layout.span * layout.storage.itemsize
+                nbytes = layout.nbytes
                 array = self.host.get(name)
                 if array is None and workspace is not None:
                     array = self.workspaces[name] = allocate_workspace(workspace, name, nbytes)

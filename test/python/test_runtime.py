@@ -32,7 +32,7 @@ from fmha_mlir.runtime.device_array import DeviceArray  # noqa: E402
 from fmha_mlir.runtime.executor import Allocation, get_executor  # noqa: E402
 from fmha_mlir.runtime.hsaco_metadata import target_arch  # noqa: E402
 from fmha_mlir.runtime.kernel_signatures import kernel_signatures  # noqa: E402
-from fmha_mlir.runtime.launch_plan import LaunchPlan, LaunchPlans  # noqa: E402
+from fmha_mlir.runtime.bound_plan import BoundPlan, BoundPlans  # noqa: E402
 from fmha_mlir.runtime.runner import PreparedRun, check_tensors, run_bundle  # noqa: E402
 from fmha_mlir.spec import AttentionBwdSpec, Mask  # noqa: E402
 from fmha_mlir.target import TARGETS  # noqa: E402
@@ -557,8 +557,8 @@ def _resident_problem(device: ResidentKernels, seed: int = 0, **sizes) -> tuple[
     return tensors, {name: device.resident(a) for name, a in {**tensors, **outputs}.items()}
 
 
-def test_a_launch_plan_is_bound_once_per_geometry_and_runs_on_new_addresses():
-    device, bundle, plans = ResidentKernels(), attention_bundle(), LaunchPlans()
+def test_a_bound_plan_is_bound_once_per_geometry_and_runs_on_new_addresses():
+    device, bundle, plans = ResidentKernels(), attention_bundle(), BoundPlans()
     tensors, arrays = _resident_problem(device)
     plan = plans.plan(bundle, device, arrays)
     plan.run(arrays, CachingAllocator(device), stream=3)
@@ -573,12 +573,12 @@ def test_a_launch_plan_is_bound_once_per_geometry_and_runs_on_new_addresses():
     assert plans.plan(bundle, device, longer) is not plan     # another geometry, another plan
 
 
-def test_a_launch_plan_checks_addresses_on_every_run():
+def test_a_bound_plan_checks_addresses_on_every_run():
     manifest = attention_manifest()
     manifest["buffers"]["q"]["align"] = 8
     device, bundle = ResidentKernels(), attention_bundle(manifest)
     _, arrays = _resident_problem(device)
-    plan = LaunchPlan(bundle, device, arrays)
+    plan = BoundPlan(bundle, device, arrays)
     shifted = dict(arrays, q=dataclasses.replace(arrays["q"], address=arrays["q"].address + 2))
     with pytest.raises(RuntimeLaunchError, match="tensor 'q' starts at GPU address .* not aligned to the 16-byte"):
         plan.run(shifted, CachingAllocator(device))
@@ -586,11 +586,11 @@ def test_a_launch_plan_checks_addresses_on_every_run():
         plan.run(dict(arrays, dq=dataclasses.replace(arrays["dq"], address=arrays["dk"].address)),
                  CachingAllocator(device))
     with pytest.raises(RuntimeLaunchError, match="a launch plan runs on GPU-resident tensors"):
-        LaunchPlan(bundle, device, problem_tensors())
+        BoundPlan(bundle, device, problem_tensors())
 
 
-def test_launch_plans_drop_the_least_recently_used():
-    device, bundle, plans = ResidentKernels(), attention_bundle(), LaunchPlans(capacity=2)
+def test_bound_plans_drop_the_least_recently_used():
+    device, bundle, plans = ResidentKernels(), attention_bundle(), BoundPlans(capacity=2)
     shapes = [_resident_problem(device, seqlen_q=n)[1] for n in (3, 4, 5)]
     first, second = plans.plan(bundle, device, shapes[0]), plans.plan(bundle, device, shapes[1])
     assert plans.plan(bundle, device, shapes[0]) is first     # used again: now the most recent
@@ -829,7 +829,7 @@ def test_cuda_calls_inside_one_current_block_ask_the_driver_once(monkeypatch):
     executor = cuda_executor.CudaExecutor()
     allocation = executor.borrow(0x1000, 64)
     del fake.calls[:]
-    with executor.current():      # as LaunchPlan.run wraps its launches
+    with executor.current():      # as BoundPlan.run wraps its launches
         for _ in range(3):
             executor.zero(allocation, stream=7)
     assert fake.calls == ["cuCtxGetCurrent", "cuCtxPushCurrent"] + ["cuMemsetD32Async"] * 3 + ["cuCtxPopCurrent"]

@@ -1,7 +1,8 @@
-"""A bundle's launch plan bound once to a geometry, then run on any tensors of that geometry.
+"""A bundle's launch plan bound once to a geometry, then run on any tensors of that geometry (the
+compile side's fmha_mlir/launch_plan.py writes the plan; this binds it).
 
 A training loop calls the backward with tensors of the same shapes, strides and dtypes at every step;
-only their addresses change. A LaunchPlan does once what depends on the geometry alone (the tensor
+only their addresses change. A BoundPlan does once what depends on the geometry alone (the tensor
 checks, the layouts and workspace sizes, the grids and scalar arguments, each argument's parameter) and
 per run only what depends on the addresses: their alignment, outputs that overlap, the workspaces, the
 launches. Runs are on GPU-resident tensors (DeviceArrays) with a workspace allocator, on a stream, and
@@ -28,7 +29,7 @@ def geometry(arrays: Mapping[str, DeviceArray], scalars: Mapping[str, int] | Non
             tuple(sorted((scalars or {}).items())))
 
 
-class LaunchPlan:
+class BoundPlan:
     """The bundle's steps bound to one geometry on one executor (immutable: threads may share it)."""
 
     def __init__(self, bundle: Bundle, device: Executor, arrays: Mapping[str, DeviceArray],
@@ -44,8 +45,7 @@ class LaunchPlan:
         self.scalars = check_scalars(bundle, arrays, scalars)
         self.layouts = plan_layouts(bundle, checked, self.scalars)
         self.aligns = {name: buf["align"] for name, buf in buffers.items()}
-        self.workspace_bytes = {name: layout.span * layout.storage.itemsize for name, layout in self.layouts.items()
-                                if name not in buffers}
+        self.workspaces = [name for name in self.layouts if name not in buffers]
         self.steps: list[BoundStep] = bind_steps(bundle, self.layouts, self.scalars)
         self.kernels = device.load(bundle)
 
@@ -58,35 +58,35 @@ class LaunchPlan:
             check_alignment(self.bundle, name, array, self.aligns[name])
         for name in self.outputs:
             check_output(name, arrays[name], [(other, arrays[other]) for other in self.outputs if other < name])
-        held = {name: allocate_workspace(workspace, name, nbytes) for name, nbytes in self.workspace_bytes.items()}
+        held = {name: allocate_workspace(workspace, name, self.layouts[name].nbytes) for name in self.workspaces}
         buffers = {}
         for name, array in {**arrays, **held}.items():
             layout = self.layouts[name]
             buffers[name] = DeviceBuffer(name, layout.dtype, layout.shape, layout.strides, array.address,
-                                         self.device.borrow(array.address, layout.span * layout.storage.itemsize))
+                                         self.device.borrow(array.address, layout.nbytes))
         with self.device.current():
             for step in self.steps:
                 step.prepare(self.device, self.kernels, buffers, stream)()
 
 
-class LaunchPlans:
+class BoundPlans:
     """The plans one caller has used, by (bundle, geometry), the least recently used dropped past
     `capacity` (a training loop uses one per attention shape)."""
 
     def __init__(self, capacity: int = 64):
         self.capacity = capacity
-        self._plans: OrderedDict[tuple, LaunchPlan] = OrderedDict()
+        self._plans: OrderedDict[tuple, BoundPlan] = OrderedDict()
         self._lock = threading.Lock()
 
     def plan(self, bundle: Bundle, device: Executor, arrays: Mapping[str, DeviceArray],
-             scalars: Mapping[str, int] | None = None) -> LaunchPlan:
+             scalars: Mapping[str, int] | None = None) -> BoundPlan:
         key = (bundle.key, id(device), geometry(arrays, scalars))
         with self._lock:
             plan = self._plans.get(key)
             if plan is not None:
                 self._plans.move_to_end(key)
                 return plan
-        plan = LaunchPlan(bundle, device, arrays, scalars)   # outside the lock: it may load the module
+        plan = BoundPlan(bundle, device, arrays, scalars)   # outside the lock: it may load the module
         with self._lock:
             self._plans[key] = plan
             while len(self._plans) > self.capacity:
