@@ -5,10 +5,12 @@
     python tools/train_gpt.py run --layers 1 --width 64 --seq 64 --steps 3 --device cpu      # a smoke run
 
 Pre-LN GPT with learned positions, causal attention, AdamW, bf16 autocast, trained on gpt_corpus's
-synthetic sequences. `--attention sdpa` runs torch's flash attention forward and backward; `fmha` runs
-fmha_mlir.torch.attention (torch's flash forward, our backward). The same seed gives the same initial
-weights and the same data order. Logged per step: loss, global grad norm (before clipping), and the grad
-norms of each layer's attention projections (qkv, out); steps/s after the first --timing-warmup steps.
+synthetic sequences. Every attention runs torch's flash forward; the backwards differ:
+`--attention sdpa` is torch's flash backward, `fmha` is ours (fmha_mlir.torch.attention) and `reference`
+is the exact one: autograd through the float32 math forward (fmha_mlir.torch.forwards.math_forward),
+rounded once to bf16 (slow: a yardstick, not a candidate). The same seed gives the same initial weights
+and the same data order. Logged per step: loss, global grad norm (before clipping), and the grad norms
+of each layer's attention projections (qkv, out); steps/s after the first --timing-warmup steps.
 """
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import torch
@@ -102,12 +105,74 @@ def sdpa_attention(q, k, v):
 
 
 def fmha_attention(bundle_dir: str | None):
-    """(attend, what it is): our backward behind torch's flash forward."""
+    """Our backward behind torch's flash forward."""
     from fmha_mlir.torch import attention
 
     def attend(q, k, v):
         return attention(q, k, v, mask=MASK, layout="bhsd", bundle_dir=bundle_dir)
-    return attend, ATTENTION_OF["fmha"]
+    return attend
+
+
+def reference_attention():
+    """torch's flash forward (as in the other runs) with the exact backward: autograd through the f32 math
+    forward recomputed from the saved q, k, v, its gradients rounded once to the inputs' dtype. It rounds
+    nothing on the way that a bf16 backward rounds (P, dS), so it is the yardstick of the step-0
+    gradients and one of the correct backwards whose training curves measure the noise."""
+    from fmha_mlir.torch.forwards import ForwardCase, math_forward, run_forward
+    from fmha_mlir.torch.options import options_of
+
+    class ReferenceBackward(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, q, k, v):
+            options = options_of(q, mask=MASK, scale=None, bias=None, softcap=0.0, layout="bhsd",
+                                 deterministic=False, bundle_dir=None, forward="auto")
+            ctx.case = ForwardCase.of(q, k, v, options)
+            ctx.save_for_backward(q, k, v)
+            return run_forward(q, k, v, None, None, options)[0]
+
+        @staticmethod
+        def backward(ctx, grad_out):
+            saved = ctx.saved_tensors
+            inputs = [x.detach().float().requires_grad_() for x in saved]
+            with torch.enable_grad(), torch.autocast(grad_out.device.type, enabled=False):
+                out = math_forward(*inputs, None, None, ctx.case)[0]
+                grads = torch.autograd.grad(out, inputs, grad_out.float())
+            return tuple(g.to(x.dtype) for g, x in zip(grads, saved))
+
+    return ReferenceBackward.apply
+
+
+def attention_of(t: "TrainConfig") -> Callable:
+    """The attention callable of t.attention (a key of ATTENTION_OF)."""
+    makers = {"sdpa": lambda: sdpa_attention, "fmha": lambda: fmha_attention(t.bundle_dir),
+              "reference": reference_attention}
+    return makers[t.attention]()
+
+
+def gradient_groups(model: "GPT", attention_inputs: list) -> dict[str, list[torch.Tensor]]:
+    """The gradients the runs are compared on, by name: what each layer's attention backward returns
+    (dq{i}, dk{i}, dv{i}: its own output, on the model's real activations), each layer's attention
+    projections (qkv{i}, out{i}: weight and bias) and the whole model (global). attention_inputs: each
+    layer's (q, k, v), their grads retained (RetainedInputs)."""
+    groups = {"global": [p.grad for p in model.parameters()]}
+    for i, (block, inputs) in enumerate(zip(model.blocks, attention_inputs)):
+        groups.update({f"{name}{i}": [x.grad] for name, x in zip(("dq", "dk", "dv"), inputs)})
+        groups.update({f"{kind}{i}": [p.grad for p in getattr(block, kind).parameters()] for kind in ("qkv", "out")})
+    return groups
+
+
+class RetainedInputs:
+    """An attention callable that keeps each call's q, k, v with their grads retained (for one step's
+    gradient_groups; the model's arithmetic is unchanged)."""
+
+    def __init__(self, attend: Callable):
+        self.attend, self.inputs = attend, []
+
+    def __call__(self, q, k, v):
+        for x in (q, k, v):
+            x.retain_grad()
+        self.inputs.append((q, k, v))
+        return self.attend(q, k, v)
 
 
 def synchronize(device: torch.device) -> None:
@@ -132,16 +197,17 @@ def write_profile(profiler, path: Path) -> None:
                                  for key in ("self_cpu_time_total", "self_cuda_time_total")) + "\n")
 
 
-def train(m: ModelConfig, t: TrainConfig, profile: Path | None = None) -> dict:
+def train(m: ModelConfig, t: TrainConfig, profile: Path | None = None,
+          on_step0: Callable[[dict[str, list[torch.Tensor]]], None] | None = None) -> dict:
     """Train and return the run's record (the per-step logs, steps/s and what ran). With `profile`,
     steps timing_warmup .. + PROFILED_STEPS run under torch.profiler (its tables go there; the run's
-    steps/s then include the profiler's own cost)."""
+    steps/s then include the profiler's own cost). `on_step0` gets step 0's gradient_groups before
+    clipping (the same weights and batch in every run of a seed: only the attention backward differs)."""
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as profiler_of
 
     profiler = None
-    attend, implementation = (sdpa_attention, ATTENTION_OF["sdpa"]) if t.attention == "sdpa" else \
-        fmha_attention(t.bundle_dir)
+    attend = attention_of(t)
     device = torch.device(t.device)
     data = torch.from_numpy(make_sequences(CorpusConfig(vocab=m.vocab), t.steps * t.batch, m.seq + 1)).to(device)
     order = torch.from_numpy(np.random.default_rng(t.seed).permutation(t.steps * t.batch)).to(device)
@@ -163,11 +229,14 @@ def train(m: ModelConfig, t: TrainConfig, profile: Path | None = None) -> dict:
         for group in optimizer.param_groups:
             group["lr"] = learning_rate(t, step)
         batch = data[order[step * t.batch:(step + 1) * t.batch]]
+        attending = RetainedInputs(attend) if step == 0 and on_step0 is not None else attend
         with torch.autocast(device.type, dtype=torch.bfloat16):
-            logits = model(batch[:, :-1], attend)
+            logits = model(batch[:, :-1], attending)
         loss = F.cross_entropy(logits.float().reshape(-1, m.vocab), batch[:, 1:].reshape(-1))
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
+        if attending is not attend:
+            on_step0(gradient_groups(model, attending.inputs))
         projection_norms = [torch.nn.utils.get_total_norm([p.grad for p in linear.parameters()])
                             for block in model.blocks for linear in (block.qkv, block.out)]
         total = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -177,7 +246,7 @@ def train(m: ModelConfig, t: TrainConfig, profile: Path | None = None) -> dict:
     timed = max(0, t.steps - t.timing_warmup)
     seconds = time.perf_counter() - started if timed > 0 else float("nan")
     logs = torch.stack(logs).float().cpu().numpy()
-    return {"model": dataclasses.asdict(m), "train": dataclasses.asdict(t), "attention": implementation,
+    return {"model": dataclasses.asdict(m), "train": dataclasses.asdict(t), "attention": ATTENTION_OF[t.attention],
             "device": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
             "torch": torch.__version__, "loss": logs[:, 0].tolist(), "grad_norm": logs[:, 1].tolist(),
             "qkv_grad_norm": logs[:, 2::2].tolist(), "out_grad_norm": logs[:, 3::2].tolist(),
@@ -217,7 +286,7 @@ def main(argv=None) -> int:
     for name in ("heads", "width", "seq"):
         build.add_argument("--" + name, type=int, default=getattr(ModelConfig(), name))
     run = sub.add_parser("run", help="train once and write the run's JSON")
-    run.add_argument("--attention", choices=("sdpa", "fmha"), default="sdpa")
+    run.add_argument("--attention", choices=tuple(ATTENTION_OF), default="sdpa")
     run.add_argument("--seed", type=int, default=0)
     run.add_argument("--json", type=Path, help="where the run's record goes (default: not written)")
     run.add_argument("--profile", type=Path, help=f"write torch.profiler's tables of {PROFILED_STEPS} steps after "

@@ -43,53 +43,129 @@ def test_a_tiny_cpu_run_repeats_for_its_seed_and_logs_every_layer():
     assert first["steps_per_s"] > 0 and first["timed_steps"] == 2
 
 
-def _fake_record(loss, attention="torch SDPA flash", norm_scale=1.0):
+def _step0_from_real_runs(monkeypatch, attentions: dict) -> dict[str, dict]:
+    """Step-0 errors against the f32 reference of a tiny CPU model, for each named attention
+    (a train_gpt --attention name, or a callable given the reference attention)."""
+    import train_gpt
+
+    model = train_gpt.ModelConfig(layers=2, width=64, heads=2, seq=64)
+    grads = {}
+    for name, attention in {"reference": "reference", **attentions}.items():
+        if callable(attention):
+            monkeypatch.setattr(train_gpt, "attention_of", lambda t, a=attention: a(train_gpt.reference_attention()))
+        train = train_gpt.TrainConfig(attention="reference" if callable(attention) else attention, steps=1,
+                                      batch=2, timing_warmup=0, device="cpu")
+        train_gpt.train(model, train, on_step0=lambda groups, n=name: grads.__setitem__(n, groups))
+        monkeypatch.undo()
+    return {name: train_compare.step0_errors(grads["reference"], g) for name, g in grads.items() if name != "reference"}
+
+
+def _dq_scaled(reference_attention, factor=0.99):
+    """The exact backward with dQ x factor: a 1% error in one gradient, what the gate's mutants make."""
+    import torch
+
+    class Scaled(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, q, k, v):
+            with torch.enable_grad():
+                inputs = [x.detach().requires_grad_() for x in (q, k, v)]
+                out = reference_attention(*inputs)
+            ctx.graph = (inputs, out)
+            return out.detach()
+
+        @staticmethod
+        def backward(ctx, grad_out):
+            inputs, out = ctx.graph
+            dq, dk, dv = torch.autograd.grad(out, inputs, grad_out)
+            return dq * factor, dk, dv
+
+    return Scaled.apply
+
+
+def test_the_step0_rule_passes_our_backward_and_catches_a_one_percent_dq_error(monkeypatch):
+    """On real gradients (a tiny CPU model; ours through the interpreter): our step-0 distance to the f32
+    reference is within the rule's factor of torch's CPU flash backward's, dQ x 0.99 is not, and the
+    whole-model and projection norms alone would have missed it (dQ is a small part of them at init)."""
+    pytest.importorskip("torch")
+    errors = _step0_from_real_runs(monkeypatch, {"sdpa": "sdpa", "fmha": "fmha", "mutant": _dq_scaled})
+    ours = train_compare.step0_comparison([errors["fmha"]], [errors["sdpa"]])
+    mutant = train_compare.step0_comparison([errors["mutant"]], [errors["sdpa"]])
+    assert max(v["ratio"] for v in ours.values()) <= train_compare.STEP0_FACTOR
+    assert mutant["dq1"]["ratio"] > train_compare.STEP0_FACTOR and mutant["dk1"]["fmha"] == 0.0
+    assert all(mutant[g]["ratio"] <= train_compare.STEP0_FACTOR for g in ("global", "qkv0", "qkv1"))
+
+
+def _fake_record(loss, attention, step0_error: float, ratio_of_norms=1.0):
     steps = len(loss)
+    groups = ("global", "dq0", "dk0", "dv0", "qkv0", "out0", "dq1", "dk1", "dv1", "qkv1", "out1")
     return {"model": {"layers": 2, "width": 64, "heads": 2, "seq": 64, "vocab": 256},
             "train": {"lr": 1e-3, "lr_warmup": 2, "batch": 2, "bundle_dir": "B"}, "attention": attention,
-            "device": "test", "torch": "test", "loss": list(loss), "grad_norm": [norm_scale] * steps,
+            "device": "test", "torch": "test", "loss": list(loss), "grad_norm": [ratio_of_norms] * steps,
             "qkv_grad_norm": [[0.5, 0.25]] * steps, "out_grad_norm": [[0.1, 0.2]] * steps, "steps_per_s": 10.0,
+            "step0_error": {g: 0.0 if g == "out1" else step0_error for g in groups},
             "command": "python tools/train_compare.py run D"}
 
 
-def _fake_runs(fmha_offset, attention="fmha_mlir.torch.attention", fmha_norm=1.0):
-    base = np.linspace(5.5, 2.0, 40)
-    wiggle = 0.01 * np.sin(np.arange(40))
-    return {"sdpa_seed0": _fake_record(base), "sdpa_seed0_again": _fake_record(base + wiggle),
-            "fmha_seed0": _fake_record(base + fmha_offset * wiggle, attention, fmha_norm),
-            "sdpa_seed1": _fake_record(base + 0.1)}
+# Each seed-0 torch run is the base curve plus its own multiple of one wiggle, so d(a, b) = |c_a - c_b| x
+# mean |wiggle|: the largest mean distance of one of them to the others is that of c = -2 (2.5 units).
+TORCH_OFFSETS = (0.0, 1.0, -1.0, 0.5, 2.0, -2.0)
+
+
+def _fake_runs(fmha_offset: float, attention="fmha_mlir.torch.attention", fmha_step0=1.5e-3):
+    base, wiggle = np.linspace(5.5, 2.0, 40), 0.01 * np.sin(np.arange(40))
+    offsets = iter(TORCH_OFFSETS)
+    runs = {}
+    for r in train_compare.RUNS:
+        if r.role == "torch":
+            loss, kind, step0 = base + next(offsets) * wiggle, train_compare.ATTENTION_OF[r.attention], 1e-3
+        elif r.role == "fmha":
+            loss, kind, step0 = base + fmha_offset * wiggle, attention, fmha_step0
+        else:
+            loss, kind, step0 = base + 0.1, train_compare.ATTENTION_OF["sdpa"], 1.0
+        if r.attention == "reference":
+            step0 = 0.0
+        runs[r.name] = _fake_record(loss, kind, step0)
+    return runs
+
+
+def test_the_runs_are_the_stated_ones_with_the_yardstick_first():
+    roles = [r.role for r in train_compare.RUNS]
+    assert train_compare.RUNS[0].attention == "reference" and roles.count("torch") == len(TORCH_OFFSETS)
+    assert roles.count("fmha") == train_compare.REPEATS and roles[-1] == "seed"
 
 
 def test_the_verdict_follows_its_rule():
-    assert train_compare.summarise(_fake_runs(1.5))["verdict"] == "PASS"
-    assert train_compare.summarise(_fake_runs(3.0))["verdict"] == "FAIL"                  # 3x the rerun noise
-    assert train_compare.summarise(_fake_runs(1.0, fmha_norm=1.02))["verdict"] == "FAIL"  # step 0 off by 2%
-    mislabelled = train_compare.summarise(_fake_runs(1.0, attention="torch SDPA flash"))
-    assert mislabelled["verdict"] == "FAIL" and mislabelled["mislabelled"] == ["fmha_seed0"]
+    passing = train_compare.summarise(_fake_runs(0.0))
+    assert passing["verdict"] == "PASS" and passing["bound"] == pytest.approx(2.5 * np.abs(0.01 * np.sin(
+        np.arange(20, 40))).mean())
+    assert train_compare.summarise(_fake_runs(4.0))["verdict"] == "FAIL"              # further than any torch run
+    off = train_compare.summarise(_fake_runs(0.0, fmha_step0=2.5e-3))                 # 2.5x flash's step-0 error
+    assert off["verdict"] == "FAIL" and off["curves_pass"] and not off["step0_pass"]
+    mislabelled = train_compare.summarise(_fake_runs(0.0, attention="torch SDPA flash"))
+    assert mislabelled["verdict"] == "FAIL" and mislabelled["mislabelled"] == [f"fmha_r{i + 1}" for i in range(4)]
 
 
-def test_a_bitwise_repeatable_torch_falls_back_to_the_seed_noise():
-    runs = _fake_runs(1.0)
-    runs["sdpa_seed0_again"]["loss"] = runs["sdpa_seed0"]["loss"]
-    summary = train_compare.summarise(runs)
-    assert summary["noise_used"] == "seed" and summary["bound"] == pytest.approx(0.1)
-    assert summary["verdict"] == "PASS"
+def test_a_group_no_backward_changes_does_not_decide_the_step0_rule():
+    table = train_compare.step0_comparison([{"out1": 0.0, "dq1": 1e-3}], [{"out1": 0.0, "dq1": 1e-3}])
+    assert table["out1"]["ratio"] == 0.0 and table["dq1"]["ratio"] == 1.0
+    assert train_compare.step0_comparison([{"dq1": 1e-9}], [{"dq1": 0.0}])["dq1"]["ratio"] == float("inf")
 
 
 def test_the_training_report_writes_its_markdown_json_and_plot(tmp_path):
     pytest.importorskip("matplotlib")
-    for name, record in _fake_runs(1.5).items():
+    for name, record in _fake_runs(0.0).items():
         (tmp_path / f"{name}.json").write_text(json.dumps(record))
     report = tmp_path / "training.md"
     assert train_compare.main(["report", str(tmp_path), "--report", str(report)]) == 0
     text = report.read_text()
     assert "Verdict rule" in text and "**Verdict: PASS.**" in text and "python tools/train_gpt.py build B" in text
+    assert "| dq1 | 1.500e-03 | 1.000e-03 | 1.50 |" in text
     assert json.loads(report.with_suffix(".json").read_text())["verdict"] == "PASS"
     assert report.with_suffix(".png").read_bytes()[:4] == b"\x89PNG"
 
 
 def test_the_training_report_names_the_missing_runs(tmp_path):
-    with pytest.raises(SystemExit, match="lacks sdpa_seed0.json"):
+    with pytest.raises(SystemExit, match="lacks reference_r1.json"):
         train_compare.main(["report", str(tmp_path)])
 
 
