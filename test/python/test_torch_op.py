@@ -247,13 +247,13 @@ def _compiled_matches_eager(device, backend, dtype, bundle_dir=None):
         torch.testing.assert_close(got, want, rtol=0, atol=0 if backend == "aot_eager" else 5e-2)
 
 
-def test_torch_compile_fullgraph_matches_eager_on_cpu():
-    _compiled_matches_eager("cpu", "aot_eager", torch.float32)
+def test_torch_compile_fullgraph_matches_eager_on_cpu(prebuilt_bundles):
+    _compiled_matches_eager("cpu", "aot_eager", torch.float32, prebuilt_bundles)
 
 
 @cuda
-def test_torch_compile_fullgraph_inductor_matches_eager_on_cuda(cuda_bundles):
-    _compiled_matches_eager("cuda", "inductor", torch.bfloat16, cuda_bundles)
+def test_torch_compile_fullgraph_inductor_matches_eager_on_cuda(prebuilt_bundles):
+    _compiled_matches_eager("cuda", "inductor", torch.bfloat16, prebuilt_bundles)
 
 
 @cuda
@@ -346,19 +346,22 @@ def _cuda_case(name, device):
     return q, k, v, bias, slopes, opts
 
 
-def cuda_bundle_builds():
-    """(where, what) of every bundle the CUDA tests load: (q, k, v as meta tensors, prebuild's kwargs)."""
+def prebuilt_bundle_builds():
+    """(where, what) of every bundle the tests that take prebuilt_bundles load (the CUDA ones and the CPU
+    torch.compile test): (q, k, v as meta tensors, prebuild's kwargs)."""
     for name in CUDA_CASES:
         q, k, v, bias, slopes, opts = _cuda_case(name, "meta")
         yield name, (q, k, v), dict(opts, bias=bias, alibi_slopes=slopes)
     b, s, w = BLOCK_INPUT
-    meta = torch.empty((b, s, 2, w // 2), dtype=torch.bfloat16, device="meta")
-    yield "_Block", (meta, meta, meta), dict(mask="top_left", layout="bshd")
+    for dtype in (torch.bfloat16, torch.float32):   # the CUDA (inductor) and CPU (aot_eager) compile tests
+        meta = torch.empty((b, s, 2, w // 2), dtype=dtype, device="meta")
+        yield f"_Block {dtype}", (meta, meta, meta), dict(mask="top_left", layout="bshd")
 
 
 @pytest.fixture
-def cuda_bundles(pytestconfig):
-    """The prebuilt bundles' directory (--torch-bundles), or None where MLIR can compile them."""
+def prebuilt_bundles(pytestconfig):
+    """The prebuilt bundles' directory (--torch-bundles), or None where MLIR can compile them (a GPU
+    machine has no MLIR: there even the CPU tests that compile need the prebuilt ones)."""
     directory = pytestconfig.getoption("--torch-bundles")
     if directory is None and importlib.util.find_spec("flydsl") is None:
         pytest.skip("no --torch-bundles DIR and no MLIR to compile the bundles (python test/python/test_torch_op.py DIR)")
@@ -380,19 +383,19 @@ def _cuda_backward(name, bundle_dir):
 
 @cuda
 @pytest.mark.parametrize("name", list(CUDA_CASES))
-def test_cuda_gradients_pass_the_gate(name, cuda_bundles):
-    q, k, v, bias, slopes, options, do, saved = _cuda_backward(name, cuda_bundles)
+def test_cuda_gradients_pass_the_gate(name, prebuilt_bundles):
+    q, k, v, bias, slopes, options, do, saved = _cuda_backward(name, prebuilt_bundles)
     grads = [q.grad, k.grad, v.grad] + [t.grad for t in (bias, slopes) if t is not None]
     assert all(g is not None and g.is_cuda for g in grads)
-    _gate(q, k, v, bias, slopes, options, grads, do, backward_runner("cuda", 0, cuda_bundles), saved)
+    _gate(q, k, v, bias, slopes, options, grads, do, backward_runner("cuda", 0, prebuilt_bundles), saved)
 
 
 @cuda
-def test_cuda_backward_queues_on_the_current_stream_and_never_waits(cuda_bundles):
+def test_cuda_backward_queues_on_the_current_stream_and_never_waits(prebuilt_bundles):
     q, k, v, _, _, opts = _cuda_case("bf16-causal-gqa-deterministic", "cuda")
 
     def grads_of(xs):
-        out = attention(*xs, bundle_dir=cuda_bundles, **opts)
+        out = attention(*xs, bundle_dir=prebuilt_bundles, **opts)
         torch.cuda._sleep(2_000_000_000)    # ~1 s of GPU time queued ahead of dO and our backward
         do = torch.full_like(out, 0.5)      # written only after the sleep: read early, it is garbage
         grads = torch.autograd.grad(out, xs, do)
@@ -410,21 +413,21 @@ def test_cuda_backward_queues_on_the_current_stream_and_never_waits(cuda_bundles
 
 
 @cuda
-def test_cuda_backward_takes_memory_from_torch_and_copies_nothing(cuda_bundles, monkeypatch):
+def test_cuda_backward_takes_memory_from_torch_and_copies_nothing(prebuilt_bundles, monkeypatch):
     from fmha_mlir.runtime.cuda_executor import CudaExecutor
 
-    _cuda_backward("bf16-causal-gqa", cuda_bundles)     # loaded once; what follows is the hot path
+    _cuda_backward("bf16-causal-gqa", prebuilt_bundles)     # loaded once; what follows is the hot path
     for method in ("alloc", "upload", "download", "synchronize"):
         monkeypatch.setattr(CudaExecutor, method, lambda *a, m=method: pytest.fail(f"the hot path called {m}"))
     before = torch.cuda.memory_stats()["allocation.all.allocated"]
-    q, *_ = _cuda_backward("bf16-causal-gqa", cuda_bundles)
+    q, *_ = _cuda_backward("bf16-causal-gqa", prebuilt_bundles)
     assert torch.isfinite(q.grad).all()
     # q, k, v, out, lse, dO, the gradients and our workspaces: all through torch's caching allocator
     assert torch.cuda.memory_stats()["allocation.all.allocated"] - before > 10
 
 
 @cuda
-def test_cuda_debug_mode_poisons_what_the_kernels_write(cuda_bundles, monkeypatch):
+def test_cuda_debug_mode_poisons_what_the_kernels_write(prebuilt_bundles, monkeypatch):
     from fmha_mlir.runtime.cuda_executor import CudaExecutor
 
     uploads = []
@@ -432,8 +435,8 @@ def test_cuda_debug_mode_poisons_what_the_kernels_write(cuda_bundles, monkeypatc
     monkeypatch.setattr(CudaExecutor, "upload", lambda self, a, host: (uploads.append(host), upload(self, a, host)))
     q, k, v, _, _, opts = _cuda_case("bf16-causal-gqa", "cuda")
     xs = [x.requires_grad_() for x in (q, k, v)]
-    attention(*xs, bundle_dir=cuda_bundles, debug=True, **opts).sum().backward()
-    runner = backward_runner("cuda", 0, cuda_bundles, True)
+    attention(*xs, bundle_dir=prebuilt_bundles, debug=True, **opts).sum().backward()
+    runner = backward_runner("cuda", 0, prebuilt_bundles, True)
     bundle = runner.bundle(spec_of(runner, q, k, v, None, None, _options(q, debug=True, **opts), False))
     storage = {np.dtype(np.uint16): "bf16", np.dtype(np.float32): "f32"}
     assert len(uploads) == sum(b["role"] != "input" for b in bundle.buffers.values())   # outputs, workspaces
@@ -487,5 +490,5 @@ if __name__ == "__main__":
         sys.exit(f"usage: {sys.argv[0]} OUTPUT_DIR   (builds the bundles the CUDA tests load; needs MLIR)")
     from fmha_mlir.torch import prebuild
 
-    for name, tensors, kwargs in cuda_bundle_builds():
+    for name, tensors, kwargs in prebuilt_bundle_builds():
         print(name, prebuild(sys.argv[1], *tensors, arch="sm_90", **kwargs))

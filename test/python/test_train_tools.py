@@ -90,9 +90,9 @@ def test_the_step0_rule_passes_our_backward_and_catches_a_one_percent_dq_error(m
     errors = _step0_from_real_runs(monkeypatch, {"sdpa": "sdpa", "fmha": "fmha", "mutant": _dq_scaled})
     ours = train_compare.step0_comparison([errors["fmha"]], [errors["sdpa"]])
     mutant = train_compare.step0_comparison([errors["mutant"]], [errors["sdpa"]])
-    assert max(v["ratio"] for v in ours.values()) <= train_compare.STEP0_FACTOR
-    assert mutant["dq1"]["ratio"] > train_compare.STEP0_FACTOR and mutant["dk1"]["fmha"] == 0.0
-    assert all(mutant[g]["ratio"] <= train_compare.STEP0_FACTOR for g in ("global", "qkv0", "qkv1"))
+    assert max(v["ratio"] for v in ours.values()) <= train_compare.FACTOR
+    assert mutant["dq1"]["ratio"] > train_compare.FACTOR and mutant["dk1"]["fmha"] == 0.0
+    assert all(mutant[g]["ratio"] <= train_compare.FACTOR for g in ("global", "qkv0", "qkv1"))
 
 
 def _fake_record(loss, attention, step0_error: float, ratio_of_norms=1.0):
@@ -106,42 +106,40 @@ def _fake_record(loss, attention, step0_error: float, ratio_of_norms=1.0):
             "command": "python tools/train_compare.py run D"}
 
 
-# Each seed-0 torch run is the base curve plus its own multiple of one wiggle, so d(a, b) = |c_a - c_b| x
-# mean |wiggle|: the largest mean distance of one of them to the others is that of c = -2 (2.5 units).
-TORCH_OFFSETS = (0.0, 1.0, -1.0, 0.5, 2.0, -2.0)
+# Each seed-0 run is the base curve plus a multiple of one wiggle, so d(a, b) = |c_a - c_b| x mean |wiggle|:
+# the exact backward's runs at c = 0, torch flash's at +-1 (1 unit from them), ours at c = fmha_offset.
+OFFSETS = {"reference": (0.0, 0.0, 0.0, 0.0), "sdpa": (1.0, -1.0, 1.0, -1.0)}
 
 
 def _fake_runs(fmha_offset: float, attention="fmha_mlir.torch.attention", fmha_step0=1.5e-3):
     base, wiggle = np.linspace(5.5, 2.0, 40), 0.01 * np.sin(np.arange(40))
-    offsets = iter(TORCH_OFFSETS)
+    offsets = {kind: iter(values) for kind, values in OFFSETS.items()}
     runs = {}
     for r in train_compare.RUNS:
-        if r.role == "torch":
-            loss, kind, step0 = base + next(offsets) * wiggle, train_compare.ATTENTION_OF[r.attention], 1e-3
-        elif r.role == "fmha":
+        if r.seed:
+            loss, kind, step0 = base + 0.1, train_compare.ATTENTION_OF["sdpa"], 1.0
+        elif r.attention == "fmha":
             loss, kind, step0 = base + fmha_offset * wiggle, attention, fmha_step0
         else:
-            loss, kind, step0 = base + 0.1, train_compare.ATTENTION_OF["sdpa"], 1.0
-        if r.attention == "reference":
-            step0 = 0.0
+            loss, kind = base + next(offsets[r.attention]) * wiggle, train_compare.ATTENTION_OF[r.attention]
+            step0 = 0.0 if r.attention == "reference" else 1e-3
         runs[r.name] = _fake_record(loss, kind, step0)
     return runs
 
 
 def test_the_runs_are_the_stated_ones_with_the_yardstick_first():
-    roles = [r.role for r in train_compare.RUNS]
-    assert train_compare.RUNS[0].attention == "reference" and roles.count("torch") == len(TORCH_OFFSETS)
-    assert roles.count("fmha") == train_compare.REPEATS and roles[-1] == "seed"
+    kinds = [r.attention for r in train_compare.RUNS if not r.seed]
+    assert train_compare.RUNS[0].attention == "reference" and train_compare.RUNS[-1].seed == 1
+    assert all(kinds.count(kind) == train_compare.REPEATS for kind in train_compare.ATTENTION_OF)
 
 
 def test_the_verdict_follows_its_rule():
-    passing = train_compare.summarise(_fake_runs(0.0))
-    assert passing["verdict"] == "PASS" and passing["bound"] == pytest.approx(2.5 * np.abs(0.01 * np.sin(
-        np.arange(20, 40))).mean())
-    assert train_compare.summarise(_fake_runs(4.0))["verdict"] == "FAIL"              # further than any torch run
-    off = train_compare.summarise(_fake_runs(0.0, fmha_step0=2.5e-3))                 # 2.5x flash's step-0 error
+    passing = train_compare.summarise(_fake_runs(1.9))        # 1.9x torch flash's distance to the exact runs
+    assert passing["verdict"] == "PASS" and passing["curves_ratio"] == pytest.approx(1.9)
+    assert train_compare.summarise(_fake_runs(-2.1))["verdict"] == "FAIL"             # 2.1x
+    off = train_compare.summarise(_fake_runs(0.5, fmha_step0=2.5e-3))                 # 2.5x flash's step-0 error
     assert off["verdict"] == "FAIL" and off["curves_pass"] and not off["step0_pass"]
-    mislabelled = train_compare.summarise(_fake_runs(0.0, attention="torch SDPA flash"))
+    mislabelled = train_compare.summarise(_fake_runs(0.5, attention="torch SDPA flash"))
     assert mislabelled["verdict"] == "FAIL" and mislabelled["mislabelled"] == [f"fmha_r{i + 1}" for i in range(4)]
 
 
@@ -153,7 +151,7 @@ def test_a_group_no_backward_changes_does_not_decide_the_step0_rule():
 
 def test_the_training_report_writes_its_markdown_json_and_plot(tmp_path):
     pytest.importorskip("matplotlib")
-    for name, record in _fake_runs(0.0).items():
+    for name, record in _fake_runs(0.5).items():
         (tmp_path / f"{name}.json").write_text(json.dumps(record))
     report = tmp_path / "training.md"
     assert train_compare.main(["report", str(tmp_path), "--report", str(report)]) == 0
