@@ -114,6 +114,17 @@ def pack_args(args: Sequence[KernelArg]) -> PackedArgs:
     return PackedArgs(args, offsets, layout.pack(*(v for a in args for v in _values(a))))
 
 
+def pointer_fields(packed: PackedArgs) -> list[tuple[int, str]]:
+    """(byte offset in the blob, buffer name) of every pointer field, two per memref (allocated and
+    aligned): what a launch of the same arguments on buffers at other addresses rewrites."""
+    out, offsets = [], iter(packed.offsets)
+    for arg in packed.args:
+        for kind, offset in zip(_field_types(_signature(arg)), offsets):   # takes this argument's fields
+            if kind == "ptr":
+                out.append((offset, arg.name))
+    return out
+
+
 # The memref ABI in one place: a rank-r memref is allocated ptr, aligned ptr, offset, sizes[r], strides[r].
 
 def _signature(arg: KernelArg):

@@ -5,22 +5,29 @@ A training loop calls the backward with tensors of the same shapes, strides and 
 only their addresses change. A BoundPlan does once what depends on the geometry alone (the tensor
 checks, the layouts and workspace sizes, the grids and scalar arguments, each argument's parameter) and
 per run only what depends on the addresses: their alignment, outputs that overlap, the workspaces, the
-launches. Runs are on GPU-resident tensors (DeviceArrays) with a workspace allocator, on a stream, and
-never wait for the device: what fmha_mlir.torch needs, in a small fraction of a PreparedRun's host time.
+launches, whose arguments are packed once too (packed_steps.py: a run writes only the addresses). Runs
+are on GPU-resident tensors (DeviceArrays, or their addresses) with a workspace allocator, on a stream,
+and never wait for the device: what fmha_mlir.torch needs, in a small fraction of a PreparedRun's host
+time.
 """
 from __future__ import annotations
 
+import operator
 import threading
 from collections import OrderedDict
-from typing import Callable, Mapping
+from typing import Callable, Mapping, Sequence
 
 from ..errors import RuntimeLaunchError
-from .args import DeviceBuffer
 from .bundle import Bundle
 from .device_array import DeviceArray
 from .executor import Executor
+from .packed_steps import PackedSteps
 from .runner import (BoundStep, allocate_workspace, bind_steps, check_alignment, check_output, check_scalars,
                      check_tensors, plan_layouts, problem_buffers)
+
+
+# Each workspace starts this many bytes into the run's one allocation: more than any vector a kernel loads.
+WORKSPACE_ALIGN = 256
 
 
 def geometry(arrays: Mapping[str, DeviceArray], scalars: Mapping[str, int] | None) -> tuple:
@@ -30,7 +37,8 @@ def geometry(arrays: Mapping[str, DeviceArray], scalars: Mapping[str, int] | Non
 
 
 class BoundPlan:
-    """The bundle's steps bound to one geometry on one executor (immutable: threads may share it)."""
+    """The bundle's steps bound to one geometry on one executor. Threads may share it: a run's
+    patch-and-launch of the packed arguments holds the plan's lock."""
 
     def __init__(self, bundle: Bundle, device: Executor, arrays: Mapping[str, DeviceArray],
                  scalars: Mapping[str, int] | None = None):
@@ -44,51 +52,90 @@ class BoundPlan:
         self.bundle, self.device, self.outputs = bundle, device, outputs
         self.scalars = check_scalars(bundle, arrays, scalars)
         self.layouts = plan_layouts(bundle, checked, self.scalars)
+        self.names = tuple(buffers)   # the problem tensors in manifest order: launch()'s addresses come so
         self.aligns = {name: buf["align"] for name, buf in buffers.items()}
         self.workspaces = [name for name in self.layouts if name not in buffers]
         self.steps: list[BoundStep] = bind_steps(bundle, self.layouts, self.scalars)
         self.kernels = device.load(bundle)
+        # What launch() checks per run, by position in `names`: the byte alignment of each address (1:
+        # none), and the byte ranges of the outputs (their strides are checked above, once).
+        self._alignments = tuple(self.aligns[n] * self.layouts[n].storage.itemsize if self.aligns[n] > 1 else 1
+                                 for n in self.names)
+        spans = [(self.names.index(n), self.layouts[n].nbytes) for n in outputs]
+        self._output_pairs = [(a, b) for i, a in enumerate(spans) for b in spans[i + 1:]]
+        # The workspaces share one allocation per run, each at a WORKSPACE_ALIGN-byte offset.
+        self._workspace_offsets, self._workspace_bytes = [], 0
+        self._workspaces_named = "workspaces " + ", ".join(map(repr, self.workspaces))
+        for name in self.workspaces:
+            self._workspace_offsets.append(self._workspace_bytes)
+            self._workspace_bytes += -(-self.layouts[name].nbytes // WORKSPACE_ALIGN) * WORKSPACE_ALIGN
+        self._packed = PackedSteps(self.steps, self.layouts, [*self.names, *self.workspaces], device, self.kernels)
+        self._lock = threading.Lock()
 
     def run(self, arrays: Mapping[str, DeviceArray], workspace: Callable[[int], DeviceArray],
             stream: int | None = None) -> None:
-        """Queue every step on `stream` for these tensors (of the plan's geometry; not re-checked here),
-        workspaces from `workspace` (nbytes -> DeviceArray, held until the launches are queued: a
-        stream-ordered allocator reuses the memory only for work queued after them)."""
+        """launch() on these tensors (of the plan's geometry; not re-checked here)."""
+        self.launch([arrays[name].address for name in self.names], workspace, stream)
+
+    def launch(self, addresses: Sequence[int], workspace: Callable[[int], DeviceArray],
+               stream: int | None = None) -> None:
+        """Queue every step on `stream` for tensors of the plan's geometry at `addresses` (one per name of
+        `names`), checking the addresses: their alignment, outputs that overlap. The workspaces come from
+        one `workspace(nbytes)` (-> DeviceArray) held until the launches are queued: a stream-ordered
+        allocator reuses the memory only for work queued after them."""
+        if any(map(operator.mod, addresses, self._alignments)):
+            self._refuse(addresses)
+        for (a, span_a), (b, span_b) in self._output_pairs:
+            if addresses[a] < addresses[b] + span_b and addresses[b] < addresses[a] + span_a:
+                self._refuse(addresses)
+        if self._workspace_bytes:
+            held = allocate_workspace(workspace, self._workspaces_named, self._workspace_bytes)
+            addresses = [*addresses, *(held.address + offset for offset in self._workspace_offsets)]
+        with self._lock, self.device.current():
+            self._packed.run(addresses, stream)
+
+    def _refuse(self, addresses: Sequence[int]) -> None:
+        """The runner's error for the misaligned address or the overlapping outputs among `addresses`."""
+        arrays = {}
+        for name, address in zip(self.names, addresses):
+            layout = self.layouts[name]
+            strides = tuple(s * layout.storage.itemsize for s in layout.strides)
+            arrays[name] = DeviceArray(address, layout.shape, strides, layout.storage)
         for name, array in arrays.items():
             check_alignment(self.bundle, name, array, self.aligns[name])
         for name in self.outputs:
             check_output(name, arrays[name], [(other, arrays[other]) for other in self.outputs if other < name])
-        held = {name: allocate_workspace(workspace, name, self.layouts[name].nbytes) for name in self.workspaces}
-        buffers = {}
-        for name, array in {**arrays, **held}.items():
-            layout = self.layouts[name]
-            buffers[name] = DeviceBuffer(name, layout.dtype, layout.shape, layout.strides, array.address,
-                                         self.device.borrow(array.address, layout.nbytes))
-        with self.device.current():
-            for step in self.steps:
-                step.prepare(self.device, self.kernels, buffers, stream)()
 
 
 class BoundPlans:
-    """The plans one caller has used, by (bundle, geometry), the least recently used dropped past
-    `capacity` (a training loop uses one per attention shape)."""
+    """What one caller has bound, by key, the least recently used dropped past `capacity` (a training
+    loop uses one per attention shape): plans by (bundle, geometry) through plan(), or whatever a caller
+    binds around a plan through get() and add() (AttentionBackward's calls on torch tensors)."""
 
     def __init__(self, capacity: int = 64):
         self.capacity = capacity
-        self._plans: OrderedDict[tuple, BoundPlan] = OrderedDict()
+        self._plans: OrderedDict[tuple, object] = OrderedDict()
         self._lock = threading.Lock()
+
+    def get(self, key: tuple):
+        """What `key` is bound to, now the most recently used; None if nothing is."""
+        with self._lock:
+            value = self._plans.get(key)
+            if value is not None:
+                self._plans.move_to_end(key)
+            return value
+
+    def add(self, key: tuple, value):
+        """Bind `key` to `value` (returned), dropping the least recently used past the capacity."""
+        with self._lock:
+            self._plans[key] = value
+            while len(self._plans) > self.capacity:
+                self._plans.popitem(last=False)
+        return value
 
     def plan(self, bundle: Bundle, device: Executor, arrays: Mapping[str, DeviceArray],
              scalars: Mapping[str, int] | None = None) -> BoundPlan:
         key = (bundle.key, id(device), geometry(arrays, scalars))
-        with self._lock:
-            plan = self._plans.get(key)
-            if plan is not None:
-                self._plans.move_to_end(key)
-                return plan
-        plan = BoundPlan(bundle, device, arrays, scalars)   # outside the lock: it may load the module
-        with self._lock:
-            self._plans[key] = plan
-            while len(self._plans) > self.capacity:
-                self._plans.popitem(last=False)
-        return plan
+        plan = self.get(key)
+        # bound outside the lock: it may load the module
+        return plan if plan is not None else self.add(key, BoundPlan(bundle, device, arrays, scalars))

@@ -18,7 +18,7 @@ from typing import Sequence
 import numpy as np
 
 from ..errors import RuntimeLaunchError
-from .args import KernelArg, pack_args
+from .args import KernelArg, PackedArgs, pack_args
 from .executor import Allocation, Executor, KernelSet, check_status
 
 INSTALL_HINT = "pip install 'cuda-bindings>=12.6' (the fmha-mlir[cuda] extra)"
@@ -182,20 +182,33 @@ class CudaKernels(KernelSet):
                 self._shared_limits[kernel] = shared_bytes
             return function
 
+    def packed_launcher(self, kernel: str, grid: Sequence[int], block: Sequence[int], packed: PackedArgs,
+                        blob: np.ndarray, shared_bytes: int = 0):
+        """cuLaunchKernel on a pointer to each field of `blob`, computed once: the driver copies the values
+        at each launch, so the caller may rewrite the blob for the next one as soon as this returns."""
+        with self._executor.current():
+            function = self._function(kernel, shared_bytes)
+        params = np.array(packed.offsets, np.uint64) + np.uint64(blob.ctypes.data)   # a pointer to each field
+        grid, block = tuple(grid), tuple(block)
+        what = f"cuLaunchKernel({kernel}, grid={grid}, block={block})"
+        launch, address, config = self._cu.cuLaunchKernel, params.ctypes.data, (function, *grid, *block, shared_bytes)
+
+        def run(stream, blob=blob, params=params):  # keeps the arguments and their pointers alive with the callable
+            check_status(launch(*config, stream or 0, address, 0), what)
+
+        return run
+
     def prepare(self, kernel: str, grid: Sequence[int], block: Sequence[int], args: Sequence[KernelArg],
                 shared_bytes: int = 0, stream: int | None = None):
         """Look the function up and pack the arguments once; the returned callable only calls
         cuLaunchKernel (the driver copies the parameter values at each call)."""
-        with self._executor.current():
-            function = self._function(kernel, shared_bytes)
         packed = pack_args(args)
-        blob = np.frombuffer(packed.blob, np.uint8).copy()
-        params = np.array(packed.offsets, np.uint64) + np.uint64(blob.ctypes.data)   # a pointer to each field
-        grid, block, what = tuple(grid), tuple(block), f"cuLaunchKernel({kernel}, grid={tuple(grid)}, block={tuple(block)})"
-        launch, address, current, stream = self._cu.cuLaunchKernel, params.ctypes.data, self._executor.current, stream or 0
+        launch = self.packed_launcher(kernel, grid, block, packed, np.frombuffer(packed.blob, np.uint8).copy(),
+                                      shared_bytes)
+        current = self._executor.current
 
-        def run(blob=blob, params=params):  # keeps the packed arguments alive with the callable
+        def run():
             with current():
-                check_status(launch(function, *grid, *block, shared_bytes, stream, address, 0), what)
+                launch(stream)
 
         return run

@@ -19,7 +19,7 @@ import numpy as np
 from ..errors import RuntimeLaunchError
 
 if TYPE_CHECKING:
-    from .args import KernelArg
+    from .args import KernelArg, PackedArgs
     from .bundle import Bundle
 
 # name -> "module:class"; imported on demand so a broken vendor binding cannot break the others.
@@ -61,6 +61,15 @@ class KernelSet(ABC):
     def launch(self, kernel: str, grid: Sequence[int], block: Sequence[int], args: Sequence["KernelArg"],
                shared_bytes: int = 0, stream: int | None = None) -> None:
         self.prepare(kernel, grid, block, args, shared_bytes, stream)()
+
+    def packed_launcher(self, kernel: str, grid: Sequence[int], block: Sequence[int], packed: "PackedArgs",
+                        blob: np.ndarray, shared_bytes: int = 0) -> Callable[[int | None], None]:
+        """A callable `launch(stream)` of `kernel` on the arguments `blob` holds at the time of each call:
+        `packed` lays them out (args.pack_args), `blob` (uint8, packed.size bytes, kept alive by the
+        callable) is where the caller rewrites their addresses between calls (a BoundPlan, once per run).
+        Called inside the executor's current(). Executors that launch from a packed blob have it."""
+        raise RuntimeLaunchError(f"the {type(self).__name__} kernels cannot launch from a packed argument "
+                                 "blob (a launch plan bound to GPU-resident tensors needs the cuda executor)")
 
 
 class Executor(ABC):

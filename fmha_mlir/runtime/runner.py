@@ -321,7 +321,7 @@ class PreparedRun:
                 nbytes = layout.nbytes
                 array = self.host.get(name)
                 if array is None and workspace is not None:
-                    array = self.workspaces[name] = allocate_workspace(workspace, name, nbytes)
+                    array = self.workspaces[name] = allocate_workspace(workspace, f"workspace {name!r}", nbytes)
                 if isinstance(array, DeviceArray):  # used in place: borrowed, never copied or freed
                     allocation = device.borrow(array.address, nbytes)
                     if poison and bundle.buffers[name]["role"] != "input":
@@ -390,10 +390,11 @@ def run_bundle(bundle: Bundle, device: Executor, tensors: Mapping[str, np.ndarra
         return run.results()
 
 
-def allocate_workspace(allocate: Callable[[int], DeviceArray], name: str, nbytes: int) -> DeviceArray:
+def allocate_workspace(allocate: Callable[[int], DeviceArray], what: str, nbytes: int) -> DeviceArray:
+    """`allocate(nbytes)`, checked; `what` it is for names it in the error ("workspace 'd'")."""
     array = allocate(nbytes)
     if not isinstance(array, DeviceArray) or array.span_bytes < nbytes:
-        raise RuntimeLaunchError(f"the workspace allocator returned {array!r} for workspace {name!r}; it must "
+        raise RuntimeLaunchError(f"the workspace allocator returned {array!r} for {what}; it must "
                                  f"return a DeviceArray of at least {nbytes} bytes")
     return array
 

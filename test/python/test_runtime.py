@@ -25,7 +25,7 @@ from fmha_mlir.errors import RuntimeLaunchError  # noqa: E402
 from fmha_mlir.kernel_config import KernelConfig  # noqa: E402
 from fmha_mlir.runtime import cpu_executor, cuda_executor, hip_executor  # noqa: E402
 from fmha_mlir.runtime.args import (DeviceBuffer, ScalarArg, bind_args, check_against_metadata,  # noqa: E402
-                                    flatten_args, pack_args)
+                                    flatten_args, pack_args, pointer_fields)
 from fmha_mlir.runtime.bundle import FORMAT, Bundle, spec_from_json, spec_to_json  # noqa: E402
 from fmha_mlir.runtime.cpu_executor import CpuExecutor, device_view  # noqa: E402
 from fmha_mlir.runtime.device_array import DeviceArray  # noqa: E402
@@ -33,7 +33,7 @@ from fmha_mlir.runtime.executor import Allocation, get_executor  # noqa: E402
 from fmha_mlir.runtime.hsaco_metadata import target_arch  # noqa: E402
 from fmha_mlir.runtime.kernel_signatures import kernel_signatures  # noqa: E402
 from fmha_mlir.runtime.bound_plan import BoundPlan, BoundPlans  # noqa: E402
-from fmha_mlir.runtime.runner import PreparedRun, check_tensors, run_bundle  # noqa: E402
+from fmha_mlir.runtime.runner import Layout, PreparedRun, check_tensors, run_bundle  # noqa: E402
 from fmha_mlir.spec import AttentionBwdSpec, Mask  # noqa: E402
 from fmha_mlir.target import TARGETS  # noqa: E402
 
@@ -479,11 +479,30 @@ class ResidentKernels(NumpyKernels):
         return DeviceArray(array.ctypes.data, array.shape, array.strides, array.dtype, owner=array)
 
     def borrow(self, address, nbytes):
-        return Allocation(address, nbytes, self.memory[address][:nbytes])
+        """The bytes from `address` on, in whichever resident array holds them (a run's workspaces share one)."""
+        start = max(a for a in self.memory if a <= address)
+        assert address + nbytes <= start + self.memory[start].nbytes, "beyond the resident array"
+        return Allocation(address, nbytes, self.memory[start][address - start:address - start + nbytes])
 
     def prepare(self, kernel, grid, block, args, shared_bytes=0, stream=None):
         self.calls.append(("launch", kernel, stream))
         return super().prepare(kernel, grid, block, args, shared_bytes, stream)
+
+    def packed_launcher(self, kernel, grid, block, packed, blob, shared_bytes=0):
+        """Launches on the buffers whose addresses `blob` holds at each call, as a GPU would read them:
+        every other field must still be what pack_args wrote (a patch touches the pointers only)."""
+        def run(stream):
+            addresses = {}
+            for offset, name in pointer_fields(packed):
+                addresses.setdefault(name, set()).add(int(blob[offset:offset + 8].view(np.uint64)[0]))
+            assert all(len(a) == 1 for a in addresses.values()), "allocated and aligned pointers differ"
+            args = [dataclasses.replace(a, address=addresses[a.name].pop()) if isinstance(a, DeviceBuffer) else a
+                    for a in packed.args]
+            assert bytes(blob) == pack_args(args).blob
+            args = [dataclasses.replace(a, allocation=self.borrow(a.address, Layout(a.dtype, a.shape, a.strides).nbytes))
+                    if isinstance(a, DeviceBuffer) else a for a in args]
+            self.prepare(kernel, grid, block, args, shared_bytes, stream)()
+        return run
 
     def zero(self, allocation, stream=None):
         self.calls.append(("zero", allocation.nbytes, stream))
