@@ -11,7 +11,6 @@ Compiling needs MLIR (flydsl); a machine without it runs bundles compiled elsewh
 """
 from __future__ import annotations
 
-import functools
 import threading
 
 from dataclasses import dataclass, field
@@ -20,16 +19,16 @@ from pathlib import Path
 import numpy as np
 
 from .bodies import choose_config
-from .dtypes import BUFFER_STORAGE, STORAGE
 from .errors import Reason, SpecError
 from .kernel_config import KernelConfig
 from .runtime.bundle import Bundle
-from .runtime.device_array import DeviceArray
 from .runtime.executor import Executor, executor_class, get_executor
 from .runtime.bound_plan import BoundPlans
-from .runtime.runner import PreparedRun, run_bundle
+from .runtime.runner import run_bundle
 from .spec import AttentionBwdSpec, Mask
 from .target import get_target
+from .torch_in_place import (InPlaceCall, call_key, is_torch, run_poisoned, torch_device_array,  # noqa: F401
+                             torch_dtype, torch_dtype_names)
 
 _NUMPY_DTYPES = {np.dtype(np.float16): "f16", np.dtype(np.float32): "f32"}
 # The arch a GPU-less run interprets: gfx942 exercises the wave64 (DPP) path no GPU here can run.
@@ -95,7 +94,8 @@ class AttentionBackward:
     _lock: threading.RLock = field(default_factory=threading.RLock, repr=False, compare=False)
     _compiler: object = field(default=None, repr=False)
     _device: Executor | None = field(default=None, repr=False)
-    _plans: BoundPlans = field(default_factory=BoundPlans, repr=False)   # torch CUDA calls, by geometry
+    _plans: BoundPlans = field(default_factory=BoundPlans, repr=False)   # torch CUDA calls' plans, by geometry
+    _calls: BoundPlans = field(default_factory=BoundPlans, repr=False)   # and their InPlaceCalls, by call_key
 
     def device(self) -> Executor:
         with self._lock:
@@ -148,7 +148,7 @@ class AttentionBackward:
         bundle_path(dir, spec, arch))."""
         kind = _bias_inputs(bias, alibi_slopes, dbias)[0]
         return AttentionBwdSpec(
-            dtype=_torch_dtype(q) if _is_torch(q) else infer_dtype(np.asarray(q), dtype),
+            dtype=torch_dtype(q) if is_torch(q) else infer_dtype(np.asarray(q), dtype),
             hdim_q=q.shape[-1], hdim_v=v.shape[-1], gqa_ratio=_gqa_ratio(q, k, packed=varlen),
             mask=mask if isinstance(mask, Mask) else Mask.parse(mask), scale=scale, softcap=softcap, bias=kind,
             dbias=dbias, alibi_slopes=alibi_slopes is not None, deterministic=deterministic, grad_accum=grad_accum,
@@ -158,25 +158,41 @@ class AttentionBackward:
                  dtype: str | None = None, softcap: float = 0.0, bias=None, alibi_slopes=None, dbias: bool = False,
                  deterministic: bool = False, grad_accum: str = "f32", cu_seqlens_q=None, cu_seqlens_k=None,
                  max_seqlen_q: int | None = None, max_seqlen_k: int | None = None):
+        tensors = (q, k, v, o, do, lse, bias, alibi_slopes, cu_seqlens_q, cu_seqlens_k)   # torch_in_place.ARGUMENTS
+        # A call on torch CUDA tensors is bound once per key (not in debug mode, nor when the max lengths
+        # are to be read from cu_seqlens): a repeat call runs its InPlaceCall at once.
+        reads_lengths = (cu_seqlens_q is not None or cu_seqlens_k is not None) and None in (max_seqlen_q, max_seqlen_k)
+        keyed = not (self.debug or reads_lengths)
+        options = (mask, scale, dtype, softcap, dbias, deterministic, grad_accum, max_seqlen_q, max_seqlen_k)
+        bound = self._calls.get(call_key(tensors, (self.arch, options))) if keyed else None
+        if bound is not None:
+            return bound(*tensors)
         _check_arrays(cu_seqlens_q is not None or cu_seqlens_k is not None, q=q, k=k, v=v, o=o, do=do, lse=lse)
         kind, bias_tensors = _bias_inputs(bias, alibi_slopes, dbias)
         varlen, scalars = _varlen_inputs(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
         spec = self.spec_for(q, k, v, mask=mask, scale=scale, dtype=dtype, softcap=softcap, bias=bias,
                              alibi_slopes=alibi_slopes, dbias=dbias, deterministic=deterministic,
                              grad_accum=grad_accum, varlen=bool(varlen))
-        on_gpu = _is_torch(q) and q.is_cuda
+        on_gpu = is_torch(q) and q.is_cuda
         device = self._cuda_executor(self.device(), q.device) if on_gpu else self.device()
         bundle = self.bundle(spec)
         inputs = {**dict(zip(("q", "k", "v", "o", "do", "lse"), (q, k, v, o, do, lse))), **bias_tensors, **varlen}
         names = ("dq", "dk", "dv") + spec.bias_operands()[1]
+        given_shape = tuple((bias if kind == "elementwise" else alibi_slopes).shape) if dbias else None
+        if on_gpu and not self.debug:
+            bound = InPlaceCall(self._plans.plan, bundle, device, inputs, names, scalars, given_shape)
+            key = call_key(tensors, (self.arch, options)) if keyed else None   # the arch is known by now
+            if key is not None:
+                self._calls.add(key, bound)
+            return bound(*tensors)
         if on_gpu:
-            grads = _run_in_place(bundle, device, inputs, names, scalars, None if self.debug else self._plans)
+            grads = run_poisoned(bundle, device, inputs, names, scalars)
         else:
             grads = run_bundle(bundle, device, {name: _to_numpy(t) for name, t in inputs.items()}, scalars)
             grads = {name: _like(q if name != "dalibi_slopes" else alibi_slopes, grads[name]) for name in names}
         out = [grads[name] for name in names]
-        if dbias:   # in the shape the bias was given in
-            out[-1] = out[-1].reshape(tuple((bias if kind == "elementwise" else alibi_slopes).shape))
+        if given_shape is not None:   # dbias / d(slopes) in the shape the bias was given in
+            out[-1] = out[-1].reshape(given_shape)
         return tuple(out)
 
 
@@ -269,45 +285,6 @@ def _bias_inputs(bias, alibi_slopes, dbias) -> tuple[str, dict]:
     return "elementwise", {"bias": bias.reshape((1,) * (4 - bias.ndim) + tuple(bias.shape))}
 
 
-def _run_in_place(bundle: Bundle, device: Executor, inputs: dict, names: tuple[str, ...], scalars: dict,
-                  plans: BoundPlans | None) -> dict:
-    """torch CUDA tensors on the CUDA executor: the kernels read and write the tensors' memory and take
-    their workspaces from torch's caching allocator, on torch's current stream (which orders them after
-    the work that made the inputs); nothing is copied and nothing waits for the device. With `plans`,
-    the launch plan bound to this geometry is reused; without (debug), a PreparedRun NaN-fills first."""
-    import torch
-
-    where = inputs["q"].device
-    strays = sorted(name for name, t in inputs.items() if t.device != where)
-    if strays:
-        raise SpecError([Reason(strays[0], f"lives on {inputs[strays[0]].device} and q on {where}",
-                                "put every tensor of the call on one device")])
-    like = {"dq": "q", "dk": "k", "dv": "v", "dbias": "bias", "dalibi_slopes": "alibi_slopes"}
-    # empty_like keeps the inputs' strides: gradients of BSHD views come back in BSHD storage.
-    outputs = {name: torch.empty_like(inputs[like[name]]) for name in names}
-    arrays = {name: torch_device_array(t) for name, t in {**inputs, **outputs}.items()}
-
-    def workspace(nbytes: int) -> DeviceArray:
-        # Held until the launches are queued; then freed stream-ordered: reused only by work queued after ours.
-        t = torch.empty(nbytes, dtype=torch.uint8, device=where)
-        return DeviceArray(t.data_ptr(), (nbytes,), (1,), np.dtype(np.uint8), owner=t)
-
-    stream = torch.cuda.current_stream(where).cuda_stream
-    if plans is not None:
-        plans.plan(bundle, device, arrays, scalars).run(arrays, workspace, stream)
-        return outputs
-    with PreparedRun(bundle, device, arrays, scalars, stream=stream, workspace=workspace, poison=True) as run:
-        run.launch()
-    return outputs
-
-
-def torch_device_array(t) -> DeviceArray:
-    """A torch CUDA tensor as the runtime's DeviceArray (same memory, strides in bytes; kept alive)."""
-    storage = _torch_storage().get(t.dtype) or STORAGE[_torch_dtype(t)]   # (the fallback names a bad dtype)
-    size = t.element_size()
-    return DeviceArray(t.data_ptr(), tuple(t.shape), tuple(s * size for s in t.stride()), storage, owner=t)
-
-
 def _check_arrays(packed: bool, **arrays) -> None:
     """Each input is an array (NumPy or torch) of its rank: [B, H, S, D], lse [B, H, S]; packed (varlen)
     [T, H, D], lse [H, T]."""
@@ -334,33 +311,6 @@ def _gqa_ratio(q, k, packed: bool = False) -> int:
     return q.shape[1] // k.shape[1]
 
 
-def _is_torch(x) -> bool:
-    return type(x).__module__.startswith("torch")
-
-
-@functools.cache
-def torch_dtype_names() -> dict:
-    """torch dtype -> our dtype name (torch is imported only when asked; built once)."""
-    import torch
-
-    return {torch.float16: "f16", torch.bfloat16: "bf16", torch.float32: "f32"}
-
-
-@functools.cache
-def _torch_storage() -> dict:
-    """torch dtype -> the runtime's NumPy storage dtype: the problem's types and varlen's int32 cu_seqlens."""
-    import torch
-
-    return {**{t: STORAGE[name] for t, name in torch_dtype_names().items()}, torch.int32: BUFFER_STORAGE["i32"]}
-
-
-def _torch_dtype(t) -> str:
-    names = torch_dtype_names()
-    if t.dtype not in names:
-        raise SpecError([Reason("dtype", f"unsupported torch dtype {t.dtype}", "use float16, bfloat16 or float32")])
-    return names[t.dtype]
-
-
 def is_ml_bfloat16(array) -> bool:
     """An `ml_dtypes.bfloat16` NumPy array (told by its dtype's name: ml_dtypes need not be installed)."""
     return isinstance(array, np.ndarray) and array.dtype.name == "bfloat16"
@@ -369,7 +319,7 @@ def is_ml_bfloat16(array) -> bool:
 def _to_numpy(t) -> np.ndarray:
     """A NumPy view of the data in the runtime's storage (torch tensors are copied to the host; bf16,
     torch or ml_dtypes, becomes uint16 bits)."""
-    if not _is_torch(t):
+    if not is_torch(t):
         array = np.asarray(t)
         return array.view(np.uint16) if is_ml_bfloat16(array) else array
     import torch
@@ -383,7 +333,7 @@ def _to_numpy(t) -> np.ndarray:
 def _like(reference, array: np.ndarray):
     """`array` (in storage) as what `reference` is: a torch tensor of its dtype on its device, an
     ml_dtypes.bfloat16 array, or the array itself."""
-    if not _is_torch(reference):
+    if not is_torch(reference):
         return array.view(reference.dtype) if is_ml_bfloat16(np.asarray(reference)) else array
     import torch
 

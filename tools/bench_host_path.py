@@ -105,7 +105,7 @@ def run(directory: Path, calls: int, repeats: int) -> list[dict]:
 
 
 def write_report(path: Path, rows: list[dict], meta: dict) -> None:
-    lines = [f"# Host path per call, here with stand-ins for the GPU (tools/bench_host_path.py)", "",
+    lines = ["# Host path per call, here with stand-ins for the GPU (tools/bench_host_path.py)", "",
              f"`{meta['command']}` at commit {meta['commit']} on {meta['host']} (Python {meta['python']}, torch "
              f"{meta['torch']}): bf16 B{SHAPE[0]} H{SHAPE[1]} S{SHAPE[2]} D{SHAPE[3]}, causal top-left; us per "
              f"call the median of {meta['repeats']} timings of {meta['calls']} calls (min beside it); Python "

@@ -19,7 +19,7 @@ import types
 import torch
 
 CONTEXT = 0x7ACE     # the primary context: current already, as torch leaves it on a GPU machine
-STREAM = 0           # the handle torch.cuda.current_stream(...).cuda_stream gives here
+STREAM = 7           # the handle torch.cuda.current_stream(...).cuda_stream gives here
 MAJOR, MINOR = 75, 76   # CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR / _MINOR (their CUDA values)
 
 
@@ -31,9 +31,11 @@ class StandInDriver:
     CUfunction_attribute = types.SimpleNamespace(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES=8)
     CUdeviceptr = int
 
-    def __init__(self, on_launch=None):
-        self.launches = self.fills = 0
-        self.on_launch = on_launch   # called with cuLaunchKernel's arguments (tests); None: counted only
+    def __init__(self, on_launch=None, on_fill=None):
+        self.launches = self.fills = self.synchronizations = 0
+        # Called with cuLaunchKernel's arguments (function, grid, block, shared, stream, params) and with
+        # a zero fill's (pointer, bytes, stream) (tests); None: counted only.
+        self.on_launch, self.on_fill = on_launch, on_fill
 
     def cuInit(self, flags):
         return (0,)
@@ -71,12 +73,23 @@ class StandInDriver:
     def cuFuncSetAttribute(self, function, attribute, value):
         return (0,)
 
-    def cuMemsetD32Async(self, pointer, value, count, stream):
+    def cuCtxSynchronize(self):
+        self.synchronizations += 1
+        return (0,)
+
+    def cuMemcpyHtoD(self, pointer, host, nbytes):   # (debug mode's NaN poisoning; nothing is written)
+        return (0,)
+
+    def cuMemsetD32Async(self, pointer, value, count, stream):   # (one call, as the real one: no delegation)
         self.fills += 1
+        if self.on_fill is not None:
+            self.on_fill(pointer, 4 * count, stream)
         return (0,)
 
     def cuMemsetD8Async(self, pointer, value, count, stream):
         self.fills += 1
+        if self.on_fill is not None:
+            self.on_fill(pointer, count, stream)
         return (0,)
 
     def cuLaunchKernel(self, function, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
