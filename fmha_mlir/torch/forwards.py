@@ -225,6 +225,7 @@ FORWARDS = {f.name: f for f in (
 AUTO_ORDER = {"cuda": ("flash", "efficient", "flex", "math"), "cpu": ("cpu_flash", "math")}
 
 
+@functools.lru_cache(maxsize=256)   # twice per attention() call otherwise; a training loop's cases are few
 def choose_forward(case: ForwardCase) -> Forward:
     """The forward options.forward names, or for 'auto' the first of AUTO_ORDER that serves the case."""
     name = case.options.forward
@@ -243,7 +244,7 @@ def choose_forward(case: ForwardCase) -> Forward:
 def converted_lse(lse: torch.Tensor, case: ForwardCase) -> torch.Tensor:
     """A forward's natural-log lse as ours: [B, Hq, Sq] contiguous f32, +inf on the rows that see no key."""
     lse = lse[..., :case.seqlen_q].float()
-    if scores.empty_rows(case.mask, case.seqlen_q, case.seqlen_k).any():   # decided on the host: no sync
+    if scores.has_empty_rows(case.mask, case.seqlen_q, case.seqlen_k):   # decided on the host: no sync
         lse = torch.where(scores.seen_rows(case.mask, case.seqlen_q, case.seqlen_k, lse.device), lse, float("inf"))
     return lse.contiguous()
 

@@ -5,6 +5,7 @@ dataclass is their one definition and the one place bad values are refused with 
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 
@@ -37,6 +38,7 @@ class AttentionOptions:
                 self.bundle_dir, self.forward, self.debug)
 
     @staticmethod
+    @functools.lru_cache(maxsize=256, typed=True)   # per op call otherwise (Mask.parse); a training loop's are few
     def from_op_args(bias: str, mask: str, scale: float, softcap: float, layout: str, deterministic: bool,
                      bundle_dir: str | None, forward: str, debug: bool) -> "AttentionOptions":
         return AttentionOptions(scale, Mask.parse(mask), softcap, bias, layout, deterministic, bundle_dir, forward,
@@ -73,20 +75,40 @@ def default_scale(hdim_q: int) -> float:
 
 def options_of(q, *, mask, scale, bias, softcap, layout, deterministic, bundle_dir, forward,
                alibi_slopes=None, debug=False) -> AttentionOptions:
-    """attention()'s keyword arguments as checked options (q: the caller's tensor, for the head dim)."""
+    """attention()'s keyword arguments as checked options (q: the caller's tensor, for the head dim).
+    Cached per distinct arguments, told apart by type too (True is not 1): a training loop passes the
+    same ones at every call, and checking them (Mask.parse, reasons()) is most of this function."""
+    args = (q.shape[-1] if scale is None else None, mask, scale,
+            bias if bias is None or isinstance(bias, str) else _A_TENSOR, softcap, layout, deterministic,
+            bundle_dir, forward, alibi_slopes is not None, debug)
+    try:
+        hash(args)
+    except TypeError:   # an unhashable argument (a list for the mask, say): checked uncached, and refused
+        return _checked_options(*args)
+    return _cached_options(*args)
+
+
+_A_TENSOR = object()   # what options_of keys a bias tensor by: only that it is one matters here
+
+
+def _checked_options(hdim_q, mask, scale, bias, softcap, layout, deterministic, bundle_dir, forward, slopes_given,
+                     debug) -> AttentionOptions:
     if isinstance(bias, str) and bias != "alibi":
         raise SpecError([Reason("bias", f"unknown bias {bias!r}",
                                 "pass a tensor ([Sq, Sk], [H, Sq, Sk] or [B, H, Sq, Sk]) or 'alibi'")])
-    if alibi_slopes is not None and bias is not None and bias != "alibi":
+    if slopes_given and bias is not None and bias != "alibi":
         raise SpecError([Reason("alibi_slopes", "given with a bias tensor", "give one of them")])
-    kind = "alibi" if bias == "alibi" or alibi_slopes is not None else "none" if bias is None else "elementwise"
+    kind = "alibi" if bias == "alibi" or slopes_given else "none" if bias is None else "elementwise"
     options = AttentionOptions(
-        scale=_as_float(scale) if scale is not None else default_scale(q.shape[-1]),
+        scale=_as_float(scale) if scale is not None else default_scale(hdim_q),
         mask=mask if isinstance(mask, Mask) else Mask.parse(mask), softcap=_as_float(softcap), bias=kind,
         layout=layout, deterministic=deterministic, bundle_dir=None if bundle_dir is None else str(bundle_dir),
         forward=forward, debug=debug)
     options.check()
     return options
+
+
+_cached_options = functools.lru_cache(maxsize=256, typed=True)(_checked_options)
 
 
 def _as_float(value):

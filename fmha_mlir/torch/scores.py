@@ -30,6 +30,12 @@ def empty_rows(mask: Mask, seqlen_q: int, seqlen_k: int) -> np.ndarray:
     return rows
 
 
+@functools.lru_cache(maxsize=256)
+def has_empty_rows(mask: Mask, seqlen_q: int, seqlen_k: int) -> bool:
+    """Whether any row sees no key (asked at every forward)."""
+    return bool(empty_rows(mask, seqlen_q, seqlen_k).any())
+
+
 @functools.lru_cache(maxsize=64)
 def seen_rows(mask: Mask, seqlen_q: int, seqlen_k: int, device: torch.device) -> torch.Tensor:
     """[Sq] bool on `device`: the rows that see a key (uploaded once per shape)."""

@@ -462,6 +462,23 @@ def test_bad_options_are_refused_with_the_fix(kwargs, match):
         attention(q, k, v, **kwargs)
 
 
+def test_cached_options_refuse_what_uncached_ones_refuse():
+    """options_of and the op's options are cached per call kind: a value equal to a cached one but of
+    another type (1 for True) is still checked, an unhashable one too, and a refused one never cached."""
+    q, k, v = _tensors((1, 2, 8, 32), (1, 2, 8, 32), torch.float32)
+    assert _options(q, deterministic=True) is _options(q, deterministic=True)
+    attention(q, k, v, deterministic=True)
+    for _ in range(2):
+        with pytest.raises(SpecError, match="deterministic: must be True or False"):
+            attention(q, k, v, deterministic=1)
+    with pytest.raises(SpecError, match="mask: must be a mask name or a Mask"):
+        attention(q, k, v, mask=["top_left"])
+    with pytest.raises(SpecError, match="forward: 'flash' cannot serve this call"):
+        attention(q, k, v, forward="flash")
+    args = _options(q).as_op_args()
+    assert ops.AttentionOptions.from_op_args(*args) is ops.AttentionOptions.from_op_args(*args)
+
+
 def test_mismatched_heads_are_refused():
     q, k, v = _tensors((1, 3, 8, 32), (1, 2, 8, 32), torch.float32)
     with pytest.raises(SpecError, match="3 query heads are not a multiple of 2 key/value heads"):
