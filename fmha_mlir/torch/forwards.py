@@ -19,7 +19,7 @@ import torch
 from ..errors import Reason, SpecError
 from ..spec import Mask
 from . import scores
-from .options import AttentionOptions
+from .options import AttentionOptions, eager_cached
 
 HALF = (torch.float16, torch.bfloat16)
 
@@ -225,7 +225,7 @@ FORWARDS = {f.name: f for f in (
 AUTO_ORDER = {"cuda": ("flash", "efficient", "flex", "math"), "cpu": ("cpu_flash", "math")}
 
 
-@functools.lru_cache(maxsize=256)   # twice per attention() call otherwise; a training loop's cases are few
+@eager_cached   # twice per attention() call otherwise; a training loop's cases are few
 def choose_forward(case: ForwardCase) -> Forward:
     """The forward options.forward names, or for 'auto' the first of AUTO_ORDER that serves the case."""
     name = case.options.forward

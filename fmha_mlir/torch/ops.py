@@ -16,32 +16,29 @@ from .options import AttentionOptions, caller_layout, logical
 
 @torch.library.custom_op("fmha_mlir::attention_forward", mutates_args=())
 def attention_forward(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], alibi_slopes: Optional[Tensor],
-                      bias_kind: str, mask: str, scale: float, softcap: float, layout: str, deterministic: bool,
-                      bundle_dir: Optional[str], forward: str, debug: bool) -> tuple[Tensor, Tensor]:
-    """(out in the caller's layout, lse [B, Hq, Sq] f32 in our convention). deterministic, bundle_dir and
-    debug are the backward's: they are arguments here so that setup_context can hand them on."""
-    options = AttentionOptions.from_op_args(bias_kind, mask, scale, softcap, layout, deterministic, bundle_dir,
-                                            forward, debug)
+                      options: str) -> tuple[Tensor, Tensor]:
+    """(out in the caller's layout, lse [B, Hq, Sq] f32 in our convention). options: AttentionOptions
+    .as_op_args(), the backward's included, so that setup_context can hand them on."""
+    options = AttentionOptions.from_op_args(options)
+    layout = options.layout
     out, lse = run_forward(logical(q, layout), logical(k, layout), logical(v, layout), bias, alibi_slopes, options)
     return caller_layout(out, layout).contiguous(), lse
 
 
 @attention_forward.register_fake
-def _attention_forward_fake(q, k, v, bias, alibi_slopes, bias_kind, mask, scale, softcap, layout, deterministic,
-                            bundle_dir, forward, debug):
-    batch, heads_q, seqlen_q, _ = logical(q, layout).shape
+def _attention_forward_fake(q, k, v, bias, alibi_slopes, options):
+    batch, heads_q, seqlen_q, _ = logical(q, AttentionOptions.from_op_args(options).layout).shape
     return q.new_empty(q.shape[:-1] + v.shape[-1:]), q.new_empty((batch, heads_q, seqlen_q), dtype=torch.float32)
 
 
 @torch.library.custom_op("fmha_mlir::attention_backward", mutates_args=())
 def attention_backward(grad_out: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor,
-                       bias: Optional[Tensor], alibi_slopes: Optional[Tensor], bias_grad: bool, bias_kind: str,
-                       mask: str, scale: float, softcap: float, layout: str, deterministic: bool,
-                       bundle_dir: Optional[str], forward: str, debug: bool) -> list[Tensor]:
+                       bias: Optional[Tensor], alibi_slopes: Optional[Tensor], bias_grad: bool,
+                       options: str) -> list[Tensor]:
     """[dq, dk, dv] in the caller's layout, plus dbias or d(slopes) in their shape when bias_grad."""
-    options = AttentionOptions.from_op_args(bias_kind, mask, scale, softcap, layout, deterministic, bundle_dir,
-                                            forward, debug)
-    runner = backward_runner(q.device.type, q.device.index, bundle_dir, debug)
+    options = AttentionOptions.from_op_args(options)
+    layout = options.layout
+    runner = backward_runner(q.device.type, q.device.index, options.bundle_dir, options.debug)
     # The kernels read rows of stride 1; out.sum()'s gradient is an expanded tensor (stride 0).
     grad_out = grad_out if grad_out.stride(-1) == 1 else grad_out.contiguous()
     views = (logical(x, layout) for x in (q, k, v, out, grad_out))

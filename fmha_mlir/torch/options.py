@@ -1,13 +1,16 @@
 """The options of one attention call, checked before any tensor is touched.
 
-The custom ops take them as plain arguments (torch.library schemas hold str / float / bool); this frozen
-dataclass is their one definition and the one place bad values are refused with the fix.
+The custom ops take them as one string argument (torch.library schemas hold str / float / bool); this
+frozen dataclass is their one definition and the one place bad values are refused with the fix.
 """
 from __future__ import annotations
 
+import ast
 import functools
 import math
 from dataclasses import dataclass, field
+
+import torch
 
 from ..errors import Reason, SpecError
 from ..spec import Mask
@@ -32,15 +35,19 @@ class AttentionOptions:
     forward: str = "auto"
     debug: bool = False
 
-    def as_op_args(self) -> tuple:
-        """The options as the custom ops take them (after the tensors), in op-schema order."""
-        return (self.bias, str(self.mask), self.scale, self.softcap, self.layout, self.deterministic,
-                self.bundle_dir, self.forward, self.debug)
+    def as_op_args(self) -> tuple[str]:
+        """The options as the custom ops take them (after the tensors): one string, the repr of the
+        fields. One argument, not nine: torch's custom-op autograd reads the op's schema once per argument
+        on every forward call (torch/_library/utils.py fill_defaults), a cost that grows as their square.
+        (repr, not JSON: torch.compile traces this, and it traces repr of constants, not json.dumps.)"""
+        return (repr((self.bias, str(self.mask), self.scale, self.softcap, self.layout, self.deterministic,
+                      self.bundle_dir, self.forward, self.debug)),)
 
     @staticmethod
-    @functools.lru_cache(maxsize=256, typed=True)   # per op call otherwise (Mask.parse); a training loop's are few
-    def from_op_args(bias: str, mask: str, scale: float, softcap: float, layout: str, deterministic: bool,
-                     bundle_dir: str | None, forward: str, debug: bool) -> "AttentionOptions":
+    @functools.lru_cache(maxsize=256)   # per op call otherwise (parsing, Mask.parse); a training loop's are few
+    def from_op_args(options: str) -> "AttentionOptions":
+        """as_op_args' string back as the options (exactly: a float's repr is its shortest round trip)."""
+        bias, mask, scale, softcap, layout, deterministic, bundle_dir, forward, debug = ast.literal_eval(options)
         return AttentionOptions(scale, Mask.parse(mask), softcap, bias, layout, deterministic, bundle_dir, forward,
                                 debug)
 
@@ -108,7 +115,20 @@ def _checked_options(hdim_q, mask, scale, bias, softcap, layout, deterministic, 
     return options
 
 
-_cached_options = functools.lru_cache(maxsize=256, typed=True)(_checked_options)
+def eager_cached(function):
+    """`function` cached per distinct arguments, told apart by type too (True is not 1), in eager calls;
+    under torch.compile's tracing the function itself (dynamo would trace through the cache, and warn).
+    For pure functions of a call's options, which a training loop repeats at every step."""
+    cached = functools.lru_cache(maxsize=256, typed=True)(function)
+
+    @functools.wraps(function)
+    def call(*args):
+        return function(*args) if torch.compiler.is_compiling() else cached(*args)
+
+    return call
+
+
+_cached_options = eager_cached(_checked_options)
 
 
 def _as_float(value):

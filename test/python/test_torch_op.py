@@ -479,6 +479,15 @@ def test_cached_options_refuse_what_uncached_ones_refuse():
     assert ops.AttentionOptions.from_op_args(*args) is ops.AttentionOptions.from_op_args(*args)
 
 
+def test_the_ops_options_string_gives_back_the_same_options():
+    q = torch.zeros(1, 1, 4, 24)
+    for kw in ({}, dict(mask="window:3,1", scale=0.1 + 0.2, softcap=1 / 3, bias="alibi", layout="bshd",
+                        deterministic=True, bundle_dir="/a, 'b\"/c", forward="math", debug=True)):
+        options = _options(q, **kw)
+        (text,) = options.as_op_args()
+        assert ops.AttentionOptions.from_op_args(text) == options and isinstance(text, str)
+
+
 def test_mismatched_heads_are_refused():
     q, k, v = _tensors((1, 3, 8, 32), (1, 2, 8, 32), torch.float32)
     with pytest.raises(SpecError, match="3 query heads are not a multiple of 2 key/value heads"):
