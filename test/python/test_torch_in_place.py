@@ -230,3 +230,13 @@ def test_varlen_calls_are_bound_by_their_max_lengths_and_only_when_given(tmp_pat
     assert len(ours._calls._plans) == 2
     call()
     assert len(ours._calls._plans) == 2
+
+
+def test_the_host_path_benchmark_runs_here(built):
+    """tools/bench_host_path.py on the same bundle (its shape differs, its spec does not)."""
+    import bench_host_path
+
+    rows = bench_host_path.run(Path(built[0]), calls=3, repeats=1)
+    assert [r["entry"] for r in rows] == ["AttentionBackward", "backward op", "forward"]
+    assert all(0 < r["stand_in_calls"] < r["calls"] for r in rows)
+    assert rows[0]["calls"] < 200    # bound: ~100 (bench_host_path.md)
