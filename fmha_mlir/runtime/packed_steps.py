@@ -34,7 +34,7 @@ class PackedSteps:
                      for name, layout in layouts.items()}
         packed = [pack_args([stand_ins[a] if isinstance(a, str) else a for a in step.args]) if step.kernel else None
                   for step in steps]
-        starts = np.cumsum([0] + [p.size if p else 0 for p in packed]).tolist()
+        starts = np.cumsum([0] + [0 if p is None else p.size for p in packed]).tolist()
         self._words = np.zeros(starts[-1] // WORD, np.uint64)
         blobs = self._words.view(np.uint8)
         positions, sources = [], []
@@ -51,7 +51,7 @@ class PackedSteps:
         self._device = device
         # per step: (launch(stream), None) for a kernel; (None, (address index, bytes)) for a zero fill
         self._steps = [(kernels.packed_launcher(step.kernel, step.grid, step.block, p, blobs[start:start + p.size],
-                                                step.shared_bytes), None) if p else
+                                                step.shared_bytes), None) if p is not None else
                        (None, (index[step.args[0]], layouts[step.args[0]].nbytes))
                        for step, p, start in zip(steps, packed, starts)]
 
