@@ -88,10 +88,6 @@ def options_of(q, *, mask, scale, bias, softcap, layout, deterministic, bundle_d
     args = (q.shape[-1] if scale is None else None, mask, scale,
             bias if bias is None or isinstance(bias, str) else _A_TENSOR, softcap, layout, deterministic,
             bundle_dir, forward, alibi_slopes is not None, debug)
-    try:
-        hash(args)
-    except TypeError:   # an unhashable argument (a list for the mask, say): checked uncached, and refused
-        return _checked_options(*args)
     return _cached_options(*args)
 
 
@@ -117,13 +113,21 @@ def _checked_options(hdim_q, mask, scale, bias, softcap, layout, deterministic, 
 
 def eager_cached(function):
     """`function` cached per distinct arguments, told apart by type too (True is not 1), in eager calls;
-    under torch.compile's tracing the function itself (dynamo would trace through the cache, and warn).
-    For pure functions of a call's options, which a training loop repeats at every step."""
+    under torch.compile's tracing the function itself (dynamo would trace through the cache, and warn;
+    torch 2.11's dynamo cannot trace hash() at all), and uncached for unhashable arguments (a list for
+    the mask, say: the function refuses them). For pure functions of a call's options, which a training
+    loop repeats at every step."""
     cached = functools.lru_cache(maxsize=256, typed=True)(function)
 
     @functools.wraps(function)
     def call(*args):
-        return function(*args) if torch.compiler.is_compiling() else cached(*args)
+        if torch.compiler.is_compiling():
+            return function(*args)
+        try:
+            hash(args)
+        except TypeError:
+            return function(*args)
+        return cached(*args)
 
     return call
 

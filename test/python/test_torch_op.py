@@ -511,6 +511,26 @@ def test_prebuild_writes_the_bundle_the_op_loads(tmp_path, monkeypatch):
     assert all(torch.isfinite(x.grad).all() for x in xs)
 
 
+
+def test_option_caches_hash_nothing_while_torch_compile_traces(monkeypatch):
+    """torch 2.11's dynamo cannot trace hash() (a graph break under fullgraph, seen on the H200): while
+    tracing, options_of and the other cached functions run plainly and never hash their arguments."""
+    from fmha_mlir.torch import options as options_module
+    from fmha_mlir.torch.options import eager_cached
+
+    def no_hash(value):
+        raise AssertionError("hashed while tracing")
+
+    calls = []
+    counted = eager_cached(lambda x: calls.append(x) or len(calls))
+    q = torch.empty(1, 2, 8, 32)
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    monkeypatch.setattr(options_module, "hash", no_hash, raising=False)
+    assert _options(q, mask="top_left").mask.kind == "causal_top_left"
+    assert counted(1) == 1 and counted(1) == 2
+    monkeypatch.undo()
+    assert counted(3) == 3 and counted(3) == 3 and counted([1]) == 4   # cached when eager; a list uncached
+
 if __name__ == "__main__":
     if len(sys.argv) != 2:
         sys.exit(f"usage: {sys.argv[0]} OUTPUT_DIR   (builds the bundles the CUDA tests load; needs MLIR)")
