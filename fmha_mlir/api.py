@@ -27,8 +27,7 @@ from .runtime.bound_plan import BoundPlans
 from .runtime.runner import run_bundle
 from .spec import AttentionBwdSpec, Mask
 from .target import get_target
-from .torch_in_place import (InPlaceCall, call_key, is_torch, run_poisoned, torch_device_array,  # noqa: F401
-                             torch_dtype, torch_dtype_names)
+from .torch_in_place import InPlaceCall, call_key, is_torch, run_poisoned, torch_dtype
 
 _NUMPY_DTYPES = {np.dtype(np.float16): "f16", np.dtype(np.float32): "f32"}
 # The arch a GPU-less run interprets: gfx942 exercises the wave64 (DPP) path no GPU here can run.

@@ -40,7 +40,8 @@ from pathlib import Path
 
 import numpy as np
 
-from fmha_mlir.api import bundle_path, torch_device_array, torch_dtype_names
+from fmha_mlir.api import bundle_path
+from fmha_mlir.torch_in_place import torch_device_array, torch_dtype_names
 from fmha_mlir.bodies import BODIES, TILED_TABLE, choose_config
 from fmha_mlir.kernel_config import KernelConfig
 from fmha_mlir.spec import AttentionBwdSpec, Mask

@@ -39,12 +39,6 @@ class Run:
     attention: str     # a key of ATTENTION_OF
     seed: int
 
-    @property
-    def role(self) -> str:
-        """torch (one of torch's backwards on seed 0: flash or the exact one), fmha (ours on seed 0) or seed
-        (another seed)."""
-        return "seed" if self.seed else "fmha" if self.attention == "fmha" else "torch"
-
 
 def _runs() -> tuple[Run, ...]:
     # The exact backward first: every later run's step-0 gradients are compared with its as they end.
@@ -133,8 +127,9 @@ def load_runs(directory: Path) -> dict[str, dict]:
     return runs
 
 
-def names_of(role: str, attention: str | None = None) -> list[str]:
-    return [r.name for r in RUNS if r.role == role and attention in (None, r.attention)]
+def names_of(attention: str) -> list[str]:
+    """The seed-0 runs of one backward (a key of ATTENTION_OF)."""
+    return [r.name for r in RUNS if r.attention == attention and not r.seed]
 
 
 def summarise(runs: dict[str, dict]) -> dict:
@@ -146,7 +141,7 @@ def summarise(runs: dict[str, dict]) -> dict:
     def d(a, b):
         return float(np.abs(loss[a] - loss[b])[half:].mean())
 
-    exact, flash, ours = names_of("torch", "reference"), names_of("torch", "sdpa"), names_of("fmha")
+    exact, flash, ours = names_of("reference"), names_of("sdpa"), names_of("fmha")
     pairs = {"fmha vs reference": _pairs(d, ours, exact), "sdpa vs reference": _pairs(d, flash, exact),
              "fmha vs sdpa": _pairs(d, ours, flash), "reference vs reference": _pairs(d, exact, exact),
              "sdpa vs sdpa": _pairs(d, flash, flash), "fmha vs fmha": _pairs(d, ours, ours),
@@ -158,8 +153,7 @@ def summarise(runs: dict[str, dict]) -> dict:
     # A record whose attention is not what its name says (a mislabelled or hand-edited file) is no result.
     mislabelled = [r.name for r in RUNS if runs[r.name]["attention"] != ATTENTION_OF[r.attention]]
     base = np.array(runs[flash[0]]["grad_norm"])
-    speed = {kind: float(np.median([runs[r.name]["steps_per_s"] for r in RUNS if r.attention == kind and not r.seed]))
-             for kind in ATTENTION_OF}
+    speed = {kind: float(np.median([runs[name]["steps_per_s"] for name in names_of(kind)])) for kind in ATTENTION_OF}
     return {"steps": steps, "late_from_step": half, "pair_gaps": pairs, "curves_ratio": curves_ratio,
             "curves_pass": curves_pass, "step0": step0, "step0_worst_ratio": step0_worst, "step0_pass": step0_pass,
             "step0_error": {name: r["step0_error"] for name, r in runs.items()},
@@ -220,7 +214,7 @@ def report_lines(runs: dict[str, dict], s: dict, directory: Path, report: Path) 
         f"{name} {e['global']:.2e}" for name, e in s["step0_error"].items()) + ".", "",
               "## Runs", "",
               "| run | backward | final loss (mean of last 20 steps) | steps/s (after warm-up) | global grad norm / "
-              f"{names_of('torch', 'sdpa')[0]}'s: median (5th-95th percentile) |", "| --- " * 5 + "|"]
+              f"{names_of('sdpa')[0]}'s: median (5th-95th percentile) |", "| --- " * 5 + "|"]
     for r in RUNS:
         ratio = s["grad_norm_ratio"].get(r.name)
         spread = f"{ratio['median']:.4f} ({ratio['p5']:.4f}-{ratio['p95']:.4f})" if ratio else "1 (the base)"
@@ -243,7 +237,7 @@ def plot(runs: dict[str, dict], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     loss = {name: np.array(r["loss"]) for name, r in runs.items()}
-    exact = np.mean([loss[name] for name in names_of("torch", "reference")], axis=0)
+    exact = np.mean([loss[name] for name in names_of("reference")], axis=0)
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(9, 8), sharex=True)
     fig.suptitle(f"GPT training: the exact backward, torch flash's and ours ({runs[RUNS[0].name]['device']})")
     for r in RUNS:

@@ -23,7 +23,8 @@ sys.path.insert(0, str(Path(__file__).parents[2] / "tools"))   # the stand-ins l
 
 import cuda_stand_in  # noqa: E402
 from fmha_mlir import AttentionBackward, SpecError  # noqa: E402
-from fmha_mlir.api import bundle_path, compile_bundle, torch_device_array  # noqa: E402
+from fmha_mlir.api import bundle_path, compile_bundle  # noqa: E402
+from fmha_mlir.torch_in_place import torch_device_array  # noqa: E402
 from fmha_mlir.errors import RuntimeLaunchError  # noqa: E402
 from fmha_mlir.runtime.args import DeviceBuffer, ScalarArg, pack_args, pointer_fields  # noqa: E402
 from fmha_mlir.runtime.bound_plan import WORKSPACE_ALIGN  # noqa: E402

@@ -19,7 +19,8 @@ torch = pytest.importorskip("torch")
 
 from fmha_mlir import SpecError, oracle  # noqa: E402
 from fmha_mlir.dtypes import from_storage  # noqa: E402
-from fmha_mlir.api import AttentionBackward, torch_dtype_names  # noqa: E402
+from fmha_mlir.api import AttentionBackward  # noqa: E402
+from fmha_mlir.torch_in_place import torch_dtype_names  # noqa: E402
 from fmha_mlir.tolerance import check_gradients  # noqa: E402
 from fmha_mlir.torch import attention  # noqa: E402
 from fmha_mlir.torch import ops  # noqa: E402
