@@ -53,6 +53,15 @@ def bundle_path(directory, spec: AttentionBwdSpec, arch: str, body: str = "auto"
     return Path(directory) / arch / f"{spec.kernel_prefix}_{config.tag}"
 
 
+def load_bundle(directory, spec: AttentionBwdSpec, arch: str, config: KernelConfig) -> Bundle:
+    """The prebuilt bundle for (spec, arch, config) under a bundle directory, refused (SpecError naming
+    both values) unless its manifest says it was made for exactly them."""
+    path = bundle_path(directory, spec, arch, config=config)
+    bundle = Bundle.load(path)
+    bundle.check_made_for(spec, arch, config, str(path))
+    return bundle
+
+
 def infer_dtype(q, dtype: str | None) -> str:
     if dtype is not None:
         return dtype
@@ -129,9 +138,8 @@ class AttentionBackward:
         key = (spec, arch)
         if key not in self._bundles:
             config = choose_config(spec, get_target(arch), self.body)
-            prebuilt = bundle_path(self.bundle_dir, spec, arch, config=config) if self.bundle_dir else None
-            if prebuilt is not None and prebuilt.is_dir():
-                self._bundles[key] = Bundle.load(prebuilt)
+            if self.bundle_dir and bundle_path(self.bundle_dir, spec, arch, config=config).is_dir():
+                self._bundles[key] = load_bundle(self.bundle_dir, spec, arch, config)
             else:
                 if self._compiler is None:
                     from .compiler import Compiler

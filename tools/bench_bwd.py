@@ -40,7 +40,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fmha_mlir.api import bundle_path
+from fmha_mlir.api import bundle_path, load_bundle
 from fmha_mlir.torch_in_place import torch_device_array, torch_dtype_names
 from fmha_mlir.bodies import BODIES, TILED_TABLE, choose_config
 from fmha_mlir.kernel_config import KernelConfig
@@ -383,7 +383,6 @@ def _check(row: Row, bundle, tensors) -> dict:
 def run(directory: Path, report: Path, repeats: int, sweep: bool, rows: list[Row], flex: bool) -> int:
     import torch
 
-    from fmha_mlir.runtime.bundle import Bundle
     from fmha_mlir.runtime.executor import get_executor
 
     device = get_executor("cuda")
@@ -395,7 +394,7 @@ def run(directory: Path, report: Path, repeats: int, sweep: bool, rows: list[Row
             path = bundle_dir(directory, row, config)
             if not path.is_dir():
                 continue
-            bundle = Bundle.load(path)
+            bundle = load_bundle(directory, row.spec, ARCH, config)
             count = repeats if config.body == "tiled" else 2
             if config.body == "warp" and row.seqlen * row.heads_q * row.batch > 16 * 2048 * 4:
                 continue  # the scalar body would take minutes here: it is timed on the smaller rows only
@@ -426,11 +425,10 @@ def once(directory: Path, row: Row, tag: str) -> int:
     """Two backwards of one bundle (the second is the one to profile: module load and JIT are done)."""
     import torch
 
-    from fmha_mlir.runtime.bundle import Bundle
     from fmha_mlir.runtime.executor import get_executor
 
     config = next((c for c in row_configs(row, True) if c.tag == tag), row_configs(row, False)[0])
-    bundle = Bundle.load(bundle_dir(directory, row, config))
+    bundle = load_bundle(directory, row.spec, ARCH, config)
     _ours(torch, bundle, get_executor("cuda"), row, [_inputs(torch, row, 0)], 1)
     print(f"{row.label} {config.tag}: done")
     return 0

@@ -19,7 +19,7 @@ import json
 import sys
 from pathlib import Path
 
-from fmha_mlir.api import bundle_path
+from fmha_mlir.api import load_bundle
 from fmha_mlir.bodies import choose_config
 from fmha_mlir.problem import ProblemSize, make_problem
 from fmha_mlir.spec import AttentionBwdSpec, Mask
@@ -50,7 +50,6 @@ def build(directory: Path) -> None:
 
 
 def run(directory: Path, runs: int, report: Path, smoke: bool = False) -> int:
-    from fmha_mlir.runtime.bundle import Bundle
     from fmha_mlir.runtime.cpu_executor import CpuExecutor
     from fmha_mlir.runtime.executor import get_executor
     from fmha_mlir.runtime.runner import PreparedRun
@@ -59,7 +58,7 @@ def run(directory: Path, runs: int, report: Path, smoke: bool = False) -> int:
     size = SMOKE if smoke else SIZE
     rows, bad = [], 0
     for feature, deterministic, spec, config in variants():
-        bundle = Bundle.load(bundle_path(directory, spec, ARCH, config=config))
+        bundle = load_bundle(directory, spec, ARCH, config)
         problem = make_problem(spec, size, seed=7)
         hashes, first = set(), None
         with PreparedRun(bundle, device, problem.tensors) as prepared:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fmha_mlir.api import bundle_path
+from fmha_mlir.api import load_bundle
 from fmha_mlir.bodies import choose_config
 from fmha_mlir.dtypes import from_storage
 from fmha_mlir.problem import ProblemSize, make_problem
@@ -60,7 +60,6 @@ def _values(array, dtype: str) -> np.ndarray:
 
 
 def run(directory: Path, report: Path) -> int:
-    from fmha_mlir.runtime.bundle import Bundle
     from fmha_mlir.runtime.cpu_executor import CpuExecutor
     from fmha_mlir.runtime.executor import get_executor
     from fmha_mlir.runtime.runner import run_bundle
@@ -69,7 +68,7 @@ def run(directory: Path, report: Path) -> int:
     rows, bad = [], 0
     for spec, body, size in CASES:
         config = _config(spec, body)
-        bundle = Bundle.load(bundle_path(directory, spec, ARCH, config=config))
+        bundle = load_bundle(directory, spec, ARCH, config)
         seed = zlib.crc32(f"{spec.kernel_prefix}/{config.tag}/{size}".encode())
         problem = make_problem(spec, size, seed=seed, layout="bshd")
         inputs = {n: problem.tensors[n] for n in ("q", "k", "v", "o", "do", "lse")}

@@ -28,11 +28,10 @@ import zlib
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-from fmha_mlir.api import bundle_path
+from fmha_mlir.api import load_bundle
 from fmha_mlir.bodies import BODIES, choose_config
 from fmha_mlir.errors import SpecError
 from fmha_mlir.problem import BIAS_BROADCASTS, SLOPES_BROADCASTS, ProblemSize, make_problem
-from fmha_mlir.runtime.bundle import Bundle
 from fmha_mlir.runtime.executor import get_executor
 from fmha_mlir.runtime.runner import run_bundle
 from fmha_mlir.spec import AttentionBwdSpec, Mask
@@ -128,7 +127,7 @@ def run(directory: Path, arch: str, body: str, report: Path, workers: int, smoke
     with ProcessPoolExecutor(workers) as pool:
         for n, (problem, job) in enumerate(zip(pool.map(_reference, todo), todo), 1):
             spec, config, size, layout, broadcast = job
-            bundle = Bundle.load(bundle_path(directory, spec, arch, config=config))
+            bundle = load_bundle(directory, spec, arch, config)
             grads = run_bundle(bundle, device, problem.tensors)
             checks = problem.check(grads, bundle.numerics)
             ok = all(c.passed for c in checks)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fmha_mlir.api import bundle_path
+from fmha_mlir.api import load_bundle
 from fmha_mlir.bodies import choose_config
 from fmha_mlir.problem import ProblemSize, make_problem
 from fmha_mlir.spec import AttentionBwdSpec, Mask
@@ -51,7 +51,6 @@ def build(directory: Path) -> None:
 
 
 def run(directory: Path, report: Path, smoke: bool = False) -> int:
-    from fmha_mlir.runtime.bundle import Bundle
     from fmha_mlir.runtime.cpu_executor import CpuExecutor
     from fmha_mlir.runtime.executor import get_executor
     from fmha_mlir.runtime.runner import run_bundle
@@ -63,7 +62,7 @@ def run(directory: Path, report: Path, smoke: bool = False) -> int:
         problem = make_problem(shape_spec, size, seed=5)   # both plans on the same inputs
         exact = problem.oracle_gradients().dq
         for accum, spec, config in variants(shape_spec):
-            bundle = Bundle.load(bundle_path(directory, spec, ARCH, config=config))
+            bundle = load_bundle(directory, spec, ARCH, config)
             checks = {c.name: c for c in problem.check(run_bundle(bundle, device, problem.tensors), bundle.numerics)}
             row = {"shape": label, "grad_accum": accum, "size": f"B{size.batch} H{size.heads_q} Sq{size.seqlen_q} Sk{size.seqlen_k}", "kernel": f"{spec.kernel_prefix}_{config.tag}",
                    "dq_err": checks["dq"].max_abs_err, "dq_rel": checks["dq"].max_abs_err / float(np.max(np.abs(exact))),

@@ -20,9 +20,8 @@ import zlib
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-from fmha_mlir.api import bundle_path
+from fmha_mlir.api import load_bundle
 from fmha_mlir.bodies import BODIES, choose_config
-from fmha_mlir.runtime.bundle import Bundle
 from fmha_mlir.runtime.executor import get_executor
 from fmha_mlir.runtime.runner import run_bundle
 from fmha_mlir.spec import AttentionBwdSpec, Mask
@@ -78,7 +77,7 @@ def run(directory: Path, arch: str, report: Path, workers: int, smoke: bool) -> 
     with ProcessPoolExecutor(workers) as pool:
         for n, (problem, job) in enumerate(zip(pool.map(_reference, planned), planned), 1):
             spec, config, lengths = job
-            bundle = Bundle.load(bundle_path(directory, spec, arch, config=config))
+            bundle = load_bundle(directory, spec, arch, config)
             checks = problem.check(run_bundle(bundle, device, problem.tensors, problem.scalars), bundle.numerics)
             rows.append({"kernel": f"{spec.kernel_prefix}_{config.tag}", "body": config.body,
                          "lengths_q": list(lengths[0]), "lengths_k": list(lengths[1]), "heads_q": HEADS_Q,

@@ -14,10 +14,10 @@ from functools import cached_property
 from pathlib import Path
 
 from .. import shape_expr
-from ..errors import RuntimeLaunchError, SpecError
+from ..errors import Reason, RuntimeLaunchError, SpecError
 from ..kernel_config import KernelConfig
 from ..numerics import Numerics
-from ..spec import AttentionBwdSpec, Mask
+from ..spec import AttentionBwdSpec, Mask, f32_value
 from ..target import TARGETS, Target
 from ..bodies import ACCESSES, ACCUMULATE, READ
 from .args import SCALAR_TYPES
@@ -99,6 +99,15 @@ class Bundle:
                                      "after fmha-compile wrote it") + "; rebuild the bundle with fmha-compile -o DIR")
         return bundle
 
+    def check_made_for(self, spec: AttentionBwdSpec, arch: str, config: KernelConfig, where: str) -> None:
+        """Refuse (SpecError) a bundle whose manifest was not made for exactly this spec, arch and config:
+        one filed under another's name would launch and return wrong gradients without any other error."""
+        reasons = [Reason(name, f"the bundle {where} was compiled for {made}; this call needs {asked}",
+                          "rebuild it for this call (fmha-compile -o DIR) or take it out of the bundle folder")
+                   for name, made, asked in mismatches((self.spec, self.target.arch, self.config), (spec, arch, config))]
+        if reasons:
+            raise SpecError(reasons)
+
     # -- accessors -----------------------------------------------------------------------------------
 
     @cached_property
@@ -151,6 +160,27 @@ class Bundle:
 
 
 DIGEST_KEY = "digest"
+
+
+def mismatches(made: tuple, asked: tuple) -> list[tuple[str, str, str]]:
+    """(field, the bundle's value, the call's value) for each field in which a bundle made for (spec, arch,
+    config) differs from what a call asks for. Floats compare as the f32 values the kernels hold."""
+    (made_spec, made_arch, made_config), (spec, arch, config) = made, asked
+    pairs = [("arch", made_arch, arch)]
+    pairs += [(f"spec.{f.name}", getattr(made_spec, f.name), getattr(spec, f.name)) for f in dataclasses.fields(spec)]
+    pairs += [(f"config.{f.name}", getattr(made_config, f.name), getattr(config, f.name))
+              for f in dataclasses.fields(config)]
+    return [(name, _shown(a), _shown(b)) for name, a, b in pairs if not _same(a, b)]
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, float) or isinstance(b, float):
+        return all(isinstance(x, (int, float)) for x in (a, b)) and f32_value(a) == f32_value(b)
+    return a == b
+
+
+def _shown(value) -> str:
+    return f"mask {value}" if isinstance(value, Mask) else repr(value)
 
 
 def digest(manifest: dict, files: dict[str, bytes]) -> str:
