@@ -176,7 +176,8 @@ class AttentionBwdSpec:
                 out.append(Reason(name, f"must be a positive integer (got {value!r})"))
             elif value > MAX_INT_OPTION:
                 out.append(Reason(name, f"{value} is too large (at most {MAX_INT_OPTION})"))
-        if not (isinstance(self.scale, (int, float)) and F32_MIN_NORMAL <= self.scale <= F32_MAX):
+        # A scale still 0 is the default that an invalid hdim_q left unset: hdim_q's reason says why.
+        if self.scale != 0.0 and not (isinstance(self.scale, (int, float)) and F32_MIN_NORMAL <= self.scale <= F32_MAX):
             out.append(Reason("scale", f"softmax scale must be a positive f32 value, from {F32_MIN_NORMAL:.3g} "
                                        f"to {F32_MAX:.3g} (got {self.scale!r})", "leave it 0 for 1/sqrt(hdim_q)"))
         out += self.mask.reasons()

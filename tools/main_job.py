@@ -110,6 +110,7 @@ def main(argv=None) -> int:
                                 mask=Mask.parse(args.mask), softcap=args.softcap, bias=args.bias, dbias=args.dbias,
                                 alibi_slopes=slopes, deterministic=args.deterministic, grad_accum=args.grad_accum,
                                 varlen=args.varlen is not None)
+        spec.check()   # before the problem's sizes divide by gqa_ratio
         problem, size_line = _problem(args, spec)
         problem.oracle_gradients()
         targets = targets_of(args)

@@ -51,7 +51,11 @@ class CpuExecutor(Executor):
         return InterpretedKernels(interpreter, self._lock)
 
     def alloc(self, nbytes: int) -> Allocation:
-        memory = np.zeros(nbytes, np.uint8)
+        try:
+            memory = np.zeros(nbytes, np.uint8)
+        except MemoryError:
+            raise RuntimeLaunchError(f"the CPU interpreter cannot allocate {nbytes} bytes ({nbytes / 2**30:.1f} GiB) "
+                                     "of host memory for a buffer: use a smaller problem") from None
         return Allocation(memory.ctypes.data, nbytes, memory)
 
     def upload(self, allocation: Allocation, host: np.ndarray) -> None:

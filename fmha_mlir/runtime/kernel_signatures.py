@@ -24,6 +24,11 @@ _OPENERS, _CLOSERS = "<([{", ">)]}"
 def kernel_signatures(interp_ir: str) -> dict[str, tuple[str, ...]]:
     """{kernel symbol: its parameter types as MLIR prints them}; RuntimeLaunchError if the text is not
     the generic form the compiler writes."""
+    return {name: types for name, (types, _) in kernels_of(interp_ir).items()}
+
+
+def kernels_of(interp_ir: str) -> dict[str, tuple[tuple[str, ...], str]]:
+    """{kernel symbol: (its parameter types, the text of its region)}."""
     out = {}
     for found in _FUNC.finditer(interp_ir):
         close = re.compile(rf'^{re.escape(found["indent"])}\}}\) \{{.*$', re.M).search(interp_ir, found.end())
@@ -32,7 +37,7 @@ def kernel_signatures(interp_ir: str) -> dict[str, tuple[str, ...]]:
             line = interp_ir.count("\n", 0, found.start()) + 1
             raise RuntimeLaunchError(f"interp_ir line {line}: a gpu.func without a sym_name where its region "
                                      "closes: the file is not the generic kernel IR fmha-compile writes")
-        out[name["name"]] = split_types(found["args"])
+        out[name["name"]] = (split_types(found["args"]), interp_ir[found.end():close.start()])
     return out
 
 

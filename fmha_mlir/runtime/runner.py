@@ -22,6 +22,7 @@ from .. import shape_expr
 from .. import varlen
 from ..dtypes import BUFFER_STORAGE as STORAGE, to_storage
 from ..errors import RuntimeLaunchError
+from .addressing import check_dimensions, check_extents
 from .args import DeviceBuffer, ScalarArg, bind_args, strided_view
 from .bundle import Bundle
 from .device_array import DeviceArray
@@ -90,6 +91,11 @@ def check_scalars(bundle: Bundle, tensors: Mapping[str, np.ndarray], scalars: Ma
     for name, value in given.items():
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
             raise RuntimeLaunchError(f"scalar {name!r} must be a positive integer (got {value!r})")
+    # No sequence is longer than its packed tensor: a larger bound (FlashAttention takes one) would only
+    # size grids and workspaces for rows that do not exist, up to hundreds of GiB.
+    for name, tensor in zip(varlen.MAX_SEQLENS, ("q", "k")):
+        if name in given and tensor in tensors:
+            given[name] = min(int(given[name]), tensors[tensor].shape[0])
     cu = [tensors.get(name) for name in varlen.CU_SEQLENS]
     if wanted and all(isinstance(c, np.ndarray) for c in cu) and all(
             isinstance(tensors.get(n), np.ndarray) for n in ("q", "k")):
@@ -119,6 +125,7 @@ def check_tensors(bundle: Bundle, tensors: Mapping[str, np.ndarray]) -> dict[str
     _check_residency(tensors, inputs, outputs)
     sizes = _sizes(tensors, buffers)
     _check_broadcast(sizes)
+    check_dimensions(sizes)
     spec = bundle.spec
     if "heads_q" in sizes and "heads_kv" in sizes and sizes["heads_q"] != spec.gqa_ratio * sizes["heads_kv"]:
         raise RuntimeLaunchError(f"tensors: q has {sizes['heads_q']} heads and k has {sizes['heads_kv']}, but the "
@@ -280,6 +287,7 @@ def plan_layouts(bundle: Bundle, host: Mapping[str, np.ndarray], scalars: Mappin
         if any(n < 1 for n in shape):
             raise RuntimeLaunchError(f"workspace {name!r} would have shape {shape}: every size must be at least 1")
         layouts[name] = Layout.contiguous(buf["dtype"], shape)
+    check_extents(bundle, layouts)
     return layouts
 
 

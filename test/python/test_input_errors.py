@@ -60,6 +60,13 @@ def test_scales_that_compile_to_different_f32_values_get_different_symbols():
     assert AttentionBwdSpec("f16", 64, scale=0.125 * (1 + 1e-9)).kernel_prefix == AttentionBwdSpec("f16", 64).kernel_prefix
 
 
+def test_head_dim_0_is_named_once_not_as_a_bad_scale_too():
+    q = np.zeros((1, 1, 4, 0), np.float16)
+    with pytest.raises(SpecError) as caught:
+        attention_bwd(q, q, q, q, q, np.zeros((1, 1, 4), np.float32), executor="cpu")
+    assert [r.field for r in caught.value.reasons] == ["hdim_q", "hdim_v"]
+
+
 def test_a_problem_too_large_for_the_oracle_is_refused_before_allocating():
     assert _reason(lambda: make_problem(AttentionBwdSpec("f16", 64), ProblemSize(2, 4, 10**9, 53))) == (
         "- size: B2 Hq4 Sq1000000000 Sk53: the float64 oracle would hold ~25272 GiB of score matrices (the limit "
@@ -70,6 +77,8 @@ def test_a_problem_too_large_for_the_oracle_is_refused_before_allocating():
     (["--seqlen-q", "1000000000"], "the float64 oracle would hold ~25272 GiB of score matrices"),
     (["--seed", "-1"], "- seed: must be an integer >= 0 (got -1)"),
     (["--mask", "windowfoo:3,4"], "- mask: unknown mask 'windowfoo:3,4'"),
+    (["--gqa", "0"], "- gqa_ratio: must be a positive integer (got 0)"),
+    (["--gqa", "0", "--varlen", "3,4"], "- gqa_ratio: must be a positive integer (got 0)"),
 ])
 def test_fmha_bwd_reports_bad_arguments_with_exit_status_2(capsys, argv, message):
     assert main_job.main(["--target", "sm_90", *argv]) == 2

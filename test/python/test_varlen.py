@@ -9,7 +9,7 @@ import pytest
 from fmha_mlir.dtypes import from_storage
 from fmha_mlir.errors import RuntimeLaunchError, SpecError
 from fmha_mlir.runtime.cpu_executor import CpuExecutor
-from fmha_mlir.runtime.runner import run_bundle
+from fmha_mlir.runtime.runner import check_scalars, run_bundle
 from fmha_mlir.spec import AttentionBwdSpec, Mask
 from fmha_mlir.varlen_problem import make_varlen_problem
 
@@ -92,6 +92,19 @@ def test_runtime_checks_the_scalars_and_cu_seqlens(compiler):
     bad = dict(problem.tensors, cu_seqlens_k=np.array([0, 5, 6], np.int32))
     with pytest.raises(RuntimeLaunchError, match="cu_seqlens_k"):
         run_bundle(bundle, CpuExecutor(), bad, problem.scalars)
+
+
+def test_a_max_length_past_the_packed_total_sizes_nothing_past_it(compiler):
+    """max_seqlen is an upper bound (FlashAttention's): 2^31 - 1 runs as the packed total would, instead
+    of sizing grids and workspaces of hundreds of GiB."""
+    spec = AttentionBwdSpec("bf16", 64, varlen=True)
+    bundle = _bundle(spec, "sm_90", compiler, "tiled")
+    problem = make_varlen_problem(spec, (3, 4), (5, 2), heads_q=2)
+    huge = {"max_seqlen_q": 2**31 - 1, "max_seqlen_k": 2**31 - 1}
+    assert check_scalars(bundle, problem.tensors, huge) == {"max_seqlen_q": 7, "max_seqlen_k": 7}
+    outputs = run_bundle(bundle, CpuExecutor(), problem.tensors, huge)
+    checks = problem.check(outputs, bundle.numerics)
+    assert all(c.passed for c in checks), [str(c) for c in checks]
 
 
 def test_varlen_problem_refuses_bad_lengths():
