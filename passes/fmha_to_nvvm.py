@@ -15,11 +15,13 @@ from fmha_mlir.target import TARGETS
 
 from .base import FmhaPass
 from .ir_builders import create_op
+from .kernel_target import check_attached_chips, check_kernels_for
 from .kernel_op_lowering import (elementwise, is_vector_atomic_add, lower_kernel_ops, reduce_width, shared_lowerings,
                                  shuffle_xor_reduce)
 
 EX2_INTRINSIC = "llvm.nvvm.ex2.approx.ftz.f32"
-WARP_SIZE = TARGETS["sm_90"].wave_size
+NVVM_TARGET = TARGETS["sm_90"]   # the one NVIDIA target
+WARP_SIZE = NVVM_TARGET.wave_size
 
 
 @dataclasses.dataclass(frozen=True)
@@ -28,6 +30,8 @@ class ConvertFmhaToNvvm(FmhaPass):
     DESCRIPTION: ClassVar[str] = "Lower fmha kernel-level ops to gpu/llvm/arith/memref ops for NVVM"
 
     def run_on_module(self, module: "ir.Operation") -> None:
+        check_kernels_for(module, NVVM_TARGET)
+        check_attached_chips(module)
         lowerings = shared_lowerings()
         lowerings[fmha.WaveReduceOp.NAME] = lower_wave_reduce
         lowerings[fmha.Exp2Op.NAME] = lower_exp2

@@ -21,6 +21,7 @@ from fmha_mlir.target import TARGETS
 
 from .base import FmhaPass
 from .ir_builders import collect_ops, create_op, f32
+from .kernel_target import check_attached_chips, check_kernels_for
 from .kernel_op_lowering import (elementwise, is_packed_atomic_add, lower_kernel_ops, reduce_width, shared_lowerings,
                                  shuffle_xor_reduce)
 
@@ -59,6 +60,8 @@ class ConvertFmhaToRocdl(FmhaPass):
             raise ValueError(f"unknown reduce strategy {self.reduce!r}; use {' or '.join(REDUCE_STRATEGIES)}")
 
     def run_on_module(self, module: "ir.Operation") -> None:
+        check_kernels_for(module, TARGETS[self.chipset])
+        check_attached_chips(module)
         lowerings = shared_lowerings()
         lowerings[fmha.WaveReduceOp.NAME] = self._lower_wave_reduce
         lowerings[fmha.Exp2Op.NAME] = lower_exp2

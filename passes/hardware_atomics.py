@@ -16,6 +16,7 @@ from fmha_mlir.mlir import ir
 
 from .base import FmhaPass, PassFailure
 from .ir_builders import collect_ops, enclosing_op
+from .kernel_target import check_attached_chips
 
 # llvm dialect enum values, stored as i64 attributes (see TOOLCHAIN.md, "Float atomics").
 ATOMIC_BIN_OP_FADD = 11
@@ -40,6 +41,7 @@ class HardwareAtomics(FmhaPass):
         i64 = ir.IntegerType.get_signless(64, context=module.context)
         for gpu_module in collect_ops(module, ["gpu.module"]):
             self._check_target(gpu_module)
+        check_attached_chips(module)   # the last fmha pass before the binary: LLVM aborts on a foreign kernel
         for op in float_atomic_adds(module):
             op.attributes["ordering"] = ir.IntegerAttr.get(i64, ATOMIC_ORDERING_MONOTONIC)
             op.attributes["syncscope"] = ir.StringAttr.get(SYNC_SCOPES[self.target], context=module.context)
