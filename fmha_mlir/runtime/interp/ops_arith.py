@@ -258,9 +258,16 @@ def approximate(exact, ulps: int, *inputs):
     return np.where(normal, moved, exact).reshape(shape)[()]
 
 
+def _approximate_exp2(x, ulps: int):
+    """2^x within `ulps`; exact at integer x (the hardware scales its 2^fraction by 2^integer, and
+    2^0 = 1 is exact, so a row's only key gets P = 1)."""
+    x = np.asarray(x)
+    exact = np.exp2(x)
+    return np.where(x == np.floor(x), exact, approximate(exact, ulps, x))[()]
+
+
 def ex2_approx(x):
-    x = np.asarray(x, np.float32)
-    return approximate(np.exp2(x), EX2_APPROX_ULPS, x)
+    return _approximate_exp2(x, EX2_APPROX_ULPS)
 
 
 def ex2_approx_ftz(x):
@@ -268,8 +275,7 @@ def ex2_approx_ftz(x):
 
 
 def amd_exp2(x):
-    x = np.asarray(x)
-    return approximate(np.exp2(x), AMD_EXP2_ULPS, x)
+    return _approximate_exp2(x, AMD_EXP2_ULPS)
 
 
 def _divf(op: Operation, cc: KernelCompiler):
