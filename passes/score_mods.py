@@ -17,8 +17,11 @@ which is dbias itself and, times -|distance|, the slope's gradient. Positions pa
 With softcap c > 0 a score is s = c tanh(x / c), x = scale q.k, before the mask and the softmax; the
 backward multiplies dS by ds/dx = 1 - tanh^2(x / c) (the products then apply `scale` as without it).
 tanh comes from fmha.exp2, which every target has (AMD has no math.tanh without ROCm's device
-libraries): tanh(y) = 1 - 2 / (2^(2 y log2 e) + 1), saturating to +-1 as 2^... goes to inf or 0. The
-gate's same-dtype reference computes tanh by the same formula in f32 (oracle.kernel_tanh).
+libraries): tanh(y) = 1 - 2 / (2^(2 y log2 e) + 1), saturating to +-1 as 2^... goes to inf or 0; in f32
+an odd series replaces it near 0, where it cancels (`_tanh`). The gate's references take tanh exactly
+(np.tanh): they model how a body rounds, never the approximations it chooses (ex2.approx, the
+approximate division, this tanh), which must pass against them in every dtype; the interpreter gives
+exp2 and the approximate division their hardware error (fmha_mlir/runtime/interp/ops_arith.py).
 """
 from __future__ import annotations
 
