@@ -378,6 +378,4 @@ HANDLERS = {
     "llvm.intr.minnum": elementwise(np.fmin),
     "llvm.intr.fma": elementwise(fma),
     "llvm.intr.exp2": elementwise(np.exp2),
-    "llvm.intr.fabs": elementwise(np.abs),
-    "llvm.intr.copysign": elementwise(np.copysign),
 }
