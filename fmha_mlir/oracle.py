@@ -156,7 +156,6 @@ class _Arithmetic:
     round_p_ds: bool = False
     sum_chunk: int | None = None
     dq_add_block: int = 0           # > 0: dQ added in the element type once per this many keys
-    tanh: Callable[[np.ndarray], np.ndarray] = np.tanh
     kernel_exponent: bool = False   # P's exponent formed as the kernels form it (_probabilities)
 
     def operand(self, x: np.ndarray) -> np.ndarray:
@@ -173,15 +172,7 @@ def _lowp_arithmetic(dtype: str, numerics: Numerics) -> _Arithmetic:
     if not isinstance(numerics, Numerics):
         raise SpecError([Reason("numerics", f"must be a fmha_mlir.numerics.Numerics (got {numerics!r})")])
     return _Arithmetic(np.float32, lambda x: round_to(x, dtype).astype(np.float32), numerics.round_p_ds,
-                       numerics.sum_chunk, numerics.dq_add_block, kernel_tanh, kernel_exponent=True)
-
-
-def kernel_tanh(y: np.ndarray) -> np.ndarray:
-    """tanh as the kernels compute it (passes/score_mods.py), in f32: 1 - 2 / (2^(2 y log2 e) + 1)."""
-    y = np.asarray(y, dtype=np.float32)
-    with np.errstate(over="ignore"):
-        e = np.exp2(y * np.float32(2 * np.log2(np.e)))
-    return np.float32(1) - np.float32(2) / (e + np.float32(1))
+                       numerics.sum_chunk, numerics.dq_add_block, kernel_exponent=True)
 
 
 def _swap(x: np.ndarray) -> np.ndarray:
@@ -247,13 +238,14 @@ def _reduce_to_shape(x: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     return x.sum(axis=kept, keepdims=True)
 
 
-def _scores(q, k_exp, *, mask: Mask, scale, bias, acc, softcap=0.0, tanh=np.tanh):
+def _scores(q, k_exp, *, mask: Mask, scale, bias, acc, softcap=0.0):
     """(S, t): S = scale * Q K^T (through c tanh(. / c) with softcap c > 0) + bias in `acc`, -inf where
-    masked; t the tanh (what the softcap's derivative 1 - t^2 needs), None without softcap."""
+    masked; t the tanh (what the softcap's derivative 1 - t^2 needs), None without softcap. tanh is
+    exact math in `acc` (np.tanh): a kernel's approximation of it is not modelled, it must pass."""
     s = (q @ _swap(k_exp)) * acc(scale)
     t = None
     if softcap:
-        t = tanh(s / acc(softcap))
+        t = np.tanh(s / acc(softcap))
         s = acc(softcap) * t
     if bias is not None:
         s = s + np.asarray(bias, dtype=acc)
@@ -293,7 +285,7 @@ def _backward_terms(q, k, v, o, do, lse, *, mask, scale, gqa_ratio, bias, arith:
                    softcap=softcap)
     q, k, v, o, do, lse = (np.asarray(x, dtype=arith.acc) for x in (q, k, v, o, do, lse))
     k_exp = _expand_kv(k, gqa_ratio)
-    core, t = _scores(q, k_exp, mask=mask, scale=scale, bias=None, acc=arith.acc, softcap=softcap, tanh=arith.tanh)
+    core, t = _scores(q, k_exp, mask=mask, scale=scale, bias=None, acc=arith.acc, softcap=softcap)
     p = _probabilities(core, bias, lse, arith, natural=bool(softcap) or bias is not None)
     d = np.sum(do * o, axis=-1)
     dp = do @ _swap(_expand_kv(v, gqa_ratio))
@@ -359,7 +351,7 @@ def lowp_backward(q, k, v, o, do, lse, *, dtype: str, mask: Mask, scale: float, 
                   bias=None, numerics: Numerics = MATRIX_K16, softcap: float = 0.0, alibi_slopes=None) -> Gradients:
     """The backward as a `dtype` kernel with `numerics` computes it: f32 arithmetic, the long reductions
     summed in the kernel's order, P and dS rounded to `dtype` before they multiply dtype operands when
-    the body does so, tanh (softcap) by the kernels' formula, outputs rounded to `dtype` (values as
+    the body does so, tanh (softcap) as np.tanh in f32, outputs rounded to `dtype` (values as
     float64). The tolerance policy measures how far this lands from the float64 oracle."""
     arith = _lowp_arithmetic(dtype, numerics)
     bias = _with_slopes(bias, alibi_slopes, q, k)

@@ -10,7 +10,9 @@ lowp:   the same backward as the kernel's body computes it (`oracle.lowp_backwar
         order, P and dS rounded to the dtype where the body rounds them, outputs rounded to the dtype.
         Its distance to the oracle is the error a correct kernel of this body has on *this* problem;
         FACTOR leaves room for what the model does not follow (the order of atomics, the exp2
-        approximation, a matrix unit's internal accumulation).
+        approximation, a matrix unit's internal accumulation). It computes exact math where a body
+        approximates (exp, tanh as np.tanh, division): a body's approximation is not modelled, it
+        has to pass within FACTOR.
 tiny:   only keeps the bound above zero where the reference happens to be exact (a tiny f32 problem):
         about 8 f32 ulps of the largest gradient, far below any error a bug makes. There is no floor:
         where the reference is exact to f32 rounding, so is the bound.

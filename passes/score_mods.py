@@ -17,8 +17,11 @@ which is dbias itself and, times -|distance|, the slope's gradient. Positions pa
 With softcap c > 0 a score is s = c tanh(x / c), x = scale q.k, before the mask and the softmax; the
 backward multiplies dS by ds/dx = 1 - tanh^2(x / c) (the products then apply `scale` as without it).
 tanh comes from fmha.exp2, which every target has (AMD has no math.tanh without ROCm's device
-libraries): tanh(y) = 1 - 2 / (2^(2 y log2 e) + 1), saturating to +-1 as 2^... goes to inf or 0. The
-gate's same-dtype reference computes tanh by the same formula in f32 (oracle.kernel_tanh).
+libraries): tanh(y) = 1 - 2 / (2^(2 y log2 e) + 1), saturating to +-1 as 2^... goes to inf or 0; in f32
+an odd series replaces it near 0, where it cancels (`_tanh`). The gate's references take tanh exactly
+(np.tanh): they model how a body rounds, never the approximations it chooses (ex2.approx, the
+approximate division, this tanh), which must pass against them in every dtype; the interpreter gives
+exp2 and the approximate division their hardware error (fmha_mlir/runtime/interp/ops_arith.py).
 """
 from __future__ import annotations
 
@@ -159,7 +162,7 @@ class Alibi(ScoreBias):
     def shifted(self, q_pos, k_pos, like, lse):
         """fma(distance, -slope, -lse): the product is never rounded at its own size."""
         minus = splat(arith.negf(self.slope), vector_shape(like.type))
-        return create_op("llvm.intr.fma", like.type, [self._distance(q_pos, k_pos, like), minus, arith.negf(lse)])
+        return _fma(self._distance(q_pos, k_pos, like), minus, arith.negf(lse))
 
     def grad(self, ds, q_pos, k_pos):
         if self.dslopes is None:
@@ -194,19 +197,60 @@ def softcap_grad(ds: "ir.Value", dot: "ir.Value", spec: AttentionBwdSpec) -> "ir
     """dS times 1 - tanh^2(scale dot / c) (dS itself without softcap)."""
     if not spec.softcap:
         return ds
-    t = _tanh(dot, spec)
-    return arith.mulf(ds, arith.subf(_constant(1.0, dot), arith.mulf(t, t)))
+    return arith.mulf(ds, _tanh(dot, spec, slope=True)[1])
 
 
-def _tanh(dot: "ir.Value", spec: AttentionBwdSpec) -> "ir.Value":
-    """tanh(scale dot / c) = 1 - 2 / (2^(dot 2 scale log2(e) / c) + 1); 2^... = inf gives 1 - 0."""
-    e = fmha.Exp2Op.build(arith.mulf(dot, _constant(2 * spec.scale * LOG2_E / spec.softcap, dot)))
+# f32's tanh below TANH_SERIES_BELOW: y + y^3 p(y^2), p of degree 4 fitted here to tanh's relative error
+# (weighted least squares, iterated toward minimax): 0.76 f32 ulps at most over |y| < 0.625.
+TANH_SERIES_BELOW = 0.625
+TANH_SERIES = (-0.33333284, 0.13331491, -0.0537435, 0.02065058, -0.00571704)
+
+
+def _tanh(dot: "ir.Value", spec: AttentionBwdSpec, slope: bool = False):
+    """tanh(y), y = scale dot / c; with `slope`, (tanh, 1 - tanh^2).
+
+    The exponential form 1 - 2 / (2^(2 y log2 e) + 1) (2^... = inf saturates it to 1) cancels near 0:
+    r = 2 / (...) ~ 1 carries an absolute error of an ulp of 1, ~100-200 f32 ulps of t at |y| ~ 0.03-0.14
+    (scores 1-4 at a cap of 30). In f32 that is the kernel's largest error, and the gate's exact reference
+    fails it (2.3-3.5x the bound in the interpreter's f32 matrix at cap 30). So f32 takes, below
+    TANH_SERIES_BELOW, the odd series, and above it the exponential form of |y| (r <= 0.46: an ulp or two
+    of t) with the sign restored, an IEEE division, and 1 - t^2 as r (2 - r) (no cancellation near
+    |t| = 1): ~2.8 f32 ulps at most with ex2.approx's error (NumPy sweep, tools/reports/bench_notes.md).
+    Both forms are computed and one selected: no divergence in a wave. f16 / bf16 keep the exponential
+    form with the approximate reciprocal (div.approx.f32 / v_rcp_f32; IEEE division cost the softcap 31%
+    of the time on the H200, this 13%): its error is far below their P and dS rounding and they pass the
+    same gate, while the f32 form would take the softcap from ~10 to ~28 PTX instructions per score
+    (bench_notes.md, softcap v1-v4)."""
+    accurate = spec.dtype == "f32"
+    x = arith.mulf(dot, _constant(2 * spec.scale * LOG2_E / spec.softcap, dot))
+    if accurate:
+        # |x| by a select on the sign of `dot` (NVVM has no legal fabs outside libdevice)
+        negative = arith.cmpf(arith.CmpFPredicate.OLT, dot, _constant(0.0, dot))
+        x = arith.select(negative, arith.negf(x), x)
     one = _constant(1.0, dot)
-    # afn: the division as the hardware's approximate reciprocal (div.approx / v_rcp_f32, ~1 ulp) instead
-    # of IEEE division, a ~10-instruction sequence per element on sm_90: the softcap cost falls from 31%
-    # to 13% (tools/reports/bench_notes.md, softcap v1-v3, with what it costs in accuracy).
-    fast = ir.Attribute.parse("#arith.fastmath<afn>")
-    return arith.subf(one, arith.divf(_constant(2.0, dot), arith.addf(e, one), fastmath=fast))
+    fast = None if accurate else ir.Attribute.parse("#arith.fastmath<afn>")
+    r = arith.divf(_constant(2.0, dot), arith.addf(fmha.Exp2Op.build(x), one), fastmath=fast)
+    t = arith.subf(one, r)
+    if not accurate:
+        return (t, arith.subf(one, arith.mulf(t, t))) if slope else t
+
+    y = arith.mulf(dot, _constant(spec.scale / spec.softcap, dot))
+    z = arith.mulf(y, y)
+    p = _constant(TANH_SERIES[-1], dot)
+    for coefficient in reversed(TANH_SERIES[:-1]):
+        p = _fma(p, z, _constant(coefficient, dot))
+    series = _fma(arith.mulf(y, z), p, y)
+    small = arith.cmpf(arith.CmpFPredicate.OLT, x, _constant(2 * LOG2_E * TANH_SERIES_BELOW, dot))
+    t = arith.select(small, series, arith.select(negative, arith.subf(r, one), t))
+    if not slope:
+        return t
+    return t, arith.select(small, arith.subf(one, arith.mulf(series, series)),
+                           arith.mulf(r, arith.subf(_constant(2.0, dot), r)))
+
+
+def _fma(a: "ir.Value", b: "ir.Value", c: "ir.Value") -> "ir.Value":
+    """a * b + c rounded once (llvm.intr.fma: every backend keeps it, the interpreter models it)."""
+    return create_op("llvm.intr.fma", a.type, [a, b, c])
 
 
 def _constant(value: float, like: "ir.Value") -> "ir.Value":

@@ -173,7 +173,7 @@ MUTANTS: list[Mutant] = [
            "return loaded"),
     # -- score modifications (every body) -------------------------------------------------------------
     Mutant("softcap: dS not multiplied by 1 - tanh^2", "passes/score_mods.py",
-           "return arith.mulf(ds, arith.subf(_constant(1.0, dot), arith.mulf(t, t)))", "return ds"),
+           "return arith.mulf(ds, _tanh(dot, spec, slope=True)[1])", "return ds"),
     Mutant("alibi: each head takes the next head's slope", "passes/score_mods.py",
            "arith.addi(head, index(1))", "arith.addi(head, index(2))"),
     Mutant("alibi: the distance misses the bottom-right shift", "passes/score_mods.py",

@@ -93,10 +93,20 @@ def test_softcap_matches_finite_differences(softcap, with_bias):
     assert np.max(np.abs(x)) > softcap   # tanh is far from linear on these scores
 
 
-def test_kernel_tanh_is_tanh_within_f32_rounding():
-    y = np.linspace(-30, 30, 20001)
-    assert np.max(np.abs(oracle.kernel_tanh(y) - np.tanh(y))) < 2e-7
-    assert oracle.kernel_tanh(np.array([-1e4, 1e4])).tolist() == [-1.0, 1.0]   # saturates, no NaN
+def test_same_dtype_reference_takes_tanh_exactly():
+    """The gate's f32 reference rounds tanh(s / c) once (np.tanh in f32), as exact math does: scores of
+    order 1 to 4 at a cap of 30, where the exponential form 1 - 2 / (e + 1) is 100+ ulps off; and it
+    saturates to +-1 without NaN."""
+    s = np.concatenate([np.linspace(-4, 4, 4001), [-1e4, 1e4]]).reshape(1, 1, -1, 1)
+    one = np.ones((1, 1, 1, 1))
+    _, t = oracle._scores(s.astype(np.float32), one.astype(np.float32), mask=Mask(), scale=1.0, bias=None,
+                          acc=np.float32, softcap=30.0)
+    t = t.ravel()
+    y = s.ravel().astype(np.float32) / np.float32(30.0)   # the f32 argument it takes
+    exact = np.tanh(y.astype(np.float64))
+    assert t.dtype == np.float32
+    assert np.max(np.abs(t - exact) / np.spacing(np.abs(exact).astype(np.float32))) <= 1.0
+    assert t[-2:].tolist() == [-1.0, 1.0]
 
 
 def test_finite_difference_check_catches_a_wrong_gradient(monkeypatch):
