@@ -28,6 +28,32 @@ def shown_matrix(mask: Mask, rows: int, cols: int, seqlen_q: int, seqlen_k: int)
     return np.broadcast_to(mask.visible(q, k, seqlen_q, seqlen_k), (rows, cols)) & (q < seqlen_q) & (k < seqlen_k)
 
 
+# The rule written out by hand (rows: queries, columns: keys): Mask.visible is the one definition the
+# oracle, the interpreter and the lowering share, so only a table like this checks the definition itself.
+RULES = {  # (seqlen_q, seqlen_k): {mask: rows}
+    (3, 5): {"none": ["11111", "11111", "11111"],
+             "causal_top_left": ["10000", "11000", "11100"],
+             "causal_bottom_right": ["11100", "11110", "11111"],     # the diagonal shifted by 5 - 3
+             "window:1,0": ["01100", "00110", "00011"],
+             "window:0,1": ["00110", "00011", "00001"],
+             "window:-1,0": ["11100", "11110", "11111"],
+             "window:1,-1": ["01111", "00111", "00011"]},
+    (4, 2): {"causal_top_left": ["10", "11", "11", "11"],
+             "causal_bottom_right": ["00", "00", "10", "11"],        # shifted by 2 - 4: two rows see nothing
+             "window:0,0": ["00", "00", "10", "01"]},
+}
+
+
+@pytest.mark.parametrize("lengths", RULES, ids=str)
+def test_visible_is_the_rule_written_out(lengths):
+    sq, sk = lengths
+    q, k = np.arange(sq)[:, None], np.arange(sk)[None, :]
+    for mask, rows in RULES[lengths].items():
+        expected = np.array([[c == "1" for c in row] for row in rows])
+        np.testing.assert_array_equal(np.broadcast_to(Mask.parse(mask).visible(q, k, sq, sk), (sq, sk)), expected,
+                                      err_msg=mask)
+
+
 @pytest.mark.parametrize("mask", MASKS, ids=str)
 def test_shown_is_visible_inside_the_problem_on_ints_and_arrays(mask):
     for sq, sk in LENGTHS:
