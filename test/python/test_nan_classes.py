@@ -28,6 +28,7 @@ from fmha_mlir.runtime.cpu_executor import CpuExecutor
 from fmha_mlir.runtime.runner import run_bundle
 from fmha_mlir.spec import AttentionBwdSpec, Mask
 from fmha_mlir.target import get_target
+from fmha_mlir.varlen_problem import make_varlen_problem
 
 TARGETS = (("gfx942", "warp"), ("sm_90", "warp"), ("sm_90", "tiled"), ("gfx942", "tiled"), ("gfx950", "tiled"))
 
@@ -89,6 +90,18 @@ def test_very_few_keys_with_negative_scores(case, keys, seed):
     prob = scaled_problem(spec, ProblemSize(1, 2, 13, keys), seed=seed, magnitude=3.0)
     assert prob.tensors["lse"].min() < -10, "the problem must have rows of very negative lse"
     gate(spec, arch, body, prob)
+
+
+@pytest.mark.parametrize("case", cases([AttentionBwdSpec("f16", 64, mask=Mask("none"), varlen=True)]), ids=case_id)
+def test_very_few_keys_with_negative_scores_varlen(case):
+    """The same packed: sequences of 1-3 keys (and one without queries) share the padded tail tiles."""
+    spec, arch, body = case
+    draw = functools.partial(scaled_problem, magnitude=3.0)
+    prob = make_varlen_problem(spec, (0, 13, 11, 9), (2, 1, 3, 2), heads_q=2, seed=1, draw=draw)
+    assert min(part.tensors["lse"].min() for part in prob.parts if part is not None) < -10
+    outputs = run_bundle(bundle_of(spec, arch, body), CpuExecutor(), prob.tensors, prob.scalars)
+    checks = prob.check(outputs, bundle_of(spec, arch, body).numerics)
+    assert all(check.passed for check in checks), [str(check) for check in checks]
 
 
 NEGATIVE_SLOPES = cases([AttentionBwdSpec(dtype, 64, mask=Mask(mask), bias="alibi", alibi_slopes=True, dbias=True)
