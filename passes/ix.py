@@ -13,8 +13,8 @@ from .ir_builders import index, splat, vector_shape
 _PREDICATES = {"lt": "slt", "le": "sle", "gt": "sgt", "ge": "sge", "eq": "eq", "ne": "ne"}
 
 
-def value(x) -> "ir.Value":
-    """The ir.Value of an Ix or of a Python int (an index constant)."""
+def as_value(x) -> "ir.Value":
+    """The ir.Value of an Ix, of a Python int (an index constant) or of a bool (an i1 constant)."""
     if isinstance(x, Ix):
         return x.value
     if isinstance(x, bool):
@@ -28,7 +28,7 @@ def _shape(*values) -> list[int]:
 
 def _lifted(shape: list[int], *values) -> list["ir.Value"]:
     """The values as ir.Values of one shape: constants for Python values, scalars splat to `shape`."""
-    return [splat(value(x), shape) for x in values]
+    return [splat(as_value(x), shape) for x in values]
 
 
 class _Ops:

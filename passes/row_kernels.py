@@ -18,7 +18,7 @@ from fmha_mlir.mlir import arith, gpu, ir, memref, scf
 from fmha_mlir.spec import AttentionBwdSpec
 
 from .ir_builders import index
-from .ix import Ix, value
+from .ix import Ix, as_value
 from .lane_slice import LaneSlice, copy_partial_sum, copy_slice, load_f32
 
 
@@ -110,7 +110,7 @@ def _visiting_key_blocks(op: "ir.Operation", spec: AttentionBwdSpec, row: "ir.Va
     seqlen_q, seqlen_k = memref.dim(operands["out"], index(2)), memref.dim(operands["k"], index(2))
     lo, hi = mask_geometry.key_block_range(spec.mask, Ix(q0), config.block_m, config.block_n, Ix(seqlen_q),
                                            Ix(seqlen_k))
-    return value(lo), value(hi)
+    return as_value(lo), as_value(hi)
 
 
 ROW_STAGES = {fmha.DotDoOOp.NAME: dot_do_o, fmha.ConvertGradOp.NAME: convert_grad}

@@ -14,7 +14,7 @@ from fmha_mlir.mlir import arith, gpu, ir, scf
 from fmha_mlir.spec import AttentionBwdSpec
 
 from .ir_builders import accumulate, dims, f32, index, scalar_elements, splat, vector_shape
-from .ix import Ix, value
+from .ix import Ix, as_value
 from .score_mods import ScoreBias
 from .shared_tiles import LaneValues
 
@@ -50,13 +50,14 @@ class TiledKernel:
         """[lo, hi) of the query blocks this key block visits (mask_geometry.query_block_range)."""
         lo, hi = mask_geometry.query_block_range(self.spec.mask, Ix(self.k0), self.bn, self.bm, Ix(self.seqlen_q),
                                                  Ix(self.seqlen_k))
-        return value(lo), value(hi)
+        return as_value(lo), as_value(hi)
 
     def tile_cut(self, q0: "ir.Value") -> "ir.Value":
         """i1, uniform: the step's tile holds a pair that is not shown (a mask cut or a tail), so its
         scores must be masked (mask_geometry.tile_cut)."""
-        return value(mask_geometry.tile_cut(self.spec.mask, Ix(q0), self.bm, Ix(self.k0), self.bn, Ix(self.seqlen_q),
-                                            Ix(self.seqlen_k)))
+        cut = mask_geometry.tile_cut(self.spec.mask, Ix(q0), self.bm, Ix(self.k0), self.bn, Ix(self.seqlen_q),
+                                     Ix(self.seqlen_k))
+        return as_value(cut)
 
     def add_dq_value(self, value: "ir.Value", head, q, col) -> None:
         """dQ's value (f32 or a vector of adjacent, even-aligned columns) at (head, q, col) for this key

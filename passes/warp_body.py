@@ -10,7 +10,7 @@ from fmha_mlir.mlir import arith, ir, memref, scf
 from fmha_mlir.spec import AttentionBwdSpec
 
 from .ir_builders import dims, f32, index
-from .ix import Ix, value
+from .ix import Ix, as_value
 from .lane_slice import load_f32, store_from_f32
 from .row_kernels import Wave, dot, fma
 from .score_mods import ScoreBias, exp2_argument, lse_operand, softcap_grad, softmax_input
@@ -35,7 +35,7 @@ def dq_dk_dv(op: "ir.Operation", spec: AttentionBwdSpec, wave: Wave) -> None:
     seqlen_q, = dims(q, [2])
     seqlen_k, = dims(k, [2])
     keys = mask_geometry.key_range(spec.mask, Ix(wave.row), Ix(seqlen_q), Ix(seqlen_k))
-    first_key, end_key = (value(x) for x in keys)
+    first_key, end_key = (as_value(x) for x in keys)
     scale = f32(spec.scale)
     bias = ScoreBias.of(spec, operands, wave.batch, wave.head, dims(q, [1])[0], seqlen_q, seqlen_k)
     first_lane = arith.cmpi(arith.CmpIPredicate.eq, wave.lane, index(0)) if spec.dbias else None

@@ -307,7 +307,7 @@ def _folded_geometry(mask: Mask, cases) -> list[list[int]]:
         with ir.InsertionPoint(module.body):
             function = func.FuncOp("geometry", ([], []))
             with ir.InsertionPoint(function.add_entry_block()):
-                answers = [[ix.value(x) for x in _geometry(mask, *(Ix(arith.constant(index, n)) for n in case))]
+                answers = [[ix.as_value(x) for x in _geometry(mask, *(Ix(arith.constant(index, n)) for n in case))]
                            for case in cases]
                 flat = [v for row in answers for v in row]
                 func.ReturnOp(flat)
