@@ -532,7 +532,8 @@ class Exp2Op:
 
 
 class MaskedScoreOp:
-    """dot * scale_log2 where key k_pos is visible to query q_pos under the mask, -inf where masked.
+    """dot * scale_log2 where key k_pos is visible to query q_pos under the mask and both lie inside the
+    problem (q_pos < seqlen_q, k_pos < seqlen_k: fmha_mlir.mask_geometry.shown), -inf elsewhere.
 
     Elementwise: dot f32 or vector<N x f32>; q_pos and k_pos index or vector<N x index> (a scalar
     position applies to every element); seqlen_q, seqlen_k index."""

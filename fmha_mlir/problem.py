@@ -176,6 +176,16 @@ def make_problem(spec: AttentionBwdSpec, size: ProblemSize, seed: int = 0, layou
     elif spec.bias == "alibi":
         values["bias"] = oracle.alibi_bias(oracle.alibi_slopes(hq).astype(np.float32), sq, sk)
 
+    return problem_of(spec, size, values, extra_tensors, layout)
+
+
+def problem_of(spec: AttentionBwdSpec, size: ProblemSize, values: dict, extra_tensors: dict,
+               layout: str = "bhsd") -> Problem:
+    """The problem of given inputs: `values` q, k, v, do (float64 BHSD, already representable in
+    spec.dtype) and bias or alibi_slopes where the spec reads one, `extra_tensors` the bias / slopes
+    buffers the kernel reads; O and lse come from the oracle forward."""
+    _check(spec, size, layout)
+    values = dict(values)
     fwd = oracle.forward(values["q"], values["k"], values["v"], mask=spec.mask, scale=spec.scale,
                          gqa_ratio=spec.gqa_ratio, bias=values.get("bias"), softcap=spec.softcap,
                          alibi_slopes=values.get("alibi_slopes"))

@@ -11,6 +11,7 @@ import numbers
 import struct
 from dataclasses import dataclass, field
 
+from . import mask_geometry
 from .errors import Reason, SpecError
 
 DTYPES = ("f16", "bf16", "f32")
@@ -73,17 +74,10 @@ class Mask:
         return self.kind
 
     def visible(self, q, k, seqlen_q: int, seqlen_k: int):
-        """Visibility of key k to query q; works on ints and on broadcasting NumPy arrays."""
-        off = seqlen_k - seqlen_q
-        if self.kind == "none":
-            return (k >= 0) | True
-        if self.kind == "causal_top_left":
-            return k <= q
-        if self.kind == "causal_bottom_right":
-            return k <= q + off
-        lo_ok = (k >= q + off - self.window_left) if self.window_left >= 0 else (k >= 0)
-        hi_ok = (k <= q + off + self.window_right) if self.window_right >= 0 else (k >= 0)
-        return lo_ok & hi_ok
+        """Visibility of key k to query q (mask_geometry.visible) on ints and on broadcasting NumPy or
+        torch arrays; an array-like for arrays even when every key is visible."""
+        seen = mask_geometry.visible(self, q, k, seqlen_q, seqlen_k)
+        return (k >= 0) | True if seen is True else seen
 
     def reasons(self) -> list[Reason]:
         for side in ("window_left", "window_right"):

@@ -74,9 +74,9 @@ class VarlenProblem:
 
 
 def make_varlen_problem(spec: AttentionBwdSpec, lengths_q, lengths_k, heads_q: int = 2,
-                        seed: int = 0) -> VarlenProblem:
+                        seed: int = 0, draw=make_problem) -> VarlenProblem:
     """Packed inputs for `spec` (varlen=True) with one sequence per (lengths_q[b], lengths_k[b]);
-    sequence b draws from seed + b."""
+    sequence b draws from seed + b, by `draw(spec, size, seed)` (a Problem of the padded spec)."""
     lengths_q, lengths_k = tuple(int(n) for n in lengths_q), tuple(int(n) for n in lengths_k)
     reasons = spec.reasons()
     if not spec.varlen:
@@ -93,7 +93,7 @@ def make_varlen_problem(spec: AttentionBwdSpec, lengths_q, lengths_k, heads_q: i
     parts, packed = [], {name: [] for name in ("q", "k", "v", "o", "do", "lse")}
     for b, (sq, sk) in enumerate(zip(lengths_q, lengths_k)):
         if sq and sk:
-            part = make_problem(padded, ProblemSize(1, heads_q, sq, sk), seed=seed + b)
+            part = draw(padded, ProblemSize(1, heads_q, sq, sk), seed=seed + b)
             tensors = {n: part.tensors[n][0].transpose(1, 0, 2) for n in ("q", "k", "v", "o", "do")}
             tensors["lse"] = part.tensors["lse"][0]
         else:

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from typing import Callable
 
+from fmha_mlir import mask_geometry
 from fmha_mlir.dialects import fmha
 from fmha_mlir.mlir import arith, gpu, ir, memref, vector
-from fmha_mlir.spec import Mask
 
 from .base import PassFailure, rewriting
 from .ir_builders import collect_ops, enclosing_op, f32, index, splat, vector_shape
-from .key_range import diagonal
+from .ix import Ix
 from .verify import check_verified
 
 KERNEL_OPS = (fmha.WaveReduceOp.NAME, fmha.Exp2Op.NAME, fmha.MaskedScoreOp.NAME, fmha.AtomicAddOp.NAME)
@@ -82,16 +82,15 @@ def shuffle_xor_reduce(value: "ir.Value", width: int, wave_size: int) -> "ir.Val
 
 
 def lower_masked_score(op: "ir.Operation") -> "ir.Value":
-    """dot * scale_log2 where the key is visible (fmha_mlir.spec.Mask.visible), -inf where it is not;
-    elementwise when dot is a vector (scalar operands apply to every element)."""
+    """dot * scale_log2 where the pair is shown (fmha_mlir.mask_geometry.shown: visible under the mask
+    and inside both sequences), -inf elsewhere; elementwise when dot is a vector (scalar operands apply
+    to every element)."""
     dot, q_pos, k_pos, seqlen_q, seqlen_k = op.operands
     shape = vector_shape(dot.type)
     score = arith.mulf(dot, splat(f32(fmha.MaskedScoreOp.scale_log2_of(op)), shape))
-    q_pos, k_pos, seqlen_q, seqlen_k = (splat(v, shape) for v in (q_pos, k_pos, seqlen_q, seqlen_k))
-    visible = _visibility(fmha.MaskedScoreOp.mask_of(op), q_pos, k_pos, seqlen_q, seqlen_k)
-    if visible is None:
-        return score
-    return arith.select(visible, score, splat(f32(float("-inf")), shape))
+    positions = (Ix(splat(v, shape)) for v in (q_pos, k_pos, seqlen_q, seqlen_k))
+    shown = mask_geometry.shown(fmha.MaskedScoreOp.mask_of(op), *positions)
+    return arith.select(shown.value, score, splat(f32(float("-inf")), shape))
 
 
 def elementwise(value: "ir.Value", scalar_op) -> "ir.Value":
@@ -102,34 +101,6 @@ def elementwise(value: "ir.Value", scalar_op) -> "ir.Value":
     vector_type = ir.VectorType(value.type)
     parts = [scalar_op(vector.extract(value, [], [i])) for i in range(vector_type.shape[0])]
     return vector.from_elements(vector_type, parts)
-
-
-def _visibility(mask: Mask, q_pos, k_pos, seqlen_q, seqlen_k) -> "ir.Value | None":
-    """The i1 'key visible' condition of a (valid) mask, or None when every key is visible."""
-    if mask.kind == "none":
-        return None
-    if mask.kind == "causal_top_left":
-        return _cmp("sle", k_pos, q_pos)
-    # Bottom-right aligned masks shift the diagonal by seqlen_k - seqlen_q (signed).
-    last = diagonal(q_pos, seqlen_q, seqlen_k)
-    if mask.kind == "causal_bottom_right":
-        return _cmp("sle", k_pos, last)
-    conditions = []
-    if mask.window_left >= 0:
-        conditions.append(_cmp("sge", k_pos, _shifted(last, -mask.window_left)))
-    if mask.window_right >= 0:
-        conditions.append(_cmp("sle", k_pos, _shifted(last, mask.window_right)))
-    return conditions[0] if len(conditions) == 1 else arith.andi(*conditions)
-
-
-def _cmp(predicate: str, lhs, rhs) -> "ir.Value":
-    return arith.cmpi(getattr(arith.CmpIPredicate, predicate), lhs, rhs)
-
-
-def _shifted(position: "ir.Value", amount: int) -> "ir.Value":
-    if amount == 0:
-        return position
-    return arith.addi(position, splat(index(amount), vector_shape(position.type)))
 
 
 # --- fmha.atomic_add --------------------------------------------------------------------------------

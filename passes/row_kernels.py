@@ -12,11 +12,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from fmha_mlir import mask_geometry
 from fmha_mlir.dialects import fmha
 from fmha_mlir.mlir import arith, gpu, ir, memref, scf
 from fmha_mlir.spec import AttentionBwdSpec
 
 from .ir_builders import index
+from .ix import Ix, as_value
 from .lane_slice import LaneSlice, copy_partial_sum, copy_slice, load_f32
 
 
@@ -102,13 +104,13 @@ def convert_grad(op: "ir.Operation", spec: AttentionBwdSpec, wave: Wave) -> None
 def _visiting_key_blocks(op: "ir.Operation", spec: AttentionBwdSpec, row: "ir.Value"):
     """The key blocks whose work-groups wrote row's dQ partial: those that visit its query block (the
     tiled body's schedule, block sizes from the op's config), so the others need no zero fill."""
-    from .tile_schedule import key_block_range
-
     config = fmha.config_of(op)
     operands = fmha.ConvertGradOp.named_operands(op, spec)
     q0 = arith.muli(arith.divui(row, index(config.block_m)), index(config.block_m))
     seqlen_q, seqlen_k = memref.dim(operands["out"], index(2)), memref.dim(operands["k"], index(2))
-    return key_block_range(spec.mask, q0, config.block_m, config.block_n, seqlen_q, seqlen_k)
+    lo, hi = mask_geometry.key_block_range(spec.mask, Ix(q0), config.block_m, config.block_n, Ix(seqlen_q),
+                                           Ix(seqlen_k))
+    return as_value(lo), as_value(hi)
 
 
 ROW_STAGES = {fmha.DotDoOOp.NAME: dot_do_o, fmha.ConvertGradOp.NAME: convert_grad}

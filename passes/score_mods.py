@@ -72,6 +72,17 @@ def exp2_argument(score: "ir.Value", lse: "ir.Value", spec: AttentionBwdSpec, fa
     return score
 
 
+def masked_lse(lse: "ir.Value", spec: AttentionBwdSpec) -> "ir.Value":
+    """lse_operand's value for masked scores: a row that sees no key may come with lse = -inf (what
+    torch.logsumexp and FlexAttention return) as well as +inf, and the fast form's hidden scores give
+    exp2(-inf - lse), which is NaN for -inf: -inf is read as +inf, so those P are 0. In natural units the
+    masked score already is the exponent (-inf where hidden), whatever the lse."""
+    if natural_units(spec):
+        return lse
+    minus_inf = arith.cmpf(arith.CmpFPredicate.OEQ, lse, _constant(float("-inf"), lse))
+    return arith.select(minus_inf, _constant(float("inf"), lse), lse)
+
+
 class ScoreBias:
     """The bias of one (batch, query head)'s scores; built once per head by `of`."""
 

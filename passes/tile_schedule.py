@@ -5,17 +5,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from fmha_mlir import mask_geometry
 from fmha_mlir.bodies import tiled_block_ids
 from fmha_mlir.dialects import fmha
 from fmha_mlir.dialects.fmha_types import element_type
 from fmha_mlir.kernel_config import KernelConfig
 from fmha_mlir.mlir import arith, gpu, ir, scf
-from fmha_mlir.spec import AttentionBwdSpec, Mask
+from fmha_mlir.spec import AttentionBwdSpec
 
 from .ir_builders import accumulate, dims, f32, index, scalar_elements, splat, vector_shape
+from .ix import Ix, as_value
 from .score_mods import ScoreBias
 from .shared_tiles import LaneValues
-
 
 
 class TiledKernel:
@@ -44,6 +45,19 @@ class TiledKernel:
         # Deterministic mode: this work-group's dQ partial, row batch x key blocks + key block of dq_acc.
         self.dq_batch = self.batch if not spec.deterministic else arith.addi(
             arith.muli(self.batch, arith.ceildivui(self.seqlen_k, index(self.bn))), self.key_block)
+
+    def query_blocks(self) -> tuple["ir.Value", "ir.Value"]:
+        """[lo, hi) of the query blocks this key block visits (mask_geometry.query_block_range)."""
+        lo, hi = mask_geometry.query_block_range(self.spec.mask, Ix(self.k0), self.bn, self.bm, Ix(self.seqlen_q),
+                                                 Ix(self.seqlen_k))
+        return as_value(lo), as_value(hi)
+
+    def tile_cut(self, q0: "ir.Value") -> "ir.Value":
+        """i1, uniform: the step's tile holds a pair that is not shown (a mask cut or a tail), so its
+        scores must be masked (mask_geometry.tile_cut)."""
+        cut = mask_geometry.tile_cut(self.spec.mask, Ix(q0), self.bm, Ix(self.k0), self.bn, Ix(self.seqlen_q),
+                                     Ix(self.seqlen_k))
+        return as_value(cut)
 
     def add_dq_value(self, value: "ir.Value", head, q, col) -> None:
         """dQ's value (f32 or a vector of adjacent, even-aligned columns) at (head, q, col) for this key
@@ -138,70 +152,6 @@ def advance(head, m, lo, hi):
     nxt = arith.addi(m, index(1))
     wrap = arith.cmpi(arith.CmpIPredicate.sge, nxt, hi)
     return arith.select(wrap, arith.addi(head, index(1)), head), arith.select(wrap, lo, nxt)
-
-
-def query_block_range(mask: Mask, k0, block_n: int, block_m: int, seqlen_q, seqlen_k):
-    """[lo, hi) of the query blocks with a query that sees a key of [k0, k0 + block_n) (hi may be <= lo)."""
-    blocks = arith.ceildivsi(seqlen_q, index(block_m))
-    zero = index(0)
-    if mask.kind == "none":
-        return zero, blocks
-    if mask.kind == "causal_top_left":     # k <= q: q >= k0
-        return arith.divsi(k0, index(block_m)), blocks
-    off = arith.subi(seqlen_k, seqlen_q)   # bottom-right alignment: k <= q + off
-    if mask.kind == "causal_bottom_right":
-        return arith.maxsi(zero, arith.floordivsi(arith.subi(k0, off), index(block_m))), blocks
-    lo, hi = zero, blocks                  # window: q + off - left <= k <= q + off + right
-    if mask.window_right >= 0:
-        first = arith.subi(arith.subi(k0, off), index(mask.window_right))
-        lo = arith.maxsi(zero, arith.floordivsi(first, index(block_m)))
-    if mask.window_left >= 0:
-        last = arith.addi(arith.subi(arith.addi(k0, index(block_n - 1)), off), index(mask.window_left))
-        hi = arith.minsi(blocks, arith.addi(arith.floordivsi(last, index(block_m)), index(1)))
-    return lo, hi
-
-
-def key_block_range(mask: Mask, q0, block_m: int, block_n: int, seqlen_q, seqlen_k):
-    """[lo, hi) of the key blocks whose query_block_range holds the query block starting at q0: the
-    inverse of that range (it grows with the key block, so they are one contiguous run), the partials
-    deterministic mode's convert reads. kb visits q0's block iff its first visited block is <= it
-    (kb bn < q0 + block_m + off + right) and its last is >= it (kb bn + block_n - 1 >= q0 + off - left)."""
-    blocks = arith.ceildivsi(seqlen_k, index(block_n))
-    zero = index(0)
-    if mask.kind == "none":
-        return zero, blocks
-    end = arith.addi(q0, index(block_m))
-    if mask.kind == "causal_top_left":
-        return zero, arith.minsi(blocks, arith.ceildivsi(end, index(block_n)))
-    off = arith.subi(seqlen_k, seqlen_q)
-    right = 0 if mask.kind == "causal_bottom_right" else mask.window_right
-    lo, hi = zero, blocks
-    if right >= 0:
-        reach = arith.addi(arith.addi(end, off), index(right))
-        hi = arith.minsi(blocks, arith.maxsi(zero, arith.ceildivsi(reach, index(block_n))))
-    if mask.kind == "sliding_window" and mask.window_left >= 0:
-        first = arith.subi(arith.addi(q0, off), index(mask.window_left))
-        lo = arith.maxsi(zero, arith.floordivsi(first, index(block_n)))
-    return lo, hi
-
-
-def tile_is_cut(mask: Mask, k0, block_n: int, q0, block_m: int, seqlen_q, seqlen_k) -> "ir.Value":
-    """i1: the mask hides some (query, key) of the tile [q0, q0 + block_m) x [k0, k0 + block_n)."""
-    k_last = arith.addi(k0, index(block_n - 1))
-    q_last = arith.addi(q0, index(block_m - 1))
-    if mask.kind == "causal_top_left":
-        return arith.cmpi(arith.CmpIPredicate.sgt, k_last, q0)
-    off = arith.subi(seqlen_k, seqlen_q)
-    if mask.kind == "causal_bottom_right":
-        return arith.cmpi(arith.CmpIPredicate.sgt, k_last, arith.addi(q0, off))
-    cut = arith.constant(ir.IntegerType.get_signless(1), 0)
-    if mask.window_left >= 0:   # the farthest key below must stay in reach of the last query
-        cut = arith.ori(cut, arith.cmpi(arith.CmpIPredicate.slt, k0,
-                                        arith.subi(arith.addi(q_last, off), index(mask.window_left))))
-    if mask.window_right >= 0:
-        cut = arith.ori(cut, arith.cmpi(arith.CmpIPredicate.sgt, k_last,
-                                        arith.addi(arith.addi(q0, off), index(mask.window_right))))
-    return cut
 
 
 def contract() -> "ir.Attribute":

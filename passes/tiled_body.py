@@ -9,8 +9,9 @@ the accumulators in the layout the next products take as A:
     S^T = K Q^T;  P^T = exp2(S^T scale log2(e) - LSE log2(e));  dP^T = V dO^T;  dS^T = P^T (dP^T - D)
     dV += P^T dO;  dK += dS^T Q;  dQ += dS K (f32 atomics into dq_acc, scaled)
 
-Rows past seqlen_q and keys past seqlen_k are zero-filled by the copies, so no per-element bounds
-checks are needed (docs/design/tiled-body.md, "Masks"); only tiles the mask cuts are masked.
+Rows past seqlen_q and keys past seqlen_k are zero-filled by the copies and hidden by the mask: a tile
+that crosses a sequence end is cut like one the mask cuts (fmha_mlir.mask_geometry.tile_cut), and only
+cut tiles pay for masked scores (docs/design/tiled-body.md, "Masks").
 """
 from __future__ import annotations
 
@@ -22,10 +23,9 @@ from fmha_mlir.spec import AttentionBwdSpec
 
 from .ir_builders import f32, index, splat
 from .mma_atoms import MmaSyncAtom, async_copy, commit_copies, wait_copies
-from .score_mods import exp2_argument, lse_operand, softcap_grad, softmax_input
+from .score_mods import exp2_argument, lse_operand, masked_lse, softcap_grad, softmax_input
 from .shared_tiles import LaneValues, Tile, shared_views
-from .tile_schedule import (TiledKernel, WarpTile, advance, contract, flatten, flatten3, i32,
-                            query_block_range, tile_is_cut, unflatten)
+from .tile_schedule import TiledKernel, WarpTile, advance, contract, flatten, flatten3, i32, unflatten
 
 
 class _Kernel(TiledKernel):
@@ -139,7 +139,7 @@ class _Kernel(TiledKernel):
         spec, config, atom = self.spec, self.config, self.atom
         tiles = self.tiles
         g = spec.gqa_ratio
-        lo, hi = query_block_range(spec.mask, self.k0, self.bn, self.bm, self.seqlen_q, self.seqlen_k)
+        lo, hi = self.query_blocks()
         blocks = arith.maxsi(arith.subi(hi, lo), index(0))
         steps = arith.muli(blocks, index(g))   # every query head of the kv head's group
         first_head = arith.muli(self.kv_head, index(g))
@@ -263,12 +263,14 @@ class _Kernel(TiledKernel):
         return queries, key
 
     def probabilities(self, s, lse, q0, sdp: WarpTile, bias=None):
-        """P^T per accumulator row pair (f32): exp2(S^T scale log2 e - lse log2 e), masked only on tiles
-        the mask cuts; with a bias (score_mods.ScoreBias of this step's head) its term is added first."""
+        """P^T per accumulator row pair (f32): exp2(S^T scale log2 e - lse log2 e), masked only on cut
+        tiles (the mask cuts them or they cross a sequence end); with a bias (score_mods.ScoreBias of
+        this step's head) its term is added first."""
         atom, mask = self.atom, self.spec.mask
         m_tiles, n_tiles = len(s), len(s[0])
 
         def compute(masked: bool):
+            row_lse = [masked_lse(x, self.spec) for x in lse] if masked else lse
             out = []
             for mi in range(m_tiles):
                 row = []
@@ -277,23 +279,20 @@ class _Kernel(TiledKernel):
                     for r, pair in enumerate(atom.rows_of(s[mi][ni])):
                         if masked or bias is not None:
                             queries, key = self.pair_positions(mi, ni, r, q0, sdp)
-                        shifted = None if bias is None else bias.shifted(queries, key, pair, lse[ni])
-                        pre, factor = softmax_input(pair, self.spec, lse[ni], shifted)
+                        shifted = None if bias is None else bias.shifted(queries, key, pair, row_lse[ni])
+                        pre, factor = softmax_input(pair, self.spec, row_lse[ni], shifted)
                         if masked:
                             score = fmha.MaskedScoreOp.build(pre, queries, key, self.seqlen_q, self.seqlen_k, mask,
                                                              factor)
                         else:
                             score = arith.mulf(pre, splat(f32(factor), [2]), fastmath=contract())
-                        pairs.append(fmha.Exp2Op.build(exp2_argument(score, lse[ni], self.spec, contract())))
+                        pairs.append(fmha.Exp2Op.build(exp2_argument(score, row_lse[ni], self.spec, contract())))
                     row.append(pairs)
                 out.append(row)
             return out
 
-        if mask.kind == "none":
-            return compute(False)
-        cut = tile_is_cut(mask, self.k0, self.bn, q0, self.bm, self.seqlen_q, self.seqlen_k)
         pair_type = ir.VectorType.get([2], ir.F32Type.get())
-        branch = scf.IfOp(cut, [pair_type] * (m_tiles * n_tiles * 2), has_else=True)
+        branch = scf.IfOp(self.tile_cut(q0), [pair_type] * (m_tiles * n_tiles * 2), has_else=True)
         with ir.InsertionPoint(branch.then_block):
             scf.yield_(flatten3(compute(True)))
         with ir.InsertionPoint(branch.else_block):

@@ -30,10 +30,9 @@ from fmha_mlir.spec import AttentionBwdSpec
 
 from .ir_builders import create_op, f32, index, splat, vector_shape
 from .mfma_atom import MfmaAtom
-from .score_mods import exp2_argument, lse_operand, natural_units, softcap_grad, softmax_input
+from .score_mods import exp2_argument, lse_operand, masked_lse, natural_units, softcap_grad, softmax_input
 from .shared_tiles import shared_grids
-from .tile_schedule import (TiledKernel, WarpTile, advance, contract, flatten, i32, query_block_range,
-                            tile_is_cut, unflatten, warp_tile)
+from .tile_schedule import TiledKernel, WarpTile, advance, contract, flatten, i32, unflatten, warp_tile
 
 
 class _Kernel(TiledKernel):
@@ -125,7 +124,7 @@ class _Kernel(TiledKernel):
     def build(self) -> None:
         spec, tiles = self.spec, self.tiles
         g = spec.gqa_ratio
-        lo, hi = query_block_range(spec.mask, self.k0, self.bn, self.bm, self.seqlen_q, self.seqlen_k)
+        lo, hi = self.query_blocks()
         steps = arith.muli(arith.maxsi(arith.subi(hi, lo), index(0)), index(g))   # every query head of the group
         first_head = arith.muli(self.kv_head, index(g))
 
@@ -234,12 +233,14 @@ class _Kernel(TiledKernel):
         return arith.addi(arith.addi(q0, self.sdp.col0), arith.addi(index(ni * self.atom.n), self.atom.b_col))
 
     def probabilities(self, s, lse, q0, bias=None):
-        """P^T per accumulator (f32): exp2(S^T scale log2 e - lse log2 e), masked only on tiles the mask
-        cuts; with a bias (score_mods.ScoreBias of this step's head) its term is added first."""
+        """P^T per accumulator (f32): exp2(S^T scale log2 e - lse log2 e), masked only on cut tiles (the
+        mask cuts them or they cross a sequence end); with a bias (score_mods.ScoreBias of this step's
+        head) its term is added first."""
         atom, mask = self.atom, self.spec.mask
         width = atom.shape.c_registers
 
         def compute(masked: bool):
+            lse_of = [masked_lse(x, self.spec) for x in lse] if masked else lse
             out = []
             positions = masked or bias is not None
             for mi, row in enumerate(s):
@@ -249,22 +250,19 @@ class _Kernel(TiledKernel):
                     if positions:
                         query = self.query_of(ni, q0)
                     # (the fast form broadcasts the lse where it subtracts it: the ISA stays as it was)
-                    row_lse = splat(lse[ni], [width]) if natural_units(self.spec) else None
+                    row_lse = splat(lse_of[ni], [width]) if natural_units(self.spec) else None
                     shifted = None if bias is None else bias.shifted(query, keys, acc, row_lse)
                     pre, factor = softmax_input(acc, self.spec, row_lse, shifted)
                     if masked:
                         score = fmha.MaskedScoreOp.build(pre, query, keys, self.seqlen_q, self.seqlen_k, mask, factor)
                     else:
                         score = arith.mulf(pre, splat(f32(factor), [width]), fastmath=contract())
-                    row_lse = splat(lse[ni], [width]) if row_lse is None else row_lse
+                    row_lse = splat(lse_of[ni], [width]) if row_lse is None else row_lse
                     values.append(fmha.Exp2Op.build(exp2_argument(score, row_lse, self.spec, contract())))
                 out.append(values)
             return out
 
-        if mask.kind == "none":
-            return compute(False)
-        cut = tile_is_cut(mask, self.k0, self.bn, q0, self.bm, self.seqlen_q, self.seqlen_k)
-        branch = scf.IfOp(cut, [atom.c_type] * (len(s) * len(s[0])), has_else=True)
+        branch = scf.IfOp(self.tile_cut(q0), [atom.c_type] * (len(s) * len(s[0])), has_else=True)
         with ir.InsertionPoint(branch.then_block):
             scf.yield_(flatten(compute(True)))
         with ir.InsertionPoint(branch.else_block):

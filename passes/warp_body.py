@@ -4,12 +4,13 @@ the seeds' reference design; its row stages are the shared row kernels. Lane t o
 """
 from __future__ import annotations
 
+from fmha_mlir import mask_geometry
 from fmha_mlir.dialects import fmha
 from fmha_mlir.mlir import arith, ir, memref, scf
 from fmha_mlir.spec import AttentionBwdSpec
 
 from .ir_builders import dims, f32, index
-from .key_range import key_range
+from .ix import Ix, as_value
 from .lane_slice import load_f32, store_from_f32
 from .row_kernels import Wave, dot, fma
 from .score_mods import ScoreBias, exp2_argument, lse_operand, softcap_grad, softmax_input
@@ -33,7 +34,8 @@ def dq_dk_dv(op: "ir.Operation", spec: AttentionBwdSpec, wave: Wave) -> None:
     kv_head = wave.head if spec.gqa_ratio == 1 else arith.divui(wave.head, index(spec.gqa_ratio))
     seqlen_q, = dims(q, [2])
     seqlen_k, = dims(k, [2])
-    first_key, end_key = key_range(spec.mask, wave.row, seqlen_q, seqlen_k)
+    keys = mask_geometry.key_range(spec.mask, Ix(wave.row), Ix(seqlen_q), Ix(seqlen_k))
+    first_key, end_key = (as_value(x) for x in keys)
     scale = f32(spec.scale)
     bias = ScoreBias.of(spec, operands, wave.batch, wave.head, dims(q, [1])[0], seqlen_q, seqlen_k)
     first_lane = arith.cmpi(arith.CmpIPredicate.eq, wave.lane, index(0)) if spec.dbias else None

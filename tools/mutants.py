@@ -33,15 +33,18 @@ PACKAGE_DIRS = {"fmha_mlir": "fmha_mlir", "dialects": "fmha_mlir/dialects", "pas
 # Every (arch, body) and dtype at GQA 4 and every mask (interpreter matrix, hdim 64), softcap and ALiBi in
 # bf16 on every (arch, body), GQA 2 with two
 # kv heads and the gpu stage (pipeline tests), multi-tile tiled problems, the lowered mask semantics,
-# the warp body's exact key ranges. One pytest process: the kernels compile once per mutant.
+# the mask geometry against brute force and the rule written out, the NaN classes on the sm_90 tiled
+# body. One pytest process: the kernels compile once per mutant.
 SUBSET_FILES = ("test/python/test_interp_matrix.py", "test/python/test_interp_pipeline.py",
                 "test/python/test_interp_fmha_ops.py", "test/python/test_lowering.py", "test/python/test_interp_mfma.py",
-                "test/python/test_mfma_atom.py", "test/python/test_deterministic.py")
+                "test/python/test_mfma_atom.py", "test/python/test_deterministic.py", "test/python/test_mask_geometry.py",
+                "test/python/test_nan_classes.py")
 SUBSET_SELECTION = ("(test_interp_matrix and (d64 and g4 or (softcap or alibi or bias) and bf16 and none))"
                     " or test_interp_pipeline"
                     " or (test_interp_fmha_ops and lowered)"
-                    " or (test_lowering and key_range) or test_interp_mfma or test_mfma_atom"
-                    " or (test_deterministic and (dbias and batch or partials_written) and sm_90)")
+                    " or (test_lowering and geometry) or test_interp_mfma or test_mfma_atom"
+                    " or (test_deterministic and (dbias and batch or partials_written) and sm_90)"
+                    " or test_mask_geometry or (test_nan_classes and sm_90 and tiled)")
 TIMEOUT_S = 900
 
 
@@ -62,7 +65,7 @@ ALL_DTYPES = ("f16", "bf16", "f32")
 TILED_DTYPES = ("f16", "bf16")
 WARP, TILED, SCHEDULE = "passes/warp_body.py", "passes/tiled_body.py", "passes/tile_schedule.py"
 MFMA_BODY = "passes/tiled_body_mfma.py"
-KEY_RANGE, ROWS, LOWERING = "passes/key_range.py", "passes/row_kernels.py", "passes/kernel_op_lowering.py"
+GEOMETRY, ROWS, SCORES = "fmha_mlir/mask_geometry.py", "passes/row_kernels.py", "passes/score_mods.py"
 
 MUTANTS: list[Mutant] = [
     # -- the warp body ---------------------------------------------------------------------------------
@@ -94,17 +97,14 @@ MUTANTS: list[Mutant] = [
     # The warp body's key range is exact and masked_score still guards each score, so a widened range
     # leaves the numbers right (the admitted key gets P = 0) but makes masked keys cost: the exact-range
     # test kills these.
-    Mutant("warp: causal_top_left key range takes key q+1", KEY_RANGE,
-           "return zero, arith.minsi(seqlen_k, arith.addi(q, index(1)))",
-           "return zero, arith.minsi(seqlen_k, arith.addi(q, index(2)))"),
-    Mutant("warp: causal_bottom_right key range takes the key right of the diagonal", KEY_RANGE,
-           "hi = arith.addi(last, index(1))", "hi = arith.addi(last, index(2))"),
-    Mutant("warp: window key range takes the key left of it", KEY_RANGE,
-           "lo = arith.maxsi(zero, arith.subi(last, index(mask.window_left)))",
-           "lo = arith.maxsi(zero, arith.subi(last, index(mask.window_left + 1)))"),
-    Mutant("warp: window key range takes the key right of it", KEY_RANGE,
-           "hi = arith.minsi(seqlen_k, arith.addi(last, index(mask.window_right + 1)))",
-           "hi = arith.minsi(seqlen_k, arith.addi(last, index(mask.window_right + 2)))"),
+    Mutant("warp: causal_top_left key range takes key q+1", GEOMETRY,
+           "return 0, minimum(seqlen_k, q + 1)", "return 0, minimum(seqlen_k, q + 2)"),
+    Mutant("warp: causal_bottom_right key range takes the key right of the diagonal", GEOMETRY,
+           "return 0, minimum(seqlen_k, maximum(last + 1, 0))", "return 0, minimum(seqlen_k, maximum(last + 2, 0))"),
+    Mutant("warp: window key range takes the key left of it", GEOMETRY,
+           "maximum(0, last - mask.window_left)", "maximum(0, last - mask.window_left - 1)"),
+    Mutant("warp: window key range takes the key right of it", GEOMETRY,
+           "minimum(seqlen_k, last + (mask.window_right + 1))", "minimum(seqlen_k, last + (mask.window_right + 2))"),
     # -- the row kernels (every body) ------------------------------------------------------------------
     *_per_dtype("rows: D x1.01", ROWS,
                 "memref.store(total, d, wave.indices)",
@@ -116,8 +116,8 @@ MUTANTS: list[Mutant] = [
                 'ds = [[[arith.mulf(arith.mulf(p[mi][ni][r], arith.subf(dp_r, dsum[ni])), splat(f32(1.01 if spec.dtype == "{dt}" else 1.0), [2]))',
                 TILED_DTYPES),
     Mutant("tiled: P exponent x1.005", TILED,
-           "pairs.append(fmha.Exp2Op.build(exp2_argument(score, lse[ni], self.spec, contract())))",
-           "pairs.append(fmha.Exp2Op.build(arith.mulf(exp2_argument(score, lse[ni], self.spec, contract()), splat(f32(1.005), [2]))))"),
+           "pairs.append(fmha.Exp2Op.build(exp2_argument(score, row_lse[ni], self.spec, contract())))",
+           "pairs.append(fmha.Exp2Op.build(arith.mulf(exp2_argument(score, row_lse[ni], self.spec, contract()), splat(f32(1.005), [2]))))"),
     *_per_dtype("tiled: dV x0.99", TILED,
                 "*shapes[1]), self.dkv_v, None)",
                 '*shapes[1]), self.dkv_v, 0.99 if spec.dtype == "{dt}" else None)',
@@ -155,9 +155,18 @@ MUTANTS: list[Mutant] = [
     Mutant("tiled: last query block skipped", TILED,
            "blocks = arith.maxsi(arith.subi(hi, lo), index(0))",
            "blocks = arith.maxsi(arith.subi(arith.subi(hi, index(1)), lo), index(0))"),
-    Mutant("tiled: a causal tile is cut only past its last query (wrong corner)", SCHEDULE,
-           "return arith.cmpi(arith.CmpIPredicate.sgt, k_last, q0)",
-           "return arith.cmpi(arith.CmpIPredicate.sgt, k_last, q_last)"),
+    Mutant("tiled: a causal tile is cut only past its last query (wrong corner)", GEOMETRY,
+           "return k_last > q0\n", "return k_last > q0 + (block_m - 1)\n"),
+    Mutant("tiled: a bottom-right causal tile cut by one key taken as uncut", GEOMETRY,
+           "return k_last > q0 + off\n", "return k_last > q0 + off + 1\n"),
+    Mutant("tiled: a key block crossing seqlen_k taken as uncut (tail)", GEOMETRY,
+           "tail = (k0 + block_n > seqlen_k) | (q0 + block_m > seqlen_q)", "tail = q0 + block_m > seqlen_q"),
+    Mutant("tiled: a query block crossing seqlen_q taken as uncut (tail)", GEOMETRY,
+           "tail = (k0 + block_n > seqlen_k) | (q0 + block_m > seqlen_q)", "tail = k0 + block_n > seqlen_k"),
+    Mutant("mask: keys past seqlen_k shown (zero-filled, not masked)", GEOMETRY,
+           "return (q < seqlen_q) & (k < seqlen_k)", "return q < seqlen_q"),
+    Mutant("tiled: a masked tile subtracts an lse of -inf as it is", SCORES,
+           'return arith.select(minus_inf, _constant(float("inf"), lse), lse)', "return lse"),
     # -- the MFMA tiled body (gfx942 / gfx950) -----------------------------------------------------------
     Mutant("mfma body: dQ x0.99 [bf16]", MFMA_BODY,
            "self.add_dq_value(vector.extract(acc, [], [r]),",
@@ -207,18 +216,18 @@ MUTANTS: list[Mutant] = [
     Mutant("deterministic: the convert sums one partial fewer", "passes/lane_slice.py",
            "outer = scf.ForOp(lo, hi, index(1), [zero])",
            "outer = scf.ForOp(arith.addi(lo, index(1)), hi, index(1), [zero])"),
-    Mutant("deterministic: the convert stops before the last key block that reaches the row", "passes/tile_schedule.py",
-           "arith.maxsi(zero, arith.ceildivsi(reach, index(block_n)))",
-           "arith.maxsi(zero, arith.floordivsi(reach, index(block_n)))"),
-    # -- the lowered mask (the tiled body's cut tiles) -------------------------------------------------
-    Mutant("mask: causal_top_left admits key q+1", LOWERING,
-           'return _cmp("sle", k_pos, q_pos)', 'return _cmp("sle", k_pos, _shifted(q_pos, 1))'),
-    Mutant("mask: causal_bottom_right admits the key right of the diagonal", LOWERING,
-           'return _cmp("sle", k_pos, last)', 'return _cmp("sle", k_pos, _shifted(last, 1))'),
-    Mutant("mask: window admits the key left of it", LOWERING,
-           "_shifted(last, -mask.window_left)", "_shifted(last, -mask.window_left - 1)"),
-    Mutant("mask: window admits the key right of it", LOWERING,
-           "_shifted(last, mask.window_right)", "_shifted(last, mask.window_right + 1)"),
+    Mutant("deterministic: the convert stops before the last key block that reaches the row", GEOMETRY,
+           "maximum(0, ceildiv(end + off + right, block_n))", "maximum(0, (end + off + right) // block_n)"),
+    # -- the mask rule (the oracle, the interpreter and the lowering evaluate the same function, so the
+    # -- tests that state the rule by hand kill these) --------------------------------------------------
+    Mutant("mask: causal_top_left admits key q+1", GEOMETRY,
+           "return k <= q\n", "return k <= q + 1\n"),
+    Mutant("mask: causal_bottom_right admits the key right of the diagonal", GEOMETRY,
+           "return k <= last\n", "return k <= last + 1\n"),
+    Mutant("mask: window admits the key left of it", GEOMETRY,
+           "seen = k >= last - mask.window_left", "seen = k >= last - mask.window_left - 1"),
+    Mutant("mask: window admits the key right of it", GEOMETRY,
+           "seen = seen & (k <= last + mask.window_right)", "seen = seen & (k <= last + mask.window_right + 1)"),
 ]
 
 

@@ -13,25 +13,26 @@ SEQLEN_Q, SEQLEN_K = 5, 13
                                   Mask("sliding_window", 3, 1), Mask("sliding_window", -1, 0),
                                   Mask("sliding_window", 2, -1)])
 def test_masked_score_follows_spec_mask(mask):
-    # one work-group per query row, one lane per key
-    dots = np.random.default_rng(0).standard_normal((SEQLEN_Q, 16)).astype(np.float32)
-    out = np.zeros((SEQLEN_Q, 16), np.float32)
+    # one work-group per query row (two past seqlen_q), one lane per key (three past seqlen_k)
+    rows = SEQLEN_Q + 2
+    dots = np.random.default_rng(0).standard_normal((rows, 16)).astype(np.float32)
+    out = np.zeros((rows, 16), np.float32)
     scale = 0.125
     body = f"""
     %k = gpu.thread_id x
     %q = gpu.block_id x
     %sq = arith.constant {SEQLEN_Q} : index
     %sk = arith.constant {SEQLEN_K} : index
-    %dot = memref.load %dots[%q, %k] : memref<{SEQLEN_Q}x16xf32>
+    %dot = memref.load %dots[%q, %k] : memref<{rows}x16xf32>
     %s = "fmha.masked_score"(%dot, %q, %k, %sq, %sk) {{mask = "{mask.kind}", window_left = {mask.window_left} : i64,
         window_right = {mask.window_right} : i64, scale_log2 = {scale} : f32}} : (f32, index, index, index, index) -> f32
-    memref.store %s, %out[%q, %k] : memref<{SEQLEN_Q}x16xf32>"""
-    run(body, f"%dots: memref<{SEQLEN_Q}x16xf32>, %out: memref<{SEQLEN_Q}x16xf32>", [dots, out],
-        grid=(SEQLEN_Q, 1, 1), block=(16, 1, 1))
-    q, k = np.arange(SEQLEN_Q)[:, None], np.arange(16)[None, :]
-    visible = np.broadcast_to(mask.visible(q, k, SEQLEN_Q, SEQLEN_K), out.shape)
-    np.testing.assert_array_equal(out, np.where(visible, dots * np.float32(scale), -np.inf))
-    assert visible.any() and (~visible).any() or mask.kind == "none"
+    memref.store %s, %out[%q, %k] : memref<{rows}x16xf32>"""
+    run(body, f"%dots: memref<{rows}x16xf32>, %out: memref<{rows}x16xf32>", [dots, out],
+        grid=(rows, 1, 1), block=(16, 1, 1))
+    q, k = np.arange(rows)[:, None], np.arange(16)[None, :]
+    shown = mask.visible(q, k, SEQLEN_Q, SEQLEN_K) & (q < SEQLEN_Q) & (k < SEQLEN_K)
+    np.testing.assert_array_equal(out, np.where(shown, dots * np.float32(scale), -np.inf))
+    assert shown.any() and (~shown[:SEQLEN_Q, :SEQLEN_K]).any() or mask.kind == "none"
 
 
 def ulp_distance(got: np.ndarray, want: np.ndarray) -> np.ndarray:
@@ -118,10 +119,11 @@ def lowered_kernel(source: str, lowering: str) -> str:
 @pytest.mark.parametrize("seqlens", GRIDS, ids=["sq<sk", "sq>sk"])
 @pytest.mark.parametrize("mask", MASKS, ids=str)
 @pytest.mark.parametrize("width", [1, 2], ids=["scalar", "vector2"])
-def test_lowered_masked_score_is_mask_visible_everywhere(lowering, seqlens, mask, width):
+def test_lowered_masked_score_is_mask_visible_inside_the_problem(lowering, seqlens, mask, width):
     """Work-group q, lane t: keys width*t .. width*t + width - 1, the vector form as the tiled body
-    uses it (a vector of key positions against one query). Every (q, k) of the grid, and 3 keys
-    beyond seqlen_k, is compared with the spec's own definition."""
+    uses it (a vector of key positions against one query). Every (q, k) of the grid, with 2 rows past
+    seqlen_q and 3 keys past seqlen_k (hidden: they are padding), is compared with the spec's own
+    definition."""
     from fmha_mlir.runtime.interp import Interpreter
 
     from interp_support import kernel_module
@@ -129,8 +131,9 @@ def test_lowered_masked_score_is_mask_visible_everywhere(lowering, seqlens, mask
     seqlen_q, seqlen_k = seqlens
     lanes = -(-(seqlen_k + 3) // width)
     keys = lanes * width
-    dots = np.random.default_rng(1).standard_normal((seqlen_q, keys)).astype(np.float32) + 3.0
-    out = np.zeros((seqlen_q, keys), np.float32)
+    rows = seqlen_q + 2
+    dots = np.random.default_rng(1).standard_normal((rows, keys)).astype(np.float32) + 3.0
+    out = np.zeros((rows, keys), np.float32)
     scale = 0.375
     attributes = (f'{{mask = "{mask.kind}", window_left = {mask.window_left} : i64, '
                   f'window_right = {mask.window_right} : i64, scale_log2 = {scale} : f32}}')
@@ -140,9 +143,9 @@ def test_lowered_masked_score_is_mask_visible_everywhere(lowering, seqlens, mask
     %q = gpu.block_id x
     %sq = arith.constant {seqlen_q} : index
     %sk = arith.constant {seqlen_k} : index
-    %dot = memref.load %dots[%q, %k] : memref<{seqlen_q}x{keys}xf32>
+    %dot = memref.load %dots[%q, %k] : memref<{rows}x{keys}xf32>
     %s = "fmha.masked_score"(%dot, %q, %k, %sq, %sk) {attributes} : (f32, index, index, index, index) -> f32
-    memref.store %s, %out[%q, %k] : memref<{seqlen_q}x{keys}xf32>"""
+    memref.store %s, %out[%q, %k] : memref<{rows}x{keys}xf32>"""
     else:
         body = f"""
     %t = gpu.thread_id x
@@ -154,12 +157,12 @@ def test_lowered_masked_score_is_mask_visible_everywhere(lowering, seqlens, mask
     %ks = vector.from_elements %k0, %k1 : vector<2xindex>
     %sq = arith.constant {seqlen_q} : index
     %sk = arith.constant {seqlen_k} : index
-    %dot = vector.load %dots[%q, %k0] : memref<{seqlen_q}x{keys}xf32>, vector<2xf32>
+    %dot = vector.load %dots[%q, %k0] : memref<{rows}x{keys}xf32>, vector<2xf32>
     %s = "fmha.masked_score"(%dot, %q, %ks, %sq, %sk) {attributes} : (vector<2xf32>, index, vector<2xindex>, index, index) -> vector<2xf32>
-    vector.store %s, %out[%q, %k0] : memref<{seqlen_q}x{keys}xf32>, vector<2xf32>"""
-    source = kernel_module(body, f"%dots: memref<{seqlen_q}x{keys}xf32>, %out: memref<{seqlen_q}x{keys}xf32>")
+    vector.store %s, %out[%q, %k0] : memref<{rows}x{keys}xf32>, vector<2xf32>"""
+    source = kernel_module(body, f"%dots: memref<{rows}x{keys}xf32>, %out: memref<{rows}x{keys}xf32>")
     wave = 64 if lowering.endswith("rocdl") else 32
-    Interpreter(lowered_kernel(source, lowering), wave).run_kernel("k", [dots, out], (seqlen_q, 1, 1), (lanes, 1, 1))
-    q, k = np.arange(seqlen_q)[:, None], np.arange(keys)[None, :]
-    visible = np.broadcast_to(mask.visible(q, k, seqlen_q, seqlen_k), out.shape)
-    np.testing.assert_array_equal(out, np.where(visible, dots * np.float32(scale), -np.inf))
+    Interpreter(lowered_kernel(source, lowering), wave).run_kernel("k", [dots, out], (rows, 1, 1), (lanes, 1, 1))
+    q, k = np.arange(rows)[:, None], np.arange(keys)[None, :]
+    shown = mask.visible(q, k, seqlen_q, seqlen_k) & (q < seqlen_q) & (k < seqlen_k)
+    np.testing.assert_array_equal(out, np.where(shown, dots * np.float32(scale), -np.inf))

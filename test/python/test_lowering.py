@@ -15,8 +15,10 @@ from fmha_mlir.dialects import fmha
 from fmha_mlir.dtypes import BYTES
 from fmha_mlir.errors import PipelineError
 from fmha_mlir.frontend import build_problem_module
+from fmha_mlir import mask_geometry
 from fmha_mlir.mlir import arith, func, ir, make_context
-from fmha_mlir.passes.key_range import key_range
+from fmha_mlir.passes import ix
+from fmha_mlir.passes.ix import Ix
 from fmha_mlir.passes.registry import build_pass_manager, make_pass
 from fmha_mlir.spec import AttentionBwdSpec, Mask
 
@@ -271,40 +273,51 @@ def _constant(value) -> int:
     return ir.IntegerAttr(defining(value).attributes["value"]).value
 
 
-# --- the mask's key range -------------------------------------------------------------------------------
+# --- the mask geometry through Ix ------------------------------------------------------------------------
 
 MASKS = [Mask("none"), Mask("causal_top_left"), Mask("causal_bottom_right"),
          Mask("sliding_window", 2, 0), Mask("sliding_window", 0, 3), Mask("sliding_window", -1, 1),
          Mask("sliding_window", 1, -1)]
-SHAPES = [(5, 5), (3, 7), (7, 3), (1, 4), (6, 1)]
+SHAPES = [(5, 5), (3, 7), (7, 3), (1, 4), (6, 1), (9, 2)]
+BLOCK_M, BLOCK_N = 4, 2
+
+
+def _geometry(mask: Mask, q, k, sq, sk) -> list:
+    """Every mask_geometry answer at (q, k): positions and block starts alike, flattened."""
+    q0, k0 = q * BLOCK_M, k * BLOCK_N
+    return [*mask_geometry.key_range(mask, q, sq, sk), mask_geometry.shown(mask, q, k, sq, sk),
+            *mask_geometry.query_block_range(mask, k0, BLOCK_N, BLOCK_M, sq, sk),
+            *mask_geometry.key_block_range(mask, q0, BLOCK_M, BLOCK_N, sq, sk),
+            mask_geometry.tile_cut(mask, q0, BLOCK_M, k0, BLOCK_N, sq, sk)]
 
 
 @pytest.mark.parametrize("mask", MASKS, ids=str)
-def test_key_range_is_exactly_the_visible_keys(mask):
-    """key_range folded to constants for every row gives the keys Mask.visible allows, no more, no less."""
-    cases = [(q, sq, sk) for sq, sk in SHAPES for q in range(sq)]
-    ranges = _folded_key_ranges(mask, cases)
-    for (q, sq, sk), (lo, hi) in zip(cases, ranges):
-        visible = [k for k in range(sk) if mask.visible(q, k, sq, sk)]
-        assert list(range(lo, hi)) == visible, (q, sq, sk)
+def test_mask_geometry_emitted_through_ix_folds_to_its_int_answers(mask):
+    """The arith IR Ix emits for each mask_geometry function, folded by canonicalize, gives what the
+    same function gives on Python ints (floor division and signed compares alike)."""
+    cases = [(q, k, sq, sk) for sq, sk in SHAPES for q in range(sq + 1) for k in range(0, sk + 2, 2)]
+    assert _folded_geometry(mask, cases) == [[int(x) for x in _geometry(mask, *case)] for case in cases]
 
 
-def _folded_key_ranges(mask: Mask, cases) -> list[tuple[int, int]]:
+def _folded_geometry(mask: Mask, cases) -> list[list[int]]:
     ctx = make_context()
     with ctx, ir.Location.unknown():
         module = ir.Module.create()
         index = ir.IndexType.get()
         with ir.InsertionPoint(module.body):
-            function = func.FuncOp("ranges", ([], [index] * (2 * len(cases))))
+            function = func.FuncOp("geometry", ([], []))
             with ir.InsertionPoint(function.add_entry_block()):
-                bounds = []
-                for q, sq, sk in cases:
-                    bounds += key_range(mask, *(arith.constant(index, n) for n in (q, sq, sk)))
-                func.ReturnOp(bounds)
+                answers = [[ix.as_value(x) for x in _geometry(mask, *(Ix(arith.constant(index, n)) for n in case))]
+                           for case in cases]
+                flat = [v for row in answers for v in row]
+                func.ReturnOp(flat)
+            function.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get([], [v.type for v in flat]))
         build_pass_manager("canonicalize", ctx).run(module.operation)
         returned = list(function.regions[0].blocks[0].operations)[-1].operands
-        values = [_constant(v) for v in returned]
-    return list(zip(values[::2], values[1::2]))
+        i1 = ir.IntegerType.get_signless(1)
+        values = [int(bool(_constant(v))) if v.type == i1 else _constant(v) for v in returned]
+    width = len(answers[0])
+    return [values[i:i + width] for i in range(0, len(values), width)]
 
 
 # --- failures -------------------------------------------------------------------------------------------

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ... import mask_geometry
 from ...spec import MASK_KINDS, Mask
 from .compiler import KernelCompiler
 from .errors import InterpreterError
@@ -56,7 +57,8 @@ def compile_exp2(op: Operation, cc: KernelCompiler):
 
 
 def compile_masked_score(op: Operation, cc: KernelCompiler):
-    """dot * scale_log2 where the key is visible to the query (spec.Mask.visible), -inf where masked."""
+    """dot * scale_log2 where the pair is shown (mask_geometry.shown: visible under the mask and inside
+    both sequences), -inf elsewhere."""
     dot, q_pos, k_pos, seqlen_q, seqlen_k = cc.operands(op)
     out = cc.result(op)
     kind = cc.attr(op, "mask")
@@ -71,7 +73,7 @@ def compile_masked_score(op: Operation, cc: KernelCompiler):
         scores = env[dot]
         # A scalar (uniform, or one value per lane) applies to every element of a vector score.
         q, k, sq, sk = (_per_element(env[v], scores.ndim) for v in (q_pos, k_pos, seqlen_q, seqlen_k))
-        env[out] = np.where(mask_spec.visible(q, k, sq, sk), scores * scale, minus_inf)
+        env[out] = np.where(mask_geometry.shown(mask_spec, q, k, sq, sk), scores * scale, minus_inf)
 
     return run
 

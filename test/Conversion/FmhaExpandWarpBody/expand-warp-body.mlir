@@ -138,9 +138,9 @@ module attributes {gpu.container_module} {
 // CHECK-NOT:   arith.extf
 // CHECK-NOT:   arith.divui
 // CHECK:       %[[SK:.*]] = memref.dim %arg1, %c2
-// CHECK:       %[[ZERO:.*]] = arith.constant 0 : index
 // CHECK:       %[[NEXT:.*]] = arith.addi %[[ROW]], %c1
 // CHECK:       %[[END:.*]] = arith.minsi %[[SK]], %[[NEXT]]
+// CHECK:       %[[ZERO:.*]] = arith.constant 0 : index
 // CHECK:       %[[DQ_ROW:.*]] = scf.for %[[KEY:.*]] = %[[ZERO]] to %[[END]] step %{{.*}} iter_args(%{{.*}} = %{{.*}}) -> (f32) {
 // CHECK:         memref.load %arg1[%{{.*}}, %[[HEAD]], %[[KEY]], %{{.*}}] : memref<?x?x?x64xf32, strided<[?, ?, ?, 1]>>
 // CHECK:         "fmha.masked_score"({{.*}}) {mask = "causal_top_left"
@@ -175,12 +175,13 @@ module attributes {gpu.container_module} {
 // CHECK:       %[[ROW:.*]] = gpu.block_id x
 // CHECK:       %[[SQ:.*]] = memref.dim %arg0, %c2
 // CHECK:       %[[SK:.*]] = memref.dim %arg1, %c2
-// CHECK:       %[[ZERO:.*]] = arith.constant 0 : index
 // CHECK:       %[[OFF:.*]] = arith.subi %[[SK]], %[[SQ]]
 // CHECK:       %[[DIAG:.*]] = arith.addi %[[ROW]], %[[OFF]]
 // CHECK:       %[[NEXT:.*]] = arith.addi %[[DIAG]], %c1
-// CHECK:       %[[CLAMPED:.*]] = arith.maxsi %[[NEXT]], %[[ZERO]]
+// CHECK:       %[[C0:.*]] = arith.constant 0 : index
+// CHECK:       %[[CLAMPED:.*]] = arith.maxsi %[[NEXT]], %[[C0]]
 // CHECK:       %[[END:.*]] = arith.minsi %[[SK]], %[[CLAMPED]]
+// CHECK:       %[[ZERO:.*]] = arith.constant 0 : index
 // CHECK:       scf.for %{{.*}} = %[[ZERO]] to %[[END]] step
 // CHECK:         "fmha.masked_score"({{.*}}) {mask = "causal_bottom_right"
 module attributes {gpu.container_module} {
@@ -209,10 +210,10 @@ module attributes {gpu.container_module} {
 // CHECK:       %[[ROW:.*]] = gpu.block_id x
 // CHECK:       %[[SQ:.*]] = memref.dim %arg0, %c2
 // CHECK:       %[[SK:.*]] = memref.dim %arg1, %c2
-// CHECK:       %[[ZERO:.*]] = arith.constant 0 : index
 // CHECK:       %[[OFF:.*]] = arith.subi %[[SK]], %[[SQ]]
 // CHECK:       %[[DIAG:.*]] = arith.addi %[[ROW]], %[[OFF]]
 // CHECK:       %[[FIRST:.*]] = arith.subi %[[DIAG]], %c16
+// CHECK:       %[[ZERO:.*]] = arith.constant 0 : index
 // CHECK:       %[[BEGIN:.*]] = arith.maxsi %[[ZERO]], %[[FIRST]]
 // CHECK:       %[[LAST:.*]] = arith.addi %[[DIAG]], %c1
 // CHECK:       %[[END:.*]] = arith.minsi %[[SK]], %[[LAST]]
@@ -241,11 +242,11 @@ module attributes {gpu.container_module} {
 !rows = memref<?x?x?xf32, strided<[?, ?, 1]>>
 
 // CHECK-LABEL: gpu.func @dq_dk_dv_window_right_only
-// CHECK:       %[[ZERO:.*]] = arith.constant 0 : index
 // CHECK:       %[[DIAG:.*]] = arith.addi
 // CHECK-NOT:   arith.maxsi
 // CHECK:       %[[LAST:.*]] = arith.addi %[[DIAG]], %c4
 // CHECK:       %[[END:.*]] = arith.minsi %{{.*}}, %[[LAST]]
+// CHECK:       %[[ZERO:.*]] = arith.constant 0 : index
 // CHECK:       scf.for %{{.*}} = %[[ZERO]] to %[[END]] step
 module attributes {gpu.container_module} {
   gpu.module @fmha_kernels {

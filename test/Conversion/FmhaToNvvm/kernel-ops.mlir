@@ -58,13 +58,17 @@ gpu.module @kernels {
 
 gpu.module @kernels {
   // CHECK-LABEL: gpu.func @shared_lowerings
-  // CHECK-SAME: (%{{.*}}: f32, %[[Q:[^:]*]]: index, %[[K:[^:]*]]: index,
+  // CHECK-SAME: (%{{.*}}: f32, %[[Q:[^:]*]]: index, %[[K:[^:]*]]: index, %[[SQ:[^:]*]]: index, %[[SK:[^:]*]]: index,
   // CHECK-NOT: rocdl.flat_work_group_size
   gpu.func @shared_lowerings(%dot: f32, %q: index, %k: index, %sq: index, %sk: index, %acc: memref<?xf32>) kernel {
     // CHECK: %[[S:.*]] = arith.mulf
     // CHECK-NEXT: %[[VISIBLE:.*]] = arith.cmpi sle, %[[K]], %[[Q]] : index
+    // CHECK-NEXT: %[[Q_IN:.*]] = arith.cmpi slt, %[[Q]], %[[SQ]] : index
+    // CHECK-NEXT: %[[K_IN:.*]] = arith.cmpi slt, %[[K]], %[[SK]] : index
+    // CHECK-NEXT: %[[INSIDE:.*]] = arith.andi %[[Q_IN]], %[[K_IN]] : i1
+    // CHECK-NEXT: %[[SHOWN:.*]] = arith.andi %[[VISIBLE]], %[[INSIDE]] : i1
     // CHECK-NEXT: %[[NEG_INF:.*]] = arith.constant 0xFF800000 : f32
-    // CHECK-NEXT: %[[MASKED:.*]] = arith.select %[[VISIBLE]], %[[S]], %[[NEG_INF]] : f32
+    // CHECK-NEXT: %[[MASKED:.*]] = arith.select %[[SHOWN]], %[[S]], %[[NEG_INF]] : f32
     // CHECK-NEXT: memref.atomic_rmw addf %[[MASKED]], %{{.*}}[%[[K]]] : (f32, memref<?xf32>) -> f32
     %s = "fmha.masked_score"(%dot, %q, %k, %sq, %sk) {mask = "causal_top_left", window_left = -1 : i64,
         window_right = -1 : i64, scale_log2 = 0.125 : f32} : (f32, index, index, index, index) -> f32

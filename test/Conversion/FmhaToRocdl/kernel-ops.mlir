@@ -1,6 +1,7 @@
 // RUN: fmha-opt %s --split-input-file --pass-pipeline='builtin.module(convert-fmha-to-rocdl{chipset=gfx942})' | FileCheck %s
 
-// exp2 is v_exp_f32; masked_score is arith (the same lowering as convert-fmha-to-nvvm).
+// exp2 is v_exp_f32; masked_score is arith (the same lowering as convert-fmha-to-nvvm): the mask's
+// compares, and for every mask kind the sequence ends (positions past them are padding).
 
 gpu.module @kernels {
   // CHECK-LABEL: gpu.func @exp2
@@ -17,11 +18,16 @@ gpu.module @kernels {
 
 gpu.module @kernels {
   // CHECK-LABEL: gpu.func @no_mask
+  // CHECK-SAME: (%{{.*}}: f32, %[[Q:[^:]*]]: index, %[[K:[^:]*]]: index, %[[SQ:[^:]*]]: index, %[[SK:[^:]*]]: index,
   gpu.func @no_mask(%dot: f32, %q: index, %k: index, %sq: index, %sk: index, %out: memref<f32>) kernel {
     // CHECK: %[[SCALE:.*]] = arith.constant 1.250000e-01 : f32
     // CHECK-NEXT: %[[S:.*]] = arith.mulf %{{.*}}, %[[SCALE]] : f32
-    // CHECK-NOT: arith.select
-    // CHECK-NEXT: memref.store %[[S]]
+    // CHECK-NEXT: %[[Q_IN:.*]] = arith.cmpi slt, %[[Q]], %[[SQ]] : index
+    // CHECK-NEXT: %[[K_IN:.*]] = arith.cmpi slt, %[[K]], %[[SK]] : index
+    // CHECK-NEXT: %[[INSIDE:.*]] = arith.andi %[[Q_IN]], %[[K_IN]] : i1
+    // CHECK-NEXT: %[[NEG_INF:.*]] = arith.constant 0xFF800000 : f32
+    // CHECK-NEXT: %[[MASKED:.*]] = arith.select %[[INSIDE]], %[[S]], %[[NEG_INF]] : f32
+    // CHECK-NEXT: memref.store %[[MASKED]]
     %s = "fmha.masked_score"(%dot, %q, %k, %sq, %sk) {mask = "none", window_left = -1 : i64, window_right = -1 : i64,
         scale_log2 = 0.125 : f32} : (f32, index, index, index, index) -> f32
     memref.store %s, %out[] : memref<f32>
@@ -33,12 +39,16 @@ gpu.module @kernels {
 
 gpu.module @kernels {
   // CHECK-LABEL: gpu.func @top_left
-  // CHECK-SAME: (%{{.*}}: f32, %[[Q:[^:]*]]: index, %[[K:[^:]*]]: index,
+  // CHECK-SAME: (%{{.*}}: f32, %[[Q:[^:]*]]: index, %[[K:[^:]*]]: index, %[[SQ:[^:]*]]: index, %[[SK:[^:]*]]: index,
   gpu.func @top_left(%dot: f32, %q: index, %k: index, %sq: index, %sk: index, %out: memref<f32>) kernel {
     // CHECK: %[[S:.*]] = arith.mulf
     // CHECK-NEXT: %[[VISIBLE:.*]] = arith.cmpi sle, %[[K]], %[[Q]] : index
+    // CHECK-NEXT: %[[Q_IN:.*]] = arith.cmpi slt, %[[Q]], %[[SQ]] : index
+    // CHECK-NEXT: %[[K_IN:.*]] = arith.cmpi slt, %[[K]], %[[SK]] : index
+    // CHECK-NEXT: %[[INSIDE:.*]] = arith.andi %[[Q_IN]], %[[K_IN]] : i1
+    // CHECK-NEXT: %[[SHOWN:.*]] = arith.andi %[[VISIBLE]], %[[INSIDE]] : i1
     // CHECK-NEXT: %[[NEG_INF:.*]] = arith.constant 0xFF800000 : f32
-    // CHECK-NEXT: arith.select %[[VISIBLE]], %[[S]], %[[NEG_INF]] : f32
+    // CHECK-NEXT: arith.select %[[SHOWN]], %[[S]], %[[NEG_INF]] : f32
     %s = "fmha.masked_score"(%dot, %q, %k, %sq, %sk) {mask = "causal_top_left", window_left = -1 : i64,
         window_right = -1 : i64, scale_log2 = 0.125 : f32} : (f32, index, index, index, index) -> f32
     memref.store %s, %out[] : memref<f32>
@@ -55,7 +65,11 @@ gpu.module @kernels {
     // CHECK: %[[OFF:.*]] = arith.subi %[[SK]], %[[SQ]] : index
     // CHECK-NEXT: %[[DIAG:.*]] = arith.addi %[[Q]], %[[OFF]] : index
     // CHECK-NEXT: %[[VISIBLE:.*]] = arith.cmpi sle, %[[K]], %[[DIAG]] : index
-    // CHECK: arith.select %[[VISIBLE]]
+    // CHECK-NEXT: %[[Q_IN:.*]] = arith.cmpi slt, %[[Q]], %[[SQ]] : index
+    // CHECK-NEXT: %[[K_IN:.*]] = arith.cmpi slt, %[[K]], %[[SK]] : index
+    // CHECK-NEXT: %[[INSIDE:.*]] = arith.andi %[[Q_IN]], %[[K_IN]] : i1
+    // CHECK-NEXT: %[[SHOWN:.*]] = arith.andi %[[VISIBLE]], %[[INSIDE]] : i1
+    // CHECK: arith.select %[[SHOWN]]
     %s = "fmha.masked_score"(%dot, %q, %k, %sq, %sk) {mask = "causal_bottom_right", window_left = -1 : i64,
         window_right = -1 : i64, scale_log2 = 0.125 : f32} : (f32, index, index, index, index) -> f32
     memref.store %s, %out[] : memref<f32>
@@ -73,14 +87,18 @@ gpu.module @kernels {
   gpu.func @window(%dot: f32, %q: index, %k: index, %sq: index, %sk: index, %out: memref<f32>) kernel {
     // CHECK: %[[OFF:.*]] = arith.subi %[[SK]], %[[SQ]] : index
     // CHECK-NEXT: %[[DIAG:.*]] = arith.addi %[[Q]], %[[OFF]] : index
-    // CHECK-NEXT: %[[LEFT:.*]] = arith.constant -16 : index
-    // CHECK-NEXT: %[[LO:.*]] = arith.addi %[[DIAG]], %[[LEFT]] : index
+    // CHECK-NEXT: %[[LEFT:.*]] = arith.constant 16 : index
+    // CHECK-NEXT: %[[LO:.*]] = arith.subi %[[DIAG]], %[[LEFT]] : index
     // CHECK-NEXT: %[[LO_OK:.*]] = arith.cmpi sge, %[[K]], %[[LO]] : index
     // CHECK-NEXT: %[[RIGHT:.*]] = arith.constant 2 : index
     // CHECK-NEXT: %[[HI:.*]] = arith.addi %[[DIAG]], %[[RIGHT]] : index
     // CHECK-NEXT: %[[HI_OK:.*]] = arith.cmpi sle, %[[K]], %[[HI]] : index
     // CHECK-NEXT: %[[VISIBLE:.*]] = arith.andi %[[LO_OK]], %[[HI_OK]] : i1
-    // CHECK: arith.select %[[VISIBLE]]
+    // CHECK-NEXT: %[[Q_IN:.*]] = arith.cmpi slt, %[[Q]], %[[SQ]] : index
+    // CHECK-NEXT: %[[K_IN:.*]] = arith.cmpi slt, %[[K]], %[[SK]] : index
+    // CHECK-NEXT: %[[INSIDE:.*]] = arith.andi %[[Q_IN]], %[[K_IN]] : i1
+    // CHECK-NEXT: %[[SHOWN:.*]] = arith.andi %[[VISIBLE]], %[[INSIDE]] : i1
+    // CHECK: arith.select %[[SHOWN]]
     %s = "fmha.masked_score"(%dot, %q, %k, %sq, %sk) {mask = "sliding_window", window_left = 16 : i64,
         window_right = 2 : i64, scale_log2 = 0.125 : f32} : (f32, index, index, index, index) -> f32
     memref.store %s, %out[] : memref<f32>
@@ -94,13 +112,16 @@ gpu.module @kernels {
 
 gpu.module @kernels {
   // CHECK-LABEL: gpu.func @left_only
-  // CHECK-SAME: (%{{.*}}: f32, %[[Q:[^:]*]]: index, %[[K:[^:]*]]: index,
+  // CHECK-SAME: (%{{.*}}: f32, %[[Q:[^:]*]]: index, %[[K:[^:]*]]: index, %[[SQ:[^:]*]]: index, %[[SK:[^:]*]]: index,
   gpu.func @left_only(%dot: f32, %q: index, %k: index, %sq: index, %sk: index, %out: memref<f32>) kernel {
     // CHECK: %[[DIAG:.*]] = arith.addi %[[Q]]
     // CHECK: %[[VISIBLE:.*]] = arith.cmpi sge, %[[K]]
-    // CHECK-NOT: arith.cmpi
-    // CHECK-NOT: arith.andi
-    // CHECK: arith.select %[[VISIBLE]]
+    // CHECK-NEXT: %[[Q_IN:.*]] = arith.cmpi slt, %[[Q]], %[[SQ]] : index
+    // CHECK-NEXT: %[[K_IN:.*]] = arith.cmpi slt, %[[K]], %[[SK]] : index
+    // CHECK-NEXT: %[[INSIDE:.*]] = arith.andi %[[Q_IN]], %[[K_IN]] : i1
+    // CHECK-NEXT: %[[SHOWN:.*]] = arith.andi %[[VISIBLE]], %[[INSIDE]] : i1
+    // CHECK-NEXT: arith.constant 0xFF800000
+    // CHECK-NEXT: arith.select %[[SHOWN]]
     %s = "fmha.masked_score"(%dot, %q, %k, %sq, %sk) {mask = "sliding_window", window_left = 4 : i64,
         window_right = -1 : i64, scale_log2 = 0.125 : f32} : (f32, index, index, index, index) -> f32
     memref.store %s, %out[] : memref<f32>
@@ -108,12 +129,16 @@ gpu.module @kernels {
   }
 
   // CHECK-LABEL: gpu.func @right_zero
-  // CHECK-SAME: (%{{.*}}: f32, %[[Q:[^:]*]]: index, %[[K:[^:]*]]: index,
+  // CHECK-SAME: (%{{.*}}: f32, %[[Q:[^:]*]]: index, %[[K:[^:]*]]: index, %[[SQ:[^:]*]]: index, %[[SK:[^:]*]]: index,
   gpu.func @right_zero(%dot: f32, %q: index, %k: index, %sq: index, %sk: index, %out: memref<f32>) kernel {
     // CHECK: %[[DIAG:.*]] = arith.addi %[[Q]]
     // CHECK-NEXT: %[[VISIBLE:.*]] = arith.cmpi sle, %[[K]], %[[DIAG]] : index
+    // CHECK-NEXT: %[[Q_IN:.*]] = arith.cmpi slt, %[[Q]], %[[SQ]] : index
+    // CHECK-NEXT: %[[K_IN:.*]] = arith.cmpi slt, %[[K]], %[[SK]] : index
+    // CHECK-NEXT: %[[INSIDE:.*]] = arith.andi %[[Q_IN]], %[[K_IN]] : i1
+    // CHECK-NEXT: %[[SHOWN:.*]] = arith.andi %[[VISIBLE]], %[[INSIDE]] : i1
     // CHECK-NEXT: arith.constant 0xFF800000
-    // CHECK-NEXT: arith.select %[[VISIBLE]]
+    // CHECK-NEXT: arith.select %[[SHOWN]]
     %s = "fmha.masked_score"(%dot, %q, %k, %sq, %sk) {mask = "sliding_window", window_left = -1 : i64,
         window_right = 0 : i64, scale_log2 = 0.125 : f32} : (f32, index, index, index, index) -> f32
     memref.store %s, %out[] : memref<f32>
