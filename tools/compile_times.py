@@ -10,7 +10,7 @@ the machine is doing: this tool is the one to quote.
 
 --rows covers every row of the tiled tables (fmha_mlir/bodies.py TILED_TABLE for sm_90,
 AMD_TILED_TABLE for gfx942 / gfx950) and the warp body on each target, bf16, without a mask and
-causal: compile time spec to binary (a cubin with --ptxas), and for the dq_dk_dv kernel on sm_90
+causal: compile time spec to binary (a cubin with --ptxas; wall and CPU seconds), and for the dq_dk_dv kernel on sm_90
 registers, spill bytes and stack frame (ptxas -v), on AMD VGPRs, AGPRs, SGPRs, scratch bytes and the
 MFMAs and instructions of one iteration of the innermost loop (one step of the tiled body; the warp
 body's key loop). A change to the pipeline is judged on this table (tools/reports/cleanup_passes.md).
@@ -18,13 +18,13 @@ body's key loop). A change to the pipeline is judged on this table (tools/report
 from __future__ import annotations
 
 import argparse
-import re
+import resource
 import statistics
-import subprocess
 import time
 from pathlib import Path
 
 from amd_static_report import innermost_loops   # run as a script: tools/ is on sys.path
+from bench_bwd import ptxas_facts
 from fmha_mlir.bodies import AMD_TILED_TABLE, TILED_TABLE
 from fmha_mlir.compiler import Compiler
 from fmha_mlir.kernel_config import KernelConfig
@@ -57,33 +57,21 @@ def seconds(spec: AttentionBwdSpec, ptxas: str | None, target: str = "sm_90", **
 
 
 def timed(spec: AttentionBwdSpec, ptxas: str | None, target: str = "sm_90", **compile_args):
-    """(median seconds of three compiles, the last one's CompiledKernels)."""
-    times = []
+    """(median wall seconds, median CPU seconds of this process and its children (ptxas), of three
+    compiles; the last one's CompiledKernels). On a machine others share, CPU time is the one to compare."""
+    walls, cpus = [], []
     for _ in range(3):
         compiler = Compiler(ptxas=ptxas)
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), _cpu_seconds()
         result = compiler.compile_spec(spec, target, **compile_args)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times), result
+        walls.append(time.perf_counter() - start)
+        cpus.append(_cpu_seconds() - cpu)
+    return statistics.median(walls), statistics.median(cpus), result
 
 
-def ptxas_facts(ptx: str, ptxas: str) -> dict[str, dict[str, int]]:
-    """Per kernel from `ptxas -v` (sm_90): registers, spill_bytes (stores + loads), stack_bytes."""
-    with subprocess.Popen([ptxas, "-arch=sm_90", "-v", "-", "-o", "/dev/null"], stdin=subprocess.PIPE,
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
-        out, _ = proc.communicate(ptx)
-    facts, current = {}, None
-    for line in out.splitlines():
-        if m := re.search(r"Compiling entry function '(\w+)'", line):
-            current = m.group(1)
-            facts[current] = {}
-        elif current and (m := re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill "
-                                         r"loads", line)):
-            facts[current]["stack_bytes"] = int(m.group(1))
-            facts[current]["spill_bytes"] = int(m.group(2)) + int(m.group(3))
-        elif current and (m := re.search(r"Used (\d+) registers", line)):
-            facts[current]["registers"] = int(m.group(1))
-    return facts
+def _cpu_seconds() -> float:
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + children.ru_utime + children.ru_stime
 
 
 def row_facts(arch: str, result, ptxas: str | None) -> str:
@@ -102,12 +90,13 @@ def row_facts(arch: str, result, ptxas: str | None) -> str:
 
 
 def rows_table(ptxas: str | None) -> list[str]:
-    lines = ["| arch | row | mask | compile s | sm_90: registers / AMD: VGPR + AGPR | sm_90: spill B / AMD: SGPR | "
-             "sm_90: stack B / AMD: scratch B | code |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    lines = ["| arch | row | mask | compile wall s | compile CPU s | sm_90: registers / AMD: VGPR + AGPR | "
+             "sm_90: spill B / AMD: SGPR | sm_90: stack B / AMD: scratch B | code |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for arch, label, spec, config in table_rows():
         compile_args = {"body": "warp"} if config is None else {"config": config}
-        compile_s, result = timed(spec, ptxas if arch.startswith("sm_") else None, arch, **compile_args)
-        lines.append(f"| {arch} | {label} | {spec.mask.kind} | {compile_s:.2f} | {row_facts(arch, result, ptxas)} |")
+        wall, cpu, result = timed(spec, ptxas if arch.startswith("sm_") else None, arch, **compile_args)
+        lines.append(f"| {arch} | {label} | {spec.mask.kind} | {wall:.2f} | {cpu:.2f} | {row_facts(arch, result, ptxas)} |")
         print(lines[-1], flush=True)
     return lines
 
@@ -132,7 +121,7 @@ def main(argv=None) -> int:
     Compiler().compile_spec(VARIANTS[0], "sm_90")   # warm-up: bindings, backends
     lines = rows_table(args.ptxas) if args.rows else variants_table(args.ptxas)
     if args.report:
-        title = ("Compile time (spec to binary; median of 3, fresh Compiler each) and the dq_dk_dv kernel's static "
+        title = ("Compile time (spec to binary; wall and CPU seconds, median of 3, fresh Compiler each) and the dq_dk_dv kernel's static "
                  "facts per table row" if args.rows else
                  "Compile time per tiled variant (sm_90), median of 3, fresh Compiler each")
         flags = " --rows" if args.rows else ""
