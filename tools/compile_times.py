@@ -10,10 +10,11 @@ the machine is doing: this tool is the one to quote.
 
 --rows covers every row of the tiled tables (fmha_mlir/bodies.py TILED_TABLE for sm_90,
 AMD_TILED_TABLE for gfx942 / gfx950) and the warp body on each target, bf16, without a mask and
-causal: compile time spec to binary (a cubin with --ptxas; wall and CPU seconds), and for the dq_dk_dv kernel on sm_90
-registers, spill bytes and stack frame (ptxas -v), on AMD VGPRs, AGPRs, SGPRs, scratch bytes and the
-MFMAs and instructions of one iteration of the innermost loop (one step of the tiled body; the warp
-body's key loop). A change to the pipeline is judged on this table (tools/reports/cleanup_passes.md).
+causal: compile time spec to binary (a cubin with --ptxas; wall and CPU seconds), and for the dq_dk_dv
+kernel on sm_90 registers, spill bytes and stack frame (ptxas -v), on AMD VGPRs, AGPRs, SGPRs, scratch
+bytes and the MFMAs and instructions of one iteration of the innermost loop (one step of the tiled
+body; the warp body's key loop). A change to the pipeline is judged on this table
+(tools/reports/cleanup_passes.md).
 """
 from __future__ import annotations
 
@@ -52,8 +53,8 @@ def table_rows() -> list[tuple[str, str, AttentionBwdSpec, KernelConfig | None]]
     return rows
 
 
-def seconds(spec: AttentionBwdSpec, ptxas: str | None, target: str = "sm_90", **compile_args) -> float:
-    return timed(spec, ptxas, target, **compile_args)[0]
+def seconds(spec: AttentionBwdSpec, ptxas: str | None) -> float:
+    return timed(spec, ptxas)[0]
 
 
 def timed(spec: AttentionBwdSpec, ptxas: str | None, target: str = "sm_90", **compile_args):
@@ -96,7 +97,8 @@ def rows_table(ptxas: str | None) -> list[str]:
     for arch, label, spec, config in table_rows():
         compile_args = {"body": "warp"} if config is None else {"config": config}
         wall, cpu, result = timed(spec, ptxas if arch.startswith("sm_") else None, arch, **compile_args)
-        lines.append(f"| {arch} | {label} | {spec.mask.kind} | {wall:.2f} | {cpu:.2f} | {row_facts(arch, result, ptxas)} |")
+        lines.append(f"| {arch} | {label} | {spec.mask.kind} | {wall:.2f} | {cpu:.2f} | "
+                     f"{row_facts(arch, result, ptxas)} |")
         print(lines[-1], flush=True)
     return lines
 
@@ -121,8 +123,8 @@ def main(argv=None) -> int:
     Compiler().compile_spec(VARIANTS[0], "sm_90")   # warm-up: bindings, backends
     lines = rows_table(args.ptxas) if args.rows else variants_table(args.ptxas)
     if args.report:
-        title = ("Compile time (spec to binary; wall and CPU seconds, median of 3, fresh Compiler each) and the dq_dk_dv kernel's static "
-                 "facts per table row" if args.rows else
+        title = ("Compile time (spec to binary; wall and CPU seconds, median of 3, fresh Compiler each) and the "
+                 "dq_dk_dv kernel's static facts per table row" if args.rows else
                  "Compile time per tiled variant (sm_90), median of 3, fresh Compiler each")
         flags = " --rows" if args.rows else ""
         args.report.write_text(f"# {title}\n\nCommand: `python tools/compile_times.py{flags} --ptxas "
