@@ -4,8 +4,8 @@ Named stages, in order; each one's output is the next one's input and can be dum
 
   fmha    the problem module (frontend)          kernel  target kernel IR (backend; CPU interpreter input)
   stages  fmha-decompose-bwd                     llvm    LLVM dialect inside gpu.module (backend)
-  gpu     fmha-stages-to-gpu + expand-warp-body  isa     assembly / PTX  (from the llvm stage)
-                                                 binary  hsaco / cubin / PTX (from the llvm stage)
+  gpu     fmha-stages-to-gpu, expand the bodies, isa     assembly / PTX  (from the llvm stage)
+          canonicalize + cse (gpu.module)        binary  hsaco / cubin / PTX (from the llvm stage)
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from pathlib import Path
 from collections.abc import Mapping
 
 from .backends import Backend, backend_for
-from .backends.pipeline import render_pass, render_pipeline
+from .backends.pipeline import CLEANUP_PASSES, nested, render_pass, render_pipeline
 from .bodies import check_config, choose_config
 from .dialects import fmha
 from .dialects.fmha_attrs import describes_kernel, read_kernel_description
@@ -164,7 +164,8 @@ def stage_pipeline(stage: str, backend: Backend, body: str = "auto") -> str | No
         return render_pipeline([render_pass("fmha-select-kernel-config", target=backend.target.arch, body=body),
                                 "fmha-decompose-bwd"])
     if stage == "gpu":
-        return render_pipeline(["fmha-stages-to-gpu", "fmha-expand-warp-body", "fmha-expand-tiled-body"])
+        return render_pipeline(["fmha-stages-to-gpu", "fmha-expand-warp-body", "fmha-expand-tiled-body",
+                                nested("gpu.module", list(CLEANUP_PASSES))])
     return backend.stage_pipeline(stage)
 
 

@@ -145,7 +145,7 @@ def build(directory: Path, sweep: bool, ptxas: str | None, rows: list[Row]) -> N
             seconds = time.perf_counter() - start
             Bundle(compiled.manifest, compiled.bundle_files()).save(out)
             facts[out.name] = {"compile_seconds": round(seconds, 3), "config": config.to_json(),
-                               "kernels": _ptxas_facts(compiled.isa, ptxas) if ptxas else "no ptxas"}
+                               "kernels": ptxas_facts(compiled.isa, ptxas) if ptxas else "no ptxas"}
             print(f"{out.name}: {seconds:.2f} s", flush=True)
     report = directory / "build.json"
     old = json.loads(report.read_text()) if report.is_file() else {}
@@ -167,8 +167,8 @@ def _build_table(facts: dict, ptxas: str | None) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _ptxas_facts(ptx: str, ptxas: str) -> dict:
-    """Registers, spills and shared memory per kernel from `ptxas -v` (sm_90)."""
+def ptxas_facts(ptx: str, ptxas: str) -> dict[str, dict[str, int]]:
+    """Per kernel from `ptxas -v` (sm_90): registers, spill_bytes (stores + loads), stack_bytes."""
     with subprocess.Popen([ptxas, "-arch=sm_90", "-v", "-", "-o", "/dev/null"], stdin=subprocess.PIPE,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
         out, _ = proc.communicate(ptx)
@@ -177,8 +177,10 @@ def _ptxas_facts(ptx: str, ptxas: str) -> dict:
         if m := re.search(r"Compiling entry function '(\w+)'", line):
             current = m.group(1)
             facts[current] = {}
-        elif current and (m := re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", line)):
-            facts[current]["spill_bytes"] = int(m.group(1)) + int(m.group(2))
+        elif current and (m := re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill "
+                                         r"loads", line)):
+            facts[current]["stack_bytes"] = int(m.group(1))
+            facts[current]["spill_bytes"] = int(m.group(2)) + int(m.group(3))
         elif current and (m := re.search(r"Used (\d+) registers", line)):
             facts[current]["registers"] = int(m.group(1))
     return facts

@@ -1,6 +1,6 @@
 // The whole AMD pipeline by pass name in one fmha-opt pipeline, ours and upstream mixed: problem op
 // -> stages -> kernels and launches -> warp body -> DPP / rocdl.exp2 -> LLVM with hardware atomics.
-// RUN: fmha-opt %s --pass-pipeline='builtin.module(fmha-select-kernel-config{target=gfx942 body=warp},fmha-decompose-bwd,fmha-stages-to-gpu,fmha-expand-warp-body,convert-fmha-to-rocdl{chipset=gfx942},rocdl-attach-target{chip=gfx942},gpu.module(convert-scf-to-cf,expand-strided-metadata,lower-affine,convert-amdgpu-to-rocdl{chipset=gfx942},convert-gpu-to-rocdl{chipset=gfx942}),reconcile-unrealized-casts,fmha-hardware-atomics{target=amd})' | FileCheck %s
+// RUN: fmha-opt %s --pass-pipeline='builtin.module(fmha-select-kernel-config{target=gfx942 body=warp},fmha-decompose-bwd,fmha-stages-to-gpu,fmha-expand-warp-body,gpu.module(canonicalize,cse),convert-fmha-to-rocdl{chipset=gfx942},rocdl-attach-target{chip=gfx942},gpu.module(convert-scf-to-cf,expand-strided-metadata,lower-affine,convert-amdgpu-to-rocdl{chipset=gfx942},convert-gpu-to-rocdl{chipset=gfx942}),reconcile-unrealized-casts,fmha-hardware-atomics{target=amd})' | FileCheck %s
 
 !t = memref<?x?x?x128xbf16, strided<[?, ?, ?, 1]>>
 !rows = memref<?x?x?xf32, strided<[?, ?, 1]>>

@@ -1,6 +1,6 @@
 // The whole NVIDIA pipeline by pass name in one fmha-opt pipeline, warp body: wave32, xor shuffles,
 // ex2.approx, device-scope relaxed atomics.
-// RUN: fmha-opt %s --pass-pipeline='builtin.module(fmha-select-kernel-config{target=sm_90 body=warp},fmha-decompose-bwd,fmha-stages-to-gpu,fmha-expand-warp-body,convert-fmha-to-nvvm,nvvm-attach-target{chip=sm_90},gpu.module(convert-scf-to-cf,expand-strided-metadata,lower-affine,convert-gpu-to-nvvm),reconcile-unrealized-casts,fmha-hardware-atomics{target=nvidia})' | FileCheck %s
+// RUN: fmha-opt %s --pass-pipeline='builtin.module(fmha-select-kernel-config{target=sm_90 body=warp},fmha-decompose-bwd,fmha-stages-to-gpu,fmha-expand-warp-body,gpu.module(canonicalize,cse),convert-fmha-to-nvvm,nvvm-attach-target{chip=sm_90},gpu.module(convert-scf-to-cf,expand-strided-metadata,lower-affine,convert-gpu-to-nvvm),reconcile-unrealized-casts,fmha-hardware-atomics{target=nvidia})' | FileCheck %s
 
 !t = memref<?x?x?x128xf16, strided<[?, ?, ?, 1]>>
 !rows = memref<?x?x?xf32, strided<[?, ?, 1]>>

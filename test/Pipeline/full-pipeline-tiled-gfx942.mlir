@@ -1,7 +1,7 @@
 // The whole AMD pipeline of the tiled (MFMA) body by pass name: problem op -> stages -> kernels with a
 // dynamic-LDS launch -> the MFMA body -> rocdl.mfma, raw buffer loads, hardware f32 atomics, and the
 // dynamic LDS as the external zero-sized global AMDGPU places after static LDS.
-// RUN: fmha-opt %s --pass-pipeline='builtin.module(fmha-select-kernel-config{target=gfx942},fmha-decompose-bwd,fmha-stages-to-gpu,fmha-expand-tiled-body,convert-fmha-to-rocdl{chipset=gfx942},rocdl-attach-target{chip=gfx942},gpu.module(convert-scf-to-cf,expand-strided-metadata,lower-affine,convert-amdgpu-to-rocdl{chipset=gfx942},convert-gpu-to-rocdl{chipset=gfx942}),reconcile-unrealized-casts,fmha-hardware-atomics{target=amd},fmha-extern-dynamic-shared)' | FileCheck %s
+// RUN: fmha-opt %s --pass-pipeline='builtin.module(fmha-select-kernel-config{target=gfx942},fmha-decompose-bwd,fmha-stages-to-gpu,fmha-expand-tiled-body,gpu.module(canonicalize,cse),convert-fmha-to-rocdl{chipset=gfx942},rocdl-attach-target{chip=gfx942},gpu.module(convert-scf-to-cf,expand-strided-metadata,lower-affine,convert-amdgpu-to-rocdl{chipset=gfx942},convert-gpu-to-rocdl{chipset=gfx942}),reconcile-unrealized-casts,fmha-hardware-atomics{target=amd},fmha-extern-dynamic-shared)' | FileCheck %s
 
 !t = memref<?x?x?x128xbf16, strided<[?, ?, ?, 1]>>
 !rows = memref<?x?x?xf32, strided<[?, ?, 1]>>
