@@ -10,6 +10,8 @@ launches). What runs is ours and torch's real code; only what needs a GPU is rep
   __torch_function__ is off, so every torch op on it runs as on a plain CPU tensor (and returns one).
 - torch.cuda.current_stream returns a fixed handle, and torch.empty(..., device=cuda:N) allocates on
   the CPU, and torch's flash forward op returns empty out and lse tensors (`torch_cuda_stand_ins`).
+- for a whole training step, whose tensors torch makes (out, lse, the gradients torch's autograd
+  hands on), `every_tensor_on_cuda`: every tensor says so, by the same class attributes on torch.Tensor.
 """
 from __future__ import annotations
 
@@ -142,3 +144,14 @@ def torch_cuda_stand_ins(driver: StandInDriver):
     finally:
         torch.empty, torch.cuda.current_stream, cuda_executor._driver = real_empty, real_stream, real_driver
         delattr(torch.ops.aten, "_scaled_dot_product_flash_attention")
+
+
+@contextlib.contextmanager
+def every_tensor_on_cuda():
+    """While inside, every torch tensor's `is_cuda` and `device` say cuda:0 (Python readers only: torch's
+    C++ code, the dispatcher and the autograd engine, still see CPU tensors)."""
+    torch.Tensor.is_cuda, torch.Tensor.device = CudaLike.is_cuda, CudaLike.device
+    try:
+        yield
+    finally:
+        del torch.Tensor.is_cuda, torch.Tensor.device

@@ -238,6 +238,6 @@ def test_the_host_path_benchmark_runs_here(built):
     import bench_host_path
 
     rows = bench_host_path.run(Path(built[0]), calls=3, repeats=1)
-    assert [r["entry"] for r in rows] == ["AttentionBackward", "backward op", "forward"]
+    assert [r["entry"] for r in rows] == ["AttentionBackward", "backward op", "forward", "step"]
     assert all(0 < r["stand_in_calls"] < r["calls"] for r in rows)
     assert rows[0]["calls"] < 200    # bound: ~100 (bench_host_path.md)
