@@ -39,6 +39,9 @@ def run_backward(call: Call, grad_out, q, k, v, out, lse, bias, slopes) -> list:
     if call.case.empty:
         return [torch.zeros_like(x, memory_format=torch.contiguous_format) for x in (q, k, v)] + (
             [torch.zeros_like(given)] if spec.dbias else [])
+    if call.options.debug and q.is_cuda and torch.cuda.is_current_stream_capturing():
+        raise SpecError([Reason("debug", "debug mode synchronises and uploads NaN fills, which a CUDA graph "
+                                         "capture forbids", "capture without debug=True")])
     runner = backward_runner(q.device.type, q.device.index, call.options.bundle_dir, call.options.debug)
     # The kernels read rows of stride 1; out.sum()'s gradient is an expanded tensor (stride 0).
     grad_out = grad_out if grad_out.stride(-1) == 1 else grad_out.contiguous()

@@ -267,6 +267,95 @@ def test_torch_compile_fullgraph_inductor_matches_eager_on_cuda(prebuilt_bundles
     _compiled_matches_eager("cuda", "inductor", torch.bfloat16, prebuilt_bundles)
 
 
+# ---------------------------------------------------------------------------------------------------
+# CUDA graphs: a training step captured and replayed on new data in the same buffers, and
+# torch.compile(mode="reduce-overhead"); nothing inside the captured region allocates outside torch's
+# allocator, uploads or waits (a capture would fail on it, and the executor's own calls fail the test)
+
+def _eager_step(model, x):
+    """(out, parameter gradients) of one eager training step of `model` on x."""
+    model.zero_grad(set_to_none=True)
+    out = model(x)
+    out.float().square().mean().backward()
+    return out.detach().clone(), [p.grad.clone() for p in model.parameters()]
+
+
+def _forbid_host_work(monkeypatch):
+    from fmha_mlir.runtime.cuda_executor import CudaExecutor
+
+    for method in ("alloc", "upload", "download", "synchronize"):
+        monkeypatch.setattr(CudaExecutor, method, lambda *a, m=method: pytest.fail(f"the captured step called {m}"))
+
+
+def _assert_step_matches(got, want):
+    """A replayed or compiled step against eager on the same x: the same kernels but for dQ's atomics order
+    (bf16 outputs, f32 atomics): within a few bf16 ulps; a step on stale data is off by O(1)."""
+    (out, grads), (out_eager, grads_eager) = got, want
+    torch.testing.assert_close(out, out_eager, rtol=1e-2, atol=1e-2)
+    for g, w in zip(grads, grads_eager):
+        torch.testing.assert_close(g, w, rtol=2e-2, atol=2e-2)
+
+
+@cuda
+def test_a_training_step_is_captured_in_a_cuda_graph_and_replays_on_new_data(prebuilt_bundles, monkeypatch):
+    import copy
+
+    torch.manual_seed(0)
+    model = _Block(bundle_dir=prebuilt_bundles).to("cuda", torch.bfloat16)
+    reference = copy.deepcopy(model)
+    static_x = torch.randn(*BLOCK_INPUT, device="cuda", dtype=torch.bfloat16)
+    side = torch.cuda.Stream()   # warm-up off the default stream, as torch.cuda.graph asks: binds our plan
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            _eager_step(model, static_x)
+    torch.cuda.current_stream().wait_stream(side)
+    _forbid_host_work(monkeypatch)
+    graph = torch.cuda.CUDAGraph()
+    model.zero_grad(set_to_none=True)   # the gradients are allocated inside the capture, in its pool
+    with torch.cuda.graph(graph):
+        static_out = model(static_x)
+        static_out.float().square().mean().backward()
+    replays = []
+    for seed in (1, 2):
+        x = torch.randn(*BLOCK_INPUT, generator=torch.Generator().manual_seed(seed)).to("cuda", torch.bfloat16)
+        static_x.copy_(x)
+        graph.replay()
+        replays.append((static_out.detach().clone(), [p.grad.clone() for p in model.parameters()]))
+        _assert_step_matches(replays[-1], _eager_step(reference, x))
+    assert not torch.equal(replays[0][1][0], replays[1][1][0])   # the second replay read the new data
+
+
+@cuda
+def test_reduce_overhead_compile_replays_cuda_graphs_that_match_eager(prebuilt_bundles, monkeypatch):
+    from torch._dynamo.utils import counters
+
+    torch.manual_seed(0)
+    model = _Block(bundle_dir=prebuilt_bundles).to("cuda", torch.bfloat16)
+    torch._dynamo.reset()
+    counters.clear()
+    compiled = torch.compile(model, mode="reduce-overhead", fullgraph=True)
+    xs = [torch.randn(*BLOCK_INPUT, generator=torch.Generator().manual_seed(s)).to("cuda", torch.bfloat16)
+          for s in range(5)]
+    for n, x in enumerate(xs):   # cudagraph trees warm up eagerly, then record, then replay
+        if n == 2:
+            _forbid_host_work(monkeypatch)
+        got = _eager_step(compiled, x)
+        _assert_step_matches(got, _eager_step(model, x))
+    assert not counters["inductor"]["cudagraph_skips"], dict(counters["inductor"])
+
+
+@cuda
+def test_debug_mode_is_refused_inside_a_cuda_graph_capture(prebuilt_bundles):
+    q, k, v, _, _, opts = _cuda_case("bf16-causal-gqa", "cuda")
+    xs = [x.requires_grad_() for x in (q, k, v)]
+    attention(*xs, bundle_dir=prebuilt_bundles, debug=True, **opts).sum().backward()   # bound and loaded
+    graph = torch.cuda.CUDAGraph()
+    with pytest.raises(SpecError, match="debug: .*CUDA graph"):
+        with torch.cuda.graph(graph):
+            attention(*xs, bundle_dir=prebuilt_bundles, debug=True, **opts).sum().backward()
+
+
 @cuda
 def test_compiled_flex_is_not_recompiled_for_new_tensors():
     """flex's score_mod is a fresh closure per call: new bias / slopes tensors of one shape reuse its graph."""
