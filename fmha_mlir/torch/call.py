@@ -9,7 +9,7 @@ device of q, k, v, the bias and the slopes): a repeat call costs one dictionary 
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import torch
@@ -29,6 +29,8 @@ class Call:
     spec: AttentionBwdSpec     # what the backward compiles (its scale resolved)
     case: ForwardCase
     forward: Forward
+    # The backward's runs bound per the tensors' strides (backward.py; CUDA only)
+    bound: dict = field(default_factory=dict, compare=False, repr=False)
 
 
 class Signature(NamedTuple):
@@ -39,17 +41,16 @@ class Signature(NamedTuple):
     device: torch.device
 
 
-def signature(t) -> Signature | None:
-    return None if t is None else Signature(tuple(t.shape), t.dtype, t.device)
-
-
 def checked_call(text: str, q, k, v, bias, slopes) -> Call:
     """The Call of these arguments (the caller's layout), or SpecError with every reason it is refused."""
-    return _checked(text, *map(signature, (q, k, v, bias, slopes)))
+    return _checked(text, (q.shape, q.dtype, q.device), (k.shape, k.dtype, k.device), (v.shape, v.dtype, v.device),
+                    None if bias is None else (bias.shape, bias.dtype, bias.device),
+                    None if slopes is None else (slopes.shape, slopes.dtype, slopes.device))
 
 
 @functools.lru_cache(maxsize=256)
-def _checked(text: str, q, k, v, bias, slopes) -> Call:
+def _checked(text: str, *keys) -> Call:
+    q, k, v, bias, slopes = (None if key is None else Signature(tuple(key[0]), *key[1:]) for key in keys)
     options = parse(text)
     views = _tensor_reasons(q, k, v, bias, slopes, options)
     spec = backward_spec(*views, bias is not None, slopes is not None, options)
