@@ -33,6 +33,13 @@ def backward_runner(device_type: str, device_index: int | None, bundle_dir: str 
                             "move the tensors to 'cuda' or 'cpu'")])
 
 
+def check_capturable(call: Call, q) -> None:
+    """Refuse debug mode inside a CUDA graph capture (before any of the call is captured)."""
+    if call.options.debug and q.is_cuda and torch.cuda.is_current_stream_capturing():
+        raise SpecError([Reason("debug", "debug mode synchronises and uploads NaN fills, which a CUDA graph "
+                                         "capture forbids", "capture without debug=True")])
+
+
 def run_backward(call: Call, grad_out, q, k, v, out, lse, bias, slopes) -> list:
     """[dq, dk, dv] in the caller's layout (contiguous), plus dbias or d(slopes) in their shape when the
     call's spec has dbias. An empty call computes nothing: its gradients are zeros."""
@@ -41,9 +48,7 @@ def run_backward(call: Call, grad_out, q, k, v, out, lse, bias, slopes) -> list:
     if call.case.empty:
         return [torch.zeros_like(x, memory_format=torch.contiguous_format) for x in (q, k, v)] + (
             [torch.zeros_like(given)] if spec.dbias else [])
-    if call.options.debug and q.is_cuda and torch.cuda.is_current_stream_capturing():
-        raise SpecError([Reason("debug", "debug mode synchronises and uploads NaN fills, which a CUDA graph "
-                                         "capture forbids", "capture without debug=True")])
+    check_capturable(call, q)
     runner = backward_runner(q.device.type, q.device.index, call.options.bundle_dir, call.options.debug)
     # The kernels read rows of stride 1; out.sum()'s gradient is an expanded tensor (stride 0).
     grad_out = grad_out if grad_out.stride(-1) == 1 else grad_out.contiguous()

@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 
 from ..errors import SpecError
-from .backward import run_backward
+from .backward import check_capturable, run_backward
 from .call import Call, checked_call
 from .forwards import run_forward
 from .options import caller_layout, logical, parse
@@ -23,6 +23,7 @@ from .options import caller_layout, logical, parse
 
 def forward(call: Call, q, k, v, bias, slopes) -> tuple:
     """(out in the caller's layout, contiguous; lse [B, Hq, Sq] f32 in our convention)."""
+    check_capturable(call, q)
     layout = call.options.layout
     out, lse = run_forward(call.forward, logical(q, layout), logical(k, layout), logical(v, layout), bias, slopes,
                            call.case)
