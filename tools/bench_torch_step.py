@@ -68,8 +68,8 @@ def build(directory: Path) -> None:
 
 
 def step_of(torch, contender: str, shape: Shape, directory: Path, seed: int):
-    """(step, inputs): step() runs one forward + backward of `contender` on q, k, v, dO and returns the
-    gradients (fresh tensors each time: torch.autograd.grad, no accumulation)."""
+    """step(): one forward + backward of `contender` on its q, k, v, dO (the same values for every
+    contender of a seed), returning the gradients (fresh tensors each time: torch.autograd.grad)."""
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
 

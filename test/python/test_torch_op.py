@@ -26,7 +26,7 @@ from fmha_mlir.torch import attention  # noqa: E402
 from fmha_mlir.torch import ops  # noqa: E402
 from fmha_mlir.torch.backward import backward_runner  # noqa: E402
 from fmha_mlir.torch.call import checked_call  # noqa: E402
-from fmha_mlir.torch.forwards import FORWARDS, choose_forward, run_forward  # noqa: E402
+from fmha_mlir.torch.forwards import FORWARDS, run_forward  # noqa: E402
 from fmha_mlir.torch.options import AttentionOptions, describe, parse  # noqa: E402
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
