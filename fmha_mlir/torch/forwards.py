@@ -50,6 +50,11 @@ class ForwardCase:
     def mask(self) -> Mask:
         return self.spec.mask
 
+    @functools.cached_property
+    def has_empty_rows(self) -> bool:
+        """Whether a query row sees no key (its lse is +inf in our convention); asked at every forward."""
+        return scores.has_empty_rows(self.mask, self.seqlen_q, self.seqlen_k)
+
     @property
     def empty(self) -> bool:
         """Nothing to compute: no query, no key, no head or no batch (torch's CPU flash op divides by
@@ -252,8 +257,9 @@ def choose_forward(case: ForwardCase) -> Forward:
 
 def converted_lse(lse: torch.Tensor, case: ForwardCase) -> torch.Tensor:
     """A forward's natural-log lse as ours: [B, Hq, Sq] contiguous f32, +inf on the rows that see no key."""
-    lse = lse[..., :case.seqlen_q].float()
-    if scores.has_empty_rows(case.mask, case.seqlen_q, case.seqlen_k):   # decided on the host: no sync
+    if lse.shape[-1] != case.seqlen_q or lse.dtype != torch.float32:   # flash's is ours already
+        lse = lse[..., :case.seqlen_q].float()
+    if case.has_empty_rows:   # decided on the host: no sync
         lse = torch.where(scores.seen_rows(case.mask, case.seqlen_q, case.seqlen_k, lse.device), lse, float("inf"))
     return lse.contiguous()
 
