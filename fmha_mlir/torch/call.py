@@ -121,3 +121,18 @@ def _tensor_reasons(q, k, v, bias, slopes, options: AttentionOptions) -> tuple:
 
 def _describe(x) -> str:
     return f"{x.dtype} {tuple(x.shape)} on {x.device}"
+
+
+def check_saved(call: Call, q, out, grad_out, lse) -> None:
+    """What the backward op takes besides the Call's own tensors must be the forward's: out and dO of q's
+    shape with v's head dim, in q's dtype, lse [B, Hq, Sq] f32, all on q's device (the op's backward is
+    bound to these shapes; a call of the public op may pass anything)."""
+    case = call.case
+    expected = {"out": (tuple(q.shape[:-1]) + (case.hdim_v,), q.dtype), "grad_out": (tuple(q.shape[:-1]) +
+                (case.hdim_v,), q.dtype), "lse": ((case.batch, case.heads_q, case.seqlen_q), torch.float32)}
+    reasons = [Reason(name, f"is {x.dtype} {tuple(x.shape)} on {x.device}",
+                      f"pass the forward's: {dtype} {shape} on {q.device}")
+               for (name, (shape, dtype)), x in zip(expected.items(), (out, grad_out, lse))
+               if tuple(x.shape) != shape or x.dtype != dtype or x.device != q.device]
+    if reasons:
+        raise SpecError(reasons)

@@ -16,7 +16,7 @@ from torch import Tensor
 
 from ..errors import SpecError
 from .backward import check_capturable, run_backward
-from .call import Call, checked_call
+from .call import Call, check_saved, checked_call
 from .forwards import run_forward
 from .options import caller_layout, logical, parse
 
@@ -52,6 +52,7 @@ def attention_backward(grad_out: Tensor, q: Tensor, k: Tensor, v: Tensor, out: T
                        bias: Optional[Tensor], alibi_slopes: Optional[Tensor], options: str) -> list[Tensor]:
     """[dq, dk, dv] in the caller's layout, plus dbias or d(slopes) in their shape when options.dbias."""
     call = checked_call(options, q, k, v, bias, alibi_slopes)
+    check_saved(call, q, out, grad_out, lse)
     return run_backward(call, grad_out, q, k, v, out, lse, bias, alibi_slopes)
 
 

@@ -602,6 +602,19 @@ def test_the_ops_refuse_a_forged_options_string(text, match):
         ops.attention_backward(q, q, k, v, q, q[..., 0], None, None, text)
 
 
+def test_the_backward_op_refuses_out_dout_and_lse_that_are_not_the_forwards():
+    q, k, v = _tensors((2, 2, 8, 32), (2, 2, 8, 32), torch.float32)
+    text = _text()
+    out, lse = ops.attention_forward(q, k, v, None, None, text)
+    ops.attention_backward(out, q, k, v, out, lse, None, None, text)
+    for args, match in (((out, out, lse[:1]), r"lse: is torch.float32 \(1, 2, 8\)"),
+                        ((out, out, lse.half()), "lse: is torch.float16"),
+                        ((out[:, :, :4], out, lse), r"grad_out: is torch.float32 \(2, 2, 4, 32\)")):
+        grad_out, saved_out, saved_lse = args
+        with pytest.raises(SpecError, match=match):
+            ops.attention_backward(grad_out, q, k, v, saved_out, saved_lse, None, None, text)
+
+
 def test_checks_are_cached_per_kind_of_call_and_told_apart_by_type():
     q, k, v = _tensors((1, 2, 8, 32), (1, 2, 8, 32), torch.float32)
     assert _call(q, k, v, deterministic=True) is _call(q, k, v.clone(), deterministic=True)
