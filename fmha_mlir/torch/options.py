@@ -53,7 +53,9 @@ def describe(mask, scale, softcap, bias, dbias, layout, deterministic, bundle_di
     literal is written as '<its type>', which parse then refuses by name. (bias: anything but a tensor.)"""
     values = (str(mask) if isinstance(mask, Mask) else mask, scale, softcap, bias, dbias, layout, deterministic,
               bundle_dir if bundle_dir is None or isinstance(bundle_dir, str) else _path(bundle_dir), forward, debug)
-    return repr(tuple([v if isinstance(v, _LITERALS) else f"<{type(v).__name__}>" for v in values]))
+    # float(): a float subclass (NumPy's float64) has a repr literal_eval cannot read
+    return repr(tuple([float(v) if isinstance(v, float) else v if isinstance(v, _LITERALS) else
+                       f"<{type(v).__name__}>" for v in values]))
 
 
 def _path(value) -> str:

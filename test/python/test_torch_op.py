@@ -642,6 +642,7 @@ def test_mismatched_heads_are_refused():
 def test_default_scale_is_the_specs_one_over_sqrt_hdim():
     q, k, v = _tensors((1, 2, 8, 32), (1, 2, 8, 32), torch.float32)
     assert _call(q, k, v).spec.scale == 1 / 32 ** 0.5 and _call(q, k, v, scale=0.25).spec.scale == 0.25
+    assert _call(q, k, v, scale=np.float64(0.25)).spec.scale == 0.25   # NumPy's repr is no Python literal
 
 
 # ---------------------------------------------------------------------------------------------------
