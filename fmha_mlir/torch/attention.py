@@ -7,6 +7,8 @@ ops (ops.py), which it needs to see. Both run the same forward and backward code
 """
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from ..errors import Reason, SpecError
@@ -34,12 +36,20 @@ def attention(q, k, v, *, mask="none", scale=None, bias=None, alibi_slopes=None,
     # (no generator expressions here: torch.compile traces this function, and older dynamos refuse them)
     wanted = torch.is_grad_enabled() and ((bias_tensor is not None and bias_tensor.requires_grad) or (
         isinstance(alibi_slopes, torch.Tensor) and alibi_slopes.requires_grad))
-    text = describe(mask, scale, softcap, None if bias_tensor is not None else bias, wanted, layout, deterministic,
-                    bundle_dir, forward, debug)
-    if torch.compiler.is_compiling():
-        return ops.attention_forward(q, k, v, bias_tensor, alibi_slopes, text)[0]
+    described = (mask, scale, softcap, None if bias_tensor is not None else bias, wanted, layout, deterministic,
+                 bundle_dir, forward, debug)
+    if torch.compiler.is_compiling():   # traced: no cache (dynamo would trace hash())
+        return ops.attention_forward(q, k, v, bias_tensor, alibi_slopes, describe(*described))[0]
+    try:
+        text = _described(*described)
+    except TypeError:   # an unhashable argument (a list for the mask): described uncached, then refused
+        text = describe(*described)
     call = checked_call(text, *_tensors(q, k, v, bias_tensor, alibi_slopes))
     return _Attention.apply(q, k, v, bias_tensor, alibi_slopes, call)
+
+
+# A training loop passes the same keyword arguments at every call; typed: True and 1 are told apart.
+_described = functools.lru_cache(maxsize=256, typed=True)(describe)
 
 
 def _tensors(*args) -> tuple:
