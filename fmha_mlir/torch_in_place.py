@@ -135,8 +135,9 @@ class InPlaceCall:
         torch = self._torch
         tensors = [arguments[i] if shape is None else arguments[i].reshape(shape) for i, shape in self._inputs]
         tensors += [torch.empty_like(tensors[i]) for i in self._like]
+        # the current stream's handle in one C call (torch.cuda.current_stream builds a Stream object)
         self.plan.launch([tensors[i].data_ptr() for i in self._addresses], self._workspace,
-                         torch.cuda.current_stream(self._where).cuda_stream)
+                         torch._C._cuda_getCurrentRawStream(self._where.index))
         grads = tensors[len(self._inputs):]
         if self._given_shape is not None:
             grads[-1] = grads[-1].reshape(self._given_shape)

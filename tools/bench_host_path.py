@@ -10,8 +10,12 @@ parts are tools/cuda_stand_in.py's stand-ins (its docstring lists them). Three e
 - AttentionBackward: `ours(q, k, v, o, do, lse, mask="top_left")`, bench_torch_overhead.py's call;
 - backward op: fmha_mlir::attention_backward as autograd's backward calls it (options, runner, views);
 - forward: `attention(q, k, v, ...)` with q, k, v requiring grad (options, checks, the forward table,
-  the custom op, the lse conversion, the autograd node); torch's flash forward op is replaced by one
-  that returns empty out and lse tensors (the GPU op also only queues work).
+  the autograd node, the lse conversion); torch's flash forward op is replaced by one that returns
+  empty out and lse tensors (the GPU op also only queues work);
+- step: what a training loop pays per attention call: that forward, then `torch.autograd.backward` from
+  a gradient of out through autograd's engine to our backward's launches, the gradients set to None
+  between steps (as optimizer.zero_grad does); every tensor says it is on cuda:0 here
+  (cuda_stand_in.every_tensor_on_cuda), since torch makes out, lse and the gradients.
 
 Figures: us per call, the median of --repeats timings of --calls calls after a warm-up; and cProfile's
 primitive calls per call (function calls, builtins included, each generator resumption counted): a
@@ -21,6 +25,7 @@ included (one per driver call, as cuda-bindings' are one each) and given beside 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import cProfile
 import platform
 import pstats
@@ -38,24 +43,32 @@ WARMUP_CALLS = 50
 
 
 def entry_points(directory: Path) -> dict:
-    """name -> a call of that entry point on stand-in CUDA tensors."""
+    """name -> (a call of that entry point on stand-in CUDA tensors, whether every tensor must say cuda)."""
     import torch
 
     from fmha_mlir.api import AttentionBackward
+    from fmha_mlir.spec import Mask
     from fmha_mlir.torch import attention, ops
-    from fmha_mlir.torch.options import options_of
+    from fmha_mlir.torch.options import AttentionOptions
 
     g = torch.Generator().manual_seed(0)
     q, k, v, o, do = (cuda_stand_in.cuda_like(torch.randn(SHAPE, generator=g).to(torch.bfloat16)) for _ in range(5))
     lse = cuda_stand_in.cuda_like(torch.randn(SHAPE[:3], generator=g))
     leaves = [cuda_stand_in.cuda_like(x.detach().clone().requires_grad_()) for x in (q, k, v)]
     ours = AttentionBackward(executor="cuda", bundle_dir=str(directory))
-    options = options_of(q, mask=MASK, scale=None, bias=None, softcap=0.0, layout="bhsd", deterministic=False,
-                         bundle_dir=str(directory), forward="auto")
+    text = AttentionOptions(mask=Mask.parse(MASK), bundle_dir=str(directory)).text()
+
+    def step():
+        out = attention(*leaves, mask=MASK, layout="bhsd", bundle_dir=str(directory))
+        torch.autograd.backward(out, do)
+        for x in leaves:
+            x.grad = None
+
     return {
-        "AttentionBackward": lambda: ours(q, k, v, o, do, lse, mask=MASK),
-        "backward op": lambda: ops.attention_backward(do, q, k, v, o, lse, None, None, False, *options.as_op_args()),
-        "forward": lambda: attention(*leaves, mask=MASK, layout="bhsd", bundle_dir=str(directory)),
+        "AttentionBackward": (lambda: ours(q, k, v, o, do, lse, mask=MASK), False),
+        "backward op": (lambda: ops.attention_backward(do, q, k, v, o, lse, None, None, text), False),
+        "forward": (lambda: attention(*leaves, mask=MASK, layout="bhsd", bundle_dir=str(directory)), False),
+        "step": (step, True),
     }
 
 
@@ -92,12 +105,13 @@ def run(directory: Path, calls: int, repeats: int) -> list[dict]:
     driver = cuda_stand_in.StandInDriver()
     rows = []
     with cuda_stand_in.torch_cuda_stand_ins(driver):
-        for name, call in entry_points(directory).items():
-            for _ in range(WARMUP_CALLS):
-                call()
-            seconds = time_per_call(call, calls, repeats)
-            rows.append({"entry": name, "us_per_call": statistics.median(seconds) * 1e6,
-                         "us_per_call_min": min(seconds) * 1e6, **python_calls(call, calls)})
+        for name, (call, all_cuda) in entry_points(directory).items():
+            with cuda_stand_in.every_tensor_on_cuda() if all_cuda else contextlib.nullcontext():
+                for _ in range(WARMUP_CALLS):
+                    call()
+                seconds = time_per_call(call, calls, repeats)
+                rows.append({"entry": name, "us_per_call": statistics.median(seconds) * 1e6,
+                             "us_per_call_min": min(seconds) * 1e6, **python_calls(call, calls)})
             print(f"{name}: {rows[-1]['us_per_call']:.1f} us/call (min {rows[-1]['us_per_call_min']:.1f}), "
                   f"{rows[-1]['calls']:.0f} Python calls/call ({rows[-1]['stand_in_calls']:.0f} in stand-ins)",
                   flush=True)

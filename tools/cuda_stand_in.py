@@ -8,8 +8,10 @@ launches). What runs is ours and torch's real code; only what needs a GPU is rep
 - a torch CUDA tensor: a CPU tensor of the subclass CudaLike, whose `is_cuda` and `device` say
   cuda:0. They are class attributes (no Python call per access, like torch's C getters), and its
   __torch_function__ is off, so every torch op on it runs as on a plain CPU tensor (and returns one).
-- torch.cuda.current_stream returns a fixed handle, and torch.empty(..., device=cuda:N) allocates on
+- torch.cuda.current_stream (and torch._C._cuda_getCurrentRawStream) returns a fixed handle, and torch.empty(..., device=cuda:N) allocates on
   the CPU, and torch's flash forward op returns empty out and lse tensors (`torch_cuda_stand_ins`).
+- for a whole training step, whose tensors torch makes (out, lse, the gradients torch's autograd
+  hands on), `every_tensor_on_cuda`: every tensor says so, by the same class attributes on torch.Tensor.
 """
 from __future__ import annotations
 
@@ -135,10 +137,27 @@ def torch_cuda_stand_ins(driver: StandInDriver):
         # (out, lse) of the right shapes, uncomputed: the GPU op, too, only queues its work
         return q.new_empty(q.shape[:-1] + v.shape[-1:]), q.new_empty(q.shape[:-1], dtype=torch.float32)
 
+    real_raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)   # absent from CPU builds
     torch.empty, torch.cuda.current_stream, cuda_executor._driver = empty, current_stream, lambda: driver
+    torch._C._cuda_getCurrentRawStream = lambda index: STREAM
     setattr(torch.ops.aten, "_scaled_dot_product_flash_attention", flash_forward)
     try:
         yield
     finally:
         torch.empty, torch.cuda.current_stream, cuda_executor._driver = real_empty, real_stream, real_driver
+        if real_raw is None:
+            del torch._C._cuda_getCurrentRawStream
+        else:
+            torch._C._cuda_getCurrentRawStream = real_raw
         delattr(torch.ops.aten, "_scaled_dot_product_flash_attention")
+
+
+@contextlib.contextmanager
+def every_tensor_on_cuda():
+    """While inside, every torch tensor's `is_cuda` and `device` say cuda:0 (Python readers only: torch's
+    C++ code, the dispatcher and the autograd engine, still see CPU tensors)."""
+    torch.Tensor.is_cuda, torch.Tensor.device = CudaLike.is_cuda, CudaLike.device
+    try:
+        yield
+    finally:
+        del torch.Tensor.is_cuda, torch.Tensor.device

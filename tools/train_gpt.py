@@ -118,17 +118,20 @@ def reference_attention():
     forward recomputed from the saved q, k, v, its gradients rounded once to the inputs' dtype. It rounds
     nothing on the way that a bf16 backward rounds (P, dS), so it is the yardstick of the step-0
     gradients and one of the correct backwards whose training curves measure the noise."""
-    from fmha_mlir.torch.forwards import ForwardCase, math_forward, run_forward
-    from fmha_mlir.torch.options import options_of
+    from fmha_mlir.torch.call import checked_call
+    from fmha_mlir.torch.forwards import math_forward, run_forward
+    from fmha_mlir.spec import Mask
+    from fmha_mlir.torch.options import AttentionOptions
+
+    text = AttentionOptions(mask=Mask.parse(MASK)).text()
 
     class ReferenceBackward(torch.autograd.Function):
         @staticmethod
         def forward(ctx, q, k, v):
-            options = options_of(q, mask=MASK, scale=None, bias=None, softcap=0.0, layout="bhsd",
-                                 deterministic=False, bundle_dir=None, forward="auto")
-            ctx.case = ForwardCase.of(q, k, v, options)
+            call = checked_call(text, q, k, v, None, None)
+            ctx.case = call.case
             ctx.save_for_backward(q, k, v)
-            return run_forward(q, k, v, None, None, options)[0]
+            return run_forward(call.forward, q, k, v, None, None, call.case)[0]
 
         @staticmethod
         def backward(ctx, grad_out):

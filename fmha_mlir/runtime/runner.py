@@ -48,8 +48,14 @@ class Layout:
 
     @classmethod
     def of(cls, dtype: str, array: np.ndarray) -> "Layout":
-        """The layout of a host array (byte strides that are whole elements)."""
-        return cls(dtype, array.shape, tuple(s // array.itemsize for s in array.strides))
+        """The layout of a host array (byte strides that are whole elements). A size-1 dimension is never
+        stepped, so its stride is whatever the array says (torch gives lse [B, H, 1] a stride of H):
+        it is set to the contiguous one, which a kernel's unit-stride row copies accept."""
+        strides, step = [], 1
+        for n, s in zip(reversed(array.shape), reversed(array.strides)):
+            strides.append(step if n == 1 else s // array.itemsize)
+            step = strides[-1] * n
+        return cls(dtype, tuple(array.shape), tuple(reversed(strides)))
 
     @property
     def storage(self) -> np.dtype:

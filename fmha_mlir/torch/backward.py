@@ -10,9 +10,12 @@ from pathlib import Path
 
 import torch
 
-from ..api import AttentionBackward, bundle_path, compile_bundle
+from ..api import AttentionBackward, _bias_inputs, bundle_path, compile_bundle
 from ..errors import Reason, SpecError
-from .options import AttentionOptions, logical, options_of
+from ..runtime.bound_plan import BoundPlans
+from ..torch_in_place import InPlaceCall
+from .call import Call, checked_call
+from .options import caller_layout, describe, logical
 
 INTERPRETED_ARCH = "sm_90"
 
@@ -30,16 +33,55 @@ def backward_runner(device_type: str, device_index: int | None, bundle_dir: str 
                             "move the tensors to 'cuda' or 'cpu'")])
 
 
-def backward_kwargs(bias, slopes, options: AttentionOptions, bias_grad: bool) -> dict:
-    """The keyword arguments of AttentionBackward's call (and spec_for) for these options."""
-    return dict(mask=options.mask, scale=options.scale, softcap=options.softcap,
-                bias="alibi" if options.bias == "alibi" and slopes is None else bias, alibi_slopes=slopes,
-                dbias=bias_grad, deterministic=options.deterministic)
+def check_capturable(call: Call, q) -> None:
+    """Refuse debug mode inside a CUDA graph capture (before any of the call is captured)."""
+    if call.options.debug and q.is_cuda and torch.cuda.is_current_stream_capturing():
+        raise SpecError([Reason("debug", "debug mode synchronises and uploads NaN fills, which a CUDA graph "
+                                         "capture forbids", "capture without debug=True")])
 
 
-def spec_of(runner: AttentionBackward, q, k, v, bias, slopes, options: AttentionOptions, bias_grad: bool):
-    """The spec our backward compiles for logical [B, H, S, D] q, k, v and these options."""
-    return runner.spec_for(q, k, v, **backward_kwargs(bias, slopes, options, bias_grad))
+def run_backward(call: Call, grad_out, q, k, v, out, lse, bias, slopes) -> list:
+    """[dq, dk, dv] in the caller's layout (contiguous), plus dbias or d(slopes) in their shape when the
+    call's spec has dbias. An empty call computes nothing: its gradients are zeros."""
+    spec, layout = call.spec, call.options.layout
+    given = bias if bias is not None else slopes
+    if call.case.empty:
+        return [torch.zeros_like(x, memory_format=torch.contiguous_format) for x in (q, k, v)] + (
+            [torch.zeros_like(given)] if spec.dbias else [])
+    check_capturable(call, q)
+    runner = backward_runner(q.device.type, q.device.index, call.options.bundle_dir, call.options.debug)
+    # The kernels read rows of stride 1; out.sum()'s gradient is an expanded tensor (stride 0).
+    grad_out = grad_out if grad_out.stride(-1) == 1 else grad_out.contiguous()
+    views = [logical(x, layout) for x in (q, k, v, out, grad_out)]
+    if q.is_cuda and not call.options.debug:
+        grads = _in_place(call, runner, (*views, lse, bias, slopes, None, None))
+    else:
+        grads = runner(*views, lse, mask=spec.mask, scale=spec.scale, softcap=spec.softcap,
+                       bias="alibi" if spec.bias == "alibi" and slopes is None else bias, alibi_slopes=slopes,
+                       dbias=spec.dbias, deterministic=spec.deterministic)
+    # Contiguous in the caller's layout: no copy when the runner wrote them in the inputs' strides.
+    return [caller_layout(g, layout).contiguous() for g in grads[:3]] + [g.contiguous() for g in grads[3:]]
+
+
+# The plans the op binds, by bundle and geometry (a training loop: one per attention shape).
+_PLANS = BoundPlans()
+
+
+def _in_place(call: Call, runner: AttentionBackward, tensors: tuple) -> tuple:
+    """The gradients of a CUDA call, by the InPlaceCall bound on the Call for these tensors' strides
+    (torch_in_place.ARGUMENTS order): what AttentionBackward's call binds, without its per-call checks
+    and key, which the Call and the strides stand for."""
+    strides = tuple([None if t is None else t.stride() for t in tensors])
+    bound = call.bound.get(strides)
+    if bound is None:
+        bias, slopes, spec = tensors[6], tensors[7], call.spec
+        extra = _bias_inputs(bias if bias is not None else spec.bias if spec.bias == "alibi" else None, slopes,
+                             spec.dbias)[1]
+        inputs = {**dict(zip(("q", "k", "v", "o", "do", "lse"), tensors)), **extra}
+        given = tuple((bias if bias is not None else slopes).shape) if spec.dbias else None
+        bound = call.bound.setdefault(strides, InPlaceCall(_PLANS.plan, runner.bundle(spec), runner.device(), inputs,
+                                                           ("dq", "dk", "dv") + spec.bias_operands()[1], {}, given))
+    return bound(*tensors)
 
 
 def prebuild(bundle_dir, q, k, v, *, arch: str = "sm_90", mask="none", scale: float | None = None, bias=None,
@@ -48,13 +90,11 @@ def prebuild(bundle_dir, q, k, v, *, arch: str = "sm_90", mask="none", scale: fl
     on the GPU machine; returns its path. q, k, v (and bias, alibi_slopes) may be meta tensors
     (torch.empty(shape, dtype=..., device="meta")); a bias or slopes tensor with requires_grad=True
     asks for the bundle that also computes its gradient, as attention() would."""
-    options = options_of(q, mask=mask, scale=scale, bias=bias, softcap=softcap, layout=layout,
-                         deterministic=deterministic, bundle_dir=str(bundle_dir), forward="auto",
-                         alibi_slopes=alibi_slopes)
     bias_tensor = bias if isinstance(bias, torch.Tensor) else None
-    bias_grad = any(t is not None and t.requires_grad for t in (bias_tensor, alibi_slopes))
-    q, k, v = (logical(x, layout) for x in (q, k, v))
-    spec = spec_of(AttentionBackward(arch=arch), q, k, v, bias_tensor, alibi_slopes, options, bias_grad)
+    text = describe(mask, scale, softcap, None if bias_tensor is not None else bias,
+                    any(t is not None and t.requires_grad for t in (bias_tensor, alibi_slopes)), layout,
+                    deterministic, str(bundle_dir), "auto", False)
+    spec = checked_call(text, q, k, v, bias_tensor, alibi_slopes).spec
     path = bundle_path(bundle_dir, spec, arch)
     compile_bundle(spec, arch).save(path)
     return path

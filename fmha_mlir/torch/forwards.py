@@ -17,35 +17,49 @@ from typing import Callable
 import torch
 
 from ..errors import Reason, SpecError
-from ..spec import Mask
+from ..spec import AttentionBwdSpec, Mask
 from . import scores
-from .options import AttentionOptions, eager_cached
 
 HALF = (torch.float16, torch.bfloat16)
 
 
 @dataclass(frozen=True)
 class ForwardCase:
-    """The static facts of one call the table decides on (q, k, v as logical [B, H, S, D] views)."""
+    """The static facts of one call the table decides on (q, k, v as logical [B, H, S, D] views): the
+    score definition is the backward's spec (its scale resolved), `forward` the name asked for."""
 
     device: str
     dtype: torch.dtype
+    batch: int
     heads_q: int
     heads_kv: int
     seqlen_q: int
     seqlen_k: int
     hdim_q: int
     hdim_v: int
-    options: AttentionOptions
+    spec: AttentionBwdSpec
+    forward: str = "auto"
 
     @staticmethod
-    def of(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, options: AttentionOptions) -> "ForwardCase":
-        return ForwardCase(q.device.type, q.dtype, q.shape[1], k.shape[1], q.shape[2], k.shape[2], q.shape[3],
-                           v.shape[3], options)
+    def of(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, spec: AttentionBwdSpec,
+           forward: str = "auto") -> "ForwardCase":
+        return ForwardCase(q.device.type, q.dtype, q.shape[0], q.shape[1], k.shape[1], q.shape[2], k.shape[2],
+                           q.shape[3], v.shape[3], spec, forward)
 
     @property
     def mask(self) -> Mask:
-        return self.options.mask
+        return self.spec.mask
+
+    @functools.cached_property
+    def has_empty_rows(self) -> bool:
+        """Whether a query row sees no key (its lse is +inf in our convention); asked at every forward."""
+        return scores.has_empty_rows(self.mask, self.seqlen_q, self.seqlen_k)
+
+    @property
+    def empty(self) -> bool:
+        """Nothing to compute: no query, no key, no head or no batch (torch's CPU flash op divides by
+        zero on such a call)."""
+        return 0 in (self.batch, self.heads_q, self.seqlen_q, self.seqlen_k)
 
 
 @dataclass(frozen=True)
@@ -68,7 +82,7 @@ def _flash_why_not(case: ForwardCase) -> str | None:
     square_causal = case.mask.kind in ("causal_top_left", "causal_bottom_right") and case.seqlen_q == case.seqlen_k
     return _first(
         (case.device != "cuda", "CUDA tensors only"), (case.dtype not in HALF, "f16 / bf16 only"),
-        (case.options.bias != "none" or case.options.softcap > 0, "no bias, ALiBi or softcap"),
+        (case.spec.bias != "none" or case.spec.softcap > 0, "no bias, ALiBi or softcap"),
         (case.heads_q != case.heads_kv, "equal heads (no GQA)"),
         (case.hdim_q != case.hdim_v or case.hdim_q % 8 or case.hdim_q > 256, "one head dim, a multiple of 8 to 256"),
         # torch's is_causal is top-left, and SDPA keeps flash off it when Sq != Sk: square causal only.
@@ -77,7 +91,7 @@ def _flash_why_not(case: ForwardCase) -> str | None:
 
 def _flash_run(q, k, v, bias, slopes, case: ForwardCase):
     return torch.ops.aten._scaled_dot_product_flash_attention(
-        q, k, v, 0.0, case.mask.kind != "none", False, scale=case.options.scale)[:2]
+        q, k, v, 0.0, case.mask.kind != "none", False, scale=case.spec.scale)[:2]
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -90,23 +104,23 @@ _BIAS_ROW_ALIGN = 16
 def _efficient_why_not(case: ForwardCase) -> str | None:
     alignment = 4 if case.dtype == torch.float32 else 8
     return _first(
-        (case.device != "cuda", "CUDA tensors only"), (case.options.softcap > 0, "no softcap"),
+        (case.device != "cuda", "CUDA tensors only"), (case.spec.softcap > 0, "no softcap"),
         (case.heads_q != case.heads_kv, "equal heads (no GQA)"),
         (case.hdim_q % alignment or case.hdim_v % alignment, f"head dims a multiple of {alignment}"),
         # ALiBi reaches it as a materialised bias in q's dtype: exact in f32 only.
-        (case.options.bias == "alibi" and case.dtype != torch.float32, "ALiBi in f32 only"),
+        (case.spec.bias == "alibi" and case.dtype != torch.float32, "ALiBi in f32 only"),
         (case.mask.kind not in ("none", "causal_top_left"), "no mask or top-left causal"))
 
 
 def _efficient_run(q, k, v, bias, slopes, case: ForwardCase):
-    add = scores.additive_bias(case.options.bias, bias, slopes, case.heads_q, case.seqlen_q, case.seqlen_k, q.device)
+    add = scores.additive_bias(case.spec.bias, bias, slopes, case.heads_q, case.seqlen_q, case.seqlen_k, q.device)
     if add is not None:
         padded = -(-case.seqlen_k // _BIAS_ROW_ALIGN) * _BIAS_ROW_ALIGN
         storage = add.new_zeros(add.shape[:-1] + (padded,), dtype=q.dtype)
         storage[..., :case.seqlen_k] = add
         add = storage[..., :case.seqlen_k].expand(q.shape[0], case.heads_q, case.seqlen_q, case.seqlen_k)
     out, lse = torch.ops.aten._scaled_dot_product_efficient_attention(
-        q, k, v, add, True, 0.0, case.mask.kind == "causal_top_left", scale=case.options.scale)[:2]
+        q, k, v, add, True, 0.0, case.mask.kind == "causal_top_left", scale=case.spec.scale)[:2]
     return out, lse   # lse [B, H, Sq rounded up to 32]: converted_lse slices it
 
 
@@ -134,7 +148,7 @@ def _block_mask(mask: Mask, seqlen_q: int, seqlen_k: int, device: torch.device):
 
 def _score_mod(case: ForwardCase, bias, slopes, batch: int, device):
     """softcap, then the bias or ALiBi, as a score_mod (flex hands it scale Q K^T)."""
-    cap, kind = case.options.softcap, case.options.bias
+    cap, kind = case.spec.softcap, case.spec.bias
     if not cap and kind == "none":
         return None
     offset = case.seqlen_k - case.seqlen_q
@@ -160,7 +174,7 @@ def _flex_run(q, k, v, bias, slopes, case: ForwardCase):
     flex = _compiled_flex() if case.device == "cuda" else flex_attention
     block_mask = None if case.mask.kind == "none" else _block_mask(case.mask, case.seqlen_q, case.seqlen_k, q.device)
     out, aux = flex(q, k, v, score_mod=_score_mod(case, bias, slopes, q.shape[0], q.device), block_mask=block_mask,
-                    scale=case.options.scale, enable_gqa=case.heads_q != case.heads_kv,
+                    scale=case.spec.scale, enable_gqa=case.heads_q != case.heads_kv,
                     return_aux=AuxRequest(lse=True))
     return out, aux.lse
 
@@ -169,14 +183,14 @@ def _flex_run(q, k, v, bias, slopes, case: ForwardCase):
 # the CPU flash op
 
 def _cpu_flash_why_not(case: ForwardCase) -> str | None:
-    return _first((case.device != "cpu", "CPU tensors only"), (case.options.softcap > 0, "no softcap"),
+    return _first((case.device != "cpu", "CPU tensors only"), (case.spec.softcap > 0, "no softcap"),
                   (case.heads_q != case.heads_kv, "equal heads (no GQA)"),
                   (case.hdim_q != case.hdim_v, "one head dim for q, k and v"))
 
 
 def _cpu_flash_run(q, k, v, bias, slopes, case: ForwardCase):
     # The mask and the bias as one additive f32 mask (it takes f32 beside half inputs: ALiBi stays exact).
-    add = scores.additive_bias(case.options.bias, bias, slopes, case.heads_q, case.seqlen_q, case.seqlen_k, q.device)
+    add = scores.additive_bias(case.spec.bias, bias, slopes, case.heads_q, case.seqlen_q, case.seqlen_k, q.device)
     attn_mask = None
     if case.mask.kind != "none" or add is not None:
         seen = scores.visible(case.mask, case.seqlen_q, case.seqlen_k, q.device)
@@ -184,7 +198,7 @@ def _cpu_flash_run(q, k, v, bias, slopes, case: ForwardCase):
         attn_mask = attn_mask if add is None else attn_mask + add.float()
         attn_mask = attn_mask.expand(q.shape[0], case.heads_q, case.seqlen_q, case.seqlen_k)
     return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
-        q, k, v, 0.0, False, attn_mask=attn_mask, scale=case.options.scale)
+        q, k, v, 0.0, False, attn_mask=attn_mask, scale=case.spec.scale)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -194,10 +208,10 @@ def _cpu_flash_run(q, k, v, bias, slopes, case: ForwardCase):
 def math_forward(q, k, v, bias, slopes, case: ForwardCase):
     acc = torch.promote_types(q.dtype, torch.float32)
     k, v = (scores.expand_kv(x, case.heads_q).to(acc) for x in (k, v))
-    s = (q.to(acc) @ k.transpose(-1, -2)) * case.options.scale
-    if case.options.softcap > 0:
-        s = case.options.softcap * torch.tanh(s / case.options.softcap)
-    add = scores.additive_bias(case.options.bias, bias, slopes, case.heads_q, case.seqlen_q, case.seqlen_k, q.device)
+    s = (q.to(acc) @ k.transpose(-1, -2)) * case.spec.scale
+    if case.spec.softcap > 0:
+        s = case.spec.softcap * torch.tanh(s / case.spec.softcap)
+    add = scores.additive_bias(case.spec.bias, bias, slopes, case.heads_q, case.seqlen_q, case.seqlen_k, q.device)
     if add is not None:
         s = s + add.to(acc)
     s = s.masked_fill(~scores.visible(case.mask, case.seqlen_q, case.seqlen_k, q.device), float("-inf"))
@@ -225,10 +239,10 @@ FORWARDS = {f.name: f for f in (
 AUTO_ORDER = {"cuda": ("flash", "efficient", "flex", "math"), "cpu": ("cpu_flash", "math")}
 
 
-@eager_cached   # twice per attention() call otherwise; a training loop's cases are few
 def choose_forward(case: ForwardCase) -> Forward:
-    """The forward options.forward names, or for 'auto' the first of AUTO_ORDER that serves the case."""
-    name = case.options.forward
+    """The forward case.forward names, or for 'auto' the first of AUTO_ORDER that serves the case (once
+    per kind of call: call.checked_call caches it)."""
+    name = case.forward
     if name == "auto":
         return next(FORWARDS[n] for n in AUTO_ORDER.get(case.device, ("math",)) if FORWARDS[n].why_not(case) is None)
     if name not in FORWARDS:
@@ -243,14 +257,18 @@ def choose_forward(case: ForwardCase) -> Forward:
 
 def converted_lse(lse: torch.Tensor, case: ForwardCase) -> torch.Tensor:
     """A forward's natural-log lse as ours: [B, Hq, Sq] contiguous f32, +inf on the rows that see no key."""
-    lse = lse[..., :case.seqlen_q].float()
-    if scores.has_empty_rows(case.mask, case.seqlen_q, case.seqlen_k):   # decided on the host: no sync
+    if lse.shape[-1] != case.seqlen_q or lse.dtype != torch.float32:   # flash's is ours already
+        lse = lse[..., :case.seqlen_q].float()
+    if case.has_empty_rows:   # decided on the host: no sync
         lse = torch.where(scores.seen_rows(case.mask, case.seqlen_q, case.seqlen_k, lse.device), lse, float("inf"))
     return lse.contiguous()
 
 
-def run_forward(q, k, v, bias, slopes, options: AttentionOptions) -> tuple[torch.Tensor, torch.Tensor]:
-    """(out, lse in our convention) of logical [B, H, S, D] views, by the forward the table picks."""
-    case = ForwardCase.of(q, k, v, options)
-    out, lse = choose_forward(case).run(q, k, v, bias, slopes, case)
+def run_forward(forward: Forward, q, k, v, bias, slopes, case: ForwardCase) -> tuple[torch.Tensor, torch.Tensor]:
+    """(out, lse in our convention) of logical [B, H, S, D] views by `forward`; an empty call computes
+    nothing: out is zeros, lse +inf (no row sees a key)."""
+    if case.empty:
+        shape = (case.batch, case.heads_q, case.seqlen_q)
+        return q.new_zeros(shape + (case.hdim_v,)), q.new_full(shape, float("inf"), dtype=torch.float32)
+    out, lse = forward.run(q, k, v, bias, slopes, case)
     return out, converted_lse(lse, case)

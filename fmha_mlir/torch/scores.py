@@ -45,8 +45,14 @@ def seen_rows(mask: Mask, seqlen_q: int, seqlen_k: int, device: torch.device) ->
 def alibi_slopes(slopes: torch.Tensor | None, heads_q: int, device) -> torch.Tensor:
     """[1 or B, Hq] f32: the given slopes ([H] or [B, H]) or the standard 2^(-8 (h+1) / H)."""
     if slopes is None:
-        return torch.from_numpy(oracle.alibi_slopes(heads_q).astype(np.float32)).to(device).reshape(1, heads_q)
+        return _standard_slopes(heads_q, device)
     return slopes.reshape((1,) * (2 - slopes.dim()) + tuple(slopes.shape)).float()
+
+
+# Uploaded once per head count and device: a host upload inside a CUDA graph capture is an error.
+@functools.lru_cache(maxsize=64)
+def _standard_slopes(heads_q: int, device: torch.device) -> torch.Tensor:
+    return torch.from_numpy(oracle.alibi_slopes(heads_q).astype(np.float32)).to(device).reshape(1, heads_q)
 
 
 @functools.lru_cache(maxsize=64)

@@ -238,6 +238,31 @@ def test_the_host_path_benchmark_runs_here(built):
     import bench_host_path
 
     rows = bench_host_path.run(Path(built[0]), calls=3, repeats=1)
-    assert [r["entry"] for r in rows] == ["AttentionBackward", "backward op", "forward"]
+    assert [r["entry"] for r in rows] == ["AttentionBackward", "backward op", "forward", "step"]
     assert all(0 < r["stand_in_calls"] < r["calls"] for r in rows)
     assert rows[0]["calls"] < 200    # bound: ~100 (bench_host_path.md)
+
+
+def test_the_ops_cuda_backward_runs_its_own_bound_call_on_this_calls_tensors(built, recorder, monkeypatch):
+    """fmha_mlir::attention_backward on CUDA tensors binds an InPlaceCall on its Call, once per strides, and
+    never goes through AttentionBackward's call; the launches carry this call's tensors, in both layouts."""
+    from fmha_mlir.spec import Mask
+    from fmha_mlir.torch import ops
+    from fmha_mlir.torch import backward, call
+    from fmha_mlir.torch.call import checked_call
+    from fmha_mlir.torch.options import AttentionOptions
+
+    backward.backward_runner.cache_clear()   # executors (and the Calls' bindings) of this test's driver
+    call._checked.cache_clear()
+    monkeypatch.setattr(AttentionBackward, "__call__", lambda *a, **k: pytest.fail("went through __call__"))
+    for layout in ("bhsd", "bshd"):
+        text = AttentionOptions(mask=Mask.parse(MASK), layout=layout, bundle_dir=built[0]).text()
+        for seed in range(3):   # the first call binds; the next two run the bound call
+            del recorder.launches[:], recorder.fills[:]
+            tensors = _tensors(seed, bshd=layout == "bshd")
+            q, k, v, o, do, lse = (t.transpose(1, 2) if layout == "bshd" and t.dim() == 4 else t for t in tensors)
+            with cuda_stand_in.every_tensor_on_cuda():   # the op's views of stand-ins are plain tensors
+                grads = ops.attention_backward(do, q, k, v, o, lse, None, None, text)
+                assert len(checked_call(text, q, k, v, None, None).bound) == 1   # bound once, then reused
+            logical = [g.transpose(1, 2) if layout == "bshd" else g for g in grads]
+            _check_launches(built[1], tensors, logical, recorder)

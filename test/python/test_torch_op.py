@@ -8,8 +8,8 @@ without MLIR takes the bundles they need prebuilt where MLIR is:
 """
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
-import math
 import sys
 
 import numpy as np
@@ -24,9 +24,10 @@ from fmha_mlir.torch_in_place import torch_dtype_names  # noqa: E402
 from fmha_mlir.tolerance import check_gradients  # noqa: E402
 from fmha_mlir.torch import attention  # noqa: E402
 from fmha_mlir.torch import ops  # noqa: E402
-from fmha_mlir.torch.backward import backward_runner, spec_of  # noqa: E402
-from fmha_mlir.torch.forwards import FORWARDS, ForwardCase, choose_forward, run_forward  # noqa: E402
-from fmha_mlir.torch.options import default_scale, options_of  # noqa: E402
+from fmha_mlir.torch.backward import backward_runner  # noqa: E402
+from fmha_mlir.torch.call import checked_call  # noqa: E402
+from fmha_mlir.torch.forwards import FORWARDS, run_forward  # noqa: E402
+from fmha_mlir.torch.options import AttentionOptions, describe, parse  # noqa: E402
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
@@ -43,10 +44,19 @@ def _values(t):
     return t.detach().cpu().double().numpy()
 
 
-def _options(q, **kw):
-    defaults = dict(mask="none", scale=None, bias=None, softcap=0.0, layout="bhsd", deterministic=False,
-                    bundle_dir=None, forward="auto", alibi_slopes=None)
-    return options_of(q, **{**defaults, **kw})
+def _text(bias=None, alibi_slopes=None, **kw) -> str:
+    """attention()'s options string for its keyword arguments (bias, alibi_slopes: tensors or not)."""
+    o = dict(dict(mask="none", scale=None, softcap=0.0, layout="bhsd", deterministic=False, bundle_dir=None,
+                  forward="auto", debug=False), **kw)
+    dbias = any(isinstance(t, torch.Tensor) and t.requires_grad for t in (bias, alibi_slopes))
+    return describe(o["mask"], o["scale"], o["softcap"], None if isinstance(bias, torch.Tensor) else bias, dbias,
+                    o["layout"], o["deterministic"], o["bundle_dir"], o["forward"], o["debug"])
+
+
+def _call(q, k, v, bias=None, alibi_slopes=None, **kw):
+    """The checked Call attention(q, k, v, bias=bias, alibi_slopes=alibi_slopes, **kw) makes."""
+    tensor = bias if isinstance(bias, torch.Tensor) else None
+    return checked_call(_text(bias, alibi_slopes, **kw), q, k, v, tensor, alibi_slopes)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -71,24 +81,21 @@ def _lse_case(name, dtype, device):
     q, k, v = _tensors((2, 2, sq, 32), (2, hkv, sk, 32), dtype, device, seed=len(name))
     bias = 0.5 * torch.randn(2, sq, sk).to(device, dtype) if kw.get("bias") == "tensor" else kw.get("bias")
     slopes = torch.tensor([0.3, 0.7], device=device) if slopes else None
-    options = _options(q, **{**kw, "bias": bias}, alibi_slopes=slopes)
-    return q, k, v, (bias if isinstance(bias, torch.Tensor) else None), slopes, options
+    call = _call(q, k, v, **{**kw, "bias": bias}, alibi_slopes=slopes)
+    return q, k, v, (bias if isinstance(bias, torch.Tensor) else None), slopes, call
 
 
 def _check_against_the_oracle(forward, name, dtype, device, atol):
-    q, k, v, bias, slopes, options = _lse_case(name, dtype, device)
-    forced = options_of(q, mask=options.mask, scale=None, bias=bias if bias is not None else
-                        (None if options.bias == "none" else "alibi"), softcap=options.softcap, layout="bhsd",
-                        deterministic=False, bundle_dir=None, forward=forward, alibi_slopes=slopes)
-    case = ForwardCase.of(q, k, v, forced)
+    q, k, v, bias, slopes, call = _lse_case(name, dtype, device)
+    case, spec = dataclasses.replace(call.case, forward=forward), call.spec
     if FORWARDS[forward].why_not(case) is not None:
         pytest.skip(f"{forward} does not serve {name}: {FORWARDS[forward].why_not(case)}")
-    out, lse = run_forward(q, k, v, bias, slopes, forced)
+    out, lse = run_forward(FORWARDS[forward], q, k, v, bias, slopes, case)
     extra = dict(bias=None if bias is None else _values(bias), alibi_slopes=None if slopes is None else _values(slopes))
-    if options.bias == "alibi" and slopes is None:
+    if spec.bias == "alibi" and slopes is None:
         extra["bias"] = oracle.alibi_bias(oracle.alibi_slopes(q.shape[1]).astype(np.float32), q.shape[2], k.shape[2])
-    ref = oracle.forward(_values(q), _values(k), _values(v), mask=options.mask, scale=options.scale,
-                         gqa_ratio=q.shape[1] // k.shape[1], softcap=options.softcap, **extra)
+    ref = oracle.forward(_values(q), _values(k), _values(v), mask=spec.mask, scale=spec.scale,
+                         gqa_ratio=q.shape[1] // k.shape[1], softcap=spec.softcap, **extra)
     ref_out, ref_lse = torch.from_numpy(ref.o), torch.from_numpy(ref.lse)
     out, lse = out.cpu(), lse.cpu()
     assert lse.dtype == torch.float32 and lse.shape == q.shape[:3] and lse.is_contiguous()
@@ -118,7 +125,7 @@ def test_cuda_forwards_lse_is_ours(forward, name, dtype):
 
 def test_auto_picks_by_device_and_options():
     q, k, v = _tensors((1, 2, 8, 32), (1, 2, 8, 32), torch.float32)
-    pick = lambda **kw: choose_forward(ForwardCase.of(q, k, v, _options(q, **kw))).name   # noqa: E731
+    pick = lambda **kw: _call(q, k, v, **kw).forward.name   # noqa: E731
     assert pick() == "cpu_flash" and pick(mask="bottom_right") == "cpu_flash"
     assert pick(softcap=5.0) == "math"
     with pytest.raises(SpecError, match="'flash' cannot serve this call: it needs CUDA tensors only"):
@@ -128,29 +135,30 @@ def test_auto_picks_by_device_and_options():
 # ---------------------------------------------------------------------------------------------------
 # our backward under the gate (CPU tensors through the interpreter)
 
-def _gate(q, k, v, bias, slopes, options, grads, do, runner=None, saved=None):
+def _gate(q, k, v, bias, slopes, call, grads, do, runner=None, saved=None):
     """The gate for the op's gradients, with the oracle fed the out and lse the backward saw: `saved`,
     or the op's forward run again (deterministic on the CPU; on CUDA a forward may not repeat bitwise, e.g.
     flex once recompiled, and d(slopes) sums enough terms to notice). `runner`: the AttentionBackward that
     ran them (its bundle's numerics model the rounding)."""
-    out, lse = saved or ops.attention_forward(q.detach(), k.detach(), v.detach(), bias, slopes,
-                                              *options.as_op_args())
+    with torch.no_grad():
+        out, lse = saved or ops.forward(call, q, k, v, bias, slopes)
+    layout, spec = call.options.layout, call.spec
     names = ("dq", "dk", "dv") + (("dbias",) if bias is not None and bias.requires_grad else ()) + (
         ("dalibi_slopes",) if slopes is not None and slopes.requires_grad else ())
-    views = [x.detach().transpose(1, 2) if options.layout == "bshd" else x.detach() for x in (q, k, v, out, do)]
-    grads = [g.transpose(1, 2) if options.layout == "bshd" and i < 3 else g for i, g in enumerate(grads)]
-    extra = dict(mask=options.mask, scale=options.scale, gqa_ratio=views[0].shape[1] // views[1].shape[1],
-                 softcap=options.softcap)
+    views = [x.detach().transpose(1, 2) if layout == "bshd" else x.detach() for x in (q, k, v, out, do)]
+    grads = [g.transpose(1, 2) if layout == "bshd" and i < 3 else g for i, g in enumerate(grads)]
+    extra = dict(mask=spec.mask, scale=spec.scale, gqa_ratio=views[0].shape[1] // views[1].shape[1],
+                 softcap=spec.softcap)
     if bias is not None:
         extra["bias"] = _values(bias)
-    elif options.bias == "alibi" and slopes is None:
+    elif spec.bias == "alibi" and slopes is None:
         extra["bias"] = oracle.alibi_bias(oracle.alibi_slopes(views[0].shape[1]).astype(np.float32),
                                           views[0].shape[2], views[1].shape[2])
     if slopes is not None:
         extra["alibi_slopes"] = _values(slopes)
     inputs = [_values(x) for x in views[:3]] + [_values(views[3]), _values(views[4]), _values(lse)]
     runner = runner or backward_runner("cpu", None, None)
-    spec = spec_of(runner, *views[:3], bias, slopes, options, len(names) > 3)
+    assert spec.dbias == (len(names) > 3)
     dtype = torch_dtype_names()[q.dtype]
     checks = check_gradients({n: _values(g) for n, g in zip(names, grads)}, oracle.backward(*inputs, **extra),
                              oracle.lowp_backward(*inputs, dtype=dtype, numerics=runner.bundle(spec).numerics, **extra),
@@ -167,6 +175,8 @@ GRAD_CASES = {   # name: (dtype, Sq, Sk, heads_kv, kwargs)
     "f32-bias-dbias": (torch.float32, 13, 29, 2, dict(bias="tensor")),
     "f32-alibi": (torch.float32, 13, 21, 2, dict(bias="alibi")),
     "f32-alibi-dslopes": (torch.float32, 13, 21, 2, dict(bias="alibi", slopes=True)),
+    # torch's CPU forward returns lse [B, H, 1] with a non-unit stride on its size-1 dim
+    "bf16-one-query": (torch.bfloat16, 1, 23, 2, {}),
 }
 
 
@@ -185,7 +195,7 @@ def test_eager_gradients_pass_the_gate(name):
     grads = [q.grad, k.grad, v.grad] + [t.grad for t in (bias, slopes) if isinstance(t, torch.Tensor)]
     assert all(g is not None for g in grads)
     tensor_bias = bias if isinstance(bias, torch.Tensor) else None
-    _gate(q, k, v, tensor_bias, slopes, _options(q, bias=bias, alibi_slopes=slopes, **opts), grads, do)
+    _gate(q, k, v, tensor_bias, slopes, _call(q, k, v, bias=bias, alibi_slopes=slopes, **opts), grads, do)
 
 
 def test_bshd_equals_bhsd_with_the_callers_strides_and_no_copies(monkeypatch):
@@ -257,17 +267,106 @@ def test_torch_compile_fullgraph_inductor_matches_eager_on_cuda(prebuilt_bundles
     _compiled_matches_eager("cuda", "inductor", torch.bfloat16, prebuilt_bundles)
 
 
+# ---------------------------------------------------------------------------------------------------
+# CUDA graphs: a training step captured and replayed on new data in the same buffers, and
+# torch.compile(mode="reduce-overhead"); nothing inside the captured region allocates outside torch's
+# allocator, uploads or waits (a capture would fail on it, and the executor's own calls fail the test)
+
+def _eager_step(model, x):
+    """(out, parameter gradients) of one eager training step of `model` on x."""
+    model.zero_grad(set_to_none=True)
+    out = model(x)
+    out.float().square().mean().backward()
+    return out.detach().clone(), [p.grad.clone() for p in model.parameters()]
+
+
+def _forbid_host_work(monkeypatch):
+    from fmha_mlir.runtime.cuda_executor import CudaExecutor
+
+    for method in ("alloc", "upload", "download", "synchronize"):
+        monkeypatch.setattr(CudaExecutor, method, lambda *a, m=method: pytest.fail(f"the captured step called {m}"))
+
+
+def _assert_step_matches(got, want):
+    """A replayed or compiled step against eager on the same x: the same kernels but for dQ's atomics order
+    (bf16 outputs, f32 atomics): within a few bf16 ulps; a step on stale data is off by O(1)."""
+    (out, grads), (out_eager, grads_eager) = got, want
+    torch.testing.assert_close(out, out_eager, rtol=1e-2, atol=1e-2)
+    for g, w in zip(grads, grads_eager):
+        torch.testing.assert_close(g, w, rtol=2e-2, atol=2e-2)
+
+
+@cuda
+def test_a_training_step_is_captured_in_a_cuda_graph_and_replays_on_new_data(prebuilt_bundles, monkeypatch):
+    import copy
+
+    torch.manual_seed(0)
+    model = _Block(bundle_dir=prebuilt_bundles).to("cuda", torch.bfloat16)
+    reference = copy.deepcopy(model)
+    static_x = torch.randn(*BLOCK_INPUT, device="cuda", dtype=torch.bfloat16)
+    side = torch.cuda.Stream()   # warm-up off the default stream, as torch.cuda.graph asks: binds our plan
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            _eager_step(model, static_x)
+    torch.cuda.current_stream().wait_stream(side)
+    _forbid_host_work(monkeypatch)
+    graph = torch.cuda.CUDAGraph()
+    model.zero_grad(set_to_none=True)   # the gradients are allocated inside the capture, in its pool
+    with torch.cuda.graph(graph):
+        static_out = model(static_x)
+        static_out.float().square().mean().backward()
+    replays = []
+    for seed in (1, 2):
+        x = torch.randn(*BLOCK_INPUT, generator=torch.Generator().manual_seed(seed)).to("cuda", torch.bfloat16)
+        static_x.copy_(x)
+        graph.replay()
+        replays.append((static_out.detach().clone(), [p.grad.clone() for p in model.parameters()]))
+        _assert_step_matches(replays[-1], _eager_step(reference, x))
+    assert not torch.equal(replays[0][1][0], replays[1][1][0])   # the second replay read the new data
+
+
+@cuda
+def test_reduce_overhead_compile_replays_cuda_graphs_that_match_eager(prebuilt_bundles, monkeypatch):
+    from torch._dynamo.utils import counters
+
+    torch.manual_seed(0)
+    model = _Block(bundle_dir=prebuilt_bundles).to("cuda", torch.bfloat16)
+    torch._dynamo.reset()
+    counters.clear()
+    compiled = torch.compile(model, mode="reduce-overhead", fullgraph=True)
+    xs = [torch.randn(*BLOCK_INPUT, generator=torch.Generator().manual_seed(s)).to("cuda", torch.bfloat16)
+          for s in range(5)]
+    for n, x in enumerate(xs):   # cudagraph trees warm up eagerly, then record, then replay
+        if n == 2:
+            _forbid_host_work(monkeypatch)
+        got = _eager_step(compiled, x)
+        _assert_step_matches(got, _eager_step(model, x))
+    assert not counters["inductor"]["cudagraph_skips"], dict(counters["inductor"])
+
+
+@cuda
+def test_debug_mode_is_refused_inside_a_cuda_graph_capture(prebuilt_bundles):
+    q, k, v, _, _, opts = _cuda_case("bf16-causal-gqa", "cuda")
+    xs = [x.requires_grad_() for x in (q, k, v)]
+    attention(*xs, bundle_dir=prebuilt_bundles, debug=True, **opts).sum().backward()   # bound and loaded
+    graph = torch.cuda.CUDAGraph()
+    with pytest.raises(SpecError, match="debug: .*CUDA graph"):
+        with torch.cuda.graph(graph):
+            attention(*xs, bundle_dir=prebuilt_bundles, debug=True, **opts).sum().backward()
+
+
 @cuda
 def test_compiled_flex_is_not_recompiled_for_new_tensors():
     """flex's score_mod is a fresh closure per call: new bias / slopes tensors of one shape reuse its graph."""
     from torch._dynamo.utils import counters
 
     q, k, v = _tensors((2, 4, 128, 64), (2, 2, 128, 64), torch.bfloat16, "cuda")
-    options = _options(q, mask="bottom_right", softcap=20.0, bias="alibi", forward="flex",
-                       alibi_slopes=torch.rand(4, device="cuda"))
-    run_forward(q, k, v, None, torch.rand(4, device="cuda"), options)
+    call = _call(q, k, v, mask="bottom_right", softcap=20.0, bias="alibi", forward="flex",
+                 alibi_slopes=torch.rand(4, device="cuda"))
+    run_forward(call.forward, q, k, v, None, torch.rand(4, device="cuda"), call.case)
     graphs = counters["stats"]["unique_graphs"]
-    out, lse = run_forward(q, k, v, None, torch.rand(4, device="cuda"), options)
+    out, lse = run_forward(call.forward, q, k, v, None, torch.rand(4, device="cuda"), call.case)
     assert counters["stats"]["unique_graphs"] == graphs and torch.isfinite(lse).all()
 
 
@@ -276,15 +375,16 @@ def test_opcheck_of_both_ops(layout):
     q, k, v = _tensors((1, 2, 9, 32), (1, 2, 12, 32), torch.float32, seed=5)
     if layout == "bshd":
         q, k, v = (x.transpose(1, 2).contiguous() for x in (q, k, v))
-    bias = 0.3 * torch.randn(9, 12)
-    args = _options(q, bias=bias, mask="bottom_right", layout=layout).as_op_args()
-    q, k, v, bias = (x.requires_grad_() for x in (q, k, v, bias))
-    torch.library.opcheck(ops.attention_forward, (q, k, v, bias, None, *args))
-    out, lse = ops.attention_forward(q, k, v, bias, None, *args)
+    q, k, v, bias = (x.requires_grad_() for x in (q, k, v, 0.3 * torch.randn(9, 12)))
+    text = _text(bias, mask="bottom_right", layout=layout)
+    torch.library.opcheck(ops.attention_forward, (q, k, v, bias, None, text))
+    out, lse = ops.attention_forward(q, k, v, bias, None, text)
     grad = torch.randn_like(out)
     # The backward has no autograd formula of its own (no double backward): its schema and fake only.
-    torch.library.opcheck(ops.attention_backward, (grad, q, k, v, out, lse, bias, None, True, *args),
+    torch.library.opcheck(ops.attention_backward, (grad, q, k, v, out, lse, bias, None, text),
                           test_utils=("test_schema", "test_faketensor"))
+    assert [g.shape for g in ops.attention_backward(grad, q, k, v, out, lse, bias, None, text)] == [
+        q.shape, k.shape, v.shape, bias.shape]
 
 
 def test_one_backward_call_matches_central_differences_of_the_float64_forward():
@@ -298,11 +398,11 @@ def test_one_backward_call_matches_central_differences_of_the_float64_forward():
     dirs = [torch.randn(x.shape, generator=g, dtype=torch.float64) for x in xs]
     analytic = sum(float((x.grad.double() * d).sum()) for x, d in zip(xs, dirs))
 
-    options = _options(q.double(), forward="math", **kw)
+    case = _call(q, k, v, **kw).case   # the math forward on float64 tensors, with this call's scores
 
     def loss(t):
         moved = [x.detach().double() + t * d for x, d in zip(xs, dirs)]
-        return float((run_forward(*moved, None, None, options)[0] * direction_out.double()).sum())
+        return float((run_forward(FORWARDS["math"], *moved, None, None, case)[0] * direction_out.double()).sum())
 
     eps = 1e-4
     numeric = (loss(eps) - loss(-eps)) / (2 * eps)
@@ -374,12 +474,13 @@ def _cuda_backward(name, bundle_dir):
     q, k, v, bias, slopes, opts = _cuda_case(name, "cuda")
     for x in (q, k, v):
         x.requires_grad_()
-    options = _options(q, bias=bias, alibi_slopes=slopes, bundle_dir=bundle_dir, **opts)
     tensor_bias = bias if isinstance(bias, torch.Tensor) else None
-    out, lse = ops.attention_forward(q, k, v, tensor_bias, slopes, *options.as_op_args())   # as attention() does
+    text = _text(bias, slopes, bundle_dir=bundle_dir, **opts)
+    out, lse = ops.attention_forward(q, k, v, tensor_bias, slopes, text)   # as attention() does under compile
     do = 0.5 * torch.randn(out.shape, generator=torch.Generator().manual_seed(1)).to("cuda", out.dtype)
     out.backward(do)
-    return q, k, v, tensor_bias, slopes, options, do, (out.detach(), lse)
+    call = checked_call(text, q, k, v, tensor_bias, slopes)
+    return q, k, v, tensor_bias, slopes, call, do, (out.detach(), lse)
 
 
 @cuda
@@ -438,7 +539,7 @@ def test_cuda_debug_mode_poisons_what_the_kernels_write(prebuilt_bundles, monkey
     xs = [x.requires_grad_() for x in (q, k, v)]
     attention(*xs, bundle_dir=prebuilt_bundles, debug=True, **opts).sum().backward()
     runner = backward_runner("cuda", 0, prebuilt_bundles, True)
-    bundle = runner.bundle(spec_of(runner, q, k, v, None, None, _options(q, debug=True, **opts), False))
+    bundle = runner.bundle(_call(q, k, v, debug=True, **opts).spec)
     storage = {np.dtype(np.uint16): "bf16", np.dtype(np.float32): "f32"}
     assert len(uploads) == sum(b["role"] != "input" for b in bundle.buffers.values())   # outputs, workspaces
     assert all(np.isnan(from_storage(h, storage[h.dtype])).all() for h in uploads)
@@ -446,47 +547,90 @@ def test_cuda_debug_mode_poisons_what_the_kernels_write(prebuilt_bundles, monkey
 
 
 # ---------------------------------------------------------------------------------------------------
-# bad options
+# bad options: refused with the fix, before the forward runs, by every entry point
 
 @pytest.mark.parametrize("kwargs, match", [
     (dict(layout="sbhd"), "layout: unknown layout 'sbhd'"),
     (dict(mask="diagonal"), "mask: unknown mask 'diagonal'"),
+    (dict(mask=["top_left"]), "mask: unknown mask '<list>'"),
     (dict(bias="relative"), "bias: unknown bias 'relative'"),
-    (dict(scale=-1.0), "scale: must be a finite float > 0"),
+    (dict(scale=-1.0), "scale: softmax scale must be a positive f32 value"),
+    (dict(scale=0.0), "scale: must be a positive number"),
+    (dict(softcap=1e-40), "softcap: must be 0 .off. or a positive f32 value"),
+    (dict(deterministic=1), "deterministic: must be True or False"),
     (dict(forward="cudnn"), "forward: unknown forward 'cudnn'"),
+    (dict(forward="flash"), "forward: 'flash' cannot serve this call"),
     (dict(bias=torch.zeros(5, 5)), r"bias: torch.float32 \(5, 5\) on cpu does not fit scores"),
     (dict(alibi_slopes=torch.zeros(3)), r"alibi_slopes: got torch.float32 \(3,\)"),
+    (dict(bias="alibi", alibi_slopes=torch.full((2,), 0.5, requires_grad=True), deterministic=True),
+     r"deterministic: d\(slopes\) is still summed by f32 atomics"),
 ])
-def test_bad_options_are_refused_with_the_fix(kwargs, match):
+def test_bad_options_are_refused_before_the_forward_runs(kwargs, match, monkeypatch):
+    q, k, v = (x.requires_grad_() for x in _tensors((1, 2, 8, 32), (1, 2, 8, 32), torch.float32))
+    monkeypatch.setattr(ops, "run_forward", lambda *a: pytest.fail("the forward ran"))
+    for _ in range(2):   # the second time from a warm cache: refusals are never cached
+        with pytest.raises(SpecError, match=match):
+            attention(q, k, v, **kwargs)
+
+
+def test_fullgraph_compile_refuses_bad_options_with_the_eager_error():
+    """A refusal raised while dynamo traces would reach the caller as dynamo's Unsupported; the op refuses
+    when the graph runs, with the eager message."""
+    q, k, v = (x.requires_grad_() for x in _tensors((1, 2, 8, 32), (1, 2, 8, 32), torch.float32))
+    for kwargs, match in ((dict(layout="xyz"), "layout: unknown layout 'xyz'"),
+                          (dict(softcap=1e-40), "softcap: must be 0"), (dict(mask="diagonal"), "unknown mask")):
+        torch._dynamo.reset()
+        compiled = torch.compile(lambda *xs: attention(*xs, **kwargs), backend="aot_eager", fullgraph=True)
+        with pytest.raises(SpecError, match=match):
+            compiled(q, k, v)
+
+
+@pytest.mark.parametrize("text, match", [
+    ("((", "options: cannot read the options string"),
+    ("__import__('os')", "options: cannot read the options string"),
+    ("('none', None)", "options: cannot read the options string"),
+    ("('none', None, 0.0, None, False, 'xyz', False, None, 'auto', False)", "layout: unknown layout 'xyz'"),
+    ("('none', None, 0.0, 'relative', False, 'bhsd', False, None, 'auto', False)", "bias: unknown bias 'relative'"),
+    ("('none', None, 0.0, None, 'yes', 'bhsd', False, None, 'auto', False)", "dbias: must be True or False"),
+    ("('none', None, 1e-40, None, False, 'bhsd', False, None, 'auto', False)", "softcap: must be 0"),
+])
+def test_the_ops_refuse_a_forged_options_string(text, match):
     q, k, v = _tensors((1, 2, 8, 32), (1, 2, 8, 32), torch.float32)
     with pytest.raises(SpecError, match=match):
-        attention(q, k, v, **kwargs)
+        ops.attention_forward(q, k, v, None, None, text)
+    with pytest.raises(SpecError, match=match):
+        ops.attention_backward(q, q, k, v, q, q[..., 0], None, None, text)
 
 
-def test_cached_options_refuse_what_uncached_ones_refuse():
-    """options_of and the op's options are cached per call kind: a value equal to a cached one but of
-    another type (1 for True) is still checked, an unhashable one too, and a refused one never cached."""
+def test_the_backward_op_refuses_out_dout_and_lse_that_are_not_the_forwards():
+    q, k, v = _tensors((2, 2, 8, 32), (2, 2, 8, 32), torch.float32)
+    text = _text()
+    out, lse = ops.attention_forward(q, k, v, None, None, text)
+    ops.attention_backward(out, q, k, v, out, lse, None, None, text)
+    for args, match in (((out, out, lse[:1]), r"lse: is torch.float32 \(1, 2, 8\)"),
+                        ((out, out, lse.half()), "lse: is torch.float16"),
+                        ((out[:, :, :4], out, lse), r"grad_out: is torch.float32 \(2, 2, 4, 32\)")):
+        grad_out, saved_out, saved_lse = args
+        with pytest.raises(SpecError, match=match):
+            ops.attention_backward(grad_out, q, k, v, saved_out, saved_lse, None, None, text)
+
+
+def test_checks_are_cached_per_kind_of_call_and_told_apart_by_type():
     q, k, v = _tensors((1, 2, 8, 32), (1, 2, 8, 32), torch.float32)
-    assert _options(q, deterministic=True) is _options(q, deterministic=True)
+    assert _call(q, k, v, deterministic=True) is _call(q, k, v.clone(), deterministic=True)
+    assert _call(q, k, v, scale=0.5) is not _call(q[:, :, :4], k, v, scale=0.5)
+    assert parse(_text()) is parse(_text())
     attention(q, k, v, deterministic=True)
-    for _ in range(2):
-        with pytest.raises(SpecError, match="deterministic: must be True or False"):
-            attention(q, k, v, deterministic=1)
-    with pytest.raises(SpecError, match="mask: must be a mask name or a Mask"):
-        attention(q, k, v, mask=["top_left"])
-    with pytest.raises(SpecError, match="forward: 'flash' cannot serve this call"):
-        attention(q, k, v, forward="flash")
-    args = _options(q).as_op_args()
-    assert ops.AttentionOptions.from_op_args(*args) is ops.AttentionOptions.from_op_args(*args)
+    with pytest.raises(SpecError, match="deterministic: must be True or False"):
+        attention(q, k, v, deterministic=1)
 
 
-def test_the_ops_options_string_gives_back_the_same_options():
-    q = torch.zeros(1, 1, 4, 24)
-    for kw in ({}, dict(mask="window:3,1", scale=0.1 + 0.2, softcap=1 / 3, bias="alibi", layout="bshd",
-                        deterministic=True, bundle_dir="/a, 'b\"/c", forward="math", debug=True)):
-        options = _options(q, **kw)
-        (text,) = options.as_op_args()
-        assert ops.AttentionOptions.from_op_args(text) == options and isinstance(text, str)
+def test_the_options_string_gives_back_the_same_options():
+    for kw in ({}, dict(mask=parse(_text(mask="window:3,1")).mask, scale=0.1 + 0.2, softcap=1 / 3, bias="alibi",
+                        dbias=True, layout="bshd", deterministic=True, bundle_dir="/a, 'b\"/c", forward="math",
+                        debug=True)):
+        options = AttentionOptions(**kw)
+        assert parse(options.text()) == options and isinstance(options.text(), str)
 
 
 def test_mismatched_heads_are_refused():
@@ -495,42 +639,25 @@ def test_mismatched_heads_are_refused():
         attention(q, k, v)
 
 
-def test_default_scale_is_one_over_sqrt_hdim():
-    assert default_scale(64) == 1 / math.sqrt(64)
+def test_default_scale_is_the_specs_one_over_sqrt_hdim():
+    q, k, v = _tensors((1, 2, 8, 32), (1, 2, 8, 32), torch.float32)
+    assert _call(q, k, v).spec.scale == 1 / 32 ** 0.5 and _call(q, k, v, scale=0.25).spec.scale == 0.25
+    assert _call(q, k, v, scale=np.float64(0.25)).spec.scale == 0.25   # NumPy's repr is no Python literal
 
 
-def test_prebuild_writes_the_bundle_the_op_loads(tmp_path, monkeypatch):
-    from fmha_mlir import api
-    from fmha_mlir.torch import prebuild
+# ---------------------------------------------------------------------------------------------------
+# empty inputs: legal, nothing computed
 
-    meta = [torch.empty(s, dtype=torch.bfloat16, device="meta") for s in ((1, 9, 2, 32), (1, 12, 1, 32), (1, 12, 1, 32))]
-    path = prebuild(tmp_path, *meta, arch="sm_90", mask="bottom_right", softcap=2.0, layout="bshd")
-    assert (path / "manifest.json").is_file()
-    monkeypatch.setattr(api, "compile_bundle", lambda *a, **k: pytest.fail("compiled instead of loading the prebuilt"))
-    xs = [x.requires_grad_() for x in _tensors((1, 9, 2, 32), (1, 12, 1, 32), torch.bfloat16)]
-    attention(*xs, mask="bottom_right", softcap=2.0, layout="bshd", bundle_dir=str(tmp_path)).sum().backward()
-    assert all(torch.isfinite(x.grad).all() for x in xs)
+@pytest.mark.parametrize("b, h, sq, sk", [(1, 2, 0, 5), (1, 2, 5, 0), (1, 2, 0, 0), (0, 2, 4, 4)])
+def test_empty_inputs_give_empty_outputs_and_zero_gradients(b, h, sq, sk):
+    q, k, v = (x.requires_grad_() for x in _tensors((b, h, sq, 32), (b, h, sk, 32), torch.float32))
+    bias = torch.zeros(h, sq, sk, requires_grad=True)
+    out = attention(q, k, v, bias=bias, mask="bottom_right")
+    assert out.shape == (b, h, sq, 32) and not out.abs().sum()
+    out.backward(torch.ones_like(out))
+    for x in (q, k, v, bias):
+        assert x.grad.shape == x.shape and not x.grad.abs().sum()
 
-
-
-def test_option_caches_hash_nothing_while_torch_compile_traces(monkeypatch):
-    """torch 2.11's dynamo cannot trace hash() (a graph break under fullgraph, seen on the H200): while
-    tracing, options_of and the other cached functions run plainly and never hash their arguments."""
-    from fmha_mlir.torch import options as options_module
-    from fmha_mlir.torch.options import eager_cached
-
-    def no_hash(value):
-        raise AssertionError("hashed while tracing")
-
-    calls = []
-    counted = eager_cached(lambda x: calls.append(x) or len(calls))
-    q = torch.empty(1, 2, 8, 32)
-    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
-    monkeypatch.setattr(options_module, "hash", no_hash, raising=False)
-    assert _options(q, mask="top_left").mask.kind == "causal_top_left"
-    assert counted(1) == 1 and counted(1) == 2
-    monkeypatch.undo()
-    assert counted(3) == 3 and counted(3) == 3 and counted([1]) == 4   # cached when eager; a list uncached
 
 if __name__ == "__main__":
     if len(sys.argv) != 2:

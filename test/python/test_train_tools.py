@@ -1,4 +1,5 @@
-"""tools/gpt_corpus.py, train_gpt.py, train_compare.py and bench_torch_overhead.py without a GPU: the
+"""tools/gpt_corpus.py, train_gpt.py, train_compare.py, bench_torch_overhead.py and bench_torch_step.py
+without a GPU: the
 corpus, a tiny CPU training run, and the report writers on records made here (no device results)."""
 import json
 import sys
@@ -10,6 +11,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parents[2] / "tools"))   # the tools import each other as scripts
 
 import bench_torch_overhead  # noqa: E402
+import bench_torch_step  # noqa: E402
 import train_compare  # noqa: E402
 from gpt_corpus import CorpusConfig, make_sequences  # noqa: E402
 
@@ -181,3 +183,20 @@ def test_the_overhead_report_gives_the_ratio_and_flags_a_synchronising_call(tmp_
 def test_the_overhead_tool_refuses_no_calls():
     with pytest.raises(SystemExit):
         bench_torch_overhead.main(["run", "B", "--calls", "0"])
+
+
+def test_the_step_benchmark_reports_medians_spreads_and_ratios_to_flash(tmp_path):
+    def block(host, wall):
+        return {"host_s": host, "gpu_s": wall / 2, "wall_s": wall, "busy": True}
+
+    eager = {"ours": bench_torch_step.summary([block(3e-4, 5e-4), block(1e-4, 4e-4), block(2e-4, 6e-4)]),
+             "sdpa_flash": bench_torch_step.summary([block(1e-4, 2e-4)])}
+    assert eager["ours"]["host_s"] == {"median": 2e-4, "min": 1e-4, "max": 3e-4}
+    rows = [{"shape": "B1 H2 S128 D64 bhsd", "errors": {"sdpa_cudnn": "RuntimeError: no kernel"},
+             "eager": eager, "graph": {}, "agreement": {"dq": 1e-3, "dk": 2e-3, "dv": 3e-3}}]
+    report = tmp_path / "step.md"
+    bench_torch_step.write_report(report, rows, {"device": "H200", "torch": "2.11", "python": "3.11", "steps": 40,
+                                                 "rounds": 3, "directory": "DIR", "seconds": 1.0})
+    text = report.read_text()
+    assert "| B1 H2 S128 D64 bhsd | ours | 200 (100-300) | 250 (200-300) | 500 (400-600) | yes | 2.00 | 2.50 |" in text
+    assert "sdpa_cudnn: RuntimeError: no kernel" in text and json.loads(report.with_suffix(".json").read_text())

@@ -1,0 +1,138 @@
+"""One kind of attention call, checked once: its options, the backward's spec, the forward that serves it.
+
+A call is refused here, before its forward runs, for everything its backward would refuse: the spec
+the backward compiles is built up front and its reasons() are the rules (scale, softcap, mask, bias,
+deterministic mode), beside the tensors' fit and the forward table's. A training loop repeats one kind
+of call at every step, so the result is cached per options string and tensor signature (shape, dtype,
+device of q, k, v, the bias and the slopes): a repeat call costs one dictionary look-up.
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+import torch
+
+from ..errors import Reason, SpecError
+from ..spec import AttentionBwdSpec
+from ..torch_in_place import torch_dtype_names
+from .forwards import Forward, ForwardCase, choose_forward
+from .options import AttentionOptions, parse
+
+DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+
+
+@dataclass(frozen=True)
+class Call:
+    options: AttentionOptions
+    spec: AttentionBwdSpec     # what the backward compiles (its scale resolved)
+    case: ForwardCase
+    forward: Forward
+    # The backward's runs bound per the tensors' strides (backward.py; CUDA only)
+    bound: dict = field(default_factory=dict, compare=False, repr=False)
+
+
+class Signature(NamedTuple):
+    """What a call's checks read of a tensor (read as a tensor is: shape, dtype, device)."""
+
+    shape: tuple
+    dtype: torch.dtype
+    device: torch.device
+
+
+def checked_call(text: str, q, k, v, bias, slopes) -> Call:
+    """The Call of these arguments (the caller's layout), or SpecError with every reason it is refused."""
+    return _checked(text, (q.shape, q.dtype, q.device), (k.shape, k.dtype, k.device), (v.shape, v.dtype, v.device),
+                    None if bias is None else (bias.shape, bias.dtype, bias.device),
+                    None if slopes is None else (slopes.shape, slopes.dtype, slopes.device))
+
+
+@functools.lru_cache(maxsize=256)
+def _checked(text: str, *keys) -> Call:
+    q, k, v, bias, slopes = (None if key is None else Signature(tuple(key[0]), *key[1:]) for key in keys)
+    options = parse(text)
+    views = _tensor_reasons(q, k, v, bias, slopes, options)
+    spec = backward_spec(*views, bias is not None, slopes is not None, options)
+    reasons = spec.reasons()
+    if reasons:
+        raise SpecError(reasons)
+    case = ForwardCase.of(*views, spec, options.forward)
+    return Call(options, spec, case, choose_forward(case))
+
+
+def backward_spec(q, k, v, has_bias: bool, has_slopes: bool, options: AttentionOptions) -> AttentionBwdSpec:
+    """The spec our backward compiles for logical [B, H, S, D] q, k, v (tensors or signatures) and these
+    options (scale None: the spec's default, 1/sqrt(head dim))."""
+    bias = "elementwise" if has_bias else "alibi" if has_slopes or options.bias == "alibi" else "none"
+    return AttentionBwdSpec(
+        dtype=torch_dtype_names()[q.dtype], hdim_q=q.shape[3], hdim_v=v.shape[3],
+        gqa_ratio=q.shape[1] // k.shape[1], mask=options.mask, scale=0.0 if options.scale is None else options.scale,
+        softcap=options.softcap, bias=bias, dbias=options.dbias, alibi_slopes=has_slopes,
+        deterministic=options.deterministic)
+
+
+def _logical(x: Signature, layout: str) -> Signature:
+    s = x.shape
+    return x._replace(shape=(s[0], s[2], s[1], s[3])) if layout == "bshd" else x
+
+
+def _tensor_reasons(q, k, v, bias, slopes, options: AttentionOptions) -> tuple:
+    """Every reason q, k, v, the bias and the slopes (signatures) do not fit together, with the fix; the
+    logical [B, H, S, D] signatures of q, k, v when they do."""
+    order = "[batch, seq, heads, dim]" if options.layout == "bshd" else "[batch, heads, seq, dim]"
+    reasons = [Reason(name, f"must be a rank-4 tensor {order} (got {_describe(x)})")
+               for name, x in (("q", q), ("k", k), ("v", v)) if len(x.shape) != 4]
+    if reasons:
+        raise SpecError(reasons)
+    if q.dtype not in DTYPES or k.dtype != q.dtype or v.dtype != q.dtype:
+        reasons.append(Reason("dtype", f"q, k, v are {q.dtype}, {k.dtype}, {v.dtype}",
+                              "use one of float16, bfloat16, float32 for all three"))
+    if len({q.device, k.device, v.device}) != 1:
+        reasons.append(Reason("device", f"q, k, v are on {q.device}, {k.device}, {v.device}", "put them on one device"))
+    views = [_logical(x, options.layout) for x in (q, k, v)]
+    (b, hq, sq, d), (bk, hk, sk, dk), (bv, hv, sv, _) = (x.shape for x in views)
+    if (bk, hk, sk) != (bv, hv, sv) or dk != d or bk != b:
+        reasons.append(Reason("k", f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)} do not fit in "
+                                   f"layout {options.layout!r}",
+                              f"k and v {order} with q's batch, one seq length and heads; k's dim equal to q's"))
+    elif hk == 0 or hq % hk:
+        reasons.append(Reason("k", f"{hq} query heads are not a multiple of {hk} key/value heads",
+                              "use heads_q = heads_kv x group size"))
+    if bias is not None:
+        full, shape = (b, hq, sq, sk), tuple(bias.shape)
+        fits = 2 <= len(shape) <= 4 and all(n in (1, m) for n, m in zip(shape[:-2], full[4 - len(shape):2]))
+        if not fits or shape[-2:] != (sq, sk) or bias.dtype != q.dtype or bias.device != q.device:
+            reasons.append(Reason("bias", f"{_describe(bias)} does not fit scores {full}",
+                                  f"pass [Sq, Sk], [H, Sq, Sk] or [B, H, Sq, Sk] (1 broadcasts) in {q.dtype} "
+                                  f"on {q.device}"))
+        if options.bias is not None:
+            reasons.append(Reason("bias", f"a bias tensor and bias={options.bias!r}", "give one of them"))
+    if slopes is not None and not (slopes.dtype == torch.float32 and slopes.device == q.device
+                                   and tuple(slopes.shape) in ((hq,), (b, hq), (1, hq))):
+        reasons.append(Reason("alibi_slopes", f"got {_describe(slopes)}",
+                              f"pass float32 [H] or [B, H] = [{hq}] or [{b}, {hq}] on {q.device}"))
+    if slopes is not None and bias is not None:
+        reasons.append(Reason("alibi_slopes", "given with a bias tensor", "give one of them"))
+    if reasons:
+        raise SpecError(reasons)
+    return views
+
+
+def _describe(x) -> str:
+    return f"{x.dtype} {tuple(x.shape)} on {x.device}"
+
+
+def check_saved(call: Call, q, out, grad_out, lse) -> None:
+    """What the backward op takes besides the Call's own tensors must be the forward's: out and dO of q's
+    shape with v's head dim, in q's dtype, lse [B, Hq, Sq] f32, all on q's device (the op's backward is
+    bound to these shapes; a call of the public op may pass anything)."""
+    case = call.case
+    expected = {"out": (tuple(q.shape[:-1]) + (case.hdim_v,), q.dtype), "grad_out": (tuple(q.shape[:-1]) +
+                (case.hdim_v,), q.dtype), "lse": ((case.batch, case.heads_q, case.seqlen_q), torch.float32)}
+    reasons = [Reason(name, f"is {x.dtype} {tuple(x.shape)} on {x.device}",
+                      f"pass the forward's: {dtype} {shape} on {q.device}")
+               for (name, (shape, dtype)), x in zip(expected.items(), (out, grad_out, lse))
+               if tuple(x.shape) != shape or x.dtype != dtype or x.device != q.device]
+    if reasons:
+        raise SpecError(reasons)
