@@ -195,3 +195,21 @@ def test_one_instance_serves_several_threads():
 
     with ThreadPoolExecutor(4) as pool:
         assert all(pool.map(call, range(16)))
+
+
+@pytest.mark.parametrize("seqlen_q, seqlen_k", [(0, 8), (8, 0), (0, 0)])
+def test_a_problem_without_a_query_key_pair_has_zero_gradients(seqlen_q, seqlen_k):
+    """Empty sequences are legal: zero gradients in each input's shape (and dbias in the bias's), nothing
+    launched (a grid with an empty dimension cannot be), and bad options still refused."""
+    rng = np.random.default_rng(0)
+    shape = lambda s: (1, 2, s, 32)  # noqa: E731
+    q, o, do = (rng.standard_normal(shape(seqlen_q)).astype(np.float32) for _ in range(3))
+    k, v = (rng.standard_normal(shape(seqlen_k)).astype(np.float32) for _ in range(2))
+    lse = np.zeros((1, 2, seqlen_q), np.float32)
+    bias = rng.standard_normal((1, 2, seqlen_q, seqlen_k)).astype(np.float32)
+    run = AttentionBackward(executor="cpu", arch="sm_90")
+    dq, dk, dv, dbias = run(q, k, v, o, do, lse, dtype="f32", bias=bias, dbias=True)
+    for grad, like in ((dq, q), (dk, k), (dv, v), (dbias, bias)):
+        assert grad.shape == like.shape and grad.dtype == np.float32 and not np.any(grad)
+    with pytest.raises(SpecError, match="softcap"):
+        run(q, k, v, o, do, lse, dtype="f32", softcap=-1.0)
