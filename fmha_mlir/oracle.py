@@ -324,7 +324,7 @@ def _gradients(terms: _Terms, *, scale, gqa_ratio, bias, arith: _Arithmetic, ali
     dslopes, magnitudes = None, {}
     if terms.ds_rounding is not None:   # dS's rounding, carried through the products as |dS| would be
         magnitudes["dq"] = scale * (terms.ds_rounding @ np.abs(terms.k_exp))
-        magnitudes["dk"] = scale * _sequential_matmul(_swap(terms.ds_rounding), np.abs(terms.q), None, gqa_ratio)
+        magnitudes["dk"] = scale * _reduce_kv(_swap(terms.ds_rounding) @ np.abs(terms.q), gqa_ratio)
         if has_dbias:
             magnitudes["dbias"] = _reduce_to_shape(terms.ds_score_rounding, np.shape(bias))
     if alibi_slopes is not None:   # d score / d slope = -distance; the slopes are f32 whatever the dtype
