@@ -40,8 +40,8 @@ class Gradients:
     d: np.ndarray                     # [B, Hq, Sq] rowsum(dO * O), the dot_do_o stage's result
     dbias: np.ndarray | None = None   # shaped like the bias; None without a bias
     dalibi_slopes: np.ndarray | None = None   # shaped like the ALiBi slopes; None without them
-    # Per gradient that is one long sum of cancelling terms, sum |term| per element in its shape:
-    # the summation's conditioning, which the gate's error model needs (tolerance.judge).
+    # Per gradient whose f32 rounding noise the gate models (tolerance), per element in its shape what
+    # that noise scales with: sum |term| of d(slopes)'s cancelling sum; dS's rounding carried into dQ, dK, dbias.
     term_magnitudes: dict = field(default_factory=dict)
 
     def named(self) -> dict[str, np.ndarray]:
@@ -277,10 +277,22 @@ class _Terms:
     ds: np.ndarray        # dL / d(scale Q K^T): what the dQ and dK products take
     d: np.ndarray
     ds_score: np.ndarray  # dL / dS of the final scores: dbias
+    # The oracle's error model of dS (None in a lowp reference): per score, what the f32 rounding of
+    # dS's inputs scales with (_ds_rounding_scale); ds_score's, and ds's with the softcap factor.
+    ds_score_rounding: np.ndarray | None = None
+    ds_rounding: np.ndarray | None = None
+
+
+def _ds_rounding_scale(p, do, o, v_exp) -> np.ndarray:
+    """P * (sum_d |dO_d V_d| + sum_d |dO_d O_d|) per score: dP = dO . V and D = dO . O are f32 inner
+    products over the head dim, each off by up to ~u32 x its sum of |term| (products of two dtype
+    values are exact in f32; only the sums round), so dS = P (dP - D) is off by ~u32 x this. Where
+    dP - D cancels (one visible key: P = 1, O = V) that rounding is all of dS."""
+    return p * (np.abs(do) @ _swap(np.abs(v_exp)) + np.sum(np.abs(do * o), axis=-1)[..., None])
 
 
 def _backward_terms(q, k, v, o, do, lse, *, mask, scale, gqa_ratio, bias, arith: _Arithmetic,
-                    softcap=0.0) -> _Terms:
+                    softcap=0.0, rounding_model: bool = False) -> _Terms:
     _check_problem(q, k, v, mask=mask, scale=scale, gqa_ratio=gqa_ratio, o=o, do=do, lse=lse, bias=bias,
                    softcap=softcap)
     q, k, v, o, do, lse = (np.asarray(x, dtype=arith.acc) for x in (q, k, v, o, do, lse))
@@ -288,11 +300,15 @@ def _backward_terms(q, k, v, o, do, lse, *, mask, scale, gqa_ratio, bias, arith:
     core, t = _scores(q, k_exp, mask=mask, scale=scale, bias=None, acc=arith.acc, softcap=softcap)
     p = _probabilities(core, bias, lse, arith, natural=bool(softcap) or bias is not None)
     d = np.sum(do * o, axis=-1)
-    dp = do @ _swap(_expand_kv(v, gqa_ratio))
+    v_exp = _expand_kv(v, gqa_ratio)
+    dp = do @ _swap(v_exp)
     ds_score = p * (dp - d[..., None])
     # d(c tanh(x / c)) / dx = 1 - tanh^2(x / c)
-    ds = ds_score if t is None else ds_score * (arith.acc(1) - t * t)
-    return _Terms(q, k_exp, do, p, ds, d, ds_score)
+    slope = None if t is None else arith.acc(1) - t * t
+    ds = ds_score if t is None else ds_score * slope
+    rounding = _ds_rounding_scale(p, do, o, v_exp) if rounding_model else None
+    rounding_ds = rounding * slope if rounding is not None and slope is not None else rounding
+    return _Terms(q, k_exp, do, p, ds, d, ds_score, rounding, rounding_ds)
 
 
 def _gradients(terms: _Terms, *, scale, gqa_ratio, bias, arith: _Arithmetic, alibi_slopes=None) -> Gradients:
@@ -302,10 +318,15 @@ def _gradients(terms: _Terms, *, scale, gqa_ratio, bias, arith: _Arithmetic, ali
           else _sequential_matmul(ds, terms.k_exp, arith.sum_chunk) * scale)
     dk = _sequential_matmul(_swap(ds), terms.q, arith.sum_chunk, gqa_ratio) * scale
     dv = _sequential_matmul(_swap(p), terms.do, arith.sum_chunk, gqa_ratio)
-    dbias = None if bias is None or alibi_slopes is not None else arith.store(
-        _reduce_to_shape(terms.ds_score, np.shape(bias)))
+    has_dbias = bias is not None and alibi_slopes is None
+    dbias = arith.store(_reduce_to_shape(terms.ds_score, np.shape(bias))) if has_dbias else None
     out = [None if g is None else arith.store(g).astype(np.float64) for g in (dq, dk, dv, dbias)]
     dslopes, magnitudes = None, {}
+    if terms.ds_rounding is not None:   # dS's rounding, carried through the products as |dS| would be
+        magnitudes["dq"] = scale * (terms.ds_rounding @ np.abs(terms.k_exp))
+        magnitudes["dk"] = scale * _reduce_kv(_swap(terms.ds_rounding) @ np.abs(terms.q), gqa_ratio)
+        if has_dbias:
+            magnitudes["dbias"] = _reduce_to_shape(terms.ds_score_rounding, np.shape(bias))
     if alibi_slopes is not None:   # d score / d slope = -distance; the slopes are f32 whatever the dtype
         distance = alibi_distance(*terms.ds_score.shape[2:]).astype(arith.acc)
         # A long reduction like dQ's: each query row's keys in chunks, then the rows, one after the other.
@@ -343,7 +364,7 @@ def backward(q, k, v, o, do, lse, *, mask: Mask, scale: float, gqa_ratio: int, b
     with P recomputed from `lse`."""
     bias = _with_slopes(bias, alibi_slopes, q, k)
     args = dict(mask=mask, scale=scale, gqa_ratio=gqa_ratio, bias=bias)
-    terms = _backward_terms(q, k, v, o, do, lse, arith=_EXACT, softcap=softcap, **args)
+    terms = _backward_terms(q, k, v, o, do, lse, arith=_EXACT, softcap=softcap, rounding_model=True, **args)
     return _gradients(terms, scale=scale, gqa_ratio=gqa_ratio, bias=bias, arith=_EXACT, alibi_slopes=alibi_slopes)
 
 

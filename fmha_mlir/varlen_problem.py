@@ -55,22 +55,30 @@ class VarlenProblem:
                                self.hdim)
 
     def _packed(self, gradients_of) -> oracle.Gradients:
-        """Per-sequence gradients [1, H, S, D] -> packed [T, H, D] (d: [Hq, Tq]); zeros for an empty side."""
+        """Per-sequence gradients [1, H, S, D] -> packed [T, H, D] (d: [Hq, Tq]); zeros for an empty side.
+        The oracle's rounding model of dQ and dK (term_magnitudes) is packed as they are."""
         hk = self.heads_q // self.spec.gqa_ratio
         pieces = {name: [] for name in GRADS + ("d",)}
+        magnitudes = {"dq": [], "dk": []}
         for part, sq, sk in zip(self.parts, self.lengths_q, self.lengths_k):
             if isinstance(part, Problem):
                 g = gradients_of(part)
                 for name in GRADS:
                     pieces[name].append(getattr(g, name)[0].transpose(1, 0, 2))
+                for name, packed in magnitudes.items():
+                    packed.append(g.term_magnitudes[name][0].transpose(1, 0, 2) if name in g.term_magnitudes else None)
                 pieces["d"].append(g.d[0])
                 continue
             pieces["dq"].append(np.zeros((sq, self.heads_q, self.spec.hdim_q)))
             pieces["dk"].append(np.zeros((sk, hk, self.spec.hdim_q)))
             pieces["dv"].append(np.zeros((sk, hk, self.spec.hdim_v)))
             pieces["d"].append(np.zeros((self.heads_q, sq)))
+            for name, packed in magnitudes.items():
+                packed.append(pieces[name][-1])
+        modelled = {name: np.concatenate(packed, axis=0) for name, packed in magnitudes.items()
+                    if all(x is not None for x in packed)}
         return oracle.Gradients(*(np.concatenate(pieces[n], axis=0) for n in GRADS),
-                                d=np.concatenate(pieces["d"], axis=1))
+                                d=np.concatenate(pieces["d"], axis=1), term_magnitudes=modelled)
 
 
 def make_varlen_problem(spec: AttentionBwdSpec, lengths_q, lengths_k, heads_q: int = 2,

@@ -131,6 +131,35 @@ def test_dbias_is_ds_summed_over_batch_as_seed_000():
     np.testing.assert_allclose(grads.dbias, (fwd.p * (dp - d)).sum(axis=0), rtol=1e-12, atol=1e-14)
 
 
+@pytest.mark.parametrize("softcap,with_bias", [(0.0, True), (2.0, False)])
+def test_ds_rounding_magnitudes_equal_a_loop(softcap, with_bias):
+    """The gate's model of dS's f32 rounding (fmha_mlir.tolerance), score by score with Python floats:
+    r = P (sum_d |dO V| + sum_d |dO O|), times 1 - tanh^2 under softcap for dQ and dK, carried as |dS|
+    would be: scale sum_j r |k| (dQ), scale sum over the GQA group and rows of r |q| (dK), r summed
+    over the batch the bias broadcasts over (dbias, without the softcap factor)."""
+    q, k, v, do = random_inputs(heads_q=4, gqa_ratio=2)
+    bias = np.random.default_rng(3).standard_normal((4, 5, 7)) if with_bias else None
+    scale, ratio = 0.7, 2
+    fwd, grads = forward_and_backward(q, k, v, do, mask=Mask("causal_bottom_right"), scale=scale, gqa_ratio=ratio,
+                                      bias=bias, softcap=softcap)
+    dq, dk, r_score = np.zeros_like(q), np.zeros_like(k), np.zeros(fwd.p.shape)
+    for b, h, i, j in np.ndindex(*fwd.p.shape):
+        kv = h // ratio
+        r = fwd.p[b, h, i, j] * (sum(abs(x * y) for x, y in zip(do[b, h, i], v[b, kv, j]))
+                                 + sum(abs(x * y) for x, y in zip(do[b, h, i], fwd.o[b, h, i])))
+        r_score[b, h, i, j] = r
+        if softcap:
+            r *= 1 - math.tanh(scale * float(q[b, h, i] @ k[b, kv, j]) / softcap) ** 2
+        dq[b, h, i] += scale * r * np.abs(k[b, kv, j])
+        dk[b, kv, j] += scale * r * np.abs(q[b, h, i])
+    assert set(grads.term_magnitudes) == ({"dq", "dk", "dbias"} if with_bias else {"dq", "dk"})
+    np.testing.assert_allclose(grads.term_magnitudes["dq"], dq, rtol=1e-12)
+    np.testing.assert_allclose(grads.term_magnitudes["dk"], dk, rtol=1e-12)
+    if with_bias:
+        np.testing.assert_allclose(grads.term_magnitudes["dbias"], r_score.sum(axis=0), rtol=1e-12)
+    assert np.all(r_score[..., 0, 3:] == 0) and np.all(r_score[..., 0, :3] > 0)   # row 0 sees keys 0-2
+
+
 # --- the forward against an independent loop -------------------------------------------------------
 
 def naive_forward(q, k, v, *, mask, scale, gqa_ratio, bias):

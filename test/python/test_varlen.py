@@ -115,6 +115,22 @@ def test_varlen_problem_refuses_bad_lengths():
         make_varlen_problem(spec, (0, 0), (3, 1))
 
 
+def test_packed_oracle_keeps_the_rounding_model_of_ds():
+    """The gate's model of dS's rounding (term_magnitudes of dQ, dK) is packed as the gradients are:
+    each sequence's own, zeros for a sequence without queries; a lowp reference has none."""
+    from fmha_mlir.numerics import MATRIX_K16
+
+    spec = AttentionBwdSpec("f16", 64, mask=Mask("causal_bottom_right"), varlen=True)
+    problem = make_varlen_problem(spec, (2, 0, 9), (7, 3, 1), heads_q=2, seed=5)
+    packed = problem.oracle_gradients()
+    assert set(packed.term_magnitudes) == {"dq", "dk"} and not problem.lowp_gradients(MATRIX_K16).term_magnitudes
+    first, last = problem.parts[0].oracle_gradients(), problem.parts[2].oracle_gradients()
+    np.testing.assert_array_equal(packed.term_magnitudes["dq"], np.concatenate(
+        [first.term_magnitudes["dq"][0].transpose(1, 0, 2), last.term_magnitudes["dq"][0].transpose(1, 0, 2)]))
+    np.testing.assert_array_equal(packed.term_magnitudes["dk"][7:10], 0)
+    np.testing.assert_array_equal(packed.term_magnitudes["dk"][10:], last.term_magnitudes["dk"][0].transpose(1, 0, 2))
+
+
 def test_api_takes_packed_tensors_and_cu_seqlens():
     from fmha_mlir import attention_bwd
 
