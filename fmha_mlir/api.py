@@ -180,15 +180,15 @@ class AttentionBackward:
         spec = self.spec_for(q, k, v, mask=mask, scale=scale, dtype=dtype, softcap=softcap, bias=bias,
                              alibi_slopes=alibi_slopes, dbias=dbias, deterministic=deterministic,
                              grad_accum=grad_accum, varlen=bool(varlen))
-        names = ("dq", "dk", "dv") + spec.bias_operands()[1]
-        given_shape = tuple((bias if kind == "elementwise" else alibi_slopes).shape) if dbias else None
         if _is_empty(q, k):
             spec.check()
-            return _zero_gradients(names, q, k, v, bias if kind == "elementwise" else alibi_slopes)
+            return _zero_gradients(spec.bias_operands()[1], q, k, v, bias if kind == "elementwise" else alibi_slopes)
         on_gpu = is_torch(q) and q.is_cuda
         device = self._cuda_executor(self.device(), q.device) if on_gpu else self.device()
         bundle = self.bundle(spec)
         inputs = {**dict(zip(("q", "k", "v", "o", "do", "lse"), (q, k, v, o, do, lse))), **bias_tensors, **varlen}
+        names = ("dq", "dk", "dv") + spec.bias_operands()[1]
+        given_shape = tuple((bias if kind == "elementwise" else alibi_slopes).shape) if dbias else None
         if on_gpu and not self.debug:
             bound = InPlaceCall(self._plans.plan, bundle, device, inputs, names, scalars, given_shape)
             key = call_key(tensors, (self.arch, options)) if keyed else None   # the arch is known by now
@@ -331,7 +331,7 @@ def _is_empty(q, k) -> bool:
     return 0 in tuple(q.shape) or 0 in tuple(k.shape)
 
 
-def _zero_gradients(names: tuple, q, k, v, given) -> tuple:
+def _zero_gradients(bias_grads: tuple, q, k, v, given) -> tuple:
     """The gradients of a problem without a (query, key) pair: zeros in each input's shape and type (no
     launch: a grid with an empty dimension is not launchable). dbias / d(slopes) are f32, as computed."""
     def zeros(like, f32: bool = False):
@@ -341,7 +341,7 @@ def _zero_gradients(names: tuple, q, k, v, given) -> tuple:
             return torch.zeros(like.shape, dtype=torch.float32 if f32 else like.dtype, device=like.device)
         return np.zeros(np.shape(like), np.float32 if f32 else np.asarray(like).dtype)
 
-    return tuple([zeros(q), zeros(k), zeros(v)] + [zeros(given, f32=True) for _ in names[3:]])
+    return tuple([zeros(q), zeros(k), zeros(v)] + [zeros(given, f32=True) for _ in bias_grads])
 
 
 def _to_numpy(t) -> np.ndarray:
