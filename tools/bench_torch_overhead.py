@@ -17,7 +17,8 @@ import sys
 import time
 from pathlib import Path
 
-from build_run import build_bf16_bundles, build_run_parser, write_report_files  # tools/ is on sys.path
+from bench_torch_step import sleep_cycles_per_second  # tools/ is on sys.path
+from build_run import build_bf16_bundles, build_run_parser, write_report_files
 
 SHAPES = ((1, 2, 128, 64), (16, 8, 1024, 64))   # (B, H, S, D): the small shape, and train_gpt.py's attention
 MASK = "top_left"
@@ -40,15 +41,6 @@ def backward_calls(torch, ours, shape, seed: int):
     def our_backward():
         return ours(q, k, v, out, do, our_lse, mask=MASK)
     return torch_backward, our_backward
-
-
-def _sleep_cycles_per_second(torch) -> float:
-    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    torch.cuda._sleep(10 ** 8)
-    stop.record()
-    stop.synchronize()
-    return 10 ** 8 / (start.elapsed_time(stop) / 1e3)
 
 
 def measure(torch, call, calls: int, cycles_per_second: float) -> dict:
@@ -98,7 +90,7 @@ def run(directory: Path, report: Path, calls: int, profile_path: Path | None = N
     if not torch.cuda.is_available():
         raise SystemExit("error: run needs a CUDA GPU (torch.cuda.is_available() is False): run it on the GPU machine")
     ours = AttentionBackward(executor="cuda", bundle_dir=str(directory))
-    rate, rows = _sleep_cycles_per_second(torch), []
+    rate, rows = sleep_cycles_per_second(torch), []
     for n, shape in enumerate(SHAPES):
         torch_backward, our_backward = backward_calls(torch, ours, shape, seed=n)
         agreement = {name: float((a.float() - b.float()).abs().max() / b.float().abs().max())

@@ -110,6 +110,7 @@ def captured(torch, step):
 
 
 def sleep_cycles_per_second(torch) -> float:
+    """The rate of torch.cuda._sleep's cycles, to size the busy-GPU window that keeps the host ahead."""
     start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
     torch.cuda._sleep(10 ** 8)
