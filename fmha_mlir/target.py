@@ -13,11 +13,13 @@ from .errors import Reason
 class Target:
     """One GPU architecture the pipeline can emit code for."""
 
-    arch: str                 # chip name as the backend spells it: gfx942, gfx950, sm_90
+    arch: str                 # chip name as the backend spells it: gfx942, gfx950, sm_90, sm_90a
     backend: str              # "rocdl" (AMD) or "nvvm" (NVIDIA)
     wave_size: int            # lanes per wave (AMD) / warp (NVIDIA)
     max_threads_per_block: int
     max_shared_bytes: int     # shared memory (LDS) one work-group may use, dynamic opt-in included
+    # Arch-specific features ("a" chips: wgmma, setmaxnreg): the code runs on exactly this chip, no later one.
+    arch_specific: bool = False
 
     @property
     def max_grid(self) -> tuple[int, int, int]:
@@ -47,6 +49,8 @@ TARGETS: dict[str, Target] = {
         Target("gfx950", "rocdl", 64, 1024, 160 * 1024),
         # sm_90: 227 KB per block after cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES) (CUDA guide).
         Target("sm_90", "nvvm", 32, 1024, 227 * 1024),
+        # sm_90a: sm_90 plus wgmma and setmaxnreg (PTX ISA, "Architecture-specific features").
+        Target("sm_90a", "nvvm", 32, 1024, 227 * 1024, arch_specific=True),
     )
 }
 

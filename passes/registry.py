@@ -20,6 +20,7 @@ _TABLE: dict[str, str] = {
     "fmha-expand-warp-body": "expand_warp_body:ExpandWarpBody",
     "fmha-expand-tiled-body": "expand_tiled_body:ExpandTiledBody",
     "fmha-extern-dynamic-shared": "extern_dynamic_shared:ExternDynamicShared",
+    "fmha-check-chip-features": "chip_features:CheckChipFeatures",
     "convert-fmha-to-rocdl": "fmha_to_rocdl:ConvertFmhaToRocdl",
     "convert-fmha-to-nvvm": "fmha_to_nvvm:ConvertFmhaToNvvm",
     "fmha-hardware-atomics": "hardware_atomics:HardwareAtomics",

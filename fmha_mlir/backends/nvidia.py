@@ -1,4 +1,4 @@
-"""sm_90: NVVM, PTX; a cubin when the caller gave a ptxas inside a complete CUDA toolkit."""
+"""sm_90 and sm_90a: NVVM, PTX; a cubin when the caller gave a ptxas inside a complete CUDA toolkit."""
 from __future__ import annotations
 
 import dataclasses
@@ -38,9 +38,11 @@ class NvidiaBackend(Backend):
         return render_pass("nvvm-attach-target", chip=self.target.arch, features="+ptx81")
 
     def module_passes(self) -> list[str]:
-        # Vector atomics and nvgpu ops (mma.sync, ldmatrix, cp.async) become inline PTX and nvvm ops
-        # before the gpu conversion runs.
-        return ["fmha-vector-atomics-to-nvvm", "convert-nvgpu-to-nvvm"]
+        # wgmma / setmaxnreg on a chip without them are refused first (a clear error, not ptxas's or the
+        # driver's). Vector atomics and nvgpu ops (mma.sync, ldmatrix, cp.async, TMA, mbarrier) become
+        # inline PTX and nvvm ops before the gpu conversion runs.
+        return [render_pass("fmha-check-chip-features", target=self.target.arch), "fmha-vector-atomics-to-nvvm",
+                "convert-nvgpu-to-nvvm"]
 
     def gpu_to_llvm_passes(self) -> list[str]:
         return ["convert-nvvm-to-llvm", "convert-gpu-to-nvvm"]

@@ -40,6 +40,16 @@ def compute_capability(arch: str) -> tuple[int, int]:
     return int(digits[:-1]), int(digits[-1])
 
 
+def binary_runs_on(target, binary_format: str, have: tuple[int, int]) -> bool:
+    """Whether a `binary_format` binary for `target` runs on a GPU of compute capability `have`: an
+    arch-specific target (sm_90a) on exactly its chip; a cubin on its major version from its minor one
+    up; PTX on its capability and later ones (the driver JIT-compiles it)."""
+    need = compute_capability(target.arch)
+    if target.arch_specific:
+        return have == need
+    return have[0] == need[0] and have >= need if binary_format == "cubin" else have >= need
+
+
 class CudaExecutor(Executor):
     name = "cuda"
     vendor = "nvidia"
@@ -106,9 +116,7 @@ class CudaExecutor(Executor):
         have = tuple(check_status(self._cu.cuDeviceGetAttribute(a, self._device), "cuDeviceGetAttribute")
                      for a in (attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
                                attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR))
-        need = compute_capability(bundle.target.arch)
-        runs = have[0] == need[0] and have >= need if bundle.binary_format == "cubin" else have >= need
-        if not runs:
+        if not binary_runs_on(bundle.target, bundle.binary_format, have):
             raise RuntimeLaunchError(f"the bundle's {bundle.binary_format} is for {bundle.target.arch}; this GPU is "
                                      f"sm_{have[0]}{have[1]}: rebuild the bundle for it")
 
