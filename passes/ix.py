@@ -1,5 +1,5 @@
 """Index arithmetic that reads like Python, for the number-generic functions of fmha_mlir (e.g.
-fmha_mlir.mask_geometry): `Ix` wraps an index or i1 value (or a vector of them) and its operators emit
+fmha_mlir.mask_geometry, fmha_mlir.wgmma_layouts' swizzle XOR): `Ix` wraps an index or i1 value (or a vector of them) and its operators emit
 arith ops. Python ints and bools on either side are constants; an operation on Python values alone
 never reaches Ix, so what is known when the kernel is built folds. Identities (x + 0, x * 1, True & c,
 False | c) emit nothing. Division and modulo floor (arith.floordivsi), as Python's and NumPy's do, and
@@ -98,6 +98,11 @@ class Ix:
 
     def __rmod__(self, other):
         return other - (other // self) * self
+
+    def __xor__(self, other):
+        return self if _is(other, 0) else self._binary(arith.xori, self, other)
+
+    __rxor__ = __xor__
 
     def __neg__(self):
         return 0 - self

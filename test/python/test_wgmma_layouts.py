@@ -1,0 +1,156 @@
+"""fmha_mlir.wgmma_layouts against second sources: the accumulator and register-A fragments against the
+mma.m16n8k16 fragments of fmha_mlir.matrix_layouts (checked against the PTX ISA's figures; the PTX ISA's
+wgmma figures stack four of them, one per warp), the swizzle against CuTe's bit formula Swizzle<B, 4, 3>,
+the tiles against the PTX ISA's canonical layouts written as CuTe (shape, stride) pairs, the descriptor
+against its bit-field table and the 128B K-major descriptor verified on the H200 (TENSOR_CORES.md).
+Then the same functions on NumPy arrays and on passes.ix.Ix (folded by canonicalize)."""
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from fmha_mlir import matrix_layouts, wgmma_layouts as wl
+from fmha_mlir.wgmma_layouts import OperandTile
+
+T = 8   # 16-bit elements per 16 bytes
+
+
+def test_accumulator_is_four_warps_of_mma_c_blocks_covering_64xn_once():
+    n = 64
+    seen = np.zeros((64, n), int)
+    for warp, lane, register in itertools.product(range(4), range(32), range(n // 2)):
+        block, r, e = register // 4, (register // 2) % 2, register % 2
+        row, col = matrix_layouts.mma_c(lane, r, e)
+        assert wl.accumulator(32 * warp + lane, register) == (16 * warp + row, 8 * block + col)
+        seen[wl.accumulator(32 * warp + lane, register)] += 1
+    assert (seen == 1).all()
+
+
+def test_register_a_fragment_is_four_warps_of_mma_a():
+    seen = np.zeros((64, 16), int)
+    for warp, lane, element in itertools.product(range(4), range(32), range(8)):
+        row, col = matrix_layouts.mma_a(lane, element // 2, element % 2)
+        assert wl.a_fragment(32 * warp + lane, element) == (16 * warp + row, col)
+        seen[wl.a_fragment(32 * warp + lane, element)] += 1
+    assert (seen == 1).all()
+
+
+def _cute_swizzle(x: int, bits: int) -> int:
+    """CuTe's Swizzle<bits, 4, 3>: XOR bits [4, 4 + bits) with bits [7, 7 + bits)."""
+    mask = ((1 << bits) - 1) << 7
+    return x ^ ((x & mask) >> 3)
+
+
+@pytest.mark.parametrize("swizzle,bits", [(32, 1), (64, 2), (128, 3)])
+def test_swizzle_is_cutes_bit_formula_and_permutes_each_period(swizzle, bits):
+    offsets = np.arange(4 * wl.SWIZZLE_ALIGNMENT[swizzle])
+    physical = wl.swizzle(offsets, swizzle)
+    assert [int(p) for p in physical] == [_cute_swizzle(int(x), bits) for x in offsets]
+    period = wl.SWIZZLE_ALIGNMENT[swizzle]
+    assert (np.sort(physical.reshape(-1, period), axis=1) == offsets.reshape(-1, period)).all()
+    assert (physical % 16 == offsets % 16).all()       # 16-byte chunks move whole
+
+
+def _cute(coord: tuple, shape: tuple, stride: tuple) -> int:
+    """A CuTe layout (nested shapes, column-major coordinates) at a flat index per top mode."""
+    out = 0
+    for index, sub_shape, sub_stride in zip(coord, shape, stride):
+        for extent, step in zip(sub_shape, sub_stride):
+            out += (index % extent) * step
+            index //= extent
+    return out
+
+
+def _ptx_canonical(tile: OperandTile, mn: int, k: int) -> int:
+    """The PTX ISA's canonical layout of one k16 slice, in elements, with the tile's LBO / SBO (bytes)."""
+    lbo, sbo = tile.leading_byte_offset // 2, tile.stride_byte_offset // 2
+    s = tile.swizzle // 16
+    if tile.major == "K":
+        if s == 0:
+            return _cute((mn, k), ((8, 64), (T, 2)), ((T, sbo), (1, lbo)))
+        return _cute((mn, k), ((8, 64), (T, 2)), ((s * T, sbo), (1, T)))
+    if s == 0:
+        return _cute((mn, k), ((T, 1, 64), (8, 2)), ((1, T, sbo), (T, lbo)))
+    return _cute((mn, k), ((T, s, 64), (8, 2)), ((1, T, lbo), (s * T, sbo)))
+
+
+TILES = [OperandTile(mn, k, major, swizzle) for major in ("K", "MN") for swizzle in wl.SWIZZLES
+         for mn, k in ((64, 64), (128, 128), (64, 32))
+         if (k if major == "K" else mn) % (max(swizzle, 16) // 2) == 0]
+
+
+@pytest.mark.parametrize("tile", TILES, ids=lambda t: f"{t.major}{t.swizzle}-{t.mn}x{t.k}")
+def test_each_k16_slice_is_the_ptx_canonical_layout_at_its_descriptor(tile):
+    for k0 in range(0, tile.k, 16):
+        start = wl.decode_descriptor(tile.descriptor(0, 0, k0))["address"]
+        assert start == tile.offset(0, k0)
+        for mn, kk in itertools.product(range(tile.mn), range(16)):
+            assert tile.offset(mn, k0 + kk) - start == 2 * _ptx_canonical(tile, mn, kk), (mn, k0 + kk)
+
+
+@pytest.mark.parametrize("tile", TILES, ids=lambda t: f"{t.major}{t.swizzle}-{t.mn}x{t.k}")
+def test_tiles_are_dense_and_their_boxes_cover_them(tile):
+    mn, k = np.meshgrid(np.arange(tile.mn), np.arange(tile.k), indexing="ij")
+    physical = tile.physical(mn, k)
+    assert sorted(physical.reshape(-1).tolist()) == list(range(0, tile.nbytes, 2))
+    if tile.swizzle:
+        boxes = tile.boxes()
+        assert sum(rows * tile.swizzle for _, _, rows in boxes) == tile.nbytes
+        for offset, first, rows in boxes:   # a box is rows x swizzle bytes of consecutive elements
+            r, c = np.meshgrid(np.arange(rows), np.arange(tile.atom_elements), indexing="ij")
+            at = (c + first, r) if tile.major == "MN" else (r, c + first)
+            assert (tile.offset(*at) == offset + r * tile.swizzle + 2 * c).all()
+
+
+def test_descriptor_fields_are_the_documented_bits_and_the_h200_verified_128b_k_major_one():
+    address = 0x1_2345_6400   # above the 18-bit shared window: only the low 18 bits count
+    tile = OperandTile(64, 64, "K", 128)
+    verified = ((address & 0x3FFFF) >> 4) | (1 << 16) | ((1024 >> 4) << 32) | (1 << 62)
+    assert tile.descriptor(address) == verified
+    assert tile.descriptor(address, 0, 16) - tile.descriptor(address) == 2   # +2 per k16 step
+    value = wl.descriptor(0x400, 0x2000, 0x80, 32)
+    assert value & 0x3FFF == 0x40 and (value >> 16) & 0x3FFF == 0x200 and (value >> 32) & 0x3FFF == 0x8
+    assert value >> 62 == 3 and (value >> 49) & 7 == 0
+    assert wl.decode_descriptor(value - (1 << 64)) == {"address": 0x400, "leading_byte_offset": 0x2000,
+                                                       "stride_byte_offset": 0x80, "base_offset": 0, "swizzle": 32}
+
+
+def test_bad_tiles_are_refused():
+    with pytest.raises(ValueError, match="swizzle is one of"):
+        OperandTile(64, 64, "K", 16)
+    with pytest.raises(ValueError, match="does not tile"):
+        OperandTile(64, 32, "K", 128)      # 64 bytes of K: half a 128-byte row
+    with pytest.raises(ValueError, match="major is"):
+        OperandTile(64, 64, "M")
+
+
+def test_layouts_run_on_arrays_like_on_ints():
+    threads, registers = np.meshgrid(np.arange(128), np.arange(32), indexing="ij")
+    rows, cols = wl.accumulator(threads, registers)
+    assert rows[77, 13] == wl.accumulator(77, 13)[0] and cols[77, 13] == wl.accumulator(77, 13)[1]
+
+
+def test_swizzle_and_tile_offsets_emitted_through_ix_fold_to_their_int_answers():
+    from fmha_mlir.mlir import arith, func, ir, make_context
+    from fmha_mlir.passes import ix
+    from fmha_mlir.passes.registry import build_pass_manager
+
+    tile = OperandTile(64, 128, "MN", 128)
+    cases = [(mn, k) for mn in (0, 7, 63) for k in (0, 9, 127)]
+    ctx = make_context()
+    with ctx, ir.Location.unknown():
+        module = ir.Module.create()
+        index = ir.IndexType.get()
+        with ir.InsertionPoint(module.body):
+            function = func.FuncOp("layout", ([], []))
+            with ir.InsertionPoint(function.add_entry_block()):
+                values = [ix.as_value(tile.physical(ix.Ix(arith.constant(index, mn)), ix.Ix(arith.constant(index, k))))
+                          for mn, k in cases]
+                func.ReturnOp(values)
+            function.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get([], [v.type for v in values]))
+        build_pass_manager("canonicalize", ctx).run(module.operation)
+        returned = list(function.regions[0].blocks[0].operations)[-1].operands
+        folded = [ir.IntegerAttr(v.owner.attributes["value"]).value for v in returned]
+    assert folded == [tile.physical(mn, k) for mn, k in cases]
