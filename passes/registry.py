@@ -21,6 +21,7 @@ _TABLE: dict[str, str] = {
     "fmha-expand-tiled-body": "expand_tiled_body:ExpandTiledBody",
     "fmha-extern-dynamic-shared": "extern_dynamic_shared:ExternDynamicShared",
     "fmha-check-chip-features": "chip_features:CheckChipFeatures",
+    "fmha-grid-constant-params": "grid_constant_params:GridConstantParams",
     "convert-fmha-to-rocdl": "fmha_to_rocdl:ConvertFmhaToRocdl",
     "convert-fmha-to-nvvm": "fmha_to_nvvm:ConvertFmhaToNvvm",
     "fmha-hardware-atomics": "hardware_atomics:HardwareAtomics",

@@ -48,7 +48,7 @@ class NvidiaBackend(Backend):
         return ["convert-nvvm-to-llvm", "convert-gpu-to-nvvm"]
 
     def fixup_passes(self) -> list[str]:
-        return ["fmha-extern-dynamic-shared"]
+        return ["fmha-extern-dynamic-shared", "fmha-grid-constant-params"]
 
     def binary_options(self) -> dict | None:
         toolkit = cuda_toolkit(self.ptxas)

@@ -1,12 +1,17 @@
 // The Hopper building blocks lower for sm_90a to their PTX: mbarrier init / expect-tx / try_wait.parity,
 // a TMA box load into 1024-aligned dynamic shared memory, wgmma (fence, mma_async, commit, wait),
-// fence.proxy.async, a named barrier and setmaxnreg. For sm_90 the wgmma fence is refused by name.
+// fence.proxy.async, a named barrier and setmaxnreg; the tensor map a by-value __grid_constant__ parameter. For sm_90 the wgmma fence is refused by name.
 // RUN: fmha-compile %s --from-stage gpu --target sm_90a --emit isa | FileCheck %s
 // RUN: not fmha-compile %s --from-stage gpu --target sm_90 --emit isa 2>&1 | FileCheck %s --check-prefix=SM90
 
 // CHECK: .target sm_90a
 // CHECK: .extern .shared .align 1024 .b8 __dynamic_shmem__0[];
 // CHECK-LABEL: .visible .entry hopper_ops(
+// The tensor map is a by-value __grid_constant__ parameter, read in place (fmha-grid-constant-params).
+// CHECK-NEXT: .param .align 64 .b8 hopper_ops_param_0[128],
+// CHECK-NEXT: .param .u64 .ptr .align 1 hopper_ops_param_1,
+// CHECK: mov.b64 [[MAP:%rd[0-9]+]], hopper_ops_param_0;
+// CHECK: cvta.param.u64 {{%rd[0-9]+}}, [[MAP]];
 // CHECK: mbarrier.init.shared.b64
 // CHECK: mov.b32 [[BYTES:%r[0-9]+]], 8192;
 // CHECK: mbarrier.arrive.expect_tx.shared.b64 {{.*}}, [[BYTES]];
@@ -24,7 +29,7 @@
 
 module attributes {gpu.container_module} {
 gpu.module @fmha_kernels {
-gpu.func @hopper_ops(%map: !llvm.ptr, %out: memref<64xf32>) kernel attributes {known_block_size = array<i32: 128, 1, 1>} {
+gpu.func @hopper_ops(%map: !llvm.ptr, %out: memref<64xf32>) kernel attributes {known_block_size = array<i32: 128, 1, 1>, fmha.tensor_map_params = array<i64: 0>} {
   %c0 = arith.constant 0 : index
   %one = arith.constant 1 : index
   %bar = nvgpu.mbarrier.create -> !nvgpu.mbarrier.group<memorySpace = #gpu.address_space<workgroup>, num_barriers = 2>

@@ -1,0 +1,90 @@
+"""The TMA copy atom (sm_90): box loads from a tensor map into swizzled shared memory, completing on an
+mbarrier, as IR builders; and the kernel-parameter side of tensor maps.
+
+A tensor map (the 128-byte CUtensorMap the CUDA executor encodes: global address, sizes, strides, box,
+swizzle, out-of-bounds zero fill) is a kernel parameter of type !llvm.ptr marked with `fmha.tensor_map`
+on the gpu.func (`tensor_map_params`); fmha-grid-constant-params makes it the by-value __grid_constant__
+parameter after lowering. Inside the kernel it is cast to the !nvgpu.tensormap.descriptor type whose
+`tensor` is the box. A box load writes rows x (swizzle bytes) of consecutive elements, swizzled as
+fmha_mlir.wgmma_layouts.swizzle says, and zero-fills what lies outside the tensor; its bytes count
+towards the barrier's transaction (commit the stage with `tile_bytes`).
+"""
+from __future__ import annotations
+
+from fmha_mlir.mlir import ir, memref
+from fmha_mlir.wgmma_layouts import OperandTile
+
+
+from .ix import as_value
+
+TENSOR_MAP_ATTRIBUTE = "fmha.tensor_map_params"   # on the gpu.func: lowered indices of its tensor-map params
+SWIZZLE_NAMES = {0: "swizzle_none", 32: "swizzle_32b", 64: "swizzle_64b", 128: "swizzle_128b"}
+ELEMENT_NAMES = {"bf16": "bf16", "f16": "f16", "f32": "f32"}
+
+
+def tensor_map_params(function: "ir.Operation", positions: list[int]) -> None:
+    """Mark gpu.func arguments `positions` (each !llvm.ptr) as tensor maps: the attribute records their
+    indices among the lowered llvm.func's parameters, where a rank-r memref is 3 + 2 r parameters."""
+    types = ir.FunctionType(ir.TypeAttr(function.attributes["function_type"]).value).inputs
+    lowered, at = [], 0
+    for i, t in enumerate(types):
+        if i in positions:
+            if str(t) != "!llvm.ptr":
+                raise ValueError(f"a tensor-map parameter is an !llvm.ptr, argument {i} is {t}")
+            lowered.append(at)
+        at += 3 + 2 * ir.MemRefType(t).rank if isinstance(t, ir.MemRefType) else 1
+    function.attributes[TENSOR_MAP_ATTRIBUTE] = ir.DenseI64ArrayAttr.get(lowered)
+
+
+class TmaCopy:
+    """Box loads through one tensor map whose box is `rows` x `inner` elements of `element`, swizzled by
+    `swizzle` bytes (inner x element bytes == swizzle for swizzled boxes)."""
+
+    def __init__(self, tensor_map: "ir.Value", rows: int, inner: int, element: str, swizzle: int):
+        self.rows, self.inner, self.element, self.swizzle = rows, inner, element, swizzle
+        self.element_bytes = {"bf16": 2, "f16": 2, "f32": 4}[element]
+        if swizzle and inner * self.element_bytes != swizzle:
+            raise ValueError(f"a {swizzle}-byte swizzled box has rows of {swizzle} bytes, not {inner} x "
+                             f"{self.element_bytes}")
+        self.box_type = ir.Type.parse(f"memref<{rows}x{inner}x{ELEMENT_NAMES[element]}, 3>")
+        self.descriptor_type = ir.Type.parse(
+            f"!nvgpu.tensormap.descriptor<tensor = memref<{rows}x{inner}x{ELEMENT_NAMES[element]}, 3>, "
+            f"swizzle = {SWIZZLE_NAMES[swizzle]}, l2promo = none, oob = zero, interleave = none>")
+        self.descriptor = ir.Operation.create("builtin.unrealized_conversion_cast", results=[self.descriptor_type],
+                                              operands=[tensor_map]).result
+        self.shared_type = ir.Type.parse(f"memref<{rows}x{inner}x{ELEMENT_NAMES[element]}, "
+                                         "#gpu.address_space<workgroup>>")
+
+    @classmethod
+    def for_tile(cls, tensor_map: "ir.Value", tile: OperandTile, element: str) -> "TmaCopy":
+        """The copy whose boxes fill `tile` (OperandTile.boxes)."""
+        rows = tile.mn if tile.major == "K" else tile.k
+        return cls(tensor_map, rows, tile.atom_elements, element, tile.swizzle)
+
+    @property
+    def box_bytes(self) -> int:
+        return self.rows * self.inner * self.element_bytes
+
+    def load(self, shared: "ir.Value", byte_offset, coordinates, barriers, barrier) -> None:
+        """One box at `coordinates` (innermost first: column, then row, as the tensor map's dimensions)
+        into the dynamic shared buffer `shared` (i8) at `byte_offset` (a multiple of the swizzle period),
+        completing on barrier `barrier` of the MbarrierGroup `barriers`."""
+        view = memref.view(self.shared_type, shared, as_value(byte_offset), [])
+        coords = [as_value(c) for c in coordinates]
+        ir.Operation.create("nvgpu.tma.async.load", results=[], operands=[
+            view, barriers.value, self.descriptor, *coords, as_value(barrier)],
+            attributes={"operandSegmentSizes": ir.DenseI32ArrayAttr.get([1, 1, 1, len(coords), 1, 0, 0])})
+
+    def load_tile(self, shared: "ir.Value", byte_offset: int, tile: OperandTile, row, column, barriers,
+                  barrier) -> None:
+        """Every box of `tile` whose first element is at (row, column) of the tensor (row along the
+        tensor's outer dimension, column along its contiguous one)."""
+        for offset, first, _ in tile.boxes():
+            self.load(shared, byte_offset + offset, [column + first if first else column, row], barriers, barrier)
+
+
+def tile_bytes(tile: OperandTile) -> int:
+    """The transaction bytes of loading `tile`: out-of-bounds zero fill counts too (whole boxes)."""
+    return tile.nbytes
+
+
