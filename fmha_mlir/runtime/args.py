@@ -17,8 +17,11 @@ from numpy.lib.stride_tricks import as_strided
 
 from ..errors import RuntimeLaunchError
 
-# field type -> (struct format, size in bytes); each is aligned to its size.
-FIELD_TYPES = {"ptr": ("Q", 8), "i64": ("q", 8), "i32": ("i", 4), "f32": ("f", 4)}
+# field type -> (struct format, size in bytes); each is aligned to its size. A tensor map ("tmap") is
+# 128 bytes passed by value; the blob holds zeros there until the executor encodes it (tensor_map_fields).
+TENSOR_MAP_BYTES = 128
+FIELD_TYPES = {"ptr": ("Q", 8), "i64": ("q", 8), "i32": ("i", 4), "f32": ("f", 4),
+               "tmap": (f"{TENSOR_MAP_BYTES}s", TENSOR_MAP_BYTES)}
 SCALAR_TYPES = ("i64", "i32", "f32")
 
 
@@ -41,7 +44,25 @@ class ScalarArg:
     value: Union[int, float]
 
 
-KernelArg = Union[DeviceBuffer, ScalarArg]
+@dataclass(frozen=True)
+class TensorMapArg:
+    """A TMA tensor map over `buffer` (its innermost stride 1): boxes of `box` elements (outermost first,
+    as the buffer's shape) swizzled by `swizzle` bytes (0, 32, 64, 128), out-of-bounds elements read as
+    zero. The executor encodes it (cuTensorMapEncodeTiled) from the buffer's address and geometry."""
+
+    name: str
+    buffer: DeviceBuffer
+    box: tuple[int, ...]
+    swizzle: int = 128
+
+    @property
+    def geometry(self) -> tuple:
+        """Everything the encoding depends on besides the address (the cache key with it)."""
+        b = self.buffer
+        return (b.dtype, b.shape, b.strides, self.box, self.swizzle)
+
+
+KernelArg = Union[DeviceBuffer, ScalarArg, TensorMapArg]
 
 
 def strided_view(flat: np.ndarray, shape: Sequence[int], strides: Sequence[int]) -> np.ndarray:
@@ -91,7 +112,11 @@ def bind_args(kernel: str, params: Sequence[dict], args: Sequence[KernelArg]) ->
     if len(params) != len(args):
         raise RuntimeLaunchError(f"kernel {kernel} takes {len(params)} arguments, its launch gives {len(args)}")
     for index, (param, arg) in enumerate(zip(params, args)):
-        if isinstance(arg, DeviceBuffer):
+        if isinstance(arg, TensorMapArg):
+            if "tensor_map" not in param:
+                raise RuntimeLaunchError(f"kernel {kernel} parameter {index} is {param!r}, the launch passes tensor "
+                                         f"map {arg.name!r}")
+        elif isinstance(arg, DeviceBuffer):
             if param.get("rank") != len(arg.shape) or param.get("dtype") != arg.dtype:
                 raise RuntimeLaunchError(
                     f"kernel {kernel} parameter {index} is a rank-{param.get('rank')} {param.get('dtype')} memref, "
@@ -114,6 +139,20 @@ def pack_args(args: Sequence[KernelArg]) -> PackedArgs:
     return PackedArgs(args, offsets, layout.pack(*(v for a in args for v in _values(a))))
 
 
+def tensor_map_fields(packed: PackedArgs) -> list[tuple[int, TensorMapArg]]:
+    """(byte offset in the blob, argument) of every tensor map: what the executor encodes into the blob."""
+    return [(offset, arg) for arg, offset in zip(packed.args, _argument_offsets(packed)) if isinstance(arg, TensorMapArg)]
+
+
+def _argument_offsets(packed: PackedArgs) -> list[int]:
+    """The offset of each argument's first field."""
+    out, at = [], 0
+    for arg in packed.args:
+        out.append(packed.offsets[at])
+        at += len(_field_types(_signature(arg)))
+    return out
+
+
 def pointer_fields(packed: PackedArgs) -> list[tuple[int, str]]:
     """(byte offset in the blob, buffer name) of every pointer field, two per memref (allocated and
     aligned): what a launch of the same arguments on buffers at other addresses rewrites."""
@@ -128,7 +167,9 @@ def pointer_fields(packed: PackedArgs) -> list[tuple[int, str]]:
 # The memref ABI in one place: a rank-r memref is allocated ptr, aligned ptr, offset, sizes[r], strides[r].
 
 def _signature(arg: KernelArg):
-    """What fixes an argument's fields: a memref's rank, or a scalar's type."""
+    """What fixes an argument's fields: a memref's rank, a scalar's type, or "tmap"."""
+    if isinstance(arg, TensorMapArg):
+        return "tmap"
     return len(arg.shape) if isinstance(arg, DeviceBuffer) else arg.type
 
 
@@ -139,11 +180,13 @@ def _field_types(signature) -> list[str]:
 def _values(arg: KernelArg) -> tuple:
     if isinstance(arg, ScalarArg):
         return (arg.value,)
+    if isinstance(arg, TensorMapArg):
+        return (bytes(TENSOR_MAP_BYTES),)
     return (arg.address, arg.address, 0, *arg.shape, *arg.strides)
 
 
 def _field_names(arg: KernelArg) -> list[str]:
-    if isinstance(arg, ScalarArg):
+    if isinstance(arg, (ScalarArg, TensorMapArg)):
         return [arg.name]
     return ([f"{arg.name}.allocated", f"{arg.name}.aligned", f"{arg.name}.offset"]
             + [f"{arg.name}.sizes[{d}]" for d in range(len(arg.shape))]

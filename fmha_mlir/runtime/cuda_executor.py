@@ -18,7 +18,7 @@ from typing import Sequence
 import numpy as np
 
 from ..errors import RuntimeLaunchError
-from .args import KernelArg, PackedArgs, pack_args
+from .args import KernelArg, PackedArgs, pack_args, tensor_map_fields
 from .executor import Allocation, Executor, KernelSet, check_status
 
 INSTALL_HINT = "pip install 'cuda-bindings>=12.6' (the fmha-mlir[cuda] extra)"
@@ -63,6 +63,9 @@ class CudaExecutor(Executor):
         self.device_index = device_index
         self._device = check_status(self._cu.cuDeviceGet(device_index), f"cuDeviceGet({device_index})")
         self._context = check_status(self._cu.cuDevicePrimaryCtxRetain(self._device), "cuDevicePrimaryCtxRetain")
+        from .tensor_maps import TensorMapCache, encode_tiled
+
+        self.tensor_maps = TensorMapCache(lambda encoding: encode_tiled(self._cu, encoding))
 
     @contextmanager
     def current(self):
@@ -211,8 +214,12 @@ class CudaKernels(KernelSet):
         """Look the function up and pack the arguments once; the returned callable only calls
         cuLaunchKernel (the driver copies the parameter values at each call)."""
         packed = pack_args(args)
-        launch = self.packed_launcher(kernel, grid, block, packed, np.frombuffer(packed.blob, np.uint8).copy(),
-                                      shared_bytes)
+        blob = np.frombuffer(packed.blob, np.uint8).copy()
+        for offset, arg in tensor_map_fields(packed):   # by-value __grid_constant__ tensor maps
+            with self._executor.current():
+                encoded = self._executor.tensor_maps.get(arg)
+            blob[offset:offset + len(encoded)] = np.frombuffer(encoded, np.uint8)
+        launch = self.packed_launcher(kernel, grid, block, packed, blob, shared_bytes)
         current = self._executor.current
 
         def run():
