@@ -1,0 +1,66 @@
+"""NumPy emulation of the Hopper data movement and products, from what the hardware reads: TMA box loads
+(swizzled placement, out-of-bounds zero fill) into a shared-memory byte image, and wgmma operands read
+back through their 64-bit descriptors (address, LBO, SBO, swizzle mode) in either major order.
+
+These are the semantics the interpreter's handlers for nvgpu.tma.async.load and nvvm.wgmma.mma_async
+apply; a wrong swizzle mode, LBO or SBO in a descriptor reads a different matrix here, as on the GPU.
+Not modelled yet: the ops as interpreter handlers, roles as coroutines, and happens-before through
+mbarrier phases (a read of TMA-written data without the wait is not reported).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ...wgmma_layouts import CHUNK, decode_descriptor, swizzle
+
+
+def tma_box(shared: np.ndarray, byte_offset: int, tensor: np.ndarray, row: int, col: int, rows: int, inner: int,
+            swizzle_bytes: int) -> None:
+    """Load the box rows x inner of 2-D `tensor` at (row, col) into `shared` (uint8, its index 0 aligned
+    to 1024) at `byte_offset`; elements outside the tensor are zero."""
+    box = np.zeros((rows, inner), tensor.dtype)
+    r1, c1 = min(row + rows, tensor.shape[0]), min(col + inner, tensor.shape[1])
+    if r1 > row and c1 > col:
+        box[:r1 - row, :c1 - col] = tensor[row:r1, col:c1]
+    eb = tensor.itemsize
+    r, c = np.meshgrid(np.arange(rows), np.arange(inner), indexing="ij")
+    logical = byte_offset + (r * inner + c) * eb
+    physical = swizzle(logical, swizzle_bytes)
+    for byte in range(eb):
+        shared[physical + byte] = box.view(np.uint8).reshape(rows, inner, eb)[..., byte]
+
+
+def operand_offsets(descriptor: int, mn: int, major: str, element_bytes: int) -> np.ndarray:
+    """[mn, 16] physical byte offsets of the k16 operand slice a descriptor describes (canonical layouts)."""
+    d = decode_descriptor(descriptor)
+    lbo, sbo, s, eb = d["leading_byte_offset"], d["stride_byte_offset"], d["swizzle"], element_bytes
+    i, k = np.meshgrid(np.arange(mn), np.arange(16), indexing="ij")
+    if major == "K":
+        if s == 0:
+            logical = (i // 8) * sbo + (k // 8) * lbo + (i % 8) * CHUNK + (k % 8) * eb
+        else:
+            logical = (i // 8) * sbo + (i % 8) * s + k * eb
+    elif s == 0:
+        logical = (i // 8) * sbo + (k // 8) * lbo + (k % 8) * CHUNK + (i % 8) * eb
+    else:
+        atom = s // eb
+        logical = (i // atom) * lbo + (i % atom) * eb + (k // 8) * sbo + (k % 8) * s
+    return swizzle(d["address"] + logical, s)
+
+
+def read_operand(shared: np.ndarray, descriptor: int, mn: int, major: str, dtype) -> np.ndarray:
+    """The [mn, 16] matrix (rows M of A or N of B, columns K) a descriptor points wgmma at."""
+    eb = np.dtype(dtype).itemsize
+    offsets = operand_offsets(descriptor, mn, major, eb)
+    raw = np.stack([shared[offsets + b] for b in range(eb)], axis=-1)
+    return raw.reshape(-1).view(dtype).reshape(mn, 16)
+
+
+def wgmma(shared: np.ndarray, acc: np.ndarray, a, b_descriptor: int, n: int, b_major: str, dtype, first: bool,
+          a_major: str = "K", decode=lambda x: x.astype(np.float32)) -> np.ndarray:
+    """One m64nNk16: acc [64, n] f32 = A B (+ acc unless `first`). `a` is a descriptor (SS) or the
+    [64, 16] register operand (RS); `decode` turns stored elements into float32 (bf16 bits, say)."""
+    a_matrix = a if isinstance(a, np.ndarray) else decode(read_operand(shared, a, 64, a_major, dtype))
+    b_matrix = decode(read_operand(shared, b_descriptor, n, b_major, dtype))
+    product = a_matrix.astype(np.float32) @ b_matrix.astype(np.float32).T
+    return product if first else acc + product
