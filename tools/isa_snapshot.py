@@ -5,9 +5,11 @@ changes no instruction.
     python tools/isa_snapshot.py snapshot FILE [--only SUBSTRING]   # write {variant: sha256} as JSON
     python tools/isa_snapshot.py compare FILE [--only SUBSTRING]    # compile again; exit 1 on a difference
     python tools/isa_snapshot.py list                               # the variant names
+    python tools/isa_snapshot.py dump VARIANT DIR                   # its ISA and IR stages, to diff
 
 Typical use: `snapshot /tmp/before.json` on the commit before a change (a worktree of it, or `git stash`),
-then `compare /tmp/before.json` after each step. The snapshot file is a local artefact, not a record to
+then `compare /tmp/before.json` after each step; where a variant differs, `dump` it on both sides and diff
+the kernel and llvm stages to find the first change. The snapshot file is a local artefact, not a record to
 commit: it depends on the LLVM / MLIR build.
 
 Variants (names read target/body/row/feature):
@@ -113,6 +115,16 @@ def fingerprint(arch: str, spec: AttentionBwdSpec, kwargs: dict) -> str:
     return hashlib.sha256(result.isa.encode()).hexdigest()
 
 
+def dump(name: str, directory: Path) -> None:
+    """The variant's ISA text and every IR stage's module, one file each."""
+    arch, spec, kwargs = variants()[name]
+    result = Compiler().compile_spec(spec, arch, **kwargs)
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / result.isa_file).write_text(result.isa)
+    for stage in result.stages:
+        (directory / f"{stage}.mlir").write_text(result.stages[stage])
+
+
 def compute(only: str | None) -> dict[str, str]:
     out = {}
     for name, (arch, spec, kwargs) in variants().items():
@@ -131,9 +143,15 @@ def main(argv=None) -> int:
         c.add_argument("file", type=Path)
         c.add_argument("--only", help="only the variants whose name contains this")
     sub.add_parser("list")
+    d = sub.add_parser("dump")
+    d.add_argument("variant", choices=list(variants()), metavar="VARIANT")
+    d.add_argument("directory", type=Path)
     args = p.parse_args(argv)
     if args.command == "list":
         print("\n".join(variants()))
+        return 0
+    if args.command == "dump":
+        dump(args.variant, args.directory)
         return 0
     if args.command == "snapshot":
         args.file.write_text(json.dumps(compute(args.only), indent=1, sort_keys=True) + "\n")
