@@ -10,6 +10,7 @@ import math
 import numbers
 import struct
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from . import mask_geometry
 from .errors import Reason, SpecError
@@ -160,7 +161,16 @@ class AttentionBwdSpec:
 
     def reasons(self) -> list[Reason]:
         """Every reason this spec is malformed; empty when valid. What a body or target supports is
-        fmha_mlir.bodies' to say."""
+        fmha_mlir.bodies' to say. The one validation of every option: the API, the tools, the torch op
+        and the IR verifier all ask it."""
+        return list(self._reasons)
+
+    @cached_property
+    def _reasons(self) -> tuple[Reason, ...]:
+        # A frozen spec's reasons are fixed: validated once per spec, whoever asks.
+        return tuple(self._validate())
+
+    def _validate(self) -> list[Reason]:
         out: list[Reason] = []
         if self.dtype not in DTYPES:
             out.append(Reason("dtype", f"unsupported element type {self.dtype!r}", f"use one of {', '.join(DTYPES)}"))

@@ -1,7 +1,9 @@
 """Checks run before MLIR sees the IR: the fmha lowering passes' own, and upstream passes' abort traps."""
 from __future__ import annotations
 
+from fmha_mlir.bodies import BodyPlan, body_plan
 from fmha_mlir.dialects import fmha
+from fmha_mlir.errors import SpecError
 from fmha_mlir.spec import AttentionBwdSpec
 from fmha_mlir.target import TARGETS
 
@@ -23,6 +25,19 @@ def verified_spec(op) -> AttentionBwdSpec:
     """`op`'s spec after the fmha verifier accepted `op`; PassFailure with its problems otherwise."""
     check_verified(op)
     return fmha.spec_from_op(op)
+
+
+def verified_plan(op) -> BodyPlan:
+    """The plan of the body `op`'s config names, for `op`'s spec (made once per spec and config), after
+    the fmha verifier accepted `op`; PassFailure with the verifier's problems, or with every reason the
+    body cannot compute the spec."""
+    spec = verified_spec(op)
+    config = fmha.config_of(op)
+    try:
+        return body_plan(spec, config)
+    except SpecError as exc:
+        raise PassFailure(f"the {config.body} body cannot compute this spec with config {config.tag}: "
+                          + "; ".join(map(str, exc.reasons)), op) from None
 
 
 def check_wave_size(wave_size: int) -> None:

@@ -24,14 +24,17 @@ from fmha_mlir.spec import AttentionBwdSpec, Mask
 COUNTERS = {
     "spec reads (attributes -> spec)": ["fmha_mlir.dialects.fmha_attrs:read_spec"],
     "config reads (attribute -> config)": ["fmha_mlir.dialects.fmha_attrs:read_config"],
-    "spec validations": ["fmha_mlir.spec:AttentionBwdSpec.reasons"],
-    "config validations": ["fmha_mlir.kernel_config:*Config.reasons"],
+    # reasons() validated on every call before the plans; now it returns what _validate found once.
+    "spec validations": ["fmha_mlir.spec:AttentionBwdSpec._validate"],
+    "config validations": ["fmha_mlir.kernel_config:*Config.structural_reasons"],
+    "  reasons() asked (spec, config)": ["fmha_mlir.spec:AttentionBwdSpec.reasons",
+                                         "fmha_mlir.kernel_config:*Config.reasons"],
     "body limit checks": ["fmha_mlir.bodies*:*Body.reasons", "fmha_mlir.bodies*:*Body.spec_reasons"],
     "fmha op verifier runs": ["fmha_mlir.dialects.fmha:verify_op"],
     "  of which problem / stage ops": ["fmha_mlir.dialects.fmha:_SpecOp.problems"],
-    "launch geometry computed": ["fmha_mlir.bodies*:*Body.launch"],
-    "workspaces computed": ["fmha_mlir.bodies*:*Body.workspaces"],
-    "body plans computed": ["fmha_mlir.bodies*:make_plan"],
+    "launch geometries computed": ["fmha_mlir.bodies*:*Body.launch"],
+    "workspace lists computed": ["fmha_mlir.bodies*:*Body.workspaces"],
+    "body plans made": ["fmha_mlir.bodies.plan:_plan"],
 }
 
 

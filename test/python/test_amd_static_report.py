@@ -82,9 +82,9 @@ def test_every_tiled_table_row_has_mfma_in_its_loop_no_scratch_and_two_waves_per
 
 
 def test_the_tile_step_counts_and_the_roofline():
-    from fmha_mlir.kernel_config import KernelConfig
+    from fmha_mlir.kernel_config import TiledConfig
     spec = AttentionBwdSpec("bf16", 128)
-    config = KernelConfig(body="tiled", wave_size=64, block_m=32, block_n=64, warps=8, instruction="mfma.16x16x16")
+    config = TiledConfig(wave_size=64, block_m=32, block_n=64, warps=8, instruction="mfma.16x16x16")
     flops, moved = tile_step(spec, config)
     assert flops == 2 * 32 * 64 * 5 * 128
     assert moved == 32 * 256 * 2 + 8 * 32 + 32 * 128 * 4
