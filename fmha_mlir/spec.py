@@ -181,14 +181,10 @@ class AttentionBwdSpec:
             elif value > MAX_INT_OPTION:
                 out.append(Reason(name, f"{value} is too large (at most {MAX_INT_OPTION})"))
         # A scale still 0 is the default that an invalid hdim_q left unset: hdim_q's reason says why.
-        if self.scale != 0.0 and not (isinstance(self.scale, (int, float)) and F32_MIN_NORMAL <= self.scale <= F32_MAX):
-            out.append(Reason("scale", f"softmax scale must be a positive f32 value, from {F32_MIN_NORMAL:.3g} "
-                                       f"to {F32_MAX:.3g} (got {self.scale!r})", "leave it 0 for 1/sqrt(hdim_q)"))
+        if self.scale != 0.0:
+            out += scale_reasons(self.scale, "leave it 0 for 1/sqrt(hdim_q)")
         out += self.mask.reasons()
-        if isinstance(self.softcap, bool) or not isinstance(self.softcap, (int, float)) or not (
-                self.softcap == 0 or F32_MIN_NORMAL <= self.softcap <= F32_MAX):
-            out.append(Reason("softcap", f"must be 0 (off) or a positive f32 value, from {F32_MIN_NORMAL:.3g} to "
-                                         f"{F32_MAX:.3g} (got {self.softcap!r})", "FlashAttention's models use 30 or 50"))
+        out += softcap_reasons(self.softcap)
         out += self._bias_reasons()
         if not isinstance(self.deterministic, bool):
             out.append(Reason("deterministic", f"must be a bool (got {self.deterministic!r})"))
@@ -257,6 +253,28 @@ class AttentionBwdSpec:
         reasons = self.reasons()
         if reasons:
             raise SpecError(reasons)
+
+
+def _f32_normal(value) -> bool:
+    return (isinstance(value, numbers.Real) and not isinstance(value, bool)
+            and F32_MIN_NORMAL <= value <= F32_MAX)
+
+
+def scale_reasons(value, fix: str) -> list[Reason]:
+    """The rule for a softmax scale (the spec's, the oracle's): a positive f32 normal value, which the
+    kernels are compiled with."""
+    if _f32_normal(value):
+        return []
+    return [Reason("scale", f"softmax scale must be a positive f32 value, from {F32_MIN_NORMAL:.3g} to "
+                            f"{F32_MAX:.3g} (got {value!r})", fix)]
+
+
+def softcap_reasons(value) -> list[Reason]:
+    """The rule for a softcap (the spec's, the oracle's): 0 (off) or a positive f32 normal value."""
+    if (isinstance(value, numbers.Real) and not isinstance(value, bool) and value == 0) or _f32_normal(value):
+        return []
+    return [Reason("softcap", f"must be 0 (off) or a positive f32 value, from {F32_MIN_NORMAL:.3g} to "
+                              f"{F32_MAX:.3g} (got {value!r})", "FlashAttention's models use 30 or 50")]
 
 
 def f32_value(value: float) -> float:

@@ -400,3 +400,12 @@ def test_bad_problems_are_rejected(size, layout, match):
 def test_unknown_bias_kind_is_rejected():
     with pytest.raises(SpecError, match="unknown bias kind"):
         make_problem(small_spec(bias="relative"), ProblemSize(1, 2, 4, 4))
+
+
+@pytest.mark.parametrize("softcap", [1e-40, -1.0, math.inf, math.nan, 4e38, True])
+def test_the_oracle_refuses_a_softcap_by_the_specs_rule(softcap):
+    q = np.ones((1, 1, 2, 4))
+    with pytest.raises(SpecError) as refused:
+        oracle.forward(q, q, q, mask=Mask(), scale=0.5, gqa_ratio=1, softcap=softcap)
+    spec_reasons = AttentionBwdSpec(hdim_q=4, softcap=softcap).reasons()
+    assert [str(r) for r in refused.value.reasons] == [str(r) for r in spec_reasons]
