@@ -19,7 +19,7 @@ DTYPES = ("f16", "bf16", "f32")
 MASK_KINDS = ("none", "causal_top_left", "causal_bottom_right", "sliding_window")
 BIAS_KINDS = ("none", "elementwise", "alibi")
 # The dtype dQ's atomic adds accumulate in: f32 into a workspace (converted after), or bf16 by packed
-# atomics straight into dQ (seed 004's output_grad_dtype).
+# atomics straight into dQ (half the atomic traffic, a bf16 rounding per key block).
 GRAD_ACCUMS = ("f32", "bf16")
 # The scale is compiled in as an f32 attribute: it must survive the rounding, and not as a denormal.
 F32_MIN_NORMAL = 1.1754943508222875e-38

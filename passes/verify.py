@@ -5,12 +5,9 @@ from fmha_mlir.bodies import BodyPlan, body_plan
 from fmha_mlir.dialects import fmha
 from fmha_mlir.errors import SpecError
 from fmha_mlir.spec import AttentionBwdSpec
-from fmha_mlir.target import TARGETS
 
 from .base import PassFailure
 from .ir_builders import collect_ops
-
-WAVE_SIZES = tuple(sorted({t.wave_size for t in TARGETS.values()}))
 
 
 def check_verified(op) -> None:
@@ -38,13 +35,6 @@ def verified_plan(op) -> BodyPlan:
     except SpecError as exc:
         raise PassFailure(f"the {config.body} body cannot compute this spec with config {config.tag}: "
                           + "; ".join(map(str, exc.reasons)), op) from None
-
-
-def check_wave_size(wave_size: int) -> None:
-    """Reject a wave-size option no target has (ValueError: the registry reports it as a bad option)."""
-    if wave_size not in WAVE_SIZES:
-        raise ValueError(f"wave-size={wave_size} is not a wave size of any target; use one of "
-                         f"{', '.join(map(str, WAVE_SIZES))}")
 
 
 def abort_traps(module) -> list[tuple["ir.Operation", str]]:

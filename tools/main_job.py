@@ -39,7 +39,7 @@ def parse_args(argv):
                    help="elementwise: a random bias tensor (shape: --bias-broadcast); alibi: -slope_h |i - j|, the "
                         "standard slopes computed in the kernel (or --alibi-slopes)")
     p.add_argument("--bias-broadcast", default="batch", choices=tuple(BIAS_BROADCASTS),
-                   help="the dims the bias tensor has size 1 in (batch: the seed's [H, Sq, Sk]); for "
+                   help="the dims the bias tensor has size 1 in (batch: [1, H, Sq, Sk]); for "
                         "--alibi-slopes, batch gives [1, H] and none [B, H]")
     p.add_argument("--alibi-slopes", action="store_true", help="ALiBi's slopes from a random f32 tensor")
     p.add_argument("--dbias", action="store_true",

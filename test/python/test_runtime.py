@@ -1011,7 +1011,7 @@ def test_a_bias_that_does_not_broadcast_is_refused(shape, message):
 
 @pytest.mark.parametrize("edit", ["steps reordered", "a zero fill repeated", "the binary changed", "no digest"])
 def test_a_bundle_edited_after_it_was_written_is_refused(tmp_path, edit):
-    """Issue 11: a manifest edited into another launch plan ran and returned wrong gradients. save()
+    """A manifest edited into another launch plan would run and return wrong gradients: save()
     stamps a digest of the manifest and the files; load() refuses a bundle that no longer matches it."""
     directory = attention_bundle().save(tmp_path / "b")
     path = directory / "manifest.json"
