@@ -80,7 +80,7 @@ class KernelConfig:
             raise SpecError([Reason("config", f"must be an object, got {type(data).__name__}")])
         fields = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items()}
         body = fields.pop("body", "warp")
-        if body not in CONFIG_CLASSES:
+        if not isinstance(body, str) or body not in CONFIG_CLASSES:
             raise SpecError([Reason("config.body", f"unknown body {body!r}", f"use one of {', '.join(BODY_NAMES)}")])
         cls = CONFIG_CLASSES[body]
         names = {f.name for f in dataclasses.fields(cls)}

@@ -14,7 +14,7 @@ from fmha_mlir.dialects import fmha
 from fmha_mlir.dialects.fmha_types import rows_type, tensor_type
 from fmha_mlir.errors import SpecError
 from fmha_mlir.frontend import build_problem_module, problem_types
-from fmha_mlir.kernel_config import WarpConfig
+from fmha_mlir.kernel_config import KernelConfig, TiledConfig, WarpConfig
 from fmha_mlir.mlir import func, ir, make_context
 from fmha_mlir.spec import DTYPES, AttentionBwdSpec, Mask
 
@@ -255,6 +255,17 @@ def test_config_round_trips_through_the_attribute(ctx, config):
     reparsed = ir.Module.parse(str(module))
     function = reparsed.body.operations[0].operation
     assert fmha.config_of(function.regions[0].blocks[0].operations[0]) == config
+
+
+def test_the_config_attribute_is_one_dictionary_whose_body_picks_the_class(ctx):
+    spec = AttentionBwdSpec(dtype="bf16", hdim_q=64, hdim_v=64)
+    _, warp = _build_stage(fmha.DqDkDvOp, spec, WARP64)
+    assert str(warp.attributes["config"]) == '{body = "warp", wave_size = 64 : i64}'
+    _, tiled = _build_stage(fmha.DqDkDvOp, spec, TILED_TABLE[64])
+    assert str(tiled.attributes["config"]).startswith('{block_m = 128 : i64, block_n = 128 : i64, body = "tiled"')
+    assert isinstance(fmha.config_of(tiled), TiledConfig) and TILED_TABLE[64].to_json()["body"] == "tiled"
+    with pytest.raises(SpecError, match="unknown field\\(s\\) block_m for the warp body"):
+        KernelConfig.from_json({"body": "warp", "wave_size": 32, "block_m": 64})
 
 
 def test_body_limits_are_not_ir_rules_the_body_plan_refuses_them(ctx):
