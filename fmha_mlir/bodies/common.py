@@ -157,7 +157,8 @@ def row_alignment(hdim: int, wave_size: int, element_bytes: int) -> int:
 
 class Body:
     """One way of computing the dq_dk_dv stage (plus its row stages), answered without MLIR. The passes
-    never ask a body directly: they get its BodyPlan (bodies/plan.py), made once per (spec, config)."""
+    take its answers from its BodyPlan (bodies/plan.py, made once per (spec, config)) and its limits from
+    choice.check_config."""
 
     name: ClassVar[str]
     config_class: ClassVar[type[KernelConfig]]
