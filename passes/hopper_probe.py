@@ -16,7 +16,7 @@ from fmha_mlir.mlir import arith, gpu, ir, memref, scf
 from fmha_mlir.wgmma_layouts import M, OperandTile
 
 from . import wgmma_atom
-from .hopper_sync import MbarrierGroup, MbarrierPipeline
+from .hopper_sync import MbarrierGroup, MbarrierPipeline, fence_proxy_async
 from .ir_builders import index
 from .ix import Ix
 from .tma_copy import TmaCopy, tensor_map_params, tile_bytes
@@ -50,6 +50,12 @@ class ProbeShape:
     @property
     def v_tile(self) -> OperandTile:
         return OperandTile(self.n2, self.n, "MN", 128)
+
+    @property
+    def boxes(self) -> dict[str, tuple[int, int]]:
+        """The TMA box of each tensor map parameter (outer, contiguous): the host encodes the maps with
+        these, the kernel's expect-tx byte counts assume them."""
+        return {"a": self.a_tile.box, "b": self.b_tile.box, "v": self.v_tile.box}
 
     @property
     def stage_bytes(self) -> int:
@@ -93,7 +99,7 @@ gpu.func @{KERNEL}(%a: !llvm.ptr, %b: !llvm.ptr, %v: !llvm.ptr, %c: memref<{shap
 }}"""
 
 
-def _if(condition):
+def if_then(condition):
     """An scf.if without results; build its body inside the returned context."""
     op = scf.IfOp(condition)
     point = ir.InsertionPoint(op.then_block)
@@ -122,9 +128,10 @@ def _body(shape: ProbeShape, a_map, b_map, v_map, c, c2) -> None:
     pipeline = MbarrierPipeline(STAGES, consumers=THREADS)
     v_ready = MbarrierGroup(1)
     v_base = STAGES * shape.stage_bytes
-    with _if(leader.value):
+    with if_then(leader.value):
         pipeline.init()
         v_ready.init(0, 1)
+        fence_proxy_async()
     gpu.barrier()
 
     def issue(kb: int) -> None:
@@ -134,7 +141,7 @@ def _body(shape: ProbeShape, a_map, b_map, v_map, c, c2) -> None:
         a_copy.load_tile(smem, base, shape.a_tile, row0, kb * BLOCK_K, pipeline.barriers, stage)
         b_copy.load_tile(smem, base + shape.a_tile.nbytes, shape.b_tile, 0, kb * BLOCK_K, pipeline.barriers, stage)
 
-    with _if(leader.value):
+    with if_then(leader.value):
         v_ready.arrive_expect_tx(0, tile_bytes(shape.v_tile))
         v_copy.load_tile(smem, v_base, shape.v_tile, 0, 0, v_ready, 0)
         for kb in range(min(STAGES, shape.k_blocks)):
@@ -159,7 +166,7 @@ def _body(shape: ProbeShape, a_map, b_map, v_map, c, c2) -> None:
         wgmma_atom.wait(0)
         pipeline.release(stage)
         if kb + STAGES < shape.k_blocks:
-            with _if(leader.value):
+            with if_then(leader.value):
                 pipeline.acquire(stage, parity)
                 issue(kb + STAGES)
 
