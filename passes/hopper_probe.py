@@ -6,13 +6,12 @@ warpgroup per 64-row block computes
     C2 = bf16(C) V           V [N x N2] bf16 (MN-major B), C as the register A operand: wgmma RS
 
 and stores both (f32). It is the shape of the attention backward's S^T -> P^T -> dV chain. Kernel
-parameters: the tensor maps of A, B (box 64 x 64) and V (box N x 64), then C and C2 as memrefs.
+parameters: the tensor maps of A, B and V (boxes: ProbeShape.boxes), then C and C2 as memrefs.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from fmha_mlir.mlir import arith, gpu, ir, memref, scf
+from fmha_mlir.hopper_probe_geometry import BLOCK_K, KERNEL, STAGES, THREADS, ProbeShape
+from fmha_mlir.mlir import gpu, ir, memref, scf
 from fmha_mlir.wgmma_layouts import M, OperandTile
 
 from . import wgmma_atom
@@ -21,53 +20,6 @@ from .ir_builders import index
 from .ix import Ix
 from .tma_copy import TmaCopy, tensor_map_params, tile_bytes
 from .wgmma_atom import WgmmaAtom
-
-KERNEL = "wgmma_probe"
-THREADS = 128
-BLOCK_K = 64
-STAGES = 2
-
-
-@dataclass(frozen=True)
-class ProbeShape:
-    m: int = 128
-    n: int = 128
-    k: int = 200          # not a multiple of BLOCK_K: the last box reads past K (zero fill)
-    n2: int = 64
-
-    @property
-    def k_blocks(self) -> int:
-        return -(-self.k // BLOCK_K)
-
-    @property
-    def a_tile(self) -> OperandTile:
-        return OperandTile(M, BLOCK_K, "K", 128)
-
-    @property
-    def b_tile(self) -> OperandTile:
-        return OperandTile(self.n, BLOCK_K, "K", 128)
-
-    @property
-    def v_tile(self) -> OperandTile:
-        return OperandTile(self.n2, self.n, "MN", 128)
-
-    @property
-    def boxes(self) -> dict[str, tuple[int, int]]:
-        """The TMA box of each tensor map parameter (outer, contiguous): the host encodes the maps with
-        these, the kernel's expect-tx byte counts assume them."""
-        return {"a": self.a_tile.box, "b": self.b_tile.box, "v": self.v_tile.box}
-
-    @property
-    def stage_bytes(self) -> int:
-        return self.a_tile.nbytes + self.b_tile.nbytes
-
-    @property
-    def shared_bytes(self) -> int:
-        return STAGES * self.stage_bytes + self.v_tile.nbytes
-
-    @property
-    def grid(self) -> tuple[int, int, int]:
-        return (self.m // M, 1, 1)
 
 
 def probe_module_text(shape: ProbeShape) -> str:

@@ -1,81 +1,24 @@
-"""Smaller kernels built from the same Hopper pieces as the wgmma probe (passes/hopper_probe.py), one
-piece more per rung, so that one run on the GPU says which piece fails when the full probe does not:
-
-    mbarrier   init, arrive and parity waits over two phases of a 128-arrival barrier; out[t] = t + 1
-    tma        boxes of the probe's A and B tensor maps (one past K: zero fill) completing on an
-               mbarrier with expect-tx, the shared bytes copied out as words
-    ss         the probe's first k-block (A, B tiles) written to shared memory by ordinary stores from a
-               host-made image, fence.proxy.async, wgmma SS: C = A B^T over 64 columns of K
-    rs         the same, then V's tile and wgmma RS: C2 = bf16(C) V
-    pipeline   the full probe (TMA 2-stage pipeline, SS, RS)
-
-Each rung is its own module (kernel `probe_<rung>`, the full probe's name for `pipeline`) with one
-work-group of THREADS threads, except the pipeline's grid.
+"""The ladder's rung kernels (fmha_mlir/hopper_probe_geometry.py says what each does): smaller kernels
+built from the same Hopper pieces as the wgmma probe (passes/hopper_probe.py), one piece more per rung,
+so that one run on the GPU says which piece fails when the full probe does not. Each rung is its own
+module (kernel `probe_<rung>`, the full probe's name for `pipeline`).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from fmha_mlir.mlir import arith, gpu, ir, memref, scf
+from fmha_mlir.hopper_probe_geometry import BLOCK_K, THREADS, ProbeShape, TmaRung, image_layout, rung
 from fmha_mlir.wgmma_layouts import M
 
 from . import hopper_probe, wgmma_atom
-from .hopper_probe import BLOCK_K, THREADS, ProbeShape, if_then
+from .hopper_probe import if_then
 from .hopper_sync import MbarrierGroup, fence_proxy_async
 from .ir_builders import index
 from .ix import Ix
 from .tma_copy import TmaCopy, tensor_map_params
 from .wgmma_atom import WgmmaAtom
 
-RUNGS = ("mbarrier", "tma", "ss", "rs", "pipeline")
 WORD = 4
 WORKGROUP = "#gpu.address_space<workgroup>"
-
-
-@dataclass(frozen=True)
-class TmaRung:
-    """Where the tma rung puts its boxes: (tensor map, shared byte offset, first column) per tile load;
-    the A tile at K columns 0 and at the last k-block (past K: zero fill), the B tile at column 0."""
-
-    shape: ProbeShape
-
-    @property
-    def loads(self) -> list[tuple[str, int, int]]:
-        a, last = self.shape.a_tile.nbytes, (self.shape.k_blocks - 1) * BLOCK_K
-        return [("a", 0, 0), ("a", a, last), ("b", 2 * a, 0)]
-
-    @property
-    def nbytes(self) -> int:
-        return 2 * self.shape.a_tile.nbytes + self.shape.b_tile.nbytes
-
-
-def image_layout(shape: ProbeShape) -> dict[str, int]:
-    """Byte offsets of the A, B and V tiles in the ss / rs rungs' shared image (each 1024-aligned)."""
-    b = shape.a_tile.nbytes
-    v = b + shape.b_tile.nbytes
-    return {"a": 0, "b": b, "v": v, "end": v + shape.v_tile.nbytes}
-
-
-@dataclass(frozen=True)
-class Rung:
-    name: str
-    kernel: str
-    grid: tuple[int, int, int]
-    shared_bytes: int
-    maps: tuple[str, ...]        # tensor-map parameters, in order, named as ProbeShape.boxes
-
-
-def rung(name: str, shape: ProbeShape) -> Rung:
-    if name not in RUNGS:
-        raise ValueError(f"the probe's rungs are {', '.join(RUNGS)}, not {name!r}")
-    one = (1, 1, 1)
-    return {
-        "mbarrier": Rung(name, "probe_mbarrier", one, 0, ()),
-        "tma": Rung(name, "probe_tma", one, TmaRung(shape).nbytes, ("a", "b")),
-        "ss": Rung(name, "probe_ss", one, image_layout(shape)["v"], ()),
-        "rs": Rung(name, "probe_rs", one, image_layout(shape)["end"], ()),
-        "pipeline": Rung(name, hopper_probe.KERNEL, shape.grid, shape.shared_bytes, ("a", "b", "v")),
-    }[name]
 
 
 def rung_module_text(name: str, shape: ProbeShape) -> str:

@@ -27,8 +27,8 @@ WATCHDOG_S = 20          # a rung's child process (CUDA start, two launches, che
 
 def build(directory: Path) -> None:
     from fmha_mlir.compiler import Compiler
-    from fmha_mlir.passes.hopper_probe import THREADS, ProbeShape
-    from fmha_mlir.passes.hopper_probe_ladder import RUNGS, rung, rung_module_text
+    from fmha_mlir.hopper_probe_geometry import RUNGS, THREADS, ProbeShape, rung
+    from fmha_mlir.passes.hopper_probe_ladder import rung_module_text
 
     shape, ptxas = ProbeShape(), shutil.which("ptxas") or PTXAS
     compiler = Compiler(ptxas=ptxas)
@@ -66,29 +66,26 @@ def _tile_image(shared: np.ndarray, offset: int, tile, tensor: np.ndarray, row: 
         hopper.tma_box(shared, offset + box_offset, tensor, row, column + first, rows, tile.atom_elements, tile.swizzle)
 
 
-def _expected_tma(shape, inputs, swizzled: bool = True) -> np.ndarray:
-    from dataclasses import replace
-
-    from fmha_mlir.passes.hopper_probe_ladder import TmaRung
+def _expected_tma(shape, inputs, swizzle: bool = True) -> np.ndarray:
+    """The tma rung's shared bytes, as its boxes leave them (`swizzle` False: placed row after row, what a
+    map without the swizzle would leave; a diagnosis of a wrong result)."""
+    from fmha_mlir.hopper_probe_geometry import TmaRung
+    from fmha_mlir.runtime.interp import hopper
 
     plan = TmaRung(shape)
     image = np.zeros(plan.nbytes, np.uint8)
     tiles = {"a": shape.a_tile, "b": shape.b_tile}
     for tensor, offset, column in plan.loads:
-        tile = tiles[tensor] if swizzled else replace(tiles[tensor], swizzle=0)
-        if swizzled:
-            _tile_image(image, offset, tile, inputs[tensor], 0, column)
-        else:   # the same boxes placed row after row: what a map without the swizzle would leave
-            from fmha_mlir.runtime.interp import hopper
-            for box_offset, first, rows in tiles[tensor].boxes():
-                hopper.tma_box(image, offset + box_offset, inputs[tensor], 0, column + first, rows,
-                               tiles[tensor].atom_elements, 0)
+        tile = tiles[tensor]
+        for box_offset, first, rows in tile.boxes():
+            hopper.tma_box(image, offset + box_offset, inputs[tensor], 0, column + first, rows, tile.atom_elements,
+                           tile.swizzle if swizzle else 0)
     return image
 
 
 def _image(shape, inputs, end: int) -> np.ndarray:
     """The ss / rs rungs' shared image: the first k-block's A and B tiles and V's tile, as TMA leaves them."""
-    from fmha_mlir.passes.hopper_probe_ladder import image_layout
+    from fmha_mlir.hopper_probe_geometry import image_layout
 
     layout = image_layout(shape)
     image = np.zeros(layout["end"], np.uint8)
@@ -117,8 +114,7 @@ def _products(shape, inputs, rows: int, k: int):
 def run_rung(directory: Path, name: str) -> dict:
     """Launch one rung (twice: the second launch reuses the cached tensor maps) and judge it: verdict
     'pass' or 'wrong' with what differs. Runs in the child process the watchdog can kill."""
-    from fmha_mlir.passes.hopper_probe import BLOCK_K, ProbeShape
-    from fmha_mlir.passes.hopper_probe_ladder import TmaRung, image_layout
+    from fmha_mlir.hopper_probe_geometry import BLOCK_K, ProbeShape, TmaRung, image_layout
     from fmha_mlir.runtime.args import DeviceBuffer, TensorMapArg
     from fmha_mlir.runtime.cuda_executor import CudaExecutor, CudaKernels
     from fmha_mlir.runtime.executor import check_status
@@ -164,7 +160,7 @@ def run_rung(directory: Path, name: str) -> dict:
         bad = int(np.count_nonzero(got != want))
         detail = f"{bad} of {got.size} shared bytes differ from the swizzled, zero-filled boxes"
         if bad:
-            plain = int(np.count_nonzero(got != _expected_tma(shape, inputs, swizzled=False)))
+            plain = int(np.count_nonzero(got != _expected_tma(shape, inputs, swizzle=False)))
             first = int(np.flatnonzero(got != want)[0])
             detail += f"; first at byte {first}; {plain} differ from the boxes placed without the swizzle"
         return {"verdict": "wrong" if bad else "pass", "detail": detail}
@@ -177,7 +173,7 @@ def run_rung(directory: Path, name: str) -> dict:
 
 def run(directory: Path, report: Path) -> bool:
     """Each rung in a child process, killed after WATCHDOG_S: a hang is a verdict, not a stuck run."""
-    from fmha_mlir.passes.hopper_probe_ladder import RUNGS
+    from fmha_mlir.hopper_probe_geometry import RUNGS
 
     meta = json.loads((directory / "probe.json").read_text())
     rows = []
