@@ -105,8 +105,27 @@ def test_the_shared_images_give_the_gated_products():
         c2 = hopper.wgmma(shared, c2, p[:, 16 * kb:16 * kb + 16], SHAPE.v_tile.descriptor(layout["v"], 0, 16 * kb),
                           SHAPE.n2, "MN", np.uint16, kb == 0, decode=decode)
     checks = tool._products(SHAPE, inputs, 64, BLOCK_K)
-    assert checks["c"](c.astype(np.float64)).passed and checks["c2"](c2.astype(np.float64)).passed
+    assert checks["c"](c.astype(np.float64)).passed and checks["c2"](c2.astype(np.float64), c).passed
     assert not checks["c"](np.roll(c, 1, axis=1).astype(np.float64)).passed
+    assert not checks["c2"](np.roll(c2, 1, axis=1).astype(np.float64), c).passed
+
+
+def test_c2_is_judged_on_the_kernels_own_c():
+    """An f32 C summed in another order than NumPy's (as the pipeline's k-blocks are) rounds one element
+    to the neighbouring bf16 value here: C2 from it is right for that C, and judged so (the H200's
+    pipeline C2 missed a float64-C reference by 0.29 for this reason)."""
+    inputs = tool._inputs(SHAPE)
+    af, bf, vf = (from_storage(inputs[x], "bf16").astype(np.float32) for x in "abv")
+    c = np.zeros((SHAPE.m, SHAPE.n), np.float32)
+    for k0 in range(0, SHAPE.k, 16):
+        c += af[:, k0:k0 + 16] @ bf[:, k0:k0 + 16].T
+    round16 = lambda x: from_storage(to_storage(x.astype(np.float32), "bf16"), "bf16").astype(np.float64)  # noqa: E731
+    exact = af.astype(np.float64) @ bf.T.astype(np.float64)
+    assert np.count_nonzero(round16(c) != round16(exact)) >= 1
+    checks = tool._products(SHAPE, inputs, SHAPE.m, SHAPE.k)
+    c2 = (round16(c).astype(np.float32) @ vf).astype(np.float64)
+    assert checks["c"](c.astype(np.float64)).passed and checks["c2"](c2, c.astype(np.float64)).passed
+    assert not checks["c2"](round16(exact) @ vf + 0.1, c.astype(np.float64)).passed
 
 
 def test_the_expected_tma_bytes_are_swizzled_and_zero_filled_past_k():
