@@ -6,62 +6,20 @@ warpgroup per 64-row block computes
     C2 = bf16(C) V           V [N x N2] bf16 (MN-major B), C as the register A operand: wgmma RS
 
 and stores both (f32). It is the shape of the attention backward's S^T -> P^T -> dV chain. Kernel
-parameters: the tensor maps of A, B (box 64 x 64) and V (box N x 64), then C and C2 as memrefs.
+parameters: the tensor maps of A, B and V (boxes: ProbeShape.boxes), then C and C2 as memrefs.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from fmha_mlir.mlir import arith, gpu, ir, memref, scf
+from fmha_mlir.hopper_probe_geometry import BLOCK_K, KERNEL, STAGES, THREADS, ProbeShape
+from fmha_mlir.mlir import gpu, ir, memref, scf
 from fmha_mlir.wgmma_layouts import M, OperandTile
 
 from . import wgmma_atom
-from .hopper_sync import MbarrierGroup, MbarrierPipeline
+from .hopper_sync import MbarrierGroup, MbarrierPipeline, fence_proxy_async
 from .ir_builders import index
 from .ix import Ix
 from .tma_copy import TmaCopy, tensor_map_params, tile_bytes
 from .wgmma_atom import WgmmaAtom
-
-KERNEL = "wgmma_probe"
-THREADS = 128
-BLOCK_K = 64
-STAGES = 2
-
-
-@dataclass(frozen=True)
-class ProbeShape:
-    m: int = 128
-    n: int = 128
-    k: int = 200          # not a multiple of BLOCK_K: the last box reads past K (zero fill)
-    n2: int = 64
-
-    @property
-    def k_blocks(self) -> int:
-        return -(-self.k // BLOCK_K)
-
-    @property
-    def a_tile(self) -> OperandTile:
-        return OperandTile(M, BLOCK_K, "K", 128)
-
-    @property
-    def b_tile(self) -> OperandTile:
-        return OperandTile(self.n, BLOCK_K, "K", 128)
-
-    @property
-    def v_tile(self) -> OperandTile:
-        return OperandTile(self.n2, self.n, "MN", 128)
-
-    @property
-    def stage_bytes(self) -> int:
-        return self.a_tile.nbytes + self.b_tile.nbytes
-
-    @property
-    def shared_bytes(self) -> int:
-        return STAGES * self.stage_bytes + self.v_tile.nbytes
-
-    @property
-    def grid(self) -> tuple[int, int, int]:
-        return (self.m // M, 1, 1)
 
 
 def probe_module_text(shape: ProbeShape) -> str:
@@ -93,7 +51,7 @@ gpu.func @{KERNEL}(%a: !llvm.ptr, %b: !llvm.ptr, %v: !llvm.ptr, %c: memref<{shap
 }}"""
 
 
-def _if(condition):
+def if_then(condition):
     """An scf.if without results; build its body inside the returned context."""
     op = scf.IfOp(condition)
     point = ir.InsertionPoint(op.then_block)
@@ -122,9 +80,10 @@ def _body(shape: ProbeShape, a_map, b_map, v_map, c, c2) -> None:
     pipeline = MbarrierPipeline(STAGES, consumers=THREADS)
     v_ready = MbarrierGroup(1)
     v_base = STAGES * shape.stage_bytes
-    with _if(leader.value):
+    with if_then(leader.value):
         pipeline.init()
         v_ready.init(0, 1)
+        fence_proxy_async()
     gpu.barrier()
 
     def issue(kb: int) -> None:
@@ -134,7 +93,7 @@ def _body(shape: ProbeShape, a_map, b_map, v_map, c, c2) -> None:
         a_copy.load_tile(smem, base, shape.a_tile, row0, kb * BLOCK_K, pipeline.barriers, stage)
         b_copy.load_tile(smem, base + shape.a_tile.nbytes, shape.b_tile, 0, kb * BLOCK_K, pipeline.barriers, stage)
 
-    with _if(leader.value):
+    with if_then(leader.value):
         v_ready.arrive_expect_tx(0, tile_bytes(shape.v_tile))
         v_copy.load_tile(smem, v_base, shape.v_tile, 0, 0, v_ready, 0)
         for kb in range(min(STAGES, shape.k_blocks)):
@@ -159,7 +118,7 @@ def _body(shape: ProbeShape, a_map, b_map, v_map, c, c2) -> None:
         wgmma_atom.wait(0)
         pipeline.release(stage)
         if kb + STAGES < shape.k_blocks:
-            with _if(leader.value):
+            with if_then(leader.value):
                 pipeline.acquire(stage, parity)
                 issue(kb + STAGES)
 
