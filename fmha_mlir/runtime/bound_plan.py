@@ -95,7 +95,7 @@ class BoundPlan:
                 self._refuse(addresses)
         if self.workspace_bytes:
             base = addresses[names]
-            addresses = [*addresses[:names], *(base + offset for offset in self._workspace_offsets)]
+            addresses = [*addresses[:names], *map(base.__add__, self._workspace_offsets)]
         with self._lock, self._current:
             self._packed.run(addresses, stream)
 

@@ -122,7 +122,9 @@ class CudaExecutor(Executor):
                          (cu.cuMemsetD8Async, nbytes))
 
         def fill(address: int, stream: int | None) -> None:
-            check_status(memset(address, 0, count, stream or 0), what)
+            result = memset(address, 0, count, stream or 0)
+            if int(result[0]):
+                check_status(result, what)
 
         return fill
 
@@ -210,7 +212,9 @@ class CudaKernels(KernelSet):
         launch, address, config = self._cu.cuLaunchKernel, params.ctypes.data, (function, *grid, *block, shared_bytes)
 
         def run(stream, blob=blob, params=params):  # keeps the arguments and their pointers alive with the callable
-            check_status(launch(*config, stream or 0, address, 0), what)
+            result = launch(*config, stream or 0, address, 0)
+            if int(result[0]):   # (checked inline: the hot path of every launch)
+                check_status(result, what)
 
         return run
 
