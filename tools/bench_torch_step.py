@@ -5,9 +5,10 @@ flash and cuDNN backends, eager and under CUDA-graph replay.
     python tools/bench_torch_step.py run DIR --report tools/reports/h200_torch_step.md    # the GPU
 
 A step is what a training loop pays per attention call: the forward on q, k, v that require grad, then
-torch.autograd.grad(out, (q, k, v), dO) (bf16). For each shape the contenders are measured in blocks
-of --steps steps, interleaved (the order rotated every round), --rounds rounds; the figures are the
-median over rounds, with the min and max beside. Per block:
+torch.autograd.grad(out, (q, k, v), dO) (bf16); for the `qkv` shape the views are taken of the fused
+projection inside the step and the gradient is the projection's, as in a model. For each shape the
+contenders are measured in blocks of --steps steps, interleaved (the order rotated every round),
+--rounds rounds; the figures are the median over rounds, with the min and max beside. Per block:
 
 - host us: the CPU time to issue a step, timed while the GPU is kept busy by a sleep kernel queued
   first (long enough to outlast the issuing: `busy` says it did), so no step waits for the GPU;
@@ -84,18 +85,24 @@ def step_of(torch, contender: str, shape: Shape, directory: Path, seed: int):
     from fmha_mlir.torch import attention
 
     g = torch.Generator(device="cuda").manual_seed(seed)
-    if shape.layout == "qkv":
+    if shape.layout == "qkv":   # the views made in the step, the gradient taken of the projection: a model's
         b, h, s, d = shape.storage()
         fused = torch.randn((b, s, 3, h, d), generator=g, device="cuda", dtype=torch.bfloat16).requires_grad_()
-        q, k, v = (fused[:, :, i].transpose(1, 2) for i in range(3))
+        leaves = (fused,)
+
+        def inputs():
+            return [fused[:, :, i].transpose(1, 2) for i in range(3)]
     else:
-        q, k, v = (torch.randn(shape.storage(), generator=g, device="cuda", dtype=torch.bfloat16).requires_grad_()
-                   for _ in range(3))
+        leaves = tuple(torch.randn(shape.storage(), generator=g, device="cuda", dtype=torch.bfloat16).requires_grad_()
+                       for _ in range(3))
+
+        def inputs():
+            return leaves
     do = torch.randn(shape.storage(), generator=g, device="cuda", dtype=torch.bfloat16)
     to_bhsd = (lambda t: t.transpose(1, 2)) if shape.layout == "bshd" else (lambda t: t)
     causal = shape.mask != "none"
 
-    def forward():
+    def forward(q, k, v):
         if contender == "ours":
             return attention(q, k, v, mask=shape.mask, layout=shape.attention_layout, bundle_dir=str(directory))
         backend = SDPBackend.FLASH_ATTENTION if contender == "sdpa_flash" else SDPBackend.CUDNN_ATTENTION
@@ -103,7 +110,8 @@ def step_of(torch, contender: str, shape: Shape, directory: Path, seed: int):
             return to_bhsd(F.scaled_dot_product_attention(to_bhsd(q), to_bhsd(k), to_bhsd(v), is_causal=causal))
 
     def step():
-        return torch.autograd.grad(forward(), (q, k, v), do)
+        grads = torch.autograd.grad(forward(*inputs()), leaves, do)
+        return grads[0].unbind(2) if shape.layout == "qkv" else grads
 
     return step
 
