@@ -200,8 +200,9 @@ def run_shape(torch, shape: Shape, directory: Path, steps: int, rounds: int, rat
 
 
 def profile_table(torch, row: dict, calls: dict, steps: int) -> str:
-    """torch.profiler's table (CPU side, Python frames included) of `steps` eager steps of ours and of
-    SDPA flash: which layers a step's host time goes to, by inclusive time."""
+    """torch.profiler's table (CPU side) of `steps` eager steps of ours and of SDPA flash: the host time
+    of each autograd node, op and driver call, by inclusive time (our Python shows as the self time of
+    the _Attention and _AttentionBackward nodes)."""
     from torch.profiler import ProfilerActivity, profile
 
     parts = []
