@@ -93,6 +93,14 @@ def _allocate(where, nbytes: int) -> DeviceArray:
     return DeviceArray(t.data_ptr(), (nbytes,), (1,), UINT8, owner=t)
 
 
+def workspace(plan: BoundPlan, where):
+    """The one workspace allocation a run of `plan` takes, from torch's caching allocator (None when it
+    needs none): held by the caller until the launches are queued, then freed stream-ordered."""
+    import torch
+
+    return torch.empty(plan.workspace_bytes, dtype=torch.uint8, device=where) if plan.workspace_bytes else None
+
+
 def _arrays(inputs: dict, grads: tuple[str, ...]) -> tuple[object, dict, dict]:
     """(the device, the gradients made like their inputs, every tensor as a DeviceArray) of a call whose
     tensors must all live on q's device."""
@@ -127,7 +135,6 @@ class InPlaceCall:
                         for name, t in inputs.items()]
         self._like = [order.index(LIKE[name]) for name in grads]
         self._addresses = [order.index(name) for name in self.plan.names]   # the plan's order
-        self._workspace = functools.partial(_allocate, self._where)
         self._given_shape = given_shape
 
     def __call__(self, *arguments):
@@ -135,9 +142,12 @@ class InPlaceCall:
         torch = self._torch
         tensors = [arguments[i] if shape is None else arguments[i].reshape(shape) for i, shape in self._inputs]
         tensors += [torch.empty_like(tensors[i]) for i in self._like]
+        addresses = [tensors[i].data_ptr() for i in self._addresses]
+        held = workspace(self.plan, self._where)
+        if held is not None:
+            addresses.append(held.data_ptr())
         # the current stream's handle in one C call (torch.cuda.current_stream builds a Stream object)
-        self.plan.launch([tensors[i].data_ptr() for i in self._addresses], self._workspace,
-                         torch._C._cuda_getCurrentRawStream(self._where.index))
+        self.plan.launch(addresses, torch._C._cuda_getCurrentRawStream(self._where.index))
         grads = tensors[len(self._inputs):]
         if self._given_shape is not None:
             grads[-1] = grads[-1].reshape(self._given_shape)

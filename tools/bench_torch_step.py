@@ -5,9 +5,10 @@ flash and cuDNN backends, eager and under CUDA-graph replay.
     python tools/bench_torch_step.py run DIR --report tools/reports/h200_torch_step.md    # the GPU
 
 A step is what a training loop pays per attention call: the forward on q, k, v that require grad, then
-torch.autograd.grad(out, (q, k, v), dO) (bf16). For each shape the contenders are measured in blocks
-of --steps steps, interleaved (the order rotated every round), --rounds rounds; the figures are the
-median over rounds, with the min and max beside. Per block:
+torch.autograd.grad(out, (q, k, v), dO) (bf16); for the `qkv` shape the views are taken of the fused
+projection inside the step and the gradient is the projection's, as in a model. For each shape the
+contenders are measured in blocks of --steps steps, interleaved (the order rotated every round),
+--rounds rounds; the figures are the median over rounds, with the min and max beside. Per block:
 
 - host us: the CPU time to issue a step, timed while the GPU is kept busy by a sleep kernel queued
   first (long enough to outlast the issuing: `busy` says it did), so no step waits for the GPU;
@@ -38,7 +39,8 @@ class Shape:
     seqlen: int
     dim: int
     mask: str        # 'none' or 'top_left' (SDPA's is_causal, Sq == Sk)
-    layout: str      # the caller's storage: 'bhsd' or 'bshd'
+    layout: str      # the caller's storage: 'bhsd', 'bshd', or 'qkv': [B, H, S, D] views of one fused
+                     # [B, S, 3, H, D] projection (what a GPT's attention gets; tools/train_gpt.py)
 
     @property
     def name(self) -> str:
@@ -49,12 +51,18 @@ class Shape:
         b, h, s, d = self.batch, self.heads, self.seqlen, self.dim
         return (b, s, h, d) if self.layout == "bshd" else (b, h, s, d)
 
+    @property
+    def attention_layout(self) -> str:
+        """The layout the attention call is given (a fused projection's views are [B, H, S, D])."""
+        return "bhsd" if self.layout == "qkv" else self.layout
 
-# The issue's three shapes, and a GPT-2-small-like layer in the BSHD storage a model's projections give.
+
+# The issue's three shapes, and a layer of tools/train_gpt.py's GPT (width 512, S 1024, batch 16).
 SHAPES = (Shape(1, 2, 128, 64, "none", "bhsd"), Shape(8, 16, 1024, 64, "top_left", "bhsd"),
-          Shape(4, 16, 2048, 128, "top_left", "bhsd"), Shape(16, 12, 512, 64, "top_left", "bshd"))
+          Shape(4, 16, 2048, 128, "top_left", "bhsd"), Shape(16, 8, 1024, 64, "top_left", "qkv"))
 CONTENDERS = ("ours", "sdpa_flash", "sdpa_cudnn")
 WARMUP_STEPS = 5
+PROFILED_STEPS = 20   # per contender, with --profile
 
 
 def build(directory: Path) -> None:
@@ -64,7 +72,8 @@ def build(directory: Path) -> None:
 
     for shape in SHAPES:
         meta = torch.empty(shape.storage(), dtype=torch.bfloat16, device="meta")
-        print("built", prebuild(directory, meta, meta, meta, arch="sm_90", mask=shape.mask, layout=shape.layout))
+        print("built", prebuild(directory, meta, meta, meta, arch="sm_90", mask=shape.mask,
+                                layout=shape.attention_layout))
 
 
 def step_of(torch, contender: str, shape: Shape, directory: Path, seed: int):
@@ -76,21 +85,33 @@ def step_of(torch, contender: str, shape: Shape, directory: Path, seed: int):
     from fmha_mlir.torch import attention
 
     g = torch.Generator(device="cuda").manual_seed(seed)
-    q, k, v = (torch.randn(shape.storage(), generator=g, device="cuda", dtype=torch.bfloat16).requires_grad_()
-               for _ in range(3))
+    if shape.layout == "qkv":   # the views made in the step, the gradient taken of the projection: a model's
+        b, h, s, d = shape.storage()
+        fused = torch.randn((b, s, 3, h, d), generator=g, device="cuda", dtype=torch.bfloat16).requires_grad_()
+        leaves = (fused,)
+
+        def inputs():
+            return [fused[:, :, i].transpose(1, 2) for i in range(3)]
+    else:
+        leaves = tuple(torch.randn(shape.storage(), generator=g, device="cuda", dtype=torch.bfloat16).requires_grad_()
+                       for _ in range(3))
+
+        def inputs():
+            return leaves
     do = torch.randn(shape.storage(), generator=g, device="cuda", dtype=torch.bfloat16)
     to_bhsd = (lambda t: t.transpose(1, 2)) if shape.layout == "bshd" else (lambda t: t)
     causal = shape.mask != "none"
 
-    def forward():
+    def forward(q, k, v):
         if contender == "ours":
-            return attention(q, k, v, mask=shape.mask, layout=shape.layout, bundle_dir=str(directory))
+            return attention(q, k, v, mask=shape.mask, layout=shape.attention_layout, bundle_dir=str(directory))
         backend = SDPBackend.FLASH_ATTENTION if contender == "sdpa_flash" else SDPBackend.CUDNN_ATTENTION
         with sdpa_kernel([backend]):
             return to_bhsd(F.scaled_dot_product_attention(to_bhsd(q), to_bhsd(k), to_bhsd(v), is_causal=causal))
 
     def step():
-        return torch.autograd.grad(forward(), (q, k, v), do)
+        grads = torch.autograd.grad(forward(*inputs()), leaves, do)
+        return grads[0].unbind(2) if shape.layout == "qkv" else grads
 
     return step
 
@@ -147,7 +168,7 @@ def agreement(torch, ours, flash) -> dict:
             for name, a, b in zip(("dq", "dk", "dv"), ours(), flash())}
 
 
-def run_shape(torch, shape: Shape, directory: Path, steps: int, rounds: int, rate: float) -> dict:
+def run_shape(torch, shape: Shape, directory: Path, steps: int, rounds: int, rate: float, profiled: bool) -> dict:
     calls, errors = {}, {}
     for contender in CONTENDERS:
         try:
@@ -174,7 +195,28 @@ def run_shape(torch, shape: Shape, directory: Path, steps: int, rounds: int, rat
                 row[kind][contender].append(measure(torch, table[contender], steps, rate, guess))
     for kind in ("eager", "graph"):
         row[kind] = {c: summary(blocks) for c, blocks in row[kind].items()}
+    row["profile"] = profile_table(torch, row, calls, PROFILED_STEPS) if profiled else None
     return row
+
+
+def profile_table(torch, row: dict, calls: dict, steps: int) -> str:
+    """torch.profiler's table (CPU side) of `steps` eager steps of ours and of SDPA flash: the host time
+    of each autograd node, op and driver call, by inclusive time (our Python shows as the self time of
+    the _Attention and _AttentionBackward nodes)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    parts = []
+    for contender in ("ours", "sdpa_flash"):
+        if contender not in calls:
+            continue
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CPU], with_stack=True) as profiler:
+            for _ in range(steps):
+                calls[contender]()
+        torch.cuda.synchronize()
+        table = profiler.key_averages().table(sort_by="cpu_time_total", row_limit=40, max_name_column_width=90)
+        parts.append(f"## {row['shape']}: {contender}, {steps} steps\n\n{table}")
+    return "\n\n".join(parts)
 
 
 def summary(blocks: list[dict]) -> dict:
@@ -185,7 +227,7 @@ def summary(blocks: list[dict]) -> dict:
     return out
 
 
-def run(directory: Path, report: Path, steps: int, rounds: int, only: list[str] | None) -> int:
+def run(directory: Path, report: Path, steps: int, rounds: int, only: list[str] | None, profiled: bool) -> int:
     import torch
 
     if not torch.cuda.is_available():
@@ -194,11 +236,11 @@ def run(directory: Path, report: Path, steps: int, rounds: int, only: list[str] 
     for shape in SHAPES:
         if only and shape.name not in only:
             continue
-        rows.append(run_shape(torch, shape, directory, steps, rounds, rate))
+        rows.append(run_shape(torch, shape, directory, steps, rounds, rate, profiled))
         print(_line(rows[-1]), f"({time.perf_counter() - started:.0f} s)", flush=True)
     write_report(report, rows, {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
                                 "host": platform.node(), "python": platform.python_version(), "steps": steps,
-                                "rounds": rounds, "directory": str(directory),
+                                "rounds": rounds, "directory": str(directory), "argv": sys.argv[1:],
                                 "seconds": time.perf_counter() - started})
     return 0
 
@@ -218,7 +260,7 @@ def write_report(path: Path, rows: list[dict], meta: dict) -> None:
              f"torch {meta['torch']}, Python {meta['python']}, bf16; {meta['rounds']} interleaved rounds of "
              f"{meta['steps']} steps per contender, {meta['seconds']:.0f} s. Commands: `python "
              f"tools/bench_torch_step.py build {meta['directory']}` (where MLIR is), then `python "
-             f"tools/bench_torch_step.py run {meta['directory']} --report {path}` (the GPU).", "",
+             f"tools/bench_torch_step.py {' '.join(meta['argv'])}` (the GPU).", "",
              "A step: forward, then torch.autograd.grad(out, (q, k, v), dO). us per step: median over rounds "
              "(min-max). host: CPU time to issue a step while the GPU is busy (busy = the GPU never ran "
              "dry while timing); GPU: the steps back to back behind a sleep kernel; wall: steps issued from "
@@ -240,7 +282,10 @@ def write_report(path: Path, rows: list[dict], meta: dict) -> None:
         agree = " / ".join(f"{row.get('agreement', {}).get(g, float('nan')):.1e}" for g in ("dq", "dk", "dv"))
         lines.append(f"- {row['shape']}: dQ / dK / dV max |ours - flash| / max |flash| {agree}"
                      + "".join(f"; {name}: {error}" for name, error in row["errors"].items()))
+    profiles = [row.pop("profile", None) for row in rows]
     write_report_files(path, lines, {"meta": meta, "rows": rows})
+    if any(profiles):
+        path.with_name(path.stem + "_profile.txt").write_text("\n\n".join(p for p in profiles if p) + "\n")
 
 
 def main(argv=None) -> int:
@@ -248,13 +293,15 @@ def main(argv=None) -> int:
     p.add_argument("--steps", type=int, default=40, help="steps per timed block")
     p.add_argument("--rounds", type=int, default=5, help="interleaved rounds per shape")
     p.add_argument("--shape", action="append", help="run only this shape (its name as printed; repeatable)")
+    p.add_argument("--profile", action="store_true", help=f"also write torch.profiler's table of {PROFILED_STEPS} "
+                   "eager steps of ours and of flash per shape (REPORT's name + _profile.txt)")
     args = p.parse_args(argv)
     if args.steps < 1 or args.rounds < 1:
         p.error("--steps and --rounds: give at least 1")
     if args.action == "build":
         build(args.directory)
         return 0
-    return run(args.directory, args.report, args.steps, args.rounds, args.shape)
+    return run(args.directory, args.report, args.steps, args.rounds, args.shape, args.profile)
 
 
 if __name__ == "__main__":

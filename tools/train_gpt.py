@@ -34,6 +34,10 @@ from build_run import build_bf16_bundles  # run as a script: tools/ is on sys.pa
 from gpt_corpus import CorpusConfig, make_sequences
 from train_compare import ATTENTION_OF
 
+# Every attention a run may use, by what its record calls it: the compared backwards, and SDPA's default
+# backend, which tools/train_speed.py times against ours (its forward is not flash's).
+LABELS = {**ATTENTION_OF, "sdpa_default": "torch SDPA, its default backend (forward and backward)"}
+
 MASK = "top_left"   # causal, query i sees keys 0..i (Sq == Sk)
 
 
@@ -104,6 +108,11 @@ def sdpa_attention(q, k, v):
         return F.scaled_dot_product_attention(q, k, v, is_causal=True)
 
 
+def sdpa_default_attention(q, k, v):
+    # SDPA as a model calls it: its default backend choice (cuDNN's on an H200), forward and backward.
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
 def fmha_attention(bundle_dir: str | None):
     """Our backward behind torch's flash forward."""
     from fmha_mlir.torch import attention
@@ -146,8 +155,9 @@ def reference_attention():
 
 
 def attention_of(t: "TrainConfig") -> Callable:
-    """The attention callable of t.attention (a key of ATTENTION_OF)."""
-    makers = {"sdpa": lambda: sdpa_attention, "fmha": lambda: fmha_attention(t.bundle_dir),
+    """The attention callable of t.attention (a key of LABELS)."""
+    makers = {"sdpa": lambda: sdpa_attention, "sdpa_default": lambda: sdpa_default_attention,
+              "fmha": lambda: fmha_attention(t.bundle_dir),
               "reference": reference_attention}
     return makers[t.attention]()
 
@@ -249,7 +259,7 @@ def train(m: ModelConfig, t: TrainConfig, profile: Path | None = None,
     timed = max(0, t.steps - t.timing_warmup)
     seconds = time.perf_counter() - started if timed > 0 else float("nan")
     logs = torch.stack(logs).float().cpu().numpy()
-    return {"model": dataclasses.asdict(m), "train": dataclasses.asdict(t), "attention": ATTENTION_OF[t.attention],
+    return {"model": dataclasses.asdict(m), "train": dataclasses.asdict(t), "attention": LABELS[t.attention],
             "device": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
             "torch": torch.__version__, "loss": logs[:, 0].tolist(), "grad_norm": logs[:, 1].tolist(),
             "qkv_grad_norm": logs[:, 2::2].tolist(), "out_grad_norm": logs[:, 3::2].tolist(),
@@ -289,7 +299,7 @@ def main(argv=None) -> int:
     for name in ("heads", "width", "seq"):
         build.add_argument("--" + name, type=int, default=getattr(ModelConfig(), name))
     run = sub.add_parser("run", help="train once and write the run's JSON")
-    run.add_argument("--attention", choices=tuple(ATTENTION_OF), default="sdpa")
+    run.add_argument("--attention", choices=tuple(LABELS), default="sdpa")
     run.add_argument("--seed", type=int, default=0)
     run.add_argument("--json", type=Path, help="where the run's record goes (default: not written)")
     run.add_argument("--profile", type=Path, help=f"write torch.profiler's tables of {PROFILED_STEPS} steps after "

@@ -64,34 +64,39 @@ class BoundPlan:
         spans = [(self.names.index(n), self.layouts[n].nbytes) for n in outputs]
         self._output_pairs = [(a, b) for i, a in enumerate(spans) for b in spans[i + 1:]]
         # The workspaces share one allocation per run, each at a WORKSPACE_ALIGN-byte offset.
-        self._workspace_offsets, self._workspace_bytes = [], 0
+        self._workspace_offsets, self.workspace_bytes = [], 0   # the one allocation launch() is given
         self._workspaces_named = "workspaces " + ", ".join(map(repr, self.workspaces))
         for name in self.workspaces:
-            self._workspace_offsets.append(self._workspace_bytes)
-            self._workspace_bytes += -(-self.layouts[name].nbytes // WORKSPACE_ALIGN) * WORKSPACE_ALIGN
+            self._workspace_offsets.append(self.workspace_bytes)
+            self.workspace_bytes += -(-self.layouts[name].nbytes // WORKSPACE_ALIGN) * WORKSPACE_ALIGN
         self._packed = PackedSteps(self.steps, self.layouts, [*self.names, *self.workspaces], device, self.kernels)
-        self._lock = threading.Lock()
+        self._lock, self._current = threading.Lock(), device.current()
 
     def run(self, arrays: Mapping[str, DeviceArray], workspace: Callable[[int], DeviceArray],
             stream: int | None = None) -> None:
-        """launch() on these tensors (of the plan's geometry; not re-checked here)."""
-        self.launch([arrays[name].address for name in self.names], workspace, stream)
+        """launch() on these tensors (of the plan's geometry; not re-checked here), the workspaces taken
+        from one `workspace(nbytes)` (-> DeviceArray) held until the launches are queued."""
+        addresses = [arrays[name].address for name in self.names]
+        if self.workspace_bytes:
+            held = allocate_workspace(workspace, self._workspaces_named, self.workspace_bytes)
+            addresses.append(held.address)
+        self.launch(addresses, stream)
 
-    def launch(self, addresses: Sequence[int], workspace: Callable[[int], DeviceArray],
-               stream: int | None = None) -> None:
+    def launch(self, addresses: Sequence[int], stream: int | None = None) -> None:
         """Queue every step on `stream` for tensors of the plan's geometry at `addresses` (one per name of
-        `names`), checking the addresses: their alignment, outputs that overlap. The workspaces come from
-        one `workspace(nbytes)` (-> DeviceArray) held until the launches are queued: a stream-ordered
-        allocator reuses the memory only for work queued after them."""
-        if any(map(operator.mod, addresses, self._alignments)):
+        `names`, then, when workspace_bytes > 0, the start of an allocation of that many bytes that the
+        caller holds until this returns: a stream-ordered allocator reuses it only for work queued after
+        ours), checking the tensors' addresses: their alignment, outputs that overlap."""
+        names = len(self.names)
+        if any(map(operator.mod, addresses[:names], self._alignments)):
             self._refuse(addresses)
         for (a, span_a), (b, span_b) in self._output_pairs:
             if addresses[a] < addresses[b] + span_b and addresses[b] < addresses[a] + span_a:
                 self._refuse(addresses)
-        if self._workspace_bytes:
-            held = allocate_workspace(workspace, self._workspaces_named, self._workspace_bytes)
-            addresses = [*addresses, *(held.address + offset for offset in self._workspace_offsets)]
-        with self._lock, self.device.current():
+        if self.workspace_bytes:
+            base = addresses[names]
+            addresses = [*addresses[:names], *map(base.__add__, self._workspace_offsets)]
+        with self._lock, self._current:
             self._packed.run(addresses, stream)
 
     def _refuse(self, addresses: Sequence[int]) -> None:

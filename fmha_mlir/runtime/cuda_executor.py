@@ -12,7 +12,6 @@ pointers, each into the naturally aligned kernarg blob that args.pack_args lays 
 from __future__ import annotations
 
 import threading
-from contextlib import contextmanager
 from typing import Sequence
 
 import numpy as np
@@ -58,7 +57,6 @@ class CudaExecutor(Executor):
         super().__init__()
         self._cu = _driver()
         self._context = None
-        self._inside = threading.local()   # this thread's depth inside current()
         check_status(self._cu.cuInit(0), "cuInit")
         self.device_index = device_index
         self._device = check_status(self._cu.cuDeviceGet(device_index), f"cuDeviceGet({device_index})")
@@ -66,29 +64,12 @@ class CudaExecutor(Executor):
         from .tensor_maps import TensorMapCache, encode_tiled
 
         self.tensor_maps = TensorMapCache(lambda encoding: encode_tiled(self._cu, encoding))
+        self._current = _PrimaryContext(self._cu, self._context)
 
-    @contextmanager
-    def current(self):
+    def current(self) -> "_PrimaryContext":
         """The primary context current for the calls inside (pushed only where another one is). Nested
         uses cost no driver call: a run wraps its launches in one, and each launch's own is free."""
-        if getattr(self._inside, "depth", 0):
-            self._inside.depth += 1
-            try:
-                yield
-            finally:
-                self._inside.depth -= 1
-            return
-        now = check_status(self._cu.cuCtxGetCurrent(), "cuCtxGetCurrent")
-        pushed = int(now) != int(self._context)
-        if pushed:
-            check_status(self._cu.cuCtxPushCurrent(self._context), "cuCtxPushCurrent")
-        self._inside.depth = 1
-        try:
-            yield
-        finally:
-            self._inside.depth = 0
-            if pushed:
-                check_status(self._cu.cuCtxPopCurrent(), "cuCtxPopCurrent")
+        return self._current
 
     @classmethod
     def available(cls) -> tuple[bool, str]:
@@ -146,6 +127,18 @@ class CudaExecutor(Executor):
             else:
                 check_status(cu.cuMemsetD8Async(allocation.native, 0, allocation.nbytes, stream), "cuMemsetD8Async")
 
+    def zero_filler(self, nbytes: int):
+        cu, what = self._cu, f"zero fill of {nbytes} bytes"
+        memset, count = ((cu.cuMemsetD32Async, nbytes // 4) if nbytes % 4 == 0 else   # word-wide: see zero()
+                         (cu.cuMemsetD8Async, nbytes))
+
+        def fill(address: int, stream: int | None) -> None:
+            result = memset(address, 0, count, stream or 0)
+            if int(result[0]):
+                check_status(result, what)
+
+        return fill
+
     def synchronize(self) -> None:
         with self.current():
             check_status(self._cu.cuCtxSynchronize(), "cuCtxSynchronize (a kernel failed)")
@@ -169,6 +162,31 @@ class CudaExecutor(Executor):
     def _unload(self, kernels: "CudaKernels") -> None:
         with self.current():
             check_status(self._cu.cuModuleUnload(kernels.module), "cuModuleUnload")
+
+
+class _PrimaryContext:
+    """A CudaExecutor's current(): its primary context made current on entry where another one (or none)
+    is, restored on exit; reentrant per thread (only the outermost entry asks the driver)."""
+
+    def __init__(self, cu, context):
+        self._cu, self._context, self._handle = cu, context, int(context)
+        self._inside = threading.local()   # this thread's depth inside, and whether its entry pushed
+
+    def __enter__(self) -> None:
+        inside = self._inside
+        depth = getattr(inside, "depth", 0)
+        if not depth:
+            now = check_status(self._cu.cuCtxGetCurrent(), "cuCtxGetCurrent")
+            inside.pushed = int(now) != self._handle
+            if inside.pushed:
+                check_status(self._cu.cuCtxPushCurrent(self._context), "cuCtxPushCurrent")
+        inside.depth = depth + 1
+
+    def __exit__(self, *exc) -> None:
+        inside = self._inside
+        inside.depth -= 1
+        if not inside.depth and inside.pushed:
+            check_status(self._cu.cuCtxPopCurrent(), "cuCtxPopCurrent")
 
 
 class CudaKernels(KernelSet):
@@ -205,7 +223,9 @@ class CudaKernels(KernelSet):
         launch, address, config = self._cu.cuLaunchKernel, params.ctypes.data, (function, *grid, *block, shared_bytes)
 
         def run(stream, blob=blob, params=params):  # keeps the arguments and their pointers alive with the callable
-            check_status(launch(*config, stream or 0, address, 0), what)
+            result = launch(*config, stream or 0, address, 0)
+            if int(result[0]):   # (checked inline: the hot path of every launch)
+                check_status(result, what)
 
         return run
 

@@ -123,8 +123,14 @@ class Executor(ABC):
 
     def current(self):
         """A context manager under which a run's calls go to this device (the CUDA executor makes its
-        context current once for all of them); a no-op where the device needs nothing."""
+        context current once for all of them); a no-op where the device needs nothing. Reusable and
+        reentrant: a caller may keep the one it gets and enter it at every run."""
         return contextlib.nullcontext()
+
+    def zero_filler(self, nbytes: int) -> Callable[[int, int | None], None]:
+        """A callable `fill(address, stream)` that zero-fills the `nbytes` bytes at `address` on `stream`
+        (a launch plan's zero step, built once; called inside current())."""
+        return lambda address, stream: self.zero(self.borrow(address, nbytes), stream)
 
     def borrow(self, address: int, nbytes: int) -> Allocation:
         """Device memory someone else owns (a DeviceArray), to launch on and zero-fill; never freed here."""

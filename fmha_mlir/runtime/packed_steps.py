@@ -48,20 +48,18 @@ class PackedSteps:
         self._positions = np.array(positions, np.intp)
         # the addresses in field order, by one C call (one field: a bare int, which NumPy broadcasts)
         self._gather = operator.itemgetter(*sources) if sources else (lambda addresses: ())
-        self._device = device
-        # per step: (launch(stream), None) for a kernel; (None, (address index, bytes)) for a zero fill
+        # per step: (launch(stream), None) for a kernel; (fill(address, stream), address index) for a zero fill
         self._steps = [(kernels.packed_launcher(step.kernel, step.grid, step.block, p, blobs[start:start + p.size],
                                                 step.shared_bytes), None) if p is not None else
-                       (None, (index[step.args[0]], layouts[step.args[0]].nbytes))
+                       (device.zero_filler(layouts[step.args[0]].nbytes), index[step.args[0]])
                        for step, p, start in zip(steps, packed, starts)]
 
     def run(self, addresses: Sequence[int], stream: int | None) -> None:
         """Every step on the buffers at `addresses` (in `names` order), queued on `stream`; inside the
         executor's current()."""
         self._words[self._positions] = self._gather(addresses)
-        device = self._device
-        for launch, zero in self._steps:
-            if launch is not None:
-                launch(stream)
+        for run, zeroed in self._steps:
+            if zeroed is None:
+                run(stream)
             else:
-                device.zero(device.borrow(addresses[zero[0]], zero[1]), stream)
+                run(addresses[zeroed], stream)

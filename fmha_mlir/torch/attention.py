@@ -3,7 +3,9 @@
 Eager calls run an autograd.Function straight on the checked Call: a custom op's eager call goes through
 the dispatcher twice per op and torch's custom-op autograd wrapper (argument defaults, aliasing checks,
 a dynamo-disabled frame), most of a step's host time. While torch.compile traces, the call is the custom
-ops (ops.py), which it needs to see. Both run the same forward and backward code.
+ops (ops.py), which it needs to see. Both run the same forward and backward code; eager calls return out
+in the strides torch's forward gives it (BSHD storage behind a BHSD view of a fused qkv projection:
+no copy), the op contiguous in the caller's layout, as its fake implementation says.
 """
 from __future__ import annotations
 
@@ -44,26 +46,35 @@ def attention(q, k, v, *, mask="none", scale=None, bias=None, alibi_slopes=None,
         text = _described(*described)
     except TypeError:   # an unhashable argument (a list for the mask): described uncached, then refused
         text = describe(*described)
-    call = checked_call(text, *_tensors(q, k, v, bias_tensor, alibi_slopes))
-    return _Attention.apply(q, k, v, bias_tensor, alibi_slopes, call)
+    if not (isinstance(q, torch.Tensor) and isinstance(k, torch.Tensor) and isinstance(v, torch.Tensor)
+            and (alibi_slopes is None or isinstance(alibi_slopes, torch.Tensor))):
+        _refuse_non_tensors(q, k, v, alibi_slopes)
+    call = checked_call(text, q, k, v, bias_tensor, alibi_slopes)
+    if torch._C._are_functorch_transforms_active():   # Function.apply's path for them
+        return _Attention.apply(q, k, v, bias_tensor, alibi_slopes, call)
+    # Function.apply's eager path without its Python layers: dead functorch wrappers unwrapped, then the
+    # C apply (~35% of apply's host time, a dozen Python calls per step)
+    unwrap = torch._C._functorch.unwrap_if_dead
+    return _APPLY(unwrap(q), unwrap(k), unwrap(v), None if bias_tensor is None else unwrap(bias_tensor),
+                  None if alibi_slopes is None else unwrap(alibi_slopes), call)
 
 
 # A training loop passes the same keyword arguments at every call; typed: True and 1 are told apart.
 _described = functools.lru_cache(maxsize=256, typed=True)(describe)
 
 
-def _tensors(*args) -> tuple:
-    """The tensor arguments, or SpecError naming the first that is not a tensor (None: no bias / slopes)."""
-    for name, x in zip(("q", "k", "v", "bias", "alibi_slopes"), args):
-        if not (isinstance(x, torch.Tensor) or (x is None and name in ("bias", "alibi_slopes"))):
+def _refuse_non_tensors(q, k, v, alibi_slopes) -> None:
+    """SpecError naming the first of q, k, v and the slopes that is not a tensor (the slopes may be None)."""
+    for name, x in (("q", q), ("k", k), ("v", v), ("alibi_slopes", alibi_slopes)):
+        if not (isinstance(x, torch.Tensor) or (x is None and name == "alibi_slopes")):
             raise SpecError([Reason(name, f"must be a torch tensor (got {type(x).__name__})")])
-    return args
 
 
 class _Attention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, bias, slopes, call: Call):
-        out, lse = ops.forward(call, q, k, v, bias, slopes)
+        # out in the strides the forward gives (the custom op's contiguous copy is for compile's fake)
+        out, lse = call.run_forward(q, k, v, bias, slopes)
         ctx.call = call
         ctx.save_for_backward(q, k, v, bias, slopes, out, lse)
         return out
@@ -72,4 +83,9 @@ class _Attention(torch.autograd.Function):
     def backward(ctx, grad_out):
         q, k, v, bias, slopes, out, lse = ctx.saved_tensors
         grads = run_backward(ctx.call, grad_out, q, k, v, out, lse, bias, slopes)
+        if len(grads) == 3:
+            return (*grads, None, None, None)
         return (*grads[:3], *ops.bias_gradients(grads[3:], bias, slopes), None)
+
+
+_APPLY = super(torch.autograd.Function, _Attention).apply   # torch._C._FunctionBase.apply, bound to _Attention

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import torch
 
-from ..api import AttentionBackward, _bias_inputs, bundle_path, compile_bundle
+from ..api import AttentionBackward, bundle_path, compile_bundle
 from ..errors import Reason, SpecError
 from ..runtime.bound_plan import BoundPlans
-from ..torch_in_place import InPlaceCall
-from .call import Call, checked_call
+from .bound_backward import BoundBackward, stride_key
+from .call import Call, check_capturable, checked_call
 from .options import caller_layout, describe, logical
 
 INTERPRETED_ARCH = "sm_90"
@@ -33,16 +33,16 @@ def backward_runner(device_type: str, device_index: int | None, bundle_dir: str 
                             "move the tensors to 'cuda' or 'cpu'")])
 
 
-def check_capturable(call: Call, q) -> None:
-    """Refuse debug mode inside a CUDA graph capture (before any of the call is captured)."""
-    if call.options.debug and q.is_cuda and torch.cuda.is_current_stream_capturing():
-        raise SpecError([Reason("debug", "debug mode synchronises and uploads NaN fills, which a CUDA graph "
-                                         "capture forbids", "capture without debug=True")])
-
-
 def run_backward(call: Call, grad_out, q, k, v, out, lse, bias, slopes) -> list:
     """[dq, dk, dv] in the caller's layout (contiguous), plus dbias or d(slopes) in their shape when the
     call's spec has dbias. An empty call computes nothing: its gradients are zeros."""
+    # The kernels read rows of stride 1; out.sum()'s gradient is an expanded tensor (stride 0).
+    if grad_out.stride(-1) != 1:
+        grad_out = grad_out.contiguous()
+    # A repeat CUDA call (never an empty one, nor in debug mode: neither is bound) runs its bound backward.
+    bound = call.bound.get(stride_key(grad_out, q, k, v, out, lse, bias, slopes))
+    if bound is not None:
+        return bound(q, k, v, out, grad_out, lse, bias, slopes)
     spec, layout = call.spec, call.options.layout
     given = bias if bias is not None else slopes
     if call.case.empty:
@@ -50,38 +50,21 @@ def run_backward(call: Call, grad_out, q, k, v, out, lse, bias, slopes) -> list:
             [torch.zeros_like(given)] if spec.dbias else [])
     check_capturable(call, q)
     runner = backward_runner(q.device.type, q.device.index, call.options.bundle_dir, call.options.debug)
-    # The kernels read rows of stride 1; out.sum()'s gradient is an expanded tensor (stride 0).
-    grad_out = grad_out if grad_out.stride(-1) == 1 else grad_out.contiguous()
-    views = [logical(x, layout) for x in (q, k, v, out, grad_out)]
     if q.is_cuda and not call.options.debug:
-        grads = _in_place(call, runner, (*views, lse, bias, slopes, None, None))
-    else:
-        grads = runner(*views, lse, mask=spec.mask, scale=spec.scale, softcap=spec.softcap,
-                       bias="alibi" if spec.bias == "alibi" and slopes is None else bias, alibi_slopes=slopes,
-                       dbias=spec.dbias, deterministic=spec.deterministic)
+        tensors = (q, k, v, out, grad_out, lse, bias, slopes)
+        bound = call.bound.setdefault(stride_key(grad_out, q, k, v, out, lse, bias, slopes),
+                                      BoundBackward(_PLANS, runner, call, tensors))
+        return bound(*tensors)
+    views = [logical(x, layout) for x in (q, k, v, out, grad_out)]
+    grads = runner(*views, lse, mask=spec.mask, scale=spec.scale, softcap=spec.softcap,
+                   bias="alibi" if spec.bias == "alibi" and slopes is None else bias, alibi_slopes=slopes,
+                   dbias=spec.dbias, deterministic=spec.deterministic)
     # Contiguous in the caller's layout: no copy when the runner wrote them in the inputs' strides.
     return [caller_layout(g, layout).contiguous() for g in grads[:3]] + [g.contiguous() for g in grads[3:]]
 
 
 # The plans the op binds, by bundle and geometry (a training loop: one per attention shape).
 _PLANS = BoundPlans()
-
-
-def _in_place(call: Call, runner: AttentionBackward, tensors: tuple) -> tuple:
-    """The gradients of a CUDA call, by the InPlaceCall bound on the Call for these tensors' strides
-    (torch_in_place.ARGUMENTS order): what AttentionBackward's call binds, without its per-call checks
-    and key, which the Call and the strides stand for."""
-    strides = tuple([None if t is None else t.stride() for t in tensors])
-    bound = call.bound.get(strides)
-    if bound is None:
-        bias, slopes, spec = tensors[6], tensors[7], call.spec
-        extra = _bias_inputs(bias if bias is not None else spec.bias if spec.bias == "alibi" else None, slopes,
-                             spec.dbias)[1]
-        inputs = {**dict(zip(("q", "k", "v", "o", "do", "lse"), tensors)), **extra}
-        given = tuple((bias if bias is not None else slopes).shape) if spec.dbias else None
-        bound = call.bound.setdefault(strides, InPlaceCall(_PLANS.plan, runner.bundle(spec), runner.device(), inputs,
-                                                           ("dq", "dk", "dv") + spec.bias_operands()[1], {}, given))
-    return bound(*tensors)
 
 
 def prebuild(bundle_dir, q, k, v, *, arch: str = "sm_90", mask="none", scale: float | None = None, bias=None,

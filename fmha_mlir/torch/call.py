@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 import torch
 
 from ..errors import Reason, SpecError
 from ..spec import AttentionBwdSpec
 from ..torch_in_place import torch_dtype_names
-from .forwards import Forward, ForwardCase, choose_forward
+from .forwards import Forward, ForwardCase, choose_forward, run_forward
 from .options import AttentionOptions, parse
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -31,6 +31,12 @@ class Call:
     forward: Forward
     # The backward's runs bound per the tensors' strides (backward.py; CUDA only)
     bound: dict = field(default_factory=dict, compare=False, repr=False)
+    # (q, k, v, bias, slopes) in the caller's layout -> (out in the caller's layout, in the strides the
+    # forward gives it; lse [B, Hq, Sq] f32 in our convention): _forward_in_layout's
+    run_forward: Callable = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self):
+        object.__setattr__(self, "run_forward", _forward_in_layout(self))
 
 
 class Signature(NamedTuple):
@@ -42,15 +48,17 @@ class Signature(NamedTuple):
 
 
 def checked_call(text: str, q, k, v, bias, slopes) -> Call:
-    """The Call of these arguments (the caller's layout), or SpecError with every reason it is refused."""
-    return _checked(text, (q.shape, q.dtype, q.device), (k.shape, k.dtype, k.device), (v.shape, v.dtype, v.device),
+    """The Call of these arguments (the caller's layout; tensors, or None for the bias and slopes), or
+    SpecError with every reason it is refused."""
+    return _checked(text, q.shape, q.dtype, q.device, k.shape, k.dtype, k.device, v.shape, v.dtype, v.device,
                     None if bias is None else (bias.shape, bias.dtype, bias.device),
                     None if slopes is None else (slopes.shape, slopes.dtype, slopes.device))
 
 
 @functools.lru_cache(maxsize=256)
-def _checked(text: str, *keys) -> Call:
-    q, k, v, bias, slopes = (None if key is None else Signature(tuple(key[0]), *key[1:]) for key in keys)
+def _checked(text: str, *key) -> Call:
+    q, k, v = (Signature(tuple(key[i]), *key[i + 1:i + 3]) for i in (0, 3, 6))
+    bias, slopes = (None if x is None else Signature(tuple(x[0]), *x[1:]) for x in key[9:])
     options = parse(text)
     views = _tensor_reasons(q, k, v, bias, slopes, options)
     spec = backward_spec(*views, bias is not None, slopes is not None, options)
@@ -70,6 +78,33 @@ def backward_spec(q, k, v, has_bias: bool, has_slopes: bool, options: AttentionO
         gqa_ratio=q.shape[1] // k.shape[1], mask=options.mask, scale=0.0 if options.scale is None else options.scale,
         softcap=options.softcap, bias=bias, dbias=options.dbias, alibi_slopes=has_slopes,
         deterministic=options.deterministic)
+
+
+def check_capturable(call: Call, q) -> None:
+    """Refuse debug mode inside a CUDA graph capture (before any of the call is captured)."""
+    if call.options.debug and q.is_cuda and torch.cuda.is_current_stream_capturing():
+        raise SpecError([Reason("debug", "debug mode synchronises and uploads NaN fills, which a CUDA graph "
+                                         "capture forbids", "capture without debug=True")])
+
+
+def _forward_in_layout(call: Call) -> Callable:
+    """The Call's forward on tensors in the caller's layout, its choices made once: the layout views
+    (BSHD: transposes, never copies), whether the lse needs converting (forwards.run_forward), debug
+    mode's capture check. A training loop runs it at every step."""
+    case, forward, bshd = call.case, call.forward, call.options.layout == "bshd"
+    run, debug = forward.run, call.options.debug
+    if case.empty or not forward.lse_is_ours or case.has_empty_rows:
+        run = functools.partial(run_forward, forward)
+
+    def forward_in_layout(q, k, v, bias, slopes):
+        if debug:
+            check_capturable(call, q)
+        if bshd:
+            q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+        out, lse = run(q, k, v, bias, slopes, case)
+        return (out.transpose(1, 2) if bshd else out), lse
+
+    return forward_in_layout
 
 
 def _logical(x: Signature, layout: str) -> Signature:

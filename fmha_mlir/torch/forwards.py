@@ -69,6 +69,8 @@ class Forward:
     why_not: Callable[[ForwardCase], str | None]
     # (q, k, v, bias, slopes, case) -> (out [B, Hq, Sq, Dv] in q's dtype, natural-log lse [B, Hq, >= Sq])
     run: Callable[..., tuple[torch.Tensor, torch.Tensor]]
+    # Its lse is ours as it comes ([B, Hq, Sq] contiguous f32) on calls with no empty rows: not converted
+    lse_is_ours: bool = False
 
 
 def _first(*checks: tuple[bool, str]) -> str | None:
@@ -226,7 +228,7 @@ def _serves_all(case: ForwardCase) -> str | None:
 
 FORWARDS = {f.name: f for f in (
     Forward("flash", "CUDA f16/bf16, no mask or causal with Sq == Sk, equal heads and head dims, no bias/softcap",
-            _flash_why_not, _flash_run),
+            _flash_why_not, _flash_run, lse_is_ours=True),
     Forward("efficient", "CUDA, no mask or top-left causal, an elementwise bias (ALiBi in f32), equal heads, "
                          "no softcap", _efficient_why_not, _efficient_run),
     Forward("flex", "any option (bottom-right causal, sliding window, GQA, bias/ALiBi/softcap as score_mod); "

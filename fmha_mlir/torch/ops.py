@@ -15,19 +15,15 @@ import torch
 from torch import Tensor
 
 from ..errors import SpecError
-from .backward import check_capturable, run_backward
+from .backward import run_backward
 from .call import Call, check_saved, checked_call
-from .forwards import run_forward
-from .options import caller_layout, logical, parse
+from .options import logical, parse
 
 
 def forward(call: Call, q, k, v, bias, slopes) -> tuple:
     """(out in the caller's layout, contiguous; lse [B, Hq, Sq] f32 in our convention)."""
-    check_capturable(call, q)
-    layout = call.options.layout
-    out, lse = run_forward(call.forward, logical(q, layout), logical(k, layout), logical(v, layout), bias, slopes,
-                           call.case)
-    return caller_layout(out, layout).contiguous(), lse
+    out, lse = call.run_forward(q, k, v, bias, slopes)
+    return out.contiguous(), lse
 
 
 @torch.library.custom_op("fmha_mlir::attention_forward", mutates_args=())

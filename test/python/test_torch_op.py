@@ -213,7 +213,8 @@ def test_bshd_equals_bhsd_with_the_callers_strides_and_no_copies(monkeypatch):
         xs = [(x.transpose(1, 2).contiguous() if layout == "bshd" else x.clone()).requires_grad_() for x in (q, k, v)]
         out = attention(*xs, mask="bottom_right", layout=layout)
         out.float().square().sum().backward()
-        assert out.is_contiguous() and all(x.grad.is_contiguous() and x.grad.shape == x.shape for x in xs)
+        # out as torch's forward gives it (eager: no copy); the gradients contiguous in the caller's layout
+        assert out.shape == xs[0].shape and all(x.grad.is_contiguous() and x.grad.shape == x.shape for x in xs)
         assert seen[-1][:3] == tuple(x.data_ptr() for x in xs)     # the kernels read the caller's storage
         back = (lambda t: t.transpose(1, 2)) if layout == "bshd" else (lambda t: t)
         results[layout] = [back(t) for t in (out, *(x.grad for x in xs))]
@@ -567,7 +568,8 @@ def test_cuda_debug_mode_poisons_what_the_kernels_write(prebuilt_bundles, monkey
 ])
 def test_bad_options_are_refused_before_the_forward_runs(kwargs, match, monkeypatch):
     q, k, v = (x.requires_grad_() for x in _tensors((1, 2, 8, 32), (1, 2, 8, 32), torch.float32))
-    monkeypatch.setattr(ops, "run_forward", lambda *a: pytest.fail("the forward ran"))
+    for name, forward in FORWARDS.items():   # (a Call is made for a call that passes its checks)
+        monkeypatch.setitem(FORWARDS, name, dataclasses.replace(forward, run=lambda *a: pytest.fail("the forward ran")))
     for _ in range(2):   # the second time from a warm cache: refusals are never cached
         with pytest.raises(SpecError, match=match):
             attention(q, k, v, **kwargs)

@@ -196,7 +196,9 @@ def test_the_step_benchmark_reports_medians_spreads_and_ratios_to_flash(tmp_path
              "eager": eager, "graph": {}, "agreement": {"dq": 1e-3, "dk": 2e-3, "dv": 3e-3}}]
     report = tmp_path / "step.md"
     bench_torch_step.write_report(report, rows, {"device": "H200", "torch": "2.11", "python": "3.11", "steps": 40,
-                                                 "rounds": 3, "directory": "DIR", "seconds": 1.0})
+                                                 "rounds": 3, "directory": "DIR", "seconds": 1.0,
+                                                 "argv": ["run", "DIR", "--profile"]})
     text = report.read_text()
+    assert "`python tools/bench_torch_step.py run DIR --profile` (the GPU)" in text
     assert "| B1 H2 S128 D64 bhsd | ours | 200 (100-300) | 250 (200-300) | 500 (400-600) | yes | 2.00 | 2.50 |" in text
     assert "sdpa_cudnn: RuntimeError: no kernel" in text and json.loads(report.with_suffix(".json").read_text())
