@@ -9,9 +9,22 @@ mbarrier phases (a read of TMA-written data without the wait is not reported).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from ...wgmma_layouts import CHUNK, decode_descriptor, swizzle
+
+
+@dataclass(frozen=True)
+class TensorMap:
+    """A tensor-map kernel argument as the interpreter holds it: the tensor (a NumPy view in storage
+    dtype, its buffer's strides), the box (outermost first) and the swizzle in bytes."""
+
+    tensor: np.ndarray
+    box: tuple[int, ...]
+    swizzle: int
+    dtype: str
 
 
 def tma_box(shared: np.ndarray, byte_offset: int, tensor: np.ndarray, row: int, col: int, rows: int, inner: int,

@@ -8,6 +8,7 @@ import numpy as np
 from . import ops_amdgpu, ops_arith, ops_crosslane, ops_fmha, ops_gpu, ops_memory, ops_nvgpu, ops_scf, ops_vector
 from .compiler import CompiledRegion, KernelCompiler, State, run_region
 from .errors import InterpreterError
+from .hopper import TensorMap
 from .lanes import LaneGrid
 from .memory import allocate, wrap_array
 from .parser import Operation, ParsedModule, parse_module, typed_scalar
@@ -18,6 +19,7 @@ HANDLERS = {**ops_arith.HANDLERS, **ops_memory.HANDLERS, **ops_vector.HANDLERS, 
             **ops_gpu.HANDLERS, **ops_crosslane.HANDLERS, **ops_fmha.HANDLERS, **ops_nvgpu.HANDLERS,
             **ops_amdgpu.HANDLERS}
 ATOMIC_ORDERS = ("sequential", "random")
+TENSOR_MAP_TYPES = ("!llvm.ptr",)   # how a kernel declares a by-value tensor-map parameter
 DEFAULT_MAX_LANES = 1 << 16
 # Workgroup memory of one chunk, all work-groups together: bounds the race detector's shadow (3 bytes
 # per byte) when kernels use much shared memory.
@@ -159,6 +161,9 @@ def _bind_args(name: str, types: tuple, args: list) -> list:
             if not isinstance(arg, (int, float, bool, np.number, np.bool_)):
                 raise InterpreterError(f"{what}: expected a number for {t}, got {type(arg).__name__}")
             values.append(typed_scalar(arg, t))
+        elif isinstance(arg, TensorMap) and str(t) in TENSOR_MAP_TYPES:
+            values.append(arg)
         else:
-            raise InterpreterError(f"{what}: arguments of type {t} are not supported")
+            raise InterpreterError(f"{what}: arguments of type {t} are not supported"
+                                   + (" (a tensor map: pass a TensorMapArg)" if str(t) in TENSOR_MAP_TYPES else ""))
     return values
