@@ -5,10 +5,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import ops_amdgpu, ops_arith, ops_crosslane, ops_fmha, ops_gpu, ops_memory, ops_nvgpu, ops_scf, ops_vector
+from . import (ops_amdgpu, ops_arith, ops_crosslane, ops_fmha, ops_gpu, ops_hopper, ops_memory, ops_nvgpu, ops_scf,
+               ops_vector)
 from .compiler import CompiledRegion, KernelCompiler, State, run_region
 from .errors import InterpreterError
 from .hopper import TensorMap
+from .hopper_sync import HopperSync
 from .lanes import LaneGrid
 from .memory import allocate, wrap_array
 from .parser import Operation, ParsedModule, parse_module, typed_scalar
@@ -17,7 +19,7 @@ from .workgroup import WorkgroupMemory
 
 HANDLERS = {**ops_arith.HANDLERS, **ops_memory.HANDLERS, **ops_vector.HANDLERS, **ops_scf.HANDLERS,
             **ops_gpu.HANDLERS, **ops_crosslane.HANDLERS, **ops_fmha.HANDLERS, **ops_nvgpu.HANDLERS,
-            **ops_amdgpu.HANDLERS}
+            **ops_amdgpu.HANDLERS, **ops_hopper.HANDLERS}
 ATOMIC_ORDERS = ("sequential", "random")
 TENSOR_MAP_TYPES = ("!llvm.ptr",)   # how a kernel declares a by-value tensor-map parameter
 DEFAULT_MAX_LANES = 1 << 16
@@ -41,6 +43,7 @@ class CompiledKernel:
     body: CompiledRegion
     slots: int
     known_block_size: tuple | None
+    hopper: bool                 # has mbarrier / TMA / wgmma ops: its chunks keep a HopperSync
 
 
 class Interpreter:
@@ -88,6 +91,8 @@ class Interpreter:
             for first in range(0, groups, per_chunk):
                 lanes = LaneGrid(grid, block, self.wave_size, first, min(per_chunk, groups - first))
                 workgroup = WorkgroupMemory(lanes, int(shared_bytes))
+                if kernel.hopper:
+                    workgroup.hopper = HopperSync(lanes)
                 state = State(kernel.slots, lanes, self._rng, self.atomic_order, workgroup)
                 memory = [workgroup.attribution(t, arg) for t, arg in zip(kernel.workgroup_types,
                                                                           kernel.workgroup_names)]
@@ -132,7 +137,16 @@ def _compile_kernel(module: ParsedModule, op: Operation, name: str) -> CompiledK
     return CompiledKernel(name, tuple(fn_type.inputs), tuple(block_args[n_in:n_in + n_wg]),
                           tuple(arg for arg, _ in args[n_in:n_in + n_wg]),
                           tuple(block_args[n_in + n_wg:]), body, cc.slot_count,
-                          tuple(int(v) for v in known) if known else None)
+                          tuple(int(v) for v in known) if known else None,
+                          any(inner.name in ops_hopper.HOPPER_OPS for inner in _walk(op)))
+
+
+def _walk(op: Operation):
+    for region in op.regions:
+        for block in region.blocks:
+            for inner in block.ops:
+                yield inner
+                yield from _walk(inner)
 
 
 def _bytes(t: MemRefType) -> int:
