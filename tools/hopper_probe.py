@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tools.build_run import build_run_parser, write_report_files
+from .build_run import build_run_parser, write_report_files
 
 PTXAS = "/usr/local/cuda-13.0/bin/ptxas"
 SEED = 7
@@ -115,32 +115,37 @@ def judge_products(a, b, v, c, c2) -> list:
                   np.abs(p) @ np.abs(vf))]
 
 
-def run_interpreted(text: str, shape, a, b, v, swizzle: int = 128):
-    """(C, C2) of the probe's kernel-stage IR `text` run by the CPU interpreter on A, B, V (tensor maps
-    with `swizzle`, as tools' run encodes them with 128)."""
-    from fmha_mlir.passes.hopper_probe import KERNEL, THREADS
+def run_interpreted(text: str, shape, a, b, v, swizzle: int = 128, roles: bool = False):
+    """(C, C2) of the probe's kernel-stage IR `text` (its warp-specialised variant with `roles`) run by
+    the CPU interpreter on A, B, V (tensor maps with `swizzle`, as tools' run encodes them with 128)."""
+    from fmha_mlir.passes.hopper_probe import KERNEL, ROLE_THREADS, THREADS
     from fmha_mlir.runtime.interp import Interpreter
     from fmha_mlir.runtime.interp.hopper import TensorMap
 
     c, c2 = np.zeros((shape.m, shape.n), np.float32), np.zeros((shape.m, shape.n2), np.float32)
     maps = [TensorMap(x, box, swizzle, "bf16") for x, box in ((a, (64, 64)), (b, (shape.n, 64)), (v, (shape.n, 64)))]
-    Interpreter(text, 32).run_kernel(KERNEL, [*maps, c, c2], shape.grid, (THREADS, 1, 1), shape.shared_bytes)
+    Interpreter(text, 32).run_kernel(KERNEL, [*maps, c, c2], shape.grid, (ROLE_THREADS if roles else THREADS, 1, 1),
+                                     shape.shared_bytes)
     return c, c2
 
 
 def interp(directory: Path) -> bool:
-    """The probe in the interpreter, under the gate (no GPU): compiled here to its kernel-stage IR."""
+    """The probe and its warp-specialised variant in the interpreter, under the gate (no GPU), compiled
+    here to their kernel-stage IR."""
     from fmha_mlir.compiler import Compiler
     from fmha_mlir.passes.hopper_probe import ProbeShape, probe_module_text
 
     shape = ProbeShape()
-    text = Compiler().compile_module(probe_module_text(shape), "gpu", "sm_90a").interp_ir
     directory.mkdir(parents=True, exist_ok=True)
-    (directory / "probe.interp.mlir").write_text(text)
     a, b, v = probe_inputs(shape.m, shape.n, shape.k, shape.n2)
-    checks = judge_products(a, b, v, *run_interpreted(text, shape, a, b, v))
-    print("\n".join(f"- {c}" for c in checks))
-    return all(c.passed for c in checks)
+    passed = True
+    for roles in (False, True):
+        text = Compiler().compile_module(probe_module_text(shape, roles), "gpu", "sm_90a").interp_ir
+        (directory / f"probe{'.roles' if roles else ''}.interp.mlir").write_text(text)
+        checks = judge_products(a, b, v, *run_interpreted(text, shape, a, b, v, roles=roles))
+        print(f"{'warp-specialised' if roles else 'one warpgroup'}:\n" + "\n".join(f"- {c}" for c in checks))
+        passed &= all(c.passed for c in checks)
+    return passed
 
 
 def _sass(cubin: Path) -> str:

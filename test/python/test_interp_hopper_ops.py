@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from fmha_mlir.runtime.interp.errors import InterpreterError
-from tools.hopper_probe import judge_products, probe_inputs, run_interpreted
+from fmha_mlir.tools.hopper_probe import judge_products, probe_inputs, run_interpreted
 
 pytest.importorskip("fmha_mlir.mlir")
 
@@ -140,3 +140,120 @@ def test_reading_tma_data_with_an_ordinary_load_needs_the_wait_too():
     group.complete()
     sync.observed[3, group.first_id + 1] = group.phase[0, 1]
     assert sync.generic_access(buffer, "read", units[:1], lanes[:1]) is None
+
+
+# -- roles: the warp-specialised probe (a producer and a consumer warpgroup) -----------------------------
+
+@pytest.fixture(scope="module")
+def role_probe():
+    from fmha_mlir.compiler import Compiler
+    from fmha_mlir.passes.hopper_probe import ProbeShape, probe_module_text
+
+    shape = ProbeShape()
+    text = Compiler().compile_module(probe_module_text(shape, roles=True), "gpu", "sm_90a").interp_ir
+    return shape, text, probe_inputs(shape.m, shape.n, shape.k, shape.n2)
+
+
+def _run_roles(probe, text=None):
+    shape, original, (a, b, v) = probe
+    return judge_products(a, b, v, *run_interpreted(text or original, shape, a, b, v, roles=True))
+
+
+def test_the_warp_specialised_probe_runs_its_roles_as_coroutines(role_probe):
+    checks = _run_roles(role_probe)
+    assert [c.passed for c in checks] == [True, True], checks
+
+
+def test_without_roles_the_producer_deadlocks_in_lockstep(role_probe):
+    _, text, _ = role_probe
+    lockstep = re.sub(r"fmha\.roles = array<i32: [0-9, ]+>, ", "", text)
+    assert lockstep != text
+    with pytest.raises(InterpreterError, match=r"try_wait\.parity .*: deadlock: waits for the phase of parity 0 of "
+                                               r"mbarrier 2 .* 128 of 128 arrivals .*\(lockstep"):
+        _run_roles(role_probe, lockstep)
+
+
+def test_a_consumer_that_never_releases_a_stage_deadlocks_the_roles(role_probe):
+    _, text, _ = role_probe
+    releases = _lines(text, r'"nvgpu\.mbarrier\.arrive"\(')
+    mutant = "\n".join(line for i, line in enumerate(text.splitlines()) if i not in releases)
+    with pytest.raises(InterpreterError, match=r"try_wait\.parity .*: deadlock: .* mbarrier 2 .* 128 of 128 arrivals "
+                                               r".*\(roles: no role can make progress\)"):
+        _run_roles(role_probe, mutant)
+
+
+def test_a_missing_wait_is_reported_across_roles(role_probe):
+    _, text, _ = role_probe
+    consumer_waits = [i for i in _lines(text, r'"nvgpu\.mbarrier\.try_wait\.parity"')
+                      if i > _lines(text, r"action increase")[0]]
+    with pytest.raises(InterpreterError, match=r"mma_async .*: reads a wgmma operand at byte 8192 of dynamic shared "
+                                               r"memory of work-group 0, which nothing has written yet"):
+        _run_roles(role_probe, _edit(text, consumer_waits[0], []))   # the consumer gets there first
+    with pytest.raises(InterpreterError, match=r"mma_async .*: reads a wgmma operand .* TMA load wrote completing on "
+                                               r"mbarrier 1 .* \(phase 0\), and lane 128 .* has not waited"):
+        _run_roles(role_probe, _edit(text, consumer_waits[1], []))   # the load was issued, not waited for
+
+
+def test_register_budgets_must_fit_the_register_file():
+    from fmha_mlir.runtime.interp.hopper_sync import HopperSync
+    from fmha_mlir.runtime.interp.lanes import LaneGrid
+
+    sync = HopperSync(LaneGrid((1, 1, 1), (384, 1, 1), 32, 0, 1))
+    one = np.zeros(1, np.int64)
+    sync.set_budget(one, one + 1, 240, True, "setmaxnreg")
+    sync.set_budget(one, one + 2, 240, True, "setmaxnreg")          # 24 + 240 + 240 per thread: fits
+    with pytest.raises(InterpreterError, match=r"setmaxnreg\.inc to 232 from a budget of 240 registers moves the "
+                                               r"other way"):
+        sync.set_budget(one, one + 1, 232, True, "setmaxnreg")
+    with pytest.raises(InterpreterError, match=r"work-group 0 now ask for 92160 registers \(\[240, 240, 240\] per "
+                                               r"thread\), more than the SM's 65536"):
+        sync.set_budget(one, one, 240, False, "setmaxnreg")
+
+
+def _handoff(barrier: str, threads: int = 64) -> str:
+    """Roles of 32 threads: the first writes workgroup memory, a named barrier, the second reads it."""
+    sync = (f'    %bid = arith.constant 1 : i32\n    %bn = arith.constant {threads} : i32\n'
+            '    "nvvm.barrier"(%bid, %bn) <{aligned = true, operandSegmentSizes = array<i32: 1, 1>}> : (i32, i32) -> ()'
+            if barrier else "")
+    return f"""
+gpu.module @m {{
+  gpu.func @k(%out: memref<32xf32>) workgroup(%buf : memref<32xf32, #gpu.address_space<workgroup>>) kernel
+      attributes {{fmha.roles = array<i32: 0, 32, 32, 64>}} {{
+    %t = gpu.thread_id x
+    %c32 = arith.constant 32 : index
+    %first = arith.cmpi ult, %t, %c32 : index
+    scf.if %first {{
+      %i = arith.index_cast %t : index to i32
+      %f = arith.sitofp %i : i32 to f32
+      memref.store %f, %buf[%t] : memref<32xf32, #gpu.address_space<workgroup>>
+    }}
+{sync}
+    %second = arith.cmpi uge, %t, %c32 : index
+    scf.if %second {{
+      %j = arith.subi %t, %c32 : index
+      %x = memref.load %buf[%j] : memref<32xf32, #gpu.address_space<workgroup>>
+      memref.store %x, %out[%j] : memref<32xf32>
+    }}
+    gpu.return
+  }}
+}}
+"""
+
+
+@pytest.mark.parametrize("barrier,threads,error", [
+    (True, 64, None),
+    (False, 64, r"memref\.load .*: data race on .* which lane \d+ .* wrote since the work-group's last gpu\.barrier"),
+    (True, 96, r"nvvm\.barrier .*: deadlock: barrier 1 of work-group 0 waits for 96 threads, 64 arrived"),
+])
+def test_named_barriers_order_roles(barrier, threads, error):
+    from fmha_mlir.runtime.interp import Interpreter
+    from interp_support import generic
+
+    out = np.zeros(32, np.float32)
+    interpreter = Interpreter(generic(_handoff(barrier, threads)), 32)
+    if error is None:
+        interpreter.run_kernel("k", [out], (1, 1, 1), (64, 1, 1))
+        np.testing.assert_array_equal(out, np.arange(32))
+    else:
+        with pytest.raises(InterpreterError, match=error):
+            interpreter.run_kernel("k", [out], (1, 1, 1), (64, 1, 1))

@@ -9,7 +9,9 @@ a parity other than p; a lane that passes has *observed* every phase before the 
 
 TMA writes. A TMA box lands in shared memory at once, but its bytes are marked with the barrier and
 phase it completes on; a read of a marked byte (an ordinary load, a wgmma operand) is an error unless
-every reading lane has observed that phase: the "missing mbarrier wait" of a pipeline.
+every reading lane has observed that phase: the "missing mbarrier wait" of a pipeline. When roles run
+as coroutines the consumer may get there before the producer issued the load at all: a wgmma operand
+that nothing has written yet is an error too.
 
 Proxies. Shared memory written by ordinary stores (the generic proxy) and then read by wgmma or TMA
 (the async proxy) needs a fence.proxy.async by the writing thread in between; each 2-byte unit keeps
@@ -60,6 +62,7 @@ class _Shadow:
         self.tma_barrier = np.full(units, NONE, np.int64)
         self.tma_phase = np.zeros(units, np.int64)
         self.generic_writer = np.full(units, NONE, np.int64)
+        self.written = np.zeros(units, bool)     # by anything, ever: an async read of others reads garbage
 
 
 class HopperSync:
@@ -103,6 +106,13 @@ class HopperSync:
         shadow.tma_barrier[units] = group.first_id + barrier
         shadow.tma_phase[units] = group.phase[workgroup, barrier]
         shadow.generic_writer[units] = NONE
+        shadow.written[units] = True
+
+    def unwritten(self, buffer, units: np.ndarray) -> int | None:
+        """The first of `units` that nothing has written yet (its global byte index), else None."""
+        shadow = self._shadow(buffer)
+        missing = ~shadow.written[units]
+        return int(units[np.argmax(missing)]) * UNIT if missing.any() else None
 
     def unobserved(self, buffer, units: np.ndarray, lanes: np.ndarray) -> tuple | None:
         """(row, column, barrier id, phase) of the first unit of `units` [rows, n] (row r read by lane
@@ -135,6 +145,7 @@ class HopperSync:
             shadow = self._shadow(buffer)
             shadow.generic_writer[units] = np.broadcast_to(lanes[:, None], units.shape)
             shadow.tma_barrier[units] = NONE
+            shadow.written[units] = True
         return None
 
     def unfenced(self, buffer, units: np.ndarray) -> int | None:

@@ -11,6 +11,7 @@ from .compiler import CompiledRegion, KernelCompiler, State, run_region
 from .errors import InterpreterError
 from .hopper import TensorMap
 from .hopper_sync import HopperSync
+from .roles import ROLES_ATTRIBUTE, RoleScheduler, role_ranges
 from .lanes import LaneGrid
 from .memory import allocate, wrap_array
 from .parser import Operation, ParsedModule, parse_module, typed_scalar
@@ -44,6 +45,7 @@ class CompiledKernel:
     slots: int
     known_block_size: tuple | None
     hopper: bool                 # has mbarrier / TMA / wgmma ops: its chunks keep a HopperSync
+    roles: list | None           # (first, end) thread ranges run as coroutines (roles.py); None: lockstep
 
 
 class Interpreter:
@@ -93,14 +95,23 @@ class Interpreter:
                 workgroup = WorkgroupMemory(lanes, int(shared_bytes))
                 if kernel.hopper:
                     workgroup.hopper = HopperSync(lanes)
-                state = State(kernel.slots, lanes, self._rng, self.atomic_order, workgroup)
                 memory = [workgroup.attribution(t, arg) for t, arg in zip(kernel.workgroup_types,
                                                                           kernel.workgroup_names)]
                 memory += [allocate(t, lanes.lanes, lanes.lane_index, f"private memory of {name}")
                            for t in kernel.private_types]
-                for slot, value in zip(kernel.body.arg_slots, values + memory):
-                    state.env[slot] = value
-                run_region(kernel.body, state, None)
+
+                def run_role(role, mask, scheduler=None):
+                    state = State(kernel.slots, lanes, self._rng, self.atomic_order, workgroup)
+                    state.scheduler = scheduler
+                    for slot, value in zip(kernel.body.arg_slots, values + memory):
+                        state.env[slot] = value
+                    run_region(kernel.body, state, mask)
+
+                if kernel.roles is None:
+                    run_role(0, None)
+                else:
+                    scheduler = RoleScheduler(lanes, kernel.roles, f"kernel {name}")
+                    scheduler.run(lambda role, mask: run_role(role, mask, scheduler))
 
     def _compile(self, name: str) -> CompiledKernel:
         if name not in self._compiled:
@@ -138,7 +149,8 @@ def _compile_kernel(module: ParsedModule, op: Operation, name: str) -> CompiledK
                           tuple(arg for arg, _ in args[n_in:n_in + n_wg]),
                           tuple(block_args[n_in + n_wg:]), body, cc.slot_count,
                           tuple(int(v) for v in known) if known else None,
-                          any(inner.name in ops_hopper.HOPPER_OPS for inner in _walk(op)))
+                          any(inner.name in ops_hopper.HOPPER_OPS for inner in _walk(op)),
+                          role_ranges(op.attributes.get(ROLES_ATTRIBUTE)))
 
 
 def _walk(op: Operation):

@@ -147,7 +147,7 @@ def compile_try_wait(op: Operation, cc: KernelCompiler):
         parity = _per_lane(env[parity_slot], lanes, g.lanes).astype(np.int64)
         blocked = lambda: group.phase[wg, b] % 2 == parity  # noqa: E731
         if blocked().any():
-            scheduler = getattr(st, "scheduler", None)
+            scheduler = st.scheduler
             if scheduler is not None:
                 scheduler.block(lambda: not blocked().any(), lambda: _stuck(group, wg, b, parity, blocked(), g, what))
             else:
@@ -327,6 +327,11 @@ def _register_a(registers: np.ndarray, element: str) -> np.ndarray:
 def _check_async_read(sync, buffer, w: int, offsets: np.ndarray, members, what: str) -> None:
     """A wgmma operand read of the bytes at `offsets` of work-group w's image, by the warpgroup `members`."""
     units = np.unique((w * buffer.stride + offsets) // UNIT)
+    missing = sync.unwritten(buffer, units)
+    if missing is not None:
+        raise InterpreterError(f"{what}: reads a wgmma operand at byte {missing - w * buffer.stride} of {buffer.name} "
+                               f"of work-group {sync.grid.first_group + w}, which nothing has written yet (a load "
+                               "not waited for: nvgpu.mbarrier.try_wait.parity)")
     found = sync.unobserved(buffer, np.broadcast_to(units, (members.size, units.size)), members)
     if found is not None:
         row, _, barrier, phase = found
@@ -408,7 +413,7 @@ def compile_named_barrier(op: Operation, cc: KernelCompiler):
         env, g = st.env, st.grid
         lanes = _lanes(st, mask)
         threads = int(np.max(env[slots[1]])) if len(slots) > 1 else g.group_threads
-        scheduler = getattr(st, "scheduler", None)
+        scheduler = st.scheduler
         if scheduler is not None:
             scheduler.named_barrier(int(np.max(env[slots[0]])) if slots else 0, threads, lanes, what)
         else:
