@@ -10,15 +10,14 @@ from __future__ import annotations
 import math
 from typing import ClassVar, Sequence
 
-from fmha_mlir.bodies import body_of
 from fmha_mlir.errors import FmhaError
 from fmha_mlir.kernel_config import KernelConfig
 from fmha_mlir.mlir import ir
 from fmha_mlir.spec import AttentionBwdSpec, Mask
 from fmha_mlir.varlen import CU_SEQLENS
 
-from .fmha_attrs import (CONFIG_ATTRIBUTE, config_attribute, f32, i32, mask_attributes, read_attribute, read_config,
-                         read_mask, read_spec, spec_attributes)
+from .fmha_attrs import (CONFIG_ATTRIBUTE, config_attribute, f32, i32, mask_attributes, read_attribute, read_mask,
+                         spec_attributes, stored_config, stored_spec)
 from .fmha_types import ROWS_RANK, SLOPES_RANK, TENSOR_RANK, TensorKind, operand_problem
 
 __all__ = [
@@ -97,7 +96,7 @@ def _create_checked(name: str, problems_of, results, operands, attributes, loc) 
 
 def config_of(op) -> "KernelConfig":
     """The KernelConfig of a problem or stage op's `config` attribute; VerifyError if absent or bad."""
-    return _read_checked(read_config, op)
+    return _read_checked(stored_config, op)
 
 
 def spec_from_op(op) -> AttentionBwdSpec:
@@ -110,7 +109,7 @@ def spec_from_op(op) -> AttentionBwdSpec:
 
 def _valid_spec(op: "ir.Operation", problems: list[str]) -> AttentionBwdSpec | None:
     """`op`'s spec if its spec attributes are well formed and describe a valid spec; else None, with problems."""
-    spec = read_spec(op, problems)
+    spec = stored_spec(op, problems)
     reasons = [str(r) for r in spec.reasons()] if spec is not None else []
     problems += reasons
     return None if reasons else spec
@@ -220,9 +219,7 @@ class _SpecOp:
         problems: list[str] = []
         spec = _valid_spec(op, problems)
         config_problems: list[str] = []
-        config = read_config(op, config_problems, required=cls.CONFIG_REQUIRED)
-        if spec is not None and config is not None:
-            config_problems += [f"config {config.tag}: {r}" for r in body_of(config).spec_reasons(spec, config)]
+        stored_config(op, config_problems, required=cls.CONFIG_REQUIRED)
         if len(op.results):
             problems.append(f"must have no results, got {len(op.results)}")
         operands = list(op.operands)

@@ -107,6 +107,42 @@ def read_spec(op: "ir.Operation", problems: list[str]) -> AttentionBwdSpec | Non
     return AttentionBwdSpec(mask=mask, **values)
 
 
+# --- decoded once per attribute value -----------------------------------------------------------------
+# The problem op, its stage ops and their kernels carry the same spec and config attributes, and every
+# pass asks for them. The decode (and with it the spec's and config's validation, which they cache)
+# runs once per distinct printed value; the value, not the op, is the key, so any context may ask.
+_DECODED: dict[tuple, tuple] = {}
+_DECODED_LIMIT = 512
+
+
+def _decoded(key: tuple, decode, problems: list[str]):
+    hit = _DECODED.get(key)
+    if hit is None:
+        found: list[str] = []
+        if len(_DECODED) >= _DECODED_LIMIT:
+            _DECODED.clear()
+        hit = _DECODED[key] = (decode(found), tuple(found))
+    problems += hit[1]
+    return hit[0]
+
+
+def stored_spec(op: "ir.Operation", problems: list[str]) -> AttentionBwdSpec | None:
+    """read_spec, decoded once per distinct set of spec attribute values."""
+    attributes = op.attributes
+    key = ("spec",) + tuple((name, str(attributes[name])) for name in (*SPEC_ATTRIBUTES, *OPTIONAL_SPEC_ATTRIBUTES)
+                            if name in attributes)
+    return _decoded(key, lambda found: read_spec(op, found), problems)
+
+
+def stored_config(op: "ir.Operation", problems: list[str], required: bool = True,
+                  name: str = "config") -> "KernelConfig | None":
+    """read_config, decoded once per distinct attribute value."""
+    if name not in op.attributes:
+        return read_config(op, problems, required, name)
+    key = ("config", name, str(op.attributes[name]))
+    return _decoded(key, lambda found: read_config(op, found, required, name), problems)
+
+
 # --- the kernel config: a dictionary attribute `config` -------------------------------------------------
 
 CONFIG_ATTRIBUTE = "config"
@@ -117,7 +153,7 @@ KERNEL_CONFIG_ATTRIBUTE = "fmha.config"
 # the launch plan gives its buffers.
 OPERAND_ATTRIBUTE = "fmha.operand"
 WORKSPACE_ATTRIBUTE = "fmha.workspace"
-# On each gpu.launch_func: how the kernel uses each operand ("read" / "write" / "accumulate", bodies.py),
+# On each gpu.launch_func: how the kernel uses each operand ("read" / "write" / "accumulate", fmha_mlir.bodies),
 # so the launch plan says which steps must come before which (docs/ir.md, "The launch plan").
 ACCESS_ATTRIBUTE = "fmha.access"
 
@@ -125,10 +161,10 @@ ACCESS_ATTRIBUTE = "fmha.access"
 def config_attribute(config: KernelConfig) -> "ir.DictAttr":
     """`{body = "tiled", block_m = 64 : i64, sdp_warps = array<i64: 8, 1>, p_in_registers = true, ...}`;
     fields at their defaults are left out (the warp body's config is `{body = "warp", wave_size = W}`)."""
-    entries = {}
+    entries = {"body": ir.StringAttr.get(config.body)}
     for field in dataclasses.fields(config):
         value = getattr(config, field.name)
-        if field.name not in ("body", "wave_size") and value == field.default:
+        if field.name != "wave_size" and value == field.default:
             continue
         if isinstance(value, bool):
             entries[field.name] = ir.BoolAttr.get(value)
@@ -197,8 +233,8 @@ def describes_kernel(kernel: "ir.Operation") -> bool:
 def read_kernel_description(kernel: "ir.Operation", problems: list[str]
                             ) -> tuple[AttentionBwdSpec | None, KernelConfig | None]:
     """The spec and config describe_kernel wrote (not checked against each other), or Nones with problems."""
-    spec = read_spec(_AttributesOf(ir.DictAttr(kernel.attributes[SPEC_ATTRIBUTE])), problems)
-    config = read_config(kernel, problems, True, KERNEL_CONFIG_ATTRIBUTE) if not problems else None
+    spec = stored_spec(_AttributesOf(ir.DictAttr(kernel.attributes[SPEC_ATTRIBUTE])), problems)
+    config = stored_config(kernel, problems, True, KERNEL_CONFIG_ATTRIBUTE) if not problems else None
     return spec, config
 
 

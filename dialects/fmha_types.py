@@ -33,11 +33,6 @@ def rows_type() -> "ir.MemRefType":
     return ir.MemRefType(ir.Type.parse("memref<?x?x?xf32, strided<[?, ?, 1]>>"))
 
 
-def slopes_type() -> "ir.MemRefType":
-    """The contract type of ALiBi's [batch or 1, heads_q] f32 slopes."""
-    return ir.MemRefType(ir.Type.parse("memref<?x?xf32, strided<[?, 1]>>"))
-
-
 @dataclass(frozen=True)
 class TensorKind:
     """What one operand must be: its rank, allowed element types and static innermost size."""

@@ -165,21 +165,59 @@ class AttentionBackward:
                  dtype: str | None = None, softcap: float = 0.0, bias=None, alibi_slopes=None, dbias: bool = False,
                  deterministic: bool = False, grad_accum: str = "f32", cu_seqlens_q=None, cu_seqlens_k=None,
                  max_seqlen_q: int | None = None, max_seqlen_k: int | None = None):
+        """run() with the spec these tensors and keyword options make (spec_for)."""
         tensors = (q, k, v, o, do, lse, bias, alibi_slopes, cu_seqlens_q, cu_seqlens_k)   # torch_in_place.ARGUMENTS
-        # A call on torch CUDA tensors is bound once per key (not in debug mode, nor when the max lengths
-        # are to be read from cu_seqlens): a repeat call runs its InPlaceCall at once.
-        reads_lengths = (cu_seqlens_q is not None or cu_seqlens_k is not None) and None in (max_seqlen_q, max_seqlen_k)
-        keyed = not (self.debug or reads_lengths)
         options = (mask, scale, dtype, softcap, dbias, deterministic, grad_accum, max_seqlen_q, max_seqlen_k)
-        bound = self._calls.get(call_key(tensors, (self.arch, options))) if keyed else None
+        key = self._call_key(tensors, options)
+        bound = self._calls.get(key) if key is not None else None
         if bound is not None:
             return bound(*tensors)
         _check_arrays(cu_seqlens_q is not None or cu_seqlens_k is not None, q=q, k=k, v=v, o=o, do=do, lse=lse)
-        kind, bias_tensors = _bias_inputs(bias, alibi_slopes, dbias)
         varlen, scalars = _varlen_inputs(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
         spec = self.spec_for(q, k, v, mask=mask, scale=scale, dtype=dtype, softcap=softcap, bias=bias,
                              alibi_slopes=alibi_slopes, dbias=dbias, deterministic=deterministic,
                              grad_accum=grad_accum, varlen=bool(varlen))
+        return self._launch(spec, tensors, varlen, scalars, options)
+
+    def run(self, spec: AttentionBwdSpec, q, k, v, o, do, lse, *, bias=None, alibi_slopes=None, cu_seqlens_q=None,
+            cu_seqlens_k=None, max_seqlen_q: int | None = None, max_seqlen_k: int | None = None):
+        """The gradients `spec` asks for (dq, dk, dv, then dbias or d(slopes) with spec.dbias) of these
+        tensors: the core entry, for callers that hold a spec. The tensors must be what the spec says
+        (dtype, head dims, heads, the bias or slopes tensor, packed with cu_seqlens for varlen): SpecError
+        naming each field they contradict. bias: the elementwise bias tensor (spec.bias 'elementwise');
+        alibi_slopes: the slopes tensor (spec.alibi_slopes)."""
+        bias = "alibi" if bias is None and spec.bias == "alibi" and alibi_slopes is None else bias
+        tensors = (q, k, v, o, do, lse, bias, alibi_slopes, cu_seqlens_q, cu_seqlens_k)
+        options = (spec, max_seqlen_q, max_seqlen_k)
+        key = self._call_key(tensors, options)
+        bound = self._calls.get(key) if key is not None else None
+        if bound is not None:
+            return bound(*tensors)
+        spec.check()
+        _check_arrays(cu_seqlens_q is not None or cu_seqlens_k is not None, q=q, k=k, v=v, o=o, do=do, lse=lse)
+        varlen, scalars = _varlen_inputs(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
+        given = self.spec_for(q, k, v, mask=spec.mask, scale=spec.scale, softcap=spec.softcap, bias=bias,
+                              alibi_slopes=alibi_slopes, dbias=spec.dbias, deterministic=spec.deterministic,
+                              grad_accum=spec.grad_accum, varlen=bool(varlen),
+                              dtype=spec.dtype if _bits_of_bf16(q) else None)
+        contradicted = [Reason(name, f"the tensors give {getattr(given, name)!r}, the spec says {getattr(spec, name)!r}",
+                               "pass tensors of the spec's problem, or the spec of these tensors (spec_for)")
+                        for name in _TENSOR_FIELDS if getattr(given, name) != getattr(spec, name)]
+        if contradicted:
+            raise SpecError(contradicted)
+        return self._launch(spec, tensors, varlen, scalars, options)
+
+    def _call_key(self, tensors: tuple, options: tuple):
+        """The key a torch CUDA call is bound under (torch_in_place.call_key; `options` end with the max
+        lengths); None when it is not bound: in debug mode, or when the max lengths are read from cu_seqlens."""
+        reads_lengths = (tensors[8] is not None or tensors[9] is not None) and None in options[-2:]
+        return None if self.debug or reads_lengths else call_key(tensors, (self.arch, options))
+
+    def _launch(self, spec: AttentionBwdSpec, tensors: tuple, varlen: dict, scalars: dict, options: tuple):
+        """Compile or load the bundle of `spec` and run it on `tensors` (ARGUMENTS order); a torch CUDA
+        call binds an InPlaceCall, kept under its key (computed again once the arch is known)."""
+        q, k, v, o, do, lse, bias, alibi_slopes = tensors[:8]
+        kind, bias_tensors = _bias_inputs(bias, alibi_slopes, spec.dbias)
         if _is_empty(q, k):
             spec.check()
             return _zero_gradients(spec.bias_operands()[1], q, k, v, bias if kind == "elementwise" else alibi_slopes)
@@ -188,10 +226,10 @@ class AttentionBackward:
         bundle = self.bundle(spec)
         inputs = {**dict(zip(("q", "k", "v", "o", "do", "lse"), (q, k, v, o, do, lse))), **bias_tensors, **varlen}
         names = ("dq", "dk", "dv") + spec.bias_operands()[1]
-        given_shape = tuple((bias if kind == "elementwise" else alibi_slopes).shape) if dbias else None
+        given_shape = tuple((bias if kind == "elementwise" else alibi_slopes).shape) if spec.dbias else None
         if on_gpu and not self.debug:
             bound = InPlaceCall(self._plans.plan, bundle, device, inputs, names, scalars, given_shape)
-            key = call_key(tensors, (self.arch, options)) if keyed else None   # the arch is known by now
+            key = self._call_key(tensors, options)   # the arch is known by now
             if key is not None:
                 self._calls.add(key, bound)
             return bound(*tensors)
@@ -204,7 +242,6 @@ class AttentionBackward:
         if given_shape is not None:   # dbias / d(slopes) in the shape the bias was given in
             out[-1] = out[-1].reshape(given_shape)
         return tuple(out)
-
 
     def _cuda_executor(self, device: Executor, where) -> Executor:
         """`device`, when it can launch on torch CUDA tensors on `where` (never a silent copy to the CPU)."""
@@ -253,6 +290,15 @@ def attention_bwd(q, k, v, o, do, lse, *, mask: str | Mask = "none", scale: floa
         q, k, v, o, do, lse, mask=mask, scale=scale, dtype=dtype, softcap=softcap, bias=bias,
         alibi_slopes=alibi_slopes, dbias=dbias, deterministic=deterministic, grad_accum=grad_accum,
         cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k)
+
+
+# The spec fields a call's tensors decide (run() checks them against the spec it is given).
+_TENSOR_FIELDS = ("dtype", "hdim_q", "hdim_v", "gqa_ratio", "bias", "alibi_slopes", "varlen")
+
+
+def _bits_of_bf16(q) -> bool:
+    """NumPy uint16 data: bf16 bit patterns, whose dtype only the caller can name."""
+    return not is_torch(q) and getattr(q, "dtype", None) == np.uint16
 
 
 def _varlen_inputs(cu_q, cu_k, max_q, max_k) -> tuple[dict, dict]:

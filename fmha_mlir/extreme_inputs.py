@@ -1,5 +1,6 @@
-"""Problems of extreme but legal inputs, the kind that used to give silent NaN gradients: q, k, v, dO of
-a chosen magnitude, ALiBi slopes of either sign, and either lse convention for rows that see no key.
+"""Problems of extreme but legal inputs, the kind that give silent NaN gradients when a kernel mishandles
+them: q, k, v, dO of a chosen magnitude, ALiBi slopes of either sign, and either lse convention for rows
+that see no key.
 NumPy only: the interpreter tests build them here, tools/nan_classes.py on the GPU machine."""
 from __future__ import annotations
 

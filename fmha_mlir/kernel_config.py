@@ -1,10 +1,10 @@
 """How a backward is computed: the body and its tuning knobs (numpy only: importable without MLIR).
 
 An AttentionBwdSpec says *what* (dtype, head dims, mask, ...); a KernelConfig says *how*: which body,
-tile sizes, warps, pipeline depth, matrix instruction and warp layouts. It travels in the IR as the
-`config` attribute of the problem and stage ops, names the kernels (`tag`), and is recorded in the
-bundle manifest. `fmha_mlir.bodies` says which configs a body accepts for a spec and picks the default
-from the tables below.
+and that body's tile sizes, warps, pipeline depth, matrix instruction and warp layouts (one frozen class
+per body). It travels in the IR as the `config` dictionary attribute of the problem and stage ops, names
+the kernels (`tag`), and is recorded in the bundle manifest. `fmha_mlir.bodies` says which configs a body
+accepts for a spec, holds each body's table of defaults, and makes the plan the passes build from.
 """
 from __future__ import annotations
 
@@ -12,11 +12,12 @@ import dataclasses
 import hashlib
 import json
 from dataclasses import dataclass
+from functools import cached_property
+from typing import ClassVar
 
 from .errors import Reason, SpecError
 from .matrix_layouts import MFMA_SHAPES
 
-BODY_NAMES = ("warp", "tiled")
 # NVIDIA mma.sync, AMD MFMA (wave64; which chips have which: matrix_layouts.MFMA_SHAPES).
 MMA_SYNC = "mma.m16n8k16"
 INSTRUCTIONS = (MMA_SYNC,) + tuple(f"mfma.{name}" for name in MFMA_SHAPES)
@@ -33,15 +34,86 @@ GRID_ORDERS = ("keys_inner", "keys_outer")
 MAX_WARPS = 16
 
 
-@dataclass(frozen=True)
 class KernelConfig:
-    """Fields of the tiled body are ignored (left at their defaults) by the warp body.
+    """What every body's config has: the body it is for (the discriminator that picks the class when a
+    config is read from a manifest or an IR attribute) and the wave size it was built for. Each body has
+    its own frozen subclass (CONFIG_CLASSES); `to_json` writes one flat dictionary, `body` included."""
+
+    body: ClassVar[str]
+    wave_size: int
+
+    def reasons(self) -> list[Reason]:
+        """Every structural reason this config is malformed (a body adds its own limits)."""
+        return list(self._reasons)
+
+    @cached_property
+    def _reasons(self) -> tuple[Reason, ...]:
+        # A frozen config's reasons are fixed: validated once per config, whoever asks.
+        return tuple(self.structural_reasons())
+
+    def structural_reasons(self) -> list[Reason]:
+        if not _positive_int(self.wave_size):
+            return [Reason("config.wave_size", f"must be a positive integer (got {self.wave_size!r})")]
+        if self.wave_size not in (32, 64):
+            return [Reason("config.wave_size", f"{self.wave_size} is no target's wave size", "use 32 or 64")]
+        return []
+
+    def check(self) -> None:
+        reasons = self.reasons()
+        if reasons:
+            raise SpecError(reasons)
+
+    @property
+    def tag(self) -> str:
+        """A readable, unique-per-config part of kernel symbols."""
+        raise NotImplementedError
+
+    def to_json(self) -> dict:
+        return {"body": self.body, **{f.name: list(v) if isinstance(v := getattr(self, f.name), tuple) else v
+                                      for f in dataclasses.fields(self)}}
+
+    @staticmethod
+    def from_json(data) -> "KernelConfig":
+        """The config a manifest or attribute holds (its `body` picks the class; absent: warp); SpecError
+        naming what is wrong."""
+        if not isinstance(data, dict):
+            raise SpecError([Reason("config", f"must be an object, got {type(data).__name__}")])
+        fields = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items()}
+        body = fields.pop("body", "warp")
+        if not isinstance(body, str) or body not in CONFIG_CLASSES:
+            raise SpecError([Reason("config.body", f"unknown body {body!r}", f"use one of {', '.join(BODY_NAMES)}")])
+        cls = CONFIG_CLASSES[body]
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(fields) - names)
+        if unknown:
+            raise SpecError([Reason("config", f"unknown field(s) {', '.join(unknown)} for the {body} body",
+                                    f"known: body, {', '.join(sorted(names))}")])
+        config = cls(**fields)
+        config.check()
+        return config
+
+
+@dataclass(frozen=True)
+class WarpConfig(KernelConfig):
+    """The warp body has no tuning knobs: one wave per query row."""
+
+    body: ClassVar[str] = "warp"
+    wave_size: int = 32
+
+    @property
+    def tag(self) -> str:
+        return f"warp{self.wave_size}"
+
+
+@dataclass(frozen=True)
+class TiledConfig(KernelConfig):
+    """The tiled body's tiles, warps, pipeline depth, matrix instruction and warp layouts.
 
     sdp_warps: warps along (keys, queries) of S^T and dP^T;  dkv_warps: along (keys, head dim) of dK, dV;
     dq_warps: along (queries, head dim) of dQ. Each layout multiplies out to `warps`.
     """
 
-    body: str = "warp"
+    body: ClassVar[str] = "tiled"
     wave_size: int = 32
     block_m: int = 0               # Br: query rows per step of the inner loop
     block_n: int = 0               # Bc: key rows per work-group
@@ -57,48 +129,37 @@ class KernelConfig:
 
     @property
     def mfma(self):
-        """The MFMA shape (matrix_layouts.MfmaShape) of an AMD config; None for NVIDIA's and the warp body's."""
+        """The MFMA shape (matrix_layouts.MfmaShape) of an AMD config; None for NVIDIA's."""
         return MFMA_SHAPES.get(self.instruction.removeprefix("mfma.")) if self.instruction.startswith("mfma.") else None
 
     @property
     def threads(self) -> int:
         return self.warps * self.wave_size
 
-    def reasons(self) -> list[Reason]:
-        """Every structural reason this config is malformed (a body adds its own limits)."""
+    @property
+    def tag(self) -> str:
+        """e.g. tiled_m64n128w8s2_3fa9c1: the digest tells configs of the same tiles apart."""
+        digest = hashlib.sha256(json.dumps(self.to_json(), sort_keys=True).encode()).hexdigest()[:6]
+        return f"tiled_m{self.block_m}n{self.block_n}w{self.warps}s{self.stages}_{digest}"
+
+    def structural_reasons(self) -> list[Reason]:
         out = []
-        if self.body not in BODY_NAMES:
-            return [Reason("config.body", f"unknown body {self.body!r}", f"use one of {', '.join(BODY_NAMES)}")]
-        for name in ("wave_size", "warps", "stages"):
+        for name in ("wave_size", "warps", "stages", "block_m", "block_n"):
             value = getattr(self, name)
             if not _positive_int(value):
                 out.append(Reason(f"config.{name}", f"must be a positive integer (got {value!r})"))
         if out:
             return out
-        if self.wave_size not in (32, 64):
-            out.append(Reason("config.wave_size", f"{self.wave_size} is no target's wave size", "use 32 or 64"))
-        if self.body == "warp":
-            defaults = KernelConfig(body="warp", wave_size=self.wave_size)
-            if self != defaults:
-                changed = [f.name for f in dataclasses.fields(self) if getattr(self, f.name) != getattr(defaults, f.name)]
-                out.append(Reason("config", f"the warp body takes no tile options (got {', '.join(changed)})",
-                                  "leave them at their defaults"))
-            return out
-        for name in ("block_m", "block_n"):
-            if not _positive_int(getattr(self, name)):
-                out.append(Reason(f"config.{name}", f"must be a positive integer (got {getattr(self, name)!r})"))
+        out = super().structural_reasons()
         if self.warps > MAX_WARPS:
             out.append(Reason("config.warps", f"{self.warps} warps is more than {MAX_WARPS}"))
         if self.stages not in (1, 2):
             out.append(Reason("config.stages", f"{self.stages} Q/dO buffers", "use 1 or 2"))
-        if self.instruction not in INSTRUCTIONS:
-            out.append(Reason("config.instruction", f"unknown matrix instruction {self.instruction!r}",
-                              f"use one of {', '.join(INSTRUCTIONS)}"))
-        if self.swizzle not in SWIZZLES:
-            out.append(Reason("config.swizzle", f"unknown swizzle {self.swizzle!r}", f"use one of {', '.join(SWIZZLES)}"))
-        if self.grid_order not in GRID_ORDERS:
-            out.append(Reason("config.grid_order", f"unknown grid order {self.grid_order!r}",
-                              f"use one of {', '.join(GRID_ORDERS)}"))
+        for name, known, what in (("instruction", INSTRUCTIONS, "matrix instruction"), ("swizzle", SWIZZLES, "swizzle"),
+                                  ("grid_order", GRID_ORDERS, "grid order")):
+            value = getattr(self, name)
+            if value not in known:
+                out.append(Reason(f"config.{name}", f"unknown {what} {value!r}", f"use one of {', '.join(known)}"))
         for name in ("sdp_warps", "dkv_warps", "dq_warps"):
             layout = getattr(self, name)
             if not (isinstance(layout, tuple) and len(layout) == 2 and all(_positive_int(n) for n in layout)):
@@ -112,36 +173,9 @@ class KernelConfig:
                               f"use sdp_warps = dkv_warps = ({self.warps}, 1), or p_in_registers = false"))
         return out
 
-    def check(self) -> None:
-        reasons = self.reasons()
-        if reasons:
-            raise SpecError(reasons)
 
-    @property
-    def tag(self) -> str:
-        """A readable, unique-per-config part of kernel symbols: e.g. tiled_m64n128w8s2_3fa9c1."""
-        digest = hashlib.sha256(json.dumps(self.to_json(), sort_keys=True).encode()).hexdigest()[:6]
-        if self.body == "warp":
-            return f"warp{self.wave_size}"
-        return f"tiled_m{self.block_m}n{self.block_n}w{self.warps}s{self.stages}_{digest}"
-
-    def to_json(self) -> dict:
-        return {f.name: list(v) if isinstance(v := getattr(self, f.name), tuple) else v
-                for f in dataclasses.fields(self)}
-
-    @classmethod
-    def from_json(cls, data) -> "KernelConfig":
-        """The config a manifest or attribute holds; SpecError naming what is wrong."""
-        if not isinstance(data, dict):
-            raise SpecError([Reason("config", f"must be an object, got {type(data).__name__}")])
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - names)
-        if unknown:
-            raise SpecError([Reason("config", f"unknown field(s) {', '.join(unknown)}", f"known: {', '.join(sorted(names))}")])
-        fields = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items()}
-        config = cls(**fields)
-        config.check()
-        return config
+CONFIG_CLASSES: dict[str, type[KernelConfig]] = {cls.body: cls for cls in (WarpConfig, TiledConfig)}
+BODY_NAMES = tuple(CONFIG_CLASSES)
 
 
 def _positive_int(value) -> bool:

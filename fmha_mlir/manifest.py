@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from importlib import metadata as importlib_metadata
 
-from .bodies import body_of
+from .bodies import body_plan
 from .kernel_config import KernelConfig
 from .launch_plan import PlanError
 from .runtime.bundle import FORMAT, spec_to_json
@@ -33,15 +33,14 @@ def build_manifest(plan: dict, *, spec: AttentionBwdSpec, config: KernelConfig, 
         if name not in kernels:
             raise PlanError(f"the code object has kernel {name!r}, which no step launches")
         kernels[name]["metadata"] = facts
-    body = body_of(config)
-    alignment = body.alignment(spec, config)
-    buffers = {name: {**buf, "align": alignment.get(name, 1)} for name, buf in plan["buffers"].items()}
+    body = body_plan(spec, config)
+    buffers = {name: {**buf, "align": body.alignment.get(name, 1)} for name, buf in plan["buffers"].items()}
     return {
         "format": FORMAT,
         "compiler": compiler_identity(),
         "spec": spec_to_json(spec),
         "config": config.to_json(),
-        "numerics": body.numerics_of(spec, config).to_json(),
+        "numerics": body.numerics.to_json(),
         "target": {"arch": target.arch, "backend": target.backend, "wave_size": target.wave_size},
         "binary": {"file": binary_file, "format": binary_format},
         "interp_ir": interp_ir_file,

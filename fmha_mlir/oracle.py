@@ -22,7 +22,7 @@ import numpy as np
 from .dtypes import STORAGE, round_to
 from .errors import Reason, SpecError
 from .numerics import MATRIX_K16, Numerics
-from .spec import Mask
+from .spec import Mask, scale_reasons, softcap_reasons
 
 
 @dataclass(frozen=True, eq=False)
@@ -105,11 +105,7 @@ def is_positive_int(value) -> bool:
 def _check_problem(q, k, v, *, mask: Mask, scale, gqa_ratio, o=None, do=None, lse=None, bias=None,
                    softcap=0.0):
     """Raise SpecError naming every tensor whose shape does not fit the others."""
-    reasons = list(mask.reasons())
-    if not (isinstance(scale, (int, float, np.number)) and np.isfinite(scale) and scale > 0):
-        reasons.append(Reason("scale", f"softmax scale must be finite and > 0 (got {scale!r})"))
-    if not (isinstance(softcap, (int, float, np.number)) and np.isfinite(softcap) and softcap >= 0):
-        reasons.append(Reason("softcap", f"must be finite and >= 0, 0 for none (got {softcap!r})"))
+    reasons = list(mask.reasons()) + scale_reasons(scale, "pass the scale the kernels use") + softcap_reasons(softcap)
     if not is_positive_int(gqa_ratio):
         reasons.append(Reason("gqa_ratio", f"must be a positive integer (got {gqa_ratio!r})"))
     for name, x in (("q", q), ("k", k), ("v", v)):

@@ -142,7 +142,7 @@ def make_problem(spec: AttentionBwdSpec, size: ProblemSize, seed: int = 0, layou
                  broadcast: str = "batch") -> Problem:
     """Random inputs for `spec` at `size` (the same seed gives the same problem), with O and lse from
     the oracle forward. An elementwise bias is [1 or B, 1 or H, Sq, Sk] in spec.dtype, size 1 where it
-    `broadcast`s (BIAS_BROADCASTS; the default is the seed's [H, Sq, Sk]); a slopes tensor (alibi_slopes)
+    `broadcast`s (BIAS_BROADCASTS; the default is [1, H, Sq, Sk]); a slopes tensor (alibi_slopes)
     is [1, H] or, with broadcast "none", [B, H] f32, drawn around the standard slopes."""
     _check(spec, size, layout)
     if not (isinstance(seed, int) and not isinstance(seed, bool) and seed >= 0):   # numpy's generators need it

@@ -10,6 +10,7 @@ import math
 import numbers
 import struct
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from . import mask_geometry
 from .errors import Reason, SpecError
@@ -18,7 +19,7 @@ DTYPES = ("f16", "bf16", "f32")
 MASK_KINDS = ("none", "causal_top_left", "causal_bottom_right", "sliding_window")
 BIAS_KINDS = ("none", "elementwise", "alibi")
 # The dtype dQ's atomic adds accumulate in: f32 into a workspace (converted after), or bf16 by packed
-# atomics straight into dQ (seed 004's output_grad_dtype).
+# atomics straight into dQ (half the atomic traffic, a bf16 rounding per key block).
 GRAD_ACCUMS = ("f32", "bf16")
 # The scale is compiled in as an f32 attribute: it must survive the rounding, and not as a denormal.
 F32_MIN_NORMAL = 1.1754943508222875e-38
@@ -160,7 +161,16 @@ class AttentionBwdSpec:
 
     def reasons(self) -> list[Reason]:
         """Every reason this spec is malformed; empty when valid. What a body or target supports is
-        fmha_mlir.bodies' to say."""
+        fmha_mlir.bodies' to say. The one validation of every option: the API, the tools, the torch op
+        and the IR verifier all ask it."""
+        return list(self._reasons)
+
+    @cached_property
+    def _reasons(self) -> tuple[Reason, ...]:
+        # A frozen spec's reasons are fixed: validated once per spec, whoever asks.
+        return tuple(self._validate())
+
+    def _validate(self) -> list[Reason]:
         out: list[Reason] = []
         if self.dtype not in DTYPES:
             out.append(Reason("dtype", f"unsupported element type {self.dtype!r}", f"use one of {', '.join(DTYPES)}"))
@@ -171,14 +181,10 @@ class AttentionBwdSpec:
             elif value > MAX_INT_OPTION:
                 out.append(Reason(name, f"{value} is too large (at most {MAX_INT_OPTION})"))
         # A scale still 0 is the default that an invalid hdim_q left unset: hdim_q's reason says why.
-        if self.scale != 0.0 and not (isinstance(self.scale, (int, float)) and F32_MIN_NORMAL <= self.scale <= F32_MAX):
-            out.append(Reason("scale", f"softmax scale must be a positive f32 value, from {F32_MIN_NORMAL:.3g} "
-                                       f"to {F32_MAX:.3g} (got {self.scale!r})", "leave it 0 for 1/sqrt(hdim_q)"))
+        if self.scale != 0.0:
+            out += scale_reasons(self.scale, "leave it 0 for 1/sqrt(hdim_q)")
         out += self.mask.reasons()
-        if isinstance(self.softcap, bool) or not isinstance(self.softcap, (int, float)) or not (
-                self.softcap == 0 or F32_MIN_NORMAL <= self.softcap <= F32_MAX):
-            out.append(Reason("softcap", f"must be 0 (off) or a positive f32 value, from {F32_MIN_NORMAL:.3g} to "
-                                         f"{F32_MAX:.3g} (got {self.softcap!r})", "FlashAttention's models use 30 or 50"))
+        out += softcap_reasons(self.softcap)
         out += self._bias_reasons()
         if not isinstance(self.deterministic, bool):
             out.append(Reason("deterministic", f"must be a bool (got {self.deterministic!r})"))
@@ -247,6 +253,28 @@ class AttentionBwdSpec:
         reasons = self.reasons()
         if reasons:
             raise SpecError(reasons)
+
+
+def _f32_normal(value) -> bool:
+    return (isinstance(value, numbers.Real) and not isinstance(value, bool)
+            and F32_MIN_NORMAL <= value <= F32_MAX)
+
+
+def scale_reasons(value, fix: str) -> list[Reason]:
+    """The rule for a softmax scale (the spec's, the oracle's): a positive f32 normal value, which the
+    kernels are compiled with."""
+    if _f32_normal(value):
+        return []
+    return [Reason("scale", f"softmax scale must be a positive f32 value, from {F32_MIN_NORMAL:.3g} to "
+                            f"{F32_MAX:.3g} (got {value!r})", fix)]
+
+
+def softcap_reasons(value) -> list[Reason]:
+    """The rule for a softcap (the spec's, the oracle's): 0 (off) or a positive f32 normal value."""
+    if (isinstance(value, numbers.Real) and not isinstance(value, bool) and value == 0) or _f32_normal(value):
+        return []
+    return [Reason("softcap", f"must be 0 (off) or a positive f32 value, from {F32_MIN_NORMAL:.3g} to "
+                              f"{F32_MAX:.3g} (got {value!r})", "FlashAttention's models use 30 or 50")]
 
 
 def f32_value(value: float) -> float:

@@ -134,10 +134,16 @@ class OperandTile:
         return descriptor(base_address + self.offset(mn0, k0), self.leading_byte_offset, self.stride_byte_offset,
                           self.swizzle)
 
+    @property
+    def box(self) -> tuple[int, int]:
+        """The TMA box (outer rows, contiguous elements) that `boxes` loads: the tensor map of this tile's
+        tensor is encoded with it, and each box load completes box_rows x swizzle bytes on its barrier."""
+        return (self.mn if self.major == "K" else self.k), self.atom_elements
+
     def boxes(self) -> list[tuple[int, int, int]]:
         """The TMA boxes that fill the tile, as (shared byte offset, first element along the contiguous
         dimension, rows): each box is `rows` rows of atom_elements contiguous elements (swizzled tiles)."""
-        rows = self.mn if self.major == "K" else self.k
+        rows = self.box[0]
         blocks = (self.k if self.major == "K" else self.mn) // self.atom_elements
         return [(b * rows * max(self.swizzle, CHUNK), b * self.atom_elements, rows) for b in range(blocks)]
 

@@ -1,7 +1,7 @@
 """fmha-decompose-bwd: the problem op -> the three stages and their workspaces (docs/ir.md level 2).
 
-The op's kernel config names the body; the body says which gradients accumulate in f32 workspaces
-(fmha_mlir.bodies): the warp body sums dK / dV by atomics (into the outputs for f32), the tiled body
+The op's kernel config names the body; the body's plan (fmha_mlir.bodies.BodyPlan) says which gradients
+accumulate in f32 workspaces: the warp body sums dK / dV by atomics (into the outputs for f32), the tiled body
 sums dQ by atomics into a row-padded workspace (deterministic mode: one partial per key block, written,
 and summed in order by the convert; grad_accum = "bf16": by packed bf16 atomics into dq itself, zero-filled,
 no workspace and no convert). The bias's gradient accumulates the same way for every body
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from fmha_mlir.bodies import Workspace, bias_accumulation, body_of
+from fmha_mlir.bodies import BodyPlan, Workspace
 from fmha_mlir.dialects import fmha
 from fmha_mlir.dialects.fmha_attrs import WORKSPACE_ATTRIBUTE
 from fmha_mlir.dialects.fmha_types import rows_type, tensor_type
@@ -28,7 +28,7 @@ from fmha_mlir.spec import AttentionBwdSpec
 from .base import FmhaPass, PassFailure, rewriting
 from .ir_builders import collect_ops, expr_value, f32
 from .varlen_views import sized
-from .verify import verified_spec
+from .verify import verified_plan, verified_spec
 
 @dataclasses.dataclass(frozen=True)
 class DecomposeBwd(FmhaPass):
@@ -37,21 +37,19 @@ class DecomposeBwd(FmhaPass):
 
     def run_on_module(self, module: "ir.Operation") -> None:
         for op in collect_ops(module, [fmha.AttentionBwdOp.NAME]):
-            spec = verified_spec(op)
             if "config" not in op.attributes:
+                verified_spec(op)   # a malformed spec says so first
                 raise PassFailure("the problem op has no kernel config: run fmha-select-kernel-config{target=...} "
                                   "first", op)
+            plan = verified_plan(op)
             with rewriting(op):
-                _decompose(op, spec)
+                _decompose(op, plan)
             op.erase()
 
 
-def _decompose(op: "ir.Operation", spec: AttentionBwdSpec) -> None:
-    config = fmha.config_of(op)
-    body = body_of(config)
+def _decompose(op: "ir.Operation", plan: BodyPlan) -> None:
+    spec, config, workspaces = plan.spec, plan.config, plan.workspaces
     operands = fmha.AttentionBwdOp.named_operands(op, spec)
-    bias_workspaces, bias_zeroed = bias_accumulation(spec)
-    workspaces = body.workspaces(spec, config) + bias_workspaces
     allocated = {w.name: _allocate(w, op, spec, operands) for w in workspaces}
     cu = [operands[n] for n in fmha.varlen_operands(spec)]   # varlen: every stage op takes them, last
     fmha.DotDoOOp.build(spec, [operands["o"], operands["do"], allocated["d"].strided] + cu, config)
@@ -61,7 +59,7 @@ def _decompose(op: "ir.Operation", spec: AttentionBwdSpec) -> None:
     for workspace in workspaces:
         if workspace.zero:
             gpu.memset(None, [], allocated[workspace.name].strided, zero)
-    for name in body.zeroed_outputs(spec) + bias_zeroed:
+    for name in plan.zeroed_outputs:
         element = ir.MemRefType(operands[name].type).element_type
         gpu.memset(None, [], operands[name], zero if element == zero.type else arith.constant(element, 0.0))
 

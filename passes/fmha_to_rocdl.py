@@ -81,8 +81,8 @@ class ConvertFmhaToRocdl(FmhaPass):
 def set_flat_work_group_size(module: "ir.Operation") -> None:
     """Give every kernel with known_block_size the matching `rocdl.flat_work_group_size` ("N,N").
 
-    Without it the code object says at most 256 work-items (TOOLCHAIN.md, "Traps") and the backend
-    cannot use the exact block size."""
+    Without it the code object says at most 256 work-items, so a larger work-group fails to launch, and
+    the backend cannot use the exact block size."""
     for func in collect_ops(module, ["gpu.func"]):
         if "known_block_size" not in func.attributes:
             continue

@@ -18,7 +18,8 @@ from .base import FmhaPass, PassFailure
 from .ir_builders import collect_ops, enclosing_op
 from .kernel_target import check_attached_chips
 
-# llvm dialect enum values, stored as i64 attributes (see TOOLCHAIN.md, "Float atomics").
+# llvm dialect enum values (AtomicBinOp::fadd, AtomicOrdering::monotonic), as the i64 attributes the
+# generic form of llvm.atomicrmw stores them.
 ATOMIC_BIN_OP_FADD = 11
 ATOMIC_ORDERING_MONOTONIC = 2
 SYNC_SCOPES = {"amd": "agent", "nvidia": "device"}

@@ -6,63 +6,20 @@ warpgroup per 64-row block computes
     C2 = bf16(C) V           V [N x N2] bf16 (MN-major B), C as the register A operand: wgmma RS
 
 and stores both (f32). It is the shape of the attention backward's S^T -> P^T -> dV chain. Kernel
-parameters: the tensor maps of A, B (box 64 x 64) and V (box N x 64), then C and C2 as memrefs.
+parameters: the tensor maps of A, B and V (boxes: ProbeShape.boxes), then C and C2 as memrefs.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from fmha_mlir.hopper_probe_geometry import BLOCK_K, KERNEL, ROLE_THREADS, STAGES, THREADS, ProbeShape
 from fmha_mlir.mlir import arith, gpu, ir, memref, scf
-from fmha_mlir.wgmma_layouts import M, OperandTile
+from fmha_mlir.wgmma_layouts import M
 
 from . import wgmma_atom
-from .hopper_sync import MbarrierGroup, MbarrierPipeline, declare_roles, set_max_registers
+from .hopper_sync import MbarrierGroup, MbarrierPipeline, declare_roles, fence_proxy_async, set_max_registers
 from .ir_builders import index
 from .ix import Ix
 from .tma_copy import TmaCopy, tensor_map_params, tile_bytes
 from .wgmma_atom import WgmmaAtom
-
-KERNEL = "wgmma_probe"
-THREADS = 128
-ROLE_THREADS = 2 * THREADS     # the warp-specialised variant: a producer and a consumer warpgroup
-BLOCK_K = 64
-STAGES = 2
-
-
-@dataclass(frozen=True)
-class ProbeShape:
-    m: int = 128
-    n: int = 128
-    k: int = 200          # not a multiple of BLOCK_K: the last box reads past K (zero fill)
-    n2: int = 64
-
-    @property
-    def k_blocks(self) -> int:
-        return -(-self.k // BLOCK_K)
-
-    @property
-    def a_tile(self) -> OperandTile:
-        return OperandTile(M, BLOCK_K, "K", 128)
-
-    @property
-    def b_tile(self) -> OperandTile:
-        return OperandTile(self.n, BLOCK_K, "K", 128)
-
-    @property
-    def v_tile(self) -> OperandTile:
-        return OperandTile(self.n2, self.n, "MN", 128)
-
-    @property
-    def stage_bytes(self) -> int:
-        return self.a_tile.nbytes + self.b_tile.nbytes
-
-    @property
-    def shared_bytes(self) -> int:
-        return STAGES * self.stage_bytes + self.v_tile.nbytes
-
-    @property
-    def grid(self) -> tuple[int, int, int]:
-        return (self.m // M, 1, 1)
 
 
 def probe_module_text(shape: ProbeShape, roles: bool = False) -> str:
@@ -97,7 +54,7 @@ gpu.func @{KERNEL}(%a: !llvm.ptr, %b: !llvm.ptr, %v: !llvm.ptr, %c: memref<{shap
 }}"""
 
 
-def _if(condition):
+def if_then(condition):
     """An scf.if without results; build its body inside the returned context."""
     op = scf.IfOp(condition)
     point = ir.InsertionPoint(op.then_block)
@@ -129,9 +86,10 @@ class _Probe:
         self.v_base = STAGES * shape.stage_bytes
 
     def init(self, leader) -> None:
-        with _if(leader.value):
+        with if_then(leader.value):
             self.pipeline.init()
             self.v_ready.init(0, 1)
+            fence_proxy_async()
         gpu.barrier()
 
     def issue(self, kb: int, row0) -> None:
@@ -187,14 +145,14 @@ def _body(shape: ProbeShape, a_map, b_map, v_map, c, c2) -> None:
     leader = Ix(thread) == 0
     probe = _Probe(shape, a_map, b_map, v_map, THREADS)
     probe.init(leader)
-    with _if(leader.value):
+    with if_then(leader.value):
         probe.load_v()
         for kb in range(min(STAGES, shape.k_blocks)):
             probe.issue(kb, row0)
 
     def refill(kb: int, stage: int, parity: int) -> None:
         if kb + STAGES < shape.k_blocks:
-            with _if(leader.value):
+            with if_then(leader.value):
                 probe.pipeline.acquire(stage, parity)
                 probe.issue(kb + STAGES, row0)
 
@@ -209,14 +167,14 @@ def _role_body(shape: ProbeShape, a_map, b_map, v_map, c, c2) -> None:
     row0 = Ix(gpu.block_id(gpu.Dimension.x)) * M
     probe = _Probe(shape, a_map, b_map, v_map, THREADS)
     probe.init(Ix(thread) == 0)
-    with _if((Ix(thread) < THREADS).value):
+    with if_then((Ix(thread) < THREADS).value):
         set_max_registers(24, increase=False)
-        with _if((Ix(thread) == 0).value):
+        with if_then((Ix(thread) == 0).value):
             probe.load_v()
             for kb in range(shape.k_blocks):
                 if kb >= STAGES:
                     probe.pipeline.acquire(kb % STAGES, (kb // STAGES - 1) % 2)
                 probe.issue(kb, row0)
-    with _if((Ix(thread) >= THREADS).value):
+    with if_then((Ix(thread) >= THREADS).value):
         set_max_registers(240, increase=True)
         probe.consume(arith.subi(thread, index(THREADS)), row0, c, c2, lambda kb, stage, parity: None)

@@ -34,7 +34,8 @@ def check_kernels_for(op: "ir.Operation", target: Target) -> None:
         try:
             check_config(spec, target, config)
         except SpecError as exc:
-            built = f"wave {config.wave_size}" + (f", {config.instruction}" if config.instruction else "")
+            instruction = getattr(config, "instruction", "")
+            built = f"wave {config.wave_size}" + (f", {instruction}" if instruction else "")
             raise PassFailure(f"kernel {_name(kernel)} ({config.body} body, {built}) cannot run on {target.arch}: "
                               + "; ".join(map(str, exc.reasons))
                               + f" (compile it for {target.arch}, or lower it for the chip it was built for)",

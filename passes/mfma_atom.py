@@ -13,56 +13,59 @@ from fmha_mlir import matrix_layouts
 from fmha_mlir.mlir import arith, ir, memref, vector
 
 from .ir_builders import create_op, index, splat
-from .shared_tiles import LaneValues
+from .ix import Ix, LaneValues, as_value
 
 _I32 = ir.IntegerType.get_signless
 
 
 class MfmaAtom:
-    """One MFMA shape (matrix_layouts.MFMA_SHAPES) for f16 / bf16 operands and f32 accumulators."""
+    """One MFMA shape (matrix_layouts.MFMA_SHAPES) for f16 / bf16 operands and f32 accumulators; each
+    lane's positions come from the shape's fragments (shape.a, shape.b, shape.c), built once per lane."""
 
     def __init__(self, shape: matrix_layouts.MfmaShape, element: "ir.Type", lane: "ir.Value", lanes: LaneValues):
         self.shape, self.element, self.lanes = shape, element, lanes
         self.m, self.n, self.k = shape.m, shape.n, shape.k
-        kl = shape.k_per_lane
+        self.lane = Ix.lane(lane, lanes)
+        for operand in ("a", "b", "c"):   # each lane's first positions, built when the atom is made
+            self._first(operand)
         with lanes.hoist:
-            # A: row lane % M, k from KL (lane / M); B: column lane % N, k from KL (lane / N).
-            self.a_row = arith.remui(lane, index(shape.m))
-            self.a_k = arith.muli(arith.divui(lane, index(shape.m)), index(kl))
-            self.b_col = arith.remui(lane, index(shape.n))
-            self.b_k = arith.muli(arith.divui(lane, index(shape.n)), index(kl))
-            # Accumulator register r: row 4 G (r / 4) + 4 (lane / N) + r % 4, column lane % N.
-            self.c_row = arith.muli(arith.divui(lane, index(shape.n)), index(4))
             self.zero = splat(arith.constant(ir.F32Type.get(), 0.0), [shape.c_registers])
-        self.operand_type = ir.VectorType.get([kl], element)
+        self.operand_type = ir.VectorType.get([shape.k_per_lane], element)
         self.c_type = ir.VectorType.get([shape.c_registers], ir.F32Type.get())
+
+    def _first(self, operand: str) -> tuple[Ix, Ix]:
+        """(row, col) of the first element this lane holds of operand A, B or C."""
+        return getattr(self.shape, operand)(self.lane, 0, 0)
 
     def load_a(self, tile: "ir.Value", row0, k0) -> "ir.Value":
         """A fragment of rows [row0, row0 + M) x k [k0, k0 + K) of `tile` ([rows x k], row-major)."""
-        return vector.load(self.operand_type, tile, [_plus(row0, self.a_row), _plus(k0, self.a_k)])
+        row, k = self._first("a")
+        return vector.load(self.operand_type, tile, [_plus(row0, row), _plus(k0, k)])
 
     def load_b(self, tile: "ir.Value", col0, k0) -> "ir.Value":
         """B fragment of columns [col0, col0 + N) x k [k0, k0 + K), read from `tile` holding B^T
         ([n x k], row-major: each lane's KL elements contiguous)."""
-        return vector.load(self.operand_type, tile, [_plus(col0, self.b_col), _plus(k0, self.b_k)])
+        k, col = self._first("b")
+        return vector.load(self.operand_type, tile, [_plus(col0, col), _plus(k0, k)])
 
     def load_a_transposed(self, tile: "ir.Value", row0, k0) -> "ir.Value":
         """The same A fragment read from a tile holding A^T ([k x rows], row-major): KL single-element
         reads down a column (ds_read_u16), since the lane's k run is not contiguous there."""
-        return self._gather(tile, _plus(k0, self.a_k), _plus(row0, self.a_row))
+        row, k = self._first("a")
+        return self._gather(tile, "a", _plus(k0, k), _plus(row0, row))
 
     def load_b_transposed(self, tile: "ir.Value", col0, k0) -> "ir.Value":
         """The same B fragment read from a tile holding B itself ([k x n], row-major): KL single-element reads."""
-        return self._gather(tile, _plus(k0, self.b_k), _plus(col0, self.b_col))
+        k, col = self._first("b")
+        return self._gather(tile, "b", _plus(k0, k), _plus(col0, col))
 
-    def _gather(self, tile, k, other) -> "ir.Value":
-        items = [memref.load(tile, [k if i == 0 else arith.addi(k, index(i)), other])
-                 for i in range(self.shape.k_per_lane)]
+    def _gather(self, tile, operand: str, k, other) -> "ir.Value":
+        """The operand's items from tile[k + item's k offset, other] (its row or column stays: the offsets
+        along m / n are 0)."""
+        fragment = getattr(self.shape, operand)
+        steps = [fragment.offset(0, i)[1 if operand == "a" else 0] for i in range(self.shape.k_per_lane)]
+        items = [memref.load(tile, [k if step == 0 else arith.addi(k, index(step)), other]) for step in steps]
         return vector.from_elements(self.operand_type, items)
-
-    def accumulator_rows(self) -> list["ir.Value"]:
-        """Row (inside the M x N tile) of each accumulator register of this lane; the column is b_col."""
-        return [self.accumulator_position(r)[0] for r in range(self.shape.c_registers)]
 
     def mma(self, a: "ir.Value", b: "ir.Value", c: "ir.Value") -> "ir.Value":
         """D = A B + C: one block, no broadcast, no B-lane permutation."""
@@ -72,15 +75,13 @@ class MfmaAtom:
                       "blgp": ir.Attribute.parse("#rocdl<mfma_perm_b none>")}
         return create_op("amdgpu.mfma", self.c_type, [a, b, c], attributes)
 
-    def accumulator_position(self, register: int) -> tuple["ir.Value", "ir.Value"]:
-        """(row, col) inside the M x N tile of accumulator register `register` of this lane."""
-        groups = matrix_layouts.WAVE64 // self.n
-        row = self.lanes.get(("mfma_c_row", register),
-                             lambda: arith.addi(self.c_row, index(4 * groups * (register // 4) + register % 4)))
-        return row, self.b_col
+    def position(self, register: int) -> tuple[Ix, Ix]:
+        """(row, col) inside the M x N tile of accumulator register `register` of this lane (shape.c)."""
+        return self.shape.c(self.lane, register, 0)
 
 
-def _plus(base, offset: "ir.Value") -> "ir.Value":
+def _plus(base, offset: Ix) -> "ir.Value":
+    offset = as_value(offset)
     if isinstance(base, int):
         return offset if base == 0 else arith.addi(offset, index(base))
     return arith.addi(base, offset)

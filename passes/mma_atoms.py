@@ -9,27 +9,15 @@ MmaSyncAtom: NVIDIA mma.sync.m16n8k16 (f16 / bf16 operands, f32 accumulators), o
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from fmha_mlir import matrix_layouts
 from fmha_mlir.mlir import arith, ir, vector
 
-from .ir_builders import create_op, index
-from .shared_tiles import LaneValues, Tile
+from .ir_builders import create_op
+from .ix import Ix, LaneValues
+from .shared_tiles import Tile
 
-M, N, K = matrix_layouts.MMA_M16N8K16.m, matrix_layouts.MMA_M16N8K16.n, matrix_layouts.MMA_M16N8K16.k
-
-
-@dataclass(frozen=True)
-class Lane:
-    """This thread's place in its warp, as index values."""
-
-    lane: "ir.Value"
-    group: "ir.Value"     # lane / 4: the accumulator row inside an 8-row half
-    thread: "ir.Value"    # lane % 4: the accumulator column pair
-    row8: "ir.Value"      # lane % 8: the row whose address this lane gives to ldmatrix
-    low: "ir.Value"       # (lane / 8) % 2 and
-    high: "ir.Value"      # lane / 16: which 8x8 matrix of an ldmatrix x4 that row belongs to
+LAYOUT = matrix_layouts.MMA_M16N8K16
+M, N, K = LAYOUT.m, LAYOUT.n, LAYOUT.k
 
 
 class MmaSyncAtom:
@@ -37,28 +25,31 @@ class MmaSyncAtom:
 
     Operands come from shared tiles through ldmatrix: lanes 8i..8i+7 address the rows of matrix i, and
     matrix i of an x4 covers rows +8 (i % 2) or +8 (i // 2) and columns +8 (i // 2) or +8 (i % 2) of
-    the 16x16 block, depending on which of A, B and .trans it feeds (see the loaders). Each lane's part
-    of every address is built once (shared_tiles.LaneValues)."""
+    the 16x16 block, depending on which of A, B and .trans it feeds (matrix_layouts.ldmatrix_address).
+    Each lane's part of every address and position is built once (shared_tiles.LaneValues)."""
 
     m, n, k = M, N, K
+    shape = LAYOUT
 
     def __init__(self, element: "ir.Type", lane: "ir.Value", lanes: LaneValues):
         self.element = element
         self.lanes = lanes
+        self.lane = Ix.lane(lane, lanes)
+        self._address(4, rows_first=True)    # the x4 loads' lane addresses first: every product uses them
+        self._address(4, rows_first=False)
         with lanes.hoist:
-            four, eight = index(4), index(8)
-            matrix = arith.divui(lane, eight)
-            self.lane = Lane(lane, arith.divui(lane, four), arith.remui(lane, four), arith.remui(lane, eight),
-                             arith.remui(matrix, index(2)), arith.divui(matrix, index(2)))
-            # (row within the 16-row block, chunk within the 16-column block) each lane addresses:
-            self.rows_low = arith.addi(self.lane.row8, arith.muli(self.lane.low, eight))    # rows +8 (i % 2)
-            self.rows_high = arith.addi(self.lane.row8, arith.muli(self.lane.high, eight))  # rows +8 (i // 2)
-            self.zero_index = index(0)
             self.zero = arith.constant(ir.VectorType.get([2, 2], ir.F32Type.get()), ir.DenseElementsAttr.get_splat(
                 ir.VectorType.get([2, 2], ir.F32Type.get()), ir.FloatAttr.get_f32(0.0)))
         self.a_type = ir.VectorType.get([4, 2], element)
         self.b_type = ir.VectorType.get([2, 2], element)
         self.c_type = ir.VectorType.get([2, 2], ir.F32Type.get())
+
+    def position(self, register: int = 0, element: int = 0) -> tuple[Ix, Ix]:
+        """(row, col) inside the 16x8 accumulator tile of this lane's (register, element) (LAYOUT.c)."""
+        return LAYOUT.c(self.lane, register, element)
+
+    def _address(self, matrices: int, rows_first: bool) -> tuple[Ix, "Ix | int"]:
+        return matrix_layouts.ldmatrix_address(self.lane, matrices, rows_first)
 
     # -- operand fragments ------------------------------------------------------------------------
     # `row` / `col` are the tile coordinates of the 16x16 (16x8) block's first element: constants, plus
@@ -69,8 +60,7 @@ class MmaSyncAtom:
         """A fragment of the 16x16 block at tile (row, col): A = the block (rows m, plain ldmatrix x4;
         matrix i at rows +8 (i % 2), cols +8 (i // 2)) or, `transposed`, A = its transpose (the tile holds
         rows k; .trans; matrix i at rows +8 (i // 2), cols +8 (i % 2))."""
-        lane = self.lane
-        rows, chunk = (self.rows_high, lane.low) if transposed else (self.rows_low, lane.high)
+        rows, chunk = self._address(4, rows_first=not transposed)
         return self._ldmatrix(tile, rows, chunk, row, col, row_offset, chunk_offset, 4, transposed, self.a_type)
 
     def load_b_pair(self, tile: Tile, row: int, col: int, n_major: bool, row_offset=None,
@@ -78,19 +68,14 @@ class MmaSyncAtom:
         """B fragments of two n-tiles (one ldmatrix x4). `n_major`: the tile holds rows n (B^T row-major:
         rows n0..n0+15 at (row, col), cols k; plain ldmatrix, matrix i at rows +8 (i // 2), cols +8 (i % 2));
         else rows k (.trans; matrix i at rows +8 (i % 2), cols +8 (i // 2))."""
-        lane = self.lane
-        rows, chunk = (self.rows_high, lane.low) if n_major else (self.rows_low, lane.high)
+        rows, chunk = self._address(4, rows_first=not n_major)
         fragments = self._ldmatrix(tile, rows, chunk, row, col, row_offset, chunk_offset, 4, not n_major,
                                    ir.VectorType.get([4, 2], self.element))
         return self._b_from(fragments, 0), self._b_from(fragments, 2)
 
     def load_b(self, tile: Tile, row: int, col: int, n_major: bool, row_offset=None, chunk_offset=None) -> "ir.Value":
         """The B fragment of one n-tile (ldmatrix x2; lanes 16-31 repeat lanes 0-15's addresses)."""
-        lane = self.lane
-        if n_major:   # matrix i: rows n0, cols k0 + 8 i
-            rows, chunk = lane.row8, lane.low
-        else:         # matrix i: rows k0 + 8 i, cols n0
-            rows, chunk = self.rows_low, self.zero_index
+        rows, chunk = self._address(2, rows_first=not n_major)   # n_major: matrix i at cols k0 + 8 i
         return self._ldmatrix(tile, rows, chunk, row, col, row_offset, chunk_offset, 2, not n_major, self.b_type)
 
     def _b_from(self, fragments: "ir.Value", first: int) -> "ir.Value":
@@ -113,9 +98,9 @@ class MmaSyncAtom:
 
     def a_from_accumulators(self, low: list["ir.Value"], high: list["ir.Value"]) -> "ir.Value":
         """The A fragment of a 16x16 k-block whose columns 0-7 are accumulator tile `low` and 8-15 `high`
-        (each given as its two f32 row pairs, already in the element type's range): A register r holds
-        row group + 8 (r % 2), columns 8 (r // 2) + 2 thread, so registers are low[0], low[1], high[0], high[1]."""
-        rows = [self.to_element(x) for x in (low[0], low[1], high[0], high[1])]
+        (each given as its registers, already in the element type's range): A register r holds what C
+        register r % 2 of tile r // 2 holds (LAYOUT.a's positions, 8 (r // 2) columns on)."""
+        rows = [self.to_element((low, high)[r // 2][r % 2]) for r in range(LAYOUT.a_registers)]
         return vector.from_elements(self.a_type, [vector.extract(row, [], [e]) for row in rows for e in range(2)])
 
     def to_element(self, pair: "ir.Value") -> "ir.Value":
@@ -123,18 +108,8 @@ class MmaSyncAtom:
         return arith.truncf(ir.VectorType.get([2], self.element), pair)
 
     def rows_of(self, c: "ir.Value") -> list["ir.Value"]:
-        """The two vector<2xf32> rows of an accumulator: row group and row group + 8."""
-        return [vector.extract(c, [], [r]) for r in range(2)]
-
-    def accumulator_row(self, register: int) -> "ir.Value":
-        """Row (inside the 16-row tile) of accumulator register pair `register` in this lane."""
-        if register == 0:
-            return self.lane.group
-        return self.lanes.get(("accumulator_row", 1), lambda: arith.addi(self.lane.group, index(8)))
-
-    def accumulator_col(self) -> "ir.Value":
-        """First column (inside the 8-column tile) of both elements of a pair: 2 * (lane % 4)."""
-        return self.lanes.get(("accumulator_col",), lambda: arith.muli(self.lane.thread, index(2)))
+        """The registers of an accumulator, each a vector<2xf32> of two elements (LAYOUT.c)."""
+        return [vector.extract(c, [], [r]) for r in range(LAYOUT.c_registers)]
 
 
 # -- async copies (cp.async): the tiled body's global -> shared loads on NVIDIA ---------------------------

@@ -2,7 +2,7 @@
 
 grad_accum = "bf16" adds dQ's element pairs into dq itself. memref.atomic_rmw has no vector form, but
 an `llvm.atomicrmw fadd` of vector<2xbf16> on a global (address space 1) pointer selects
-`global_atomic_pk_add_bf16` on gfx942 and gfx950 (TOOLCHAIN.md, "Float atomics"), once
+`global_atomic_pk_add_bf16` on gfx942 and gfx950 (test/Target/rocdl checks the instruction), once
 fmha-hardware-atomics has made it agent-scope, monotonic and coarse-grained as it makes every float add.
 The pointer is the element's address in the global address space (ir_builders.element_pointer): the
 runtime passes device-global buffers, and a flat pointer would give the flat form of the instruction.

@@ -155,7 +155,7 @@ def _check_upstream(element: str) -> None:
     """Reject what MLIR would abort on, or silently miscompile, in an upstream element (nested ones too).
 
     An fmha pass is a Python pass on builtin.module: MLIR cannot nest it. A chip MLIR does not know gets
-    through the target passes and aborts the process in instruction selection (TOOLCHAIN.md, "Traps").
+    through the target passes and aborts the process in instruction selection (docs/toolchain-traps.md).
     """
     if _is_nested(element):
         if element.endswith(")"):  # otherwise MLIR reports the malformed pipeline itself

@@ -1,4 +1,4 @@
-"""Score modifications every body applies the same way (issue 9): softcap, a bias tensor and ALiBi.
+"""Score modifications every body applies the same way: softcap, a bias tensor and ALiBi.
 
 A bias is added after the softcap (FlashAttention's order), through one interface (ScoreBias.of):
 `shifted(q, k, lse)` is what it adds to the scores at those positions minus the row's lse (the

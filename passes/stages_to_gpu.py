@@ -1,15 +1,15 @@
 """fmha-stages-to-gpu: each stage op -> a gpu.func kernel plus a host gpu.launch_func (docs/ir.md level 3).
 
 The kernel's arguments are the stage op's operands and its body is the stage op itself, so a body's
-expansion later works on one kernel at a time. The body named by the op's config gives the launch
-geometry (fmha_mlir.bodies): grid sizes are expressions of the operands' sizes, built as memref.dim +
+expansion later works on one kernel at a time. The plan of the body named by the op's config gives the
+launch geometry (fmha_mlir.bodies.BodyPlan): grid sizes are expressions of the operands' sizes, built as memref.dim +
 arith ops so that the compile tool can read the launch plan back from the IR.
 """
 from __future__ import annotations
 
 import dataclasses
 
-from fmha_mlir.bodies import READ, WRITE, body_of, stage_output_access
+from fmha_mlir.bodies import READ, WRITE, BodyPlan
 from fmha_mlir.dialects import fmha
 from fmha_mlir.dialects.fmha_attrs import ACCESS_ATTRIBUTE, describe_kernel
 from fmha_mlir.mlir import gpu, ir
@@ -17,7 +17,7 @@ from fmha_mlir.mlir import gpu, ir
 from .base import FmhaPass, PassFailure, rewriting
 from .ir_builders import collect_ops, enclosing_op, expr_value, i32, index
 from .varlen_views import sized
-from .verify import verified_spec
+from .verify import verified_plan
 
 KERNEL_MODULE = "fmha_kernels"
 STAGE_CLASSES = {stage.NAME: stage for stage in fmha.STAGE_OPS}
@@ -36,14 +36,14 @@ class StagesToGpu(FmhaPass):
         module.attributes["gpu.container_module"] = ir.UnitAttr.get(module.context)
         kernels = _kernel_module(module)
         for op in stages:
-            spec, config = verified_spec(op), fmha.config_of(op)
-            stage = stage_name(op)
-            launch = body_of(config).launch(stage, spec, config)
+            plan = verified_plan(op)
+            spec, config, stage = plan.spec, plan.config, stage_name(op)
+            launch = plan.launch(stage)
             name = kernel_symbol(spec, config, stage)
             _ensure_kernel(kernels, name, op, launch.block, spec, config)
             with rewriting(op):
                 operands = STAGE_CLASSES[op.name].named_operands(op, spec)
-                access = operand_access(op.name, list(operands), spec, config)
+                access = operand_access(op.name, list(operands), plan)
                 exprs, operands = sized(launch.grid, op, spec, operands)
                 grid = [expr_value(e, operands) for e in exprs]
                 shared = i32(launch.shared_bytes) if launch.shared_bytes else None
@@ -54,11 +54,11 @@ class StagesToGpu(FmhaPass):
             op.erase()
 
 
-def operand_access(stage_op: str, names: list[str], spec, config) -> list[str]:
+def operand_access(stage_op: str, names: list[str], plan: BodyPlan) -> list[str]:
     """How the stage's kernel uses each operand: the row kernels write their output (d, a converted
-    gradient), dq_dk_dv writes or accumulates each `<grad>_out` as the body says, the rest is read."""
+    gradient), dq_dk_dv writes or accumulates each `<grad>_out` as the body's plan says, the rest is read."""
     outputs = {fmha.DotDoOOp.NAME: {"d": WRITE}, fmha.ConvertGradOp.NAME: {"out": WRITE},
-               fmha.DqDkDvOp.NAME: {f"{g}_out": a for g, a in stage_output_access(spec, config).items()}}
+               fmha.DqDkDvOp.NAME: {f"{g}_out": a for g, a in plan.output_access.items()}}
     return [outputs[stage_op].get(name, READ) for name in names]
 
 

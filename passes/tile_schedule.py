@@ -10,13 +10,13 @@ from fmha_mlir.bodies import tiled_block_ids
 from fmha_mlir.dialects import fmha
 from fmha_mlir.dialects.fmha_types import element_type
 from fmha_mlir.kernel_config import KernelConfig
+from fmha_mlir.matrix_layouts import warp_block
 from fmha_mlir.mlir import arith, gpu, ir, scf
 from fmha_mlir.spec import AttentionBwdSpec
 
 from .ir_builders import accumulate, dims, f32, index, scalar_elements, splat, vector_shape
-from .ix import Ix, as_value
+from .ix import Ix, LaneValues, as_value
 from .score_mods import ScoreBias
-from .shared_tiles import LaneValues
 
 
 class TiledKernel:
@@ -30,12 +30,12 @@ class TiledKernel:
         self.element = element_type(spec.dtype)
         self.bm, self.bn = config.block_m, config.block_n
         self.tid = gpu.thread_id(gpu.Dimension.x)
-        self.warp = arith.divui(self.tid, index(config.wave_size))
-        self.lane = lane = arith.remui(self.tid, index(config.wave_size))
+        warp, lane = divmod(Ix.lane(self.tid), config.wave_size)
+        self.warp, self.lane = as_value(warp), as_value(lane)
         # Everything that depends on the lane and warp alone is built before this marker (LaneValues).
         marker = index(0)
         self.lanes = LaneValues(ir.InsertionPoint(marker.owner))
-        self.atom = self.make_atom(lane)
+        self.atom = self.make_atom(self.lane)
         self.tiles = self.make_tiles()
         self.key_block, self.kv_head, self.batch = tiled_block_ids(
             config, [gpu.block_id(d) for d in (gpu.Dimension.x, gpu.Dimension.y, gpu.Dimension.z)])
@@ -140,11 +140,10 @@ class WarpTile:
 
 
 def warp_tile(warp: "ir.Value", layout: tuple[int, int], rows: int, cols: int) -> WarpTile:
-    """Warp w of a (along rows, along cols) layout takes block (w / along_cols, w % along_cols)."""
-    per_rows, per_cols = rows // layout[0], cols // layout[1]
-    along = index(layout[1])
-    return WarpTile(arith.muli(arith.divui(warp, along), index(per_rows)),
-                    arith.muli(arith.remui(warp, along), index(per_cols)), per_rows, per_cols)
+    """Warp `warp`'s block of a rows x cols product split over a (along rows, along cols) grid of warps
+    (matrix_layouts.warp_block)."""
+    row0, col0 = warp_block(Ix.lane(warp), layout, rows, cols)
+    return WarpTile(as_value(row0), as_value(col0), rows // layout[0], cols // layout[1])
 
 
 def advance(head, m, lo, hi):

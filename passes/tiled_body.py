@@ -18,13 +18,15 @@ from __future__ import annotations
 from fmha_mlir.bodies import COPY_ELEMENTS, TiledBody
 from fmha_mlir.dialects import fmha
 from fmha_mlir.kernel_config import KernelConfig
+from fmha_mlir.matrix_layouts import copy_chunk
 from fmha_mlir.mlir import arith, gpu, ir, scf, vector
 from fmha_mlir.spec import AttentionBwdSpec
 
 from .ir_builders import f32, index, splat
+from .ix import Ix, LaneValues, as_value
 from .mma_atoms import MmaSyncAtom, async_copy, commit_copies, wait_copies
 from .score_mods import exp2_argument, lse_operand, masked_lse, softcap_grad, softmax_input
-from .shared_tiles import LaneValues, Tile, shared_views
+from .shared_tiles import Tile, shared_views
 from .tile_schedule import TiledKernel, WarpTile, advance, contract, flatten, flatten3, i32, unflatten
 
 
@@ -50,19 +52,18 @@ class _Kernel(TiledKernel):
         threads = self.config.threads
         regular = threads % chunks == 0 and (threads // chunks) % 8 == 0
         if regular:
-            lane_row = self.lanes.get(("copy_row", chunks), lambda: arith.divui(self.tid, index(chunks)))
-            lane_chunk = self.lanes.get(("copy_chunk", chunks), lambda: arith.remui(self.tid, index(chunks)))
+            lane_row, lane_chunk = copy_chunk(Ix.lane(self.tid, self.lanes), chunks)
         last = i32(arith.subi(limit, index(1)))
         for start in range(0, total, threads):
             chunk = arith.addi(self.tid, index(start))
             if regular:
-                row = arith.addi(lane_row, index(start // chunks))
+                row = arith.addi(as_value(lane_row), index(start // chunks))
                 dst = tile.element(self.lanes, lane_row, lane_chunk, row=start // chunks, row_offset=row_offset)
-                col = arith.muli(lane_chunk, index(COPY_ELEMENTS))
+                col = arith.muli(as_value(lane_chunk), index(COPY_ELEMENTS))
             else:
-                row, col8 = arith.divui(chunk, index(chunks)), arith.remui(chunk, index(chunks))
+                row, col8 = copy_chunk(Ix.lane(chunk), chunks)
                 dst = tile.element(LaneValues(ir.InsertionPoint.current), row, col8, row_offset=row_offset)
-                col = arith.muli(col8, index(COPY_ELEMENTS))
+                row, col = as_value(row), as_value(col8 * COPY_ELEMENTS)
             src_row = i32(arith.addi(first, row))   # rows and their bounds fit i32: cheaper compares
             valid = arith.cmpi(arith.CmpIPredicate.sle, src_row, last)
             clamped = arith.index_cast(ir.IndexType.get(), arith.minsi(src_row, last))
@@ -242,10 +243,18 @@ class _Kernel(TiledKernel):
         """A warp's first column in 16-byte chunks (hoisted)."""
         return self.lanes.get(("chunks", id(column)), lambda: arith.divui(column, index(COPY_ELEMENTS)))
 
+    def c_row(self, register: int) -> "ir.Value":
+        """Row inside the 16x8 accumulator tile of this lane's register `register` (both elements)."""
+        return as_value(self.atom.position(register, 0)[0])
+
+    def c_col(self) -> "ir.Value":
+        """Column inside the 16x8 accumulator tile of the first element of every register of this lane."""
+        return as_value(self.atom.position(0, 0)[1])
+
     def row_values(self, stage, sdp: WarpTile, n_tiles: int):
         """LSE * log2(e) and D of the query columns this lane holds: one vector<2xf32> per n-tile."""
         lse, dsum = [], []
-        lane_col = self.lanes.get(("row_values", id(sdp.col0)), lambda: arith.addi(sdp.col0, self.atom.accumulator_col()))
+        lane_col = self.lanes.get(("row_values", id(sdp.col0)), lambda: arith.addi(sdp.col0, self.c_col()))
         base = arith.addi(arith.muli(stage, index(self.bm)), lane_col)
         pair = ir.VectorType.get([2], ir.F32Type.get())
         for ni in range(n_tiles):
@@ -257,9 +266,10 @@ class _Kernel(TiledKernel):
     def pair_positions(self, mi: int, ni: int, r: int, q0, sdp: WarpTile):
         """(queries, key) of accumulator row pair r of S^T tile (mi, ni): vector<2 x index>, index."""
         atom = self.atom
-        key = arith.addi(arith.addi(self.k0, sdp.row0), arith.addi(index(mi * atom.m), atom.accumulator_row(r)))
-        qcol = arith.addi(arith.addi(q0, sdp.col0), arith.addi(index(ni * atom.n), atom.accumulator_col()))
-        queries = vector.from_elements(ir.VectorType.get([2], ir.IndexType.get()), [qcol, arith.addi(qcol, index(1))])
+        key = arith.addi(arith.addi(self.k0, sdp.row0), arith.addi(index(mi * atom.m), self.c_row(r)))
+        qcol = arith.addi(arith.addi(q0, sdp.col0), arith.addi(index(ni * atom.n), self.c_col()))
+        step = atom.shape.c.offset(r, 1)[1] - atom.shape.c.offset(r, 0)[1]   # the pair's second column
+        queries = vector.from_elements(ir.VectorType.get([2], ir.IndexType.get()), [qcol, arith.addi(qcol, index(step))])
         return queries, key
 
     def probabilities(self, s, lse, q0, sdp: WarpTile, bias=None):
@@ -305,22 +315,22 @@ class _Kernel(TiledKernel):
         """Store per-pair f32 values of the S^T layout into `tile` ([keys x queries], element type): each
         lane writes its two adjacent query columns of one key row as one 4-byte store."""
         atom = self.atom
-        pair_col = atom.accumulator_col()
+        lane_row, pair_col = atom.position(0, 0)    # rows < 8: register r lies a constant number of rows on
         for mi, row in enumerate(values):
             for ni, pairs in enumerate(row):
                 for r, pair in enumerate(pairs):
-                    at = tile.element(self.lanes, atom.lane.group, atom.zero_index, row=mi * atom.m + 8 * r,
+                    at = tile.element(self.lanes, lane_row, 0, row=mi * atom.m + atom.shape.c.offset(r)[0],
                                       col=ni * atom.n, row_offset=sdp.row0, chunk_offset=self.chunks(sdp.col0))
-                    vector.store(atom.to_element(pair), tile.flat, [arith.addi(at, pair_col)], alignment=4)
+                    vector.store(atom.to_element(pair), tile.flat, [arith.addi(at, as_value(pair_col))], alignment=4)
 
     def add_dq(self, dq, head, q0, tile: WarpTile) -> None:
         """dq_acc[b, head, q0 + row, col:col + 2] += dS K: one vector<2xf32> atomic (deterministic: store)
         per accumulator pair (adjacent columns; rows are padded; the convert applies the softmax scale),
         or with grad_accum = "bf16" one packed bf16 atomic per pair into dq itself."""
         atom = self.atom
-        column = lambda ni: arith.addi(arith.addi(tile.col0, index(ni * atom.n)), atom.accumulator_col())  # noqa: E731
+        column = lambda ni: arith.addi(arith.addi(tile.col0, index(ni * atom.n)), self.c_col())  # noqa: E731
         query = lambda mi, r: arith.addi(arith.addi(q0, tile.row0), arith.addi(index(mi * atom.m),  # noqa: E731
-                                                                               atom.accumulator_row(r)))
+                                                                               self.c_row(r)))
         for mi, row in enumerate(dq):
             if self.spec.grad_accum == "bf16":   # pairs grouped by row: one bounds check each
                 for r in range(2):
@@ -337,14 +347,14 @@ class _Kernel(TiledKernel):
         atom = self.atom
         for mi, row in enumerate(acc):
             for r in range(2):
-                key = arith.addi(arith.addi(self.k0, tile.row0), arith.addi(index(mi * atom.m), atom.accumulator_row(r)))
+                key = arith.addi(arith.addi(self.k0, tile.row0), arith.addi(index(mi * atom.m), self.c_row(r)))
                 inside = scf.IfOp(arith.cmpi(arith.CmpIPredicate.slt, key, self.seqlen_k))
                 with ir.InsertionPoint(inside.then_block):
                     for ni, c in enumerate(row):
                         pair = atom.rows_of(c)[r]
                         if scale is not None:
                             pair = arith.mulf(pair, splat(f32(scale), [2]))
-                        col = arith.addi(arith.addi(tile.col0, index(ni * atom.n)), atom.accumulator_col())
+                        col = arith.addi(arith.addi(tile.col0, index(ni * atom.n)), self.c_col())
                         vector.store(atom.to_element(pair), out, [self.batch, self.kv_head, key, col], alignment=4)
                     scf.yield_([])
 

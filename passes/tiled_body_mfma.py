@@ -25,10 +25,12 @@ from __future__ import annotations
 from fmha_mlir.bodies import COPY_ELEMENTS, TiledBody
 from fmha_mlir.dialects import fmha
 from fmha_mlir.kernel_config import KernelConfig
+from fmha_mlir.matrix_layouts import copy_chunk
 from fmha_mlir.mlir import arith, gpu, ir, memref, scf, vector
 from fmha_mlir.spec import AttentionBwdSpec
 
 from .ir_builders import create_op, f32, index, splat, vector_shape
+from .ix import Ix, as_value
 from .mfma_atom import MfmaAtom
 from .score_mods import exp2_argument, lse_operand, masked_lse, natural_units, softcap_grad, softmax_input
 from .shared_tiles import shared_grids
@@ -41,7 +43,9 @@ class _Kernel(TiledKernel):
     def __init__(self, op: "ir.Operation", spec: AttentionBwdSpec, config: KernelConfig):
         super().__init__(op, spec, config)
         self.make_warp_tiles()
-        self.rows = self.atom.accumulator_rows()
+        # Row of each accumulator register of this lane inside an M x N tile, and the column of all of them.
+        self.rows = [as_value(self.atom.position(r)[0]) for r in range(self.atom.shape.c_registers)]
+        self.col = as_value(self.atom.position(0)[1])
 
     def make_atom(self, lane):
         return MfmaAtom(self.config.mfma, self.element, lane, self.lanes)
@@ -70,8 +74,8 @@ class _Kernel(TiledKernel):
         pending = []
         for start in range(0, total, threads):
             chunk = arith.addi(self.tid, index(start))
-            row = arith.divui(chunk, index(chunks))
-            col = arith.muli(arith.remui(chunk, index(chunks)), index(COPY_ELEMENTS))
+            row, chunk8 = copy_chunk(Ix.lane(chunk), chunks)
+            row, col = as_value(row), as_value(chunk8 * COPY_ELEMENTS)
             src_row = arith.addi(first, row)
             valid = arith.cmpi(arith.CmpIPredicate.slt, src_row, limit)
             at = prefix + [arith.minsi(src_row, last), col]
@@ -209,13 +213,13 @@ class _Kernel(TiledKernel):
             return out
 
         for ni in range(len(dqt[0])):   # this lane's query of n-tile ni: one row of dQ
-            q = arith.addi(arith.addi(q0, tile.col0), arith.addi(index(ni * atom.n), atom.b_col))
+            q = arith.addi(arith.addi(q0, tile.col0), arith.addi(index(ni * atom.n), self.col))
             self.add_dq_row_pairs(head, q, lambda: pairs(ni))
 
     def row_values(self, sdp: WarpTile):
         """LSE * log2(e) and D of the query this lane holds in each n-tile: one f32 each."""
         lse, dsum = [], []
-        lane_col = self.lanes.get(("row_values", id(sdp.col0)), lambda: arith.addi(sdp.col0, self.atom.b_col))
+        lane_col = self.lanes.get(("row_values", id(sdp.col0)), lambda: arith.addi(sdp.col0, self.col))
         for ni in range(sdp.cols // self.atom.n):
             at = [index(0), arith.addi(lane_col, index(ni * self.atom.n))]
             lse.append(lse_operand(memref.load(self.tiles["lse"], at), self.spec))
@@ -230,7 +234,7 @@ class _Kernel(TiledKernel):
 
     def query_of(self, ni: int, q0) -> "ir.Value":
         """The query of this lane's accumulator column in S^T n-tile ni."""
-        return arith.addi(arith.addi(q0, self.sdp.col0), arith.addi(index(ni * self.atom.n), self.atom.b_col))
+        return arith.addi(arith.addi(q0, self.sdp.col0), arith.addi(index(ni * self.atom.n), self.col))
 
     def probabilities(self, s, lse, q0, bias=None):
         """P^T per accumulator (f32): exp2(S^T scale log2 e - lse log2 e), masked only on cut tiles (the
@@ -276,7 +280,7 @@ class _Kernel(TiledKernel):
         for mi, row in enumerate(values):
             key0 = arith.addi(sdp.row0, index(mi * atom.m))
             for ni, acc in enumerate(row):
-                col = arith.addi(arith.addi(sdp.col0, index(ni * atom.n)), atom.b_col)
+                col = arith.addi(arith.addi(sdp.col0, index(ni * atom.n)), self.col)
                 rounded = arith.truncf(ir.VectorType.get([atom.shape.c_registers], self.element), acc)
                 for r, key in enumerate(self.rows):
                     memref.store(vector.extract(rounded, [], [r]), tile, [arith.addi(key0, key), col])
@@ -288,7 +292,7 @@ class _Kernel(TiledKernel):
         for mi, row in enumerate(dq):
             q_first = arith.addi(arith.addi(q0, tile.row0), index(mi * atom.m))
             for ni, acc in enumerate(row):
-                col = arith.addi(arith.addi(tile.col0, index(ni * atom.n)), atom.b_col)
+                col = arith.addi(arith.addi(tile.col0, index(ni * atom.n)), self.col)
                 for r, offset in enumerate(self.rows):
                     self.add_dq_value(vector.extract(acc, [], [r]), head, arith.addi(q_first, offset), col)
 
@@ -306,7 +310,7 @@ class _Kernel(TiledKernel):
                 inside = scf.IfOp(arith.cmpi(arith.CmpIPredicate.slt, key, self.seqlen_k))
                 with ir.InsertionPoint(inside.then_block):
                     for ni, c in enumerate(row):
-                        col = arith.addi(arith.addi(tile.col0, index(ni * atom.n)), atom.b_col)
+                        col = arith.addi(arith.addi(tile.col0, index(ni * atom.n)), self.col)
                         memref.store(vector.extract(c, [], [r]), out, [self.batch, self.kv_head, key, col])
                     scf.yield_([])
 

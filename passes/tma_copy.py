@@ -58,8 +58,7 @@ class TmaCopy:
     @classmethod
     def for_tile(cls, tensor_map: "ir.Value", tile: OperandTile, element: str) -> "TmaCopy":
         """The copy whose boxes fill `tile` (OperandTile.boxes)."""
-        rows = tile.mn if tile.major == "K" else tile.k
-        return cls(tensor_map, rows, tile.atom_elements, element, tile.swizzle)
+        return cls(tensor_map, *tile.box, element, tile.swizzle)
 
     @property
     def box_bytes(self) -> int:

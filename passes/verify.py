@@ -1,14 +1,13 @@
 """Checks run before MLIR sees the IR: the fmha lowering passes' own, and upstream passes' abort traps."""
 from __future__ import annotations
 
+from fmha_mlir.bodies import BodyPlan, body_plan
 from fmha_mlir.dialects import fmha
+from fmha_mlir.errors import SpecError
 from fmha_mlir.spec import AttentionBwdSpec
-from fmha_mlir.target import TARGETS
 
 from .base import PassFailure
 from .ir_builders import collect_ops
-
-WAVE_SIZES = tuple(sorted({t.wave_size for t in TARGETS.values()}))
 
 
 def check_verified(op) -> None:
@@ -25,11 +24,17 @@ def verified_spec(op) -> AttentionBwdSpec:
     return fmha.spec_from_op(op)
 
 
-def check_wave_size(wave_size: int) -> None:
-    """Reject a wave-size option no target has (ValueError: the registry reports it as a bad option)."""
-    if wave_size not in WAVE_SIZES:
-        raise ValueError(f"wave-size={wave_size} is not a wave size of any target; use one of "
-                         f"{', '.join(map(str, WAVE_SIZES))}")
+def verified_plan(op) -> BodyPlan:
+    """The plan of the body `op`'s config names, for `op`'s spec (made once per spec and config), after
+    the fmha verifier accepted `op`; PassFailure with the verifier's problems, or with every reason the
+    body cannot compute the spec."""
+    spec = verified_spec(op)
+    config = fmha.config_of(op)
+    try:
+        return body_plan(spec, config)
+    except SpecError as exc:
+        raise PassFailure(f"the {config.body} body cannot compute this spec with config {config.tag}: "
+                          + "; ".join(map(str, exc.reasons)), op) from None
 
 
 def abort_traps(module) -> list[tuple["ir.Operation", str]]:

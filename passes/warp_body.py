@@ -1,5 +1,5 @@
 """The warp body (docs/ir.md level 4): dq_dk_dv as one wave of W lanes per (query row, head, batch),
-the seeds' reference design; its row stages are the shared row kernels. Lane t owns head-dim elements
+the simplest body, for every dtype; its row stages are the shared row kernels. Lane t owns head-dim elements
 [t * E, (t + 1) * E), E = hdim / W. Everything is accumulated in f32.
 """
 from __future__ import annotations

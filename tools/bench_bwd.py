@@ -24,7 +24,7 @@ torch's mem-efficient one, which takes an additive bias), for the feature's spee
 same row; the gate checks it under its own model, Numerics.dq_add_block).
 
 --sweep also builds the candidate tiled configs of SWEEP for each row, so that one GPU run measures
-them all; the table in fmha_mlir/bodies.py is chosen from that run (tools/reports/bench_notes.md).
+them all; the table in fmha_mlir/bodies/mma_sync.py is chosen from that run (tools/reports/bench_notes.md).
 """
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ import numpy as np
 from fmha_mlir.api import bundle_path, load_bundle
 from fmha_mlir.torch_in_place import torch_device_array, torch_dtype_names
 from fmha_mlir.bodies import BODIES, TILED_TABLE, choose_config
-from fmha_mlir.kernel_config import KernelConfig
+from fmha_mlir.kernel_config import KernelConfig, TiledConfig, WarpConfig
 from fmha_mlir.spec import AttentionBwdSpec, Mask
 from fmha_mlir.target import get_target
 from build_run import build_run_parser, write_report_files  # run as a script: tools/ is on sys.path
@@ -61,7 +61,7 @@ class Row:
     causal: bool
     dtype: str
     softcap: float = 0.0   # > 0: the same shape with softcap (no peer has it: only ours is timed)
-    bias: str = "none"     # elementwise ([1, H, S, S], the seed's shape) or alibi (standard slopes): ours only
+    bias: str = "none"     # elementwise ([1, H, S, S]) or alibi (standard slopes): ours only
     dbias: bool = False    # with an elementwise bias: also dbias; with ALiBi: d(slopes) of a slopes tensor
     deterministic: bool = False   # dQ partials per key block, summed in order: ours only
     grad_accum: str = "f32"       # bf16: dQ by packed bf16 atomics into dq itself: ours only
@@ -99,13 +99,13 @@ SHAPES = [(4, 16, 16, 2048, 64), (4, 16, 16, 2048, 128), (2, 16, 16, 4096, 128),
           (1, 32, 8, 8192, 128)]
 ROWS = [Row(*shape, causal, dtype) for dtype in ("bf16", "f16") for shape in SHAPES for causal in (False, True)]
 
-WARP = KernelConfig(body="warp", wave_size=32)
+WARP = WarpConfig(wave_size=32)
 # Candidate tiled configs per head dim, measured by `build --sweep` + `run`.
-_BASE = dict(body="tiled", wave_size=32, instruction="mma.m16n8k16", swizzle="xor")
+_BASE = dict(wave_size=32, instruction="mma.m16n8k16", swizzle="xor")
 SWEEP: dict[int, list[KernelConfig]] = {
     64: [TILED_TABLE[64], dataclasses.replace(TILED_TABLE[64], grid_order="keys_inner")],
     128: [TILED_TABLE[128], dataclasses.replace(TILED_TABLE[128], grid_order="keys_inner")],
-    256: [TILED_TABLE[256], KernelConfig(**_BASE, block_m=32, block_n=64, warps=8, stages=2, sdp_warps=(4, 2),
+    256: [TILED_TABLE[256], TiledConfig(**_BASE, block_m=32, block_n=64, warps=8, stages=2, sdp_warps=(4, 2),
                                          dkv_warps=(2, 4), dq_warps=(2, 4))],
 }
 

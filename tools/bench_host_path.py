@@ -1,4 +1,4 @@
-"""Host time and Python calls per call of our torch path, here, without a GPU (issue 12's repeatable figure).
+"""Host time and Python calls per call of our torch path, here, without a GPU (a figure repeatable on any machine).
 
     python tools/bench_torch_overhead.py build DIR            # the bundles (needs MLIR)
     python tools/bench_host_path.py DIR --report tools/reports/bench_host_path.md

@@ -1,4 +1,4 @@
-"""Host overhead per attention-backward call from torch: torch's flash backward op against ours (issue 12).
+"""Host overhead per attention-backward call from torch: torch's flash backward op against ours.
 
     python tools/bench_torch_overhead.py build DIR                                  # here (MLIR)
     python tools/bench_torch_overhead.py run DIR --report tools/reports/bench_torch_overhead.md   # the GPU

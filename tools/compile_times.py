@@ -8,7 +8,7 @@ bindings and the LLVM backends; the figure is the median of three. The benchmark
 (tools/bench_bwd.py build) also records a compile time per bundle, but it runs beside whatever else
 the machine is doing: this tool is the one to quote.
 
---rows covers every row of the tiled tables (fmha_mlir/bodies.py TILED_TABLE for sm_90,
+--rows covers every row of the tiled tables (fmha_mlir/bodies/mma_sync.py TILED_TABLE for sm_90,
 AMD_TILED_TABLE for gfx942 / gfx950) and the warp body on each target, bf16, without a mask and
 causal: compile time spec to binary (a cubin with --ptxas; wall and CPU seconds), and for the dq_dk_dv
 kernel on sm_90 registers, spill bytes and stack frame (ptxas -v), on AMD VGPRs, AGPRs, SGPRs, scratch

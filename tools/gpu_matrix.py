@@ -4,7 +4,7 @@
     python tools/gpu_matrix.py run DIR --report FILE [--jobs N] [--resume] [score features]
 
 Score features (the same on build and run): --softcap C, --bias elementwise|alibi, --alibi-slopes,
---dbias. A bias tensor's shape cycles over the problems: [1, H, Sq, Sk] (the seed's), [B, 1, ...],
+--dbias. A bias tensor's shape cycles over the problems: [1, H, Sq, Sk], [B, 1, ...],
 [1, 1, ...], [B, H, ...]; a slopes tensor's over [1, H] and [B, H].
 
 (build needs MLIR and compiles every variant; run needs numpy and the GPU executor only.)

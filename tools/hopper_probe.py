@@ -1,11 +1,14 @@
-"""The Hopper pieces on the H200: build the standalone wgmma probe (passes/hopper_probe.py: TMA with a
-128-byte swizzle and zero fill through a 2-stage mbarrier pipeline, wgmma SS, then wgmma RS with an
-MN-major B) here as an sm_90a cubin with its ptxas report; run it there through the CUDA executor (tensor
-maps encoded per launch as __grid_constant__ parameters) and judge both products under the gate.
+"""The Hopper pieces on the H200: build the wgmma probe (passes/hopper_probe.py: TMA with a 128-byte
+swizzle and zero fill through a 2-stage mbarrier pipeline, wgmma SS, then wgmma RS with an MN-major B) and
+the ladder of smaller kernels made of the same pieces (passes/hopper_probe_ladder.py: mbarrier, tma, ss,
+rs, pipeline, and roles: the probe warp-specialised) here as sm_90a cubins with their ptxas reports; run
+them there through the CUDA executor (tensor maps encoded per launch as __grid_constant__ parameters),
+each rung in a child process under a watchdog, and report each as pass / wrong / hang / error; or run the
+probe and its warp-specialised variant here in the CPU interpreter under the same gate.
 
     python -m tools.hopper_probe build DIR       # here: needs MLIR and ptxas
     python -m tools.hopper_probe run DIR        # on the H200: NumPy and cuda-bindings
-    python -m tools.hopper_probe interp DIR     # here: the same kernel in the CPU interpreter (MLIR)
+    python -m tools.hopper_probe interp DIR     # here: both probes in the CPU interpreter (MLIR)
 """
 from __future__ import annotations
 
@@ -21,111 +24,216 @@ from .build_run import build_run_parser, write_report_files
 
 PTXAS = "/usr/local/cuda-13.0/bin/ptxas"
 SEED = 7
+WATCHDOG_S = 20          # a rung's child process (CUDA start, two launches, checks) takes a few seconds
 
 
 def build(directory: Path) -> None:
     from fmha_mlir.compiler import Compiler
-    from fmha_mlir.passes.hopper_probe import KERNEL, THREADS, ProbeShape, probe_module_text
+    from fmha_mlir.hopper_probe_geometry import RUNGS, ProbeShape, rung
+    from fmha_mlir.passes.hopper_probe_ladder import rung_module_text
 
-    shape = ProbeShape()
-    compiled = Compiler(ptxas=shutil.which("ptxas") or PTXAS).compile_module(probe_module_text(shape), "gpu", "sm_90a")
+    shape, ptxas = ProbeShape(), shutil.which("ptxas") or PTXAS
+    compiler = Compiler(ptxas=ptxas)
     directory.mkdir(parents=True, exist_ok=True)
-    (directory / "probe.ptx").write_text(compiled.isa)
-    # the cubin the run loads is the one this ptxas -v describes
-    report = subprocess.run([shutil.which("ptxas") or PTXAS, "-v", "-arch=sm_90a", str(directory / "probe.ptx"),
-                             "-o", str(directory / "probe.cubin")], capture_output=True, text=True, check=True)
-    (directory / "ptxas.txt").write_text(report.stdout + report.stderr)
+    rungs = {}
+    for name in RUNGS:
+        compiled = compiler.compile_module(rung_module_text(name, shape), "gpu", "sm_90a")
+        (directory / f"{name}.ptx").write_text(compiled.isa)
+        # the cubin the run loads is the one this ptxas -v describes
+        report = subprocess.run([ptxas, "-v", "-arch=sm_90a", str(directory / f"{name}.ptx"), "-o",
+                                 str(directory / f"{name}.cubin")], capture_output=True, text=True, check=True)
+        (directory / f"{name}.ptxas.txt").write_text(report.stdout + report.stderr)
+        r = rung(name, shape)
+        rungs[name] = {"kernel": r.kernel, "binary": f"{name}.cubin", "grid": r.grid, "shared_bytes": r.shared_bytes,
+                       "maps": list(r.maps), "threads": r.threads}
+        print(f"built {name}: {r.kernel}, {r.shared_bytes} bytes of dynamic shared memory;",
+              report.stderr.strip().splitlines()[-2].strip())
     (directory / "probe.json").write_text(json.dumps({
-        "kernel": KERNEL, "threads": THREADS, "binary": "probe.cubin",
-        "shape": vars(shape), "grid": shape.grid, "shared_bytes": shape.shared_bytes,
-        "boxes": {"a": [64, 64], "b": [64, 64], "v": [shape.n, 64]}}, indent=1))
-    print(f"built {directory}: {shape.shared_bytes} bytes of shared memory")
-    print(report.stderr.strip().splitlines()[-3:])
+        "shape": vars(shape), "boxes": shape.boxes, "rungs": rungs}, indent=1))
 
 
-def run(directory: Path, report: Path) -> bool:
+def probe_inputs(shape) -> dict:
+    """A [m, k], B [n, k], V [n, n2] as bf16 bit patterns (one seed for every run)."""
+    from fmha_mlir.dtypes import to_storage
+
+    rng = np.random.default_rng(SEED)
+    return {name: to_storage(rng.standard_normal(s).astype(np.float32), "bf16")
+            for name, s in (("a", (shape.m, shape.k)), ("b", (shape.n, shape.k)), ("v", (shape.n, shape.n2)))}
+
+
+def _tile_image(shared: np.ndarray, offset: int, tile, tensor: np.ndarray, row: int, column: int) -> None:
+    """What the TMA boxes of `tile` at (row, column) of `tensor` leave in `shared` at `offset` (NumPy)."""
+    from fmha_mlir.runtime.interp import hopper
+
+    for box_offset, first, rows in tile.boxes():
+        hopper.tma_box(shared, offset + box_offset, tensor, row, column + first, rows, tile.atom_elements, tile.swizzle)
+
+
+def _expected_tma(shape, inputs, swizzle: bool = True) -> np.ndarray:
+    """The tma rung's shared bytes, as its boxes leave them (`swizzle` False: placed row after row, what a
+    map without the swizzle would leave; a diagnosis of a wrong result)."""
+    from fmha_mlir.hopper_probe_geometry import TmaRung
+    from fmha_mlir.runtime.interp import hopper
+
+    plan = TmaRung(shape)
+    image = np.zeros(plan.nbytes, np.uint8)
+    tiles = {"a": shape.a_tile, "b": shape.b_tile}
+    for tensor, offset, column in plan.loads:
+        tile = tiles[tensor]
+        for box_offset, first, rows in tile.boxes():
+            hopper.tma_box(image, offset + box_offset, inputs[tensor], 0, column + first, rows, tile.atom_elements,
+                           tile.swizzle if swizzle else 0)
+    return image
+
+
+def _image(shape, inputs, end: int) -> np.ndarray:
+    """The ss / rs rungs' shared image: the first k-block's A and B tiles and V's tile, as TMA leaves them."""
+    from fmha_mlir.hopper_probe_geometry import image_layout
+
+    layout = image_layout(shape)
+    image = np.zeros(layout["end"], np.uint8)
+    _tile_image(image, layout["a"], shape.a_tile, inputs["a"], 0, 0)
+    _tile_image(image, layout["b"], shape.b_tile, inputs["b"], 0, 0)
+    _tile_image(image, layout["v"], shape.v_tile, inputs["v"], 0, 0)
+    return image[:end].view(np.uint32).view(np.int32)
+
+
+def product_checks(shape, inputs, rows: int, k: int) -> dict:
+    """judge() checks of C = A B^T over rows x k, and of C2 = bf16(C) V given the kernel's own C: the RS
+    product's A is the kernel's C rounded to bf16, and a C a few f32 ulps from the float64 one (another
+    summation order) may round to the neighbouring bf16 value, which moves C2 by an ulp of C times V;
+    C itself is judged on its own. Each check is a function of the outputs (c2's also takes the C)."""
+    from fmha_mlir.dtypes import from_storage, to_storage
+    from fmha_mlir.tolerance import judge
+
+    af, bf, vf = (from_storage(x, "bf16").astype(np.float64) for x in (inputs["a"][:rows, :k], inputs["b"][:, :k],
+                                                                       inputs["v"]))
+    c_ref, c_low = af @ bf.T, (af.astype(np.float32) @ bf.T.astype(np.float32)).astype(np.float64)
+    round16 = lambda x: from_storage(to_storage(x.astype(np.float32), "bf16"), "bf16").astype(np.float64)  # noqa: E731
+
+    def c2_check(got, c):
+        p = round16(c)
+        return judge("C2 = bf16(C) V (RS)", got, p @ vf, (p.astype(np.float32) @ vf.astype(np.float32)).astype(np.float64),
+                     "bf16", shape.n, np.abs(p) @ np.abs(vf))
+
+    return {"c": lambda got: judge("C = A B^T (SS)", got, c_ref, c_low, "bf16", k, np.abs(af) @ np.abs(bf).T),
+            "c2": c2_check}
+
+
+def run_rung(directory: Path, name: str) -> dict:
+    """Launch one rung (twice: the second launch reuses the cached tensor maps) and judge it: verdict
+    'pass' or 'wrong' with what differs. Runs in the child process the watchdog can kill."""
+    from fmha_mlir.hopper_probe_geometry import BLOCK_K, ProbeShape, TmaRung, image_layout
     from fmha_mlir.runtime.args import DeviceBuffer, TensorMapArg
     from fmha_mlir.runtime.cuda_executor import CudaExecutor, CudaKernels
     from fmha_mlir.runtime.executor import check_status
 
     meta = json.loads((directory / "probe.json").read_text())
-    m, n, k, n2 = (meta["shape"][x] for x in ("m", "n", "k", "n2"))
-    a, b, v = probe_inputs(m, n, k, n2)
+    shape = ProbeShape(**meta["shape"])
+    rung = meta["rungs"][name]
+    inputs = probe_inputs(shape)
+    layout = image_layout(shape)
+    outputs = {"mbarrier": {"out": np.zeros(rung["threads"], np.int32)},
+               "tma": {"out": np.zeros(TmaRung(shape).nbytes // 4, np.int32)},
+               "ss": {"c": np.zeros((64, shape.n), np.float32)},
+               "rs": {"c": np.zeros((64, shape.n), np.float32), "c2": np.zeros((64, shape.n2), np.float32)},
+               "pipeline": {"c": np.zeros((shape.m, shape.n), np.float32),
+                            "c2": np.zeros((shape.m, shape.n2), np.float32)}}["pipeline" if name == "roles" else name]
+    sources = {"ss": {"image": _image(shape, inputs, layout["v"])},
+               "rs": {"image": _image(shape, inputs, layout["end"])}}.get(name, {})
+    dtypes = {np.dtype(np.int32): "i32", np.dtype(np.float32): "f32", np.dtype(np.uint16): "bf16"}
     with CudaExecutor() as device:
         with device.current():
-            module = check_status(device._cu.cuModuleLoadData((directory / meta["binary"]).read_bytes()),
+            module = check_status(device._cu.cuModuleLoadData((directory / rung["binary"]).read_bytes()),
                                   "cuModuleLoadData")
         kernels = CudaKernels(device, module)
         buffers = {}
-        for name, host, dtype in (("a", a, "bf16"), ("b", b, "bf16"), ("v", v, "bf16"),
-                                  ("c", np.zeros((m, n), np.float32), "f32"),
-                                  ("c2", np.zeros((m, n2), np.float32), "f32")):
+        for key, host in {**{m: inputs[m] for m in rung["maps"]}, **sources, **outputs}.items():
             allocation = device.alloc(host.nbytes)
             device.upload(allocation, np.ascontiguousarray(host))
             strides = tuple(s // host.itemsize for s in host.strides)
-            buffers[name] = (DeviceBuffer(name, dtype, host.shape, strides, allocation.address, allocation), host)
-        maps = [TensorMapArg(f"{name}_map", buffers[name][0], tuple(meta["boxes"][name]), 128) for name in "abv"]
-        args = [*maps, buffers["c"][0], buffers["c2"][0]]
-        kernels.launch(meta["kernel"], meta["grid"], (meta["threads"], 1, 1), args, meta["shared_bytes"])
-        device.synchronize()
-        kernels.launch(meta["kernel"], meta["grid"], (meta["threads"], 1, 1), args, meta["shared_bytes"])
-        device.synchronize()
-        cached = len(device.tensor_maps)
-        outputs = {}
-        for name in ("c", "c2"):
-            buffer, host = buffers[name]
-            device.download(buffer.allocation, host)
-            outputs[name] = host.astype(np.float64)
-    checks = judge_products(a, b, v, outputs["c"], outputs["c2"])
-    sass = _sass(directory / meta["binary"])
-    lines = ["# wgmma probe on the H200", "", f"Command: `python -m tools.hopper_probe run {directory}`", "",
-             f"M={m} N={n} K={k} (zero fill past K) N2={n2}; tensor maps encoded {cached} (cached per address)", ""]
-    lines += [f"- {c}" for c in checks]
-    lines += ["", "ptxas:", "```", (directory / "ptxas.txt").read_text().strip(), "```", "", sass]
-    write_report_files(report, lines, {"checks": [dict(vars(c)) for c in checks], "tensor_maps": cached,
-                                       "sass": sass})
-    print("\n".join(lines))
-    return all(c.passed for c in checks)
+            buffers[key] = DeviceBuffer(key, dtypes[host.dtype], host.shape, strides, allocation.address, allocation)
+        args = [TensorMapArg(f"{m}_map", buffers[m], tuple(meta["boxes"][m]), 128) for m in rung["maps"]]
+        args += [buffers[key] for key in (*sources, *outputs)]
+        for _ in range(2):
+            kernels.launch(rung["kernel"], rung["grid"], (rung["threads"], 1, 1), args, rung["shared_bytes"])
+            device.synchronize()
+        for key, host in outputs.items():
+            device.download(buffers[key].allocation, host)
+    if name == "mbarrier":
+        bad = int(np.count_nonzero(outputs["out"] != np.arange(1, rung["threads"] + 1)))
+        return {"verdict": "wrong" if bad else "pass", "detail": f"{bad} of {rung['threads']} threads wrong"}
+    if name == "tma":
+        got = outputs["out"].view(np.uint8)
+        want = _expected_tma(shape, inputs)
+        bad = int(np.count_nonzero(got != want))
+        detail = f"{bad} of {got.size} shared bytes differ from the swizzled, zero-filled boxes"
+        if bad:
+            plain = int(np.count_nonzero(got != _expected_tma(shape, inputs, swizzle=False)))
+            first = int(np.flatnonzero(got != want)[0])
+            detail += f"; first at byte {first}; {plain} differ from the boxes placed without the swizzle"
+        return {"verdict": "wrong" if bad else "pass", "detail": detail}
+    k = BLOCK_K if name in ("ss", "rs") else shape.k
+    checks = product_checks(shape, inputs, outputs["c"].shape[0], k)
+    got = {key: value.astype(np.float64) for key, value in outputs.items()}
+    results = [checks["c"](got["c"])] + ([checks["c2"](got["c2"], got["c"])] if "c2" in got else [])
+    return {"verdict": "pass" if all(c.passed for c in results) else "wrong",
+            "detail": "; ".join(str(c) for c in results)}
 
 
-def probe_inputs(m: int, n: int, k: int, n2: int):
-    """A [m, k], B [n, k], V [n, n2] as bf16 bit patterns (one seed for every run)."""
-    from fmha_mlir.dtypes import to_storage
+def run(directory: Path, report: Path) -> bool:
+    """Each rung in a child process, killed after WATCHDOG_S: a hang is a verdict, not a stuck run."""
+    from fmha_mlir.hopper_probe_geometry import RUNGS
 
-    rng = np.random.default_rng(SEED)
-    return tuple(to_storage(rng.standard_normal(s).astype(np.float32), "bf16") for s in ((m, k), (n, k), (n, n2)))
+    meta = json.loads((directory / "probe.json").read_text())
+    rows = []
+    for name in RUNGS:
+        command = [sys.executable, "-m", "tools.hopper_probe", "rung", str(directory), "--rung", name]
+        try:
+            child = subprocess.run(command, capture_output=True, text=True, timeout=WATCHDOG_S)
+        except subprocess.TimeoutExpired:
+            row = {"verdict": "hang", "detail": f"no result within {WATCHDOG_S} s (child killed)"}
+        else:
+            lines = child.stdout.strip().splitlines()
+            if child.returncode in (0, 1) and lines and lines[-1].startswith("{"):
+                row = json.loads(lines[-1])
+            else:
+                row = {"verdict": "error", "detail": f"rc {child.returncode}: "
+                       + "; ".join((child.stderr or child.stdout).strip().splitlines()[-2:])}
+        rows.append({"rung": name, **row})
+        print(f"{name}: {row['verdict']}: {row['detail']}", flush=True)
+    shape = meta["shape"]
+    lines = ["# wgmma probe ladder on the H200", "", f"Command: `python -m tools.hopper_probe run {directory}`", "",
+             f"M={shape['m']} N={shape['n']} K={shape['k']} (zero fill past K) N2={shape['n2']}; "
+             f"boxes {meta['boxes']}; watchdog {WATCHDOG_S} s per rung", "",
+             "| rung | verdict | detail |", "| --- | --- | --- |"]
+    lines += [f"| {r['rung']} | {r['verdict']} | {r['detail']} |" for r in rows]
+    pipeline = directory / meta["rungs"]["pipeline"]["binary"]
+    sass = _sass(pipeline)
+    lines += ["", "ptxas (pipeline):", "```", (directory / "pipeline.ptxas.txt").read_text().strip(), "```", "", sass]
+    write_report_files(report, lines, {"rungs": rows, "sass": sass})
+    return all(r["verdict"] == "pass" for r in rows)
 
 
-def judge_products(a, b, v, c, c2) -> list:
-    """The gate on C = A B^T and C2 = bf16(C) V (f32 outputs), against float64 and f32 references.
-
-    C2's reference starts from the kernel's own C, judged on its own: an f32 summation difference of
-    C within its bound moves some elements across a bf16 rounding boundary, a whole bf16 ulp that the
-    f32 reference does not make at the same elements; the RS product is judged on what it was given."""
-    from fmha_mlir.dtypes import from_storage, to_storage
-    from fmha_mlir.tolerance import judge
-
-    af, bf, vf = (from_storage(x, "bf16").astype(np.float64) for x in (a, b, v))
-    c_ref, c_low = af @ bf.T, (af.astype(np.float32) @ bf.T.astype(np.float32)).astype(np.float64)
-    p = from_storage(to_storage(np.asarray(c, np.float32), "bf16"), "bf16").astype(np.float64)
-    c2_ref, c2_low = p @ vf, (p.astype(np.float32) @ vf.astype(np.float32)).astype(np.float64)
-    return [judge("C = A B^T (SS)", np.asarray(c, np.float64), c_ref, c_low, "bf16", a.shape[1],
-                  np.abs(af) @ np.abs(bf).T),
-            judge("C2 = bf16(C) V (RS)", np.asarray(c2, np.float64), c2_ref, c2_low, "bf16", b.shape[0],
-                  np.abs(p) @ np.abs(vf))]
+def judge_products(shape, inputs, c, c2) -> list:
+    """The gate on the full probe's C and C2 (f32 outputs), C2 given the kernel's own C."""
+    checks = product_checks(shape, inputs, shape.m, shape.k)
+    c, c2 = np.asarray(c, np.float64), np.asarray(c2, np.float64)
+    return [checks["c"](c), checks["c2"](c2, c)]
 
 
-def run_interpreted(text: str, shape, a, b, v, swizzle: int = 128, roles: bool = False):
+def run_interpreted(text: str, shape, inputs, swizzle: int = 128, roles: bool = False):
     """(C, C2) of the probe's kernel-stage IR `text` (its warp-specialised variant with `roles`) run by
-    the CPU interpreter on A, B, V (tensor maps with `swizzle`, as tools' run encodes them with 128)."""
-    from fmha_mlir.passes.hopper_probe import KERNEL, ROLE_THREADS, THREADS
+    the CPU interpreter on `inputs` (tensor maps with ProbeShape.boxes and `swizzle`, as `run` encodes
+    them with 128)."""
+    from fmha_mlir.hopper_probe_geometry import rung
     from fmha_mlir.runtime.interp import Interpreter
     from fmha_mlir.runtime.interp.hopper import TensorMap
 
+    r = rung("roles" if roles else "pipeline", shape)
     c, c2 = np.zeros((shape.m, shape.n), np.float32), np.zeros((shape.m, shape.n2), np.float32)
-    maps = [TensorMap(x, box, swizzle, "bf16") for x, box in ((a, (64, 64)), (b, (shape.n, 64)), (v, (shape.n, 64)))]
-    Interpreter(text, 32).run_kernel(KERNEL, [*maps, c, c2], shape.grid, (ROLE_THREADS if roles else THREADS, 1, 1),
-                                     shape.shared_bytes)
+    maps = [TensorMap(inputs[m], shape.boxes[m], swizzle, "bf16") for m in r.maps]
+    Interpreter(text, 32).run_kernel(r.kernel, [*maps, c, c2], r.grid, (r.threads, 1, 1), r.shared_bytes)
     return c, c2
 
 
@@ -133,16 +241,17 @@ def interp(directory: Path) -> bool:
     """The probe and its warp-specialised variant in the interpreter, under the gate (no GPU), compiled
     here to their kernel-stage IR."""
     from fmha_mlir.compiler import Compiler
-    from fmha_mlir.passes.hopper_probe import ProbeShape, probe_module_text
+    from fmha_mlir.hopper_probe_geometry import ProbeShape
+    from fmha_mlir.passes.hopper_probe import probe_module_text
 
     shape = ProbeShape()
     directory.mkdir(parents=True, exist_ok=True)
-    a, b, v = probe_inputs(shape.m, shape.n, shape.k, shape.n2)
+    inputs = probe_inputs(shape)
     passed = True
     for roles in (False, True):
         text = Compiler().compile_module(probe_module_text(shape, roles), "gpu", "sm_90a").interp_ir
         (directory / f"probe{'.roles' if roles else ''}.interp.mlir").write_text(text)
-        checks = judge_products(a, b, v, *run_interpreted(text, shape, a, b, v, roles=roles))
+        checks = judge_products(shape, inputs, *run_interpreted(text, shape, inputs, roles=roles))
         print(f"{'warp-specialised' if roles else 'one warpgroup'}:\n" + "\n".join(f"- {c}" for c in checks))
         passed &= all(c.passed for c in checks)
     return passed
@@ -160,10 +269,17 @@ def _sass(cubin: Path) -> str:
 
 
 def main(argv=None) -> int:
-    args = build_run_parser(__doc__, "tools/reports/hopper_probe.md", ("build", "run", "interp")).parse_args(argv)
+    parser = build_run_parser(__doc__, "tools/reports/hopper_probe.md", ("build", "run", "rung", "interp"),
+                              "rung: one rung in this process (what `run` starts under its watchdog)")
+    parser.add_argument("--rung", help="the rung `rung` runs")
+    args = parser.parse_args(argv)
     if args.action == "build":
         build(args.directory)
         return 0
+    if args.action == "rung":
+        result = run_rung(args.directory, args.rung)
+        print(json.dumps(result))
+        return 0 if result["verdict"] == "pass" else 1
     if args.action == "interp":
         return 0 if interp(args.directory) else 1
     return 0 if run(args.directory, args.report) else 1

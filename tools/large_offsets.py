@@ -55,7 +55,7 @@ def run(directory: Path, report: Path, mask: str, batch: int, smoke: bool) -> in
     checked = {b: make_problem(spec, size, seed=1 + i) for i, b in enumerate(checked_batches(batch))}
     runner = AttentionBackward(executor="cpu" if smoke else "cuda", arch=ARCH, bundle_dir=str(directory))
     tensors = (_numpy_tensors if smoke else _torch_tensors)(filler, checked, batch)
-    grads = runner(*(tensors[n] for n in NAMES), mask=spec.mask, dtype=spec.dtype)
+    grads = runner.run(spec, *(tensors[n] for n in NAMES))
     bundle = runner.bundle(spec)
     rows, failed = [], False
     for b, problem in checked.items():

@@ -39,7 +39,7 @@ def parse_args(argv):
                    help="elementwise: a random bias tensor (shape: --bias-broadcast); alibi: -slope_h |i - j|, the "
                         "standard slopes computed in the kernel (or --alibi-slopes)")
     p.add_argument("--bias-broadcast", default="batch", choices=tuple(BIAS_BROADCASTS),
-                   help="the dims the bias tensor has size 1 in (batch: the seed's [H, Sq, Sk]); for "
+                   help="the dims the bias tensor has size 1 in (batch: [1, H, Sq, Sk]); for "
                         "--alibi-slopes, batch gives [1, H] and none [B, H]")
     p.add_argument("--alibi-slopes", action="store_true", help="ALiBi's slopes from a random f32 tensor")
     p.add_argument("--dbias", action="store_true",
@@ -143,11 +143,9 @@ def main(argv=None) -> int:
                             if bundle.buffers[name]["role"] == "workspace")
             print(f"[{index}/{len(targets)}] {runner.arch}: running {bundle.spec.kernel_prefix} on "
                   f"{runner.device().name} (workspaces {workspace / 2**20:.2f} MiB) ...", file=sys.stderr, flush=True)
-            bias = t["bias"] if spec.bias == "elementwise" else spec.bias
-            grads = runner(t["q"], t["k"], t["v"], t["o"], t["do"], t["lse"], mask=spec.mask, dtype=spec.dtype,
-                           scale=spec.scale, softcap=spec.softcap, bias=bias, alibi_slopes=t.get("alibi_slopes"),
-                           dbias=spec.dbias, deterministic=spec.deterministic, grad_accum=spec.grad_accum,
-                           cu_seqlens_q=t.get("cu_seqlens_q"), cu_seqlens_k=t.get("cu_seqlens_k"), **(scalars or {}))
+            grads = runner.run(spec, t["q"], t["k"], t["v"], t["o"], t["do"], t["lse"], bias=t.get("bias"),
+                               alibi_slopes=t.get("alibi_slopes"), cu_seqlens_q=t.get("cu_seqlens_q"),
+                               cu_seqlens_k=t.get("cu_seqlens_k"), **(scalars or {}))
             ran = time.perf_counter()
             names = ("dq", "dk", "dv") + spec.bias_operands()[1]
             for check in problem.check(dict(zip(names, grads)), bundle.numerics):

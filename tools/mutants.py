@@ -34,18 +34,21 @@ PACKAGE_DIRS = {"fmha_mlir": "fmha_mlir", "dialects": "fmha_mlir/dialects", "pas
 # bf16 on every (arch, body), GQA 2 with two
 # kv heads and the gpu stage (pipeline tests), multi-tile tiled problems, the lowered mask semantics,
 # the mask geometry against brute force and the rule written out, the NaN classes on the sm_90 tiled
-# body. One pytest process: the kernels compile once per mutant.
+# body, the matrix layouts against the vendors' figures, the Hopper probe and its warp-specialised variant
+# in the interpreter, the wgmma descriptor the H200 verified. One pytest process: the kernels compile once
+# per mutant.
 SUBSET_FILES = ("test/python/test_interp_matrix.py", "test/python/test_interp_pipeline.py",
                 "test/python/test_interp_fmha_ops.py", "test/python/test_lowering.py", "test/python/test_interp_mfma.py",
                 "test/python/test_mfma_atom.py", "test/python/test_deterministic.py", "test/python/test_mask_geometry.py",
-                "test/python/test_nan_classes.py", "test/python/test_interp_hopper_ops.py",
-                "test/python/test_wgmma_layouts.py")
+                "test/python/test_nan_classes.py", "test/python/test_interp_nvgpu.py",
+                "test/python/test_interp_hopper_ops.py", "test/python/test_wgmma_layouts.py")
 SUBSET_SELECTION = ("(test_interp_matrix and (d64 and g4 or (softcap or alibi or bias) and bf16 and none))"
                     " or test_interp_pipeline"
                     " or (test_interp_fmha_ops and lowered)"
                     " or (test_lowering and geometry) or test_interp_mfma or test_mfma_atom"
                     " or (test_deterministic and (dbias and batch or partials_written) and sm_90)"
                     " or test_mask_geometry or (test_nan_classes and sm_90 and tiled)"
+                    " or (test_interp_nvgpu and follow_the_ptx_isa)"
                     " or (test_interp_hopper_ops and runs) or (test_wgmma_layouts and h200_verified)")
 TIMEOUT_S = 900
 
@@ -132,15 +135,20 @@ MUTANTS: list[Mutant] = [
                 "self.add_dq_value(pair, head, query(mi, r), col)",
                 'self.add_dq_value(arith.mulf(pair, splat(f32(0.99 if self.spec.dtype == "{dt}" else 1.0), [2])), head, query(mi, r), col)',
                 TILED_DTYPES),
-    # -- the AMD matrix layouts (the interpreter reads the same table: only the second source catches it)
-    Mutant("amd: MFMA accumulator row groups of the two lane halves swapped", "fmha_mlir/matrix_layouts.py",
-           "4 * groups * (register // 4) + 4 * (lane // shape.n) + register % 4",
-           "4 * groups * (register // 4) + 4 * (groups - 1 - lane // shape.n) + register % 4"),
+    # -- the matrix layouts: the interpreter and the lowering evaluate the same functions, so a wrong
+    # -- instruction layout fools both alike and only the second source (the vendors' figures) catches it;
+    # -- a wrong program layout (which rows each lane addresses) breaks the lowering alone
+    Mutant("layout: MFMA accumulator row groups of the two lane halves swapped", "fmha_mlir/matrix_layouts.py",
+           "4 * (lane // shape.n) + (4 * groups * (register // 4) + register % 4)",
+           "4 * (groups - 1 - lane // shape.n) + (4 * groups * (register // 4) + register % 4)"),
+    Mutant("layout: mma.sync accumulator registers 0 and 1 hold each other's rows", "fmha_mlir/matrix_layouts.py",
+           "return group + 8 * register, thread * 2 + element", "return group + 8 * (1 - register), thread * 2 + element"),
+    Mutant("layout: ldmatrix x4 lanes address the 8x8 matrices in the other order", "fmha_mlir/matrix_layouts.py",
+           "return (row8 + low * 8, high) if rows_first else (row8 + high * 8, low)",
+           "return (row8 + high * 8, low) if rows_first else (row8 + low * 8, high)"),
     Mutant("amd: MFMA emulation scatters D by the inverse of its layout", "fmha_mlir/runtime/interp/ops_amdgpu.py",
            "env[out] = d[:, d_positions].reshape(g.lanes, shape.c_registers)",
            "env[out] = d[:, c_holders.reshape(d_positions.shape)].reshape(g.lanes, shape.c_registers)"),
-    Mutant("amd: the MFMA atom stores accumulator register r at the wrong row", "passes/mfma_atom.py",
-           "index(4 * groups * (register // 4) + register % 4)", "index(4 * groups * (register % 4) + register // 4)"),
     Mutant("interp: a buffer load past the end reads the last element instead of zero",
            "fmha_mlir/runtime/interp/ops_amdgpu.py",
            "values = np.where(inside[:, None], values, np.zeros((), values.dtype))", "values = values"),

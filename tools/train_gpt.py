@@ -1,4 +1,4 @@
-"""A small GPT trained with torch SDPA's attention backward or ours (issue 12's training proof).
+"""A small GPT trained with torch SDPA's attention backward or ours: the proof that training with ours matches.
 
     python tools/train_gpt.py build DIR                                   # here (MLIR): the sm_90 bundles
     python tools/train_gpt.py run --attention fmha --bundle-dir DIR --seed 0 --json FILE    # on the GPU

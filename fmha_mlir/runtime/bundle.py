@@ -171,8 +171,8 @@ def mismatches(made: tuple, asked: tuple) -> list[tuple[str, str, str]]:
     (made_spec, made_arch, made_config), (spec, arch, config) = made, asked
     pairs = [("arch", made_arch, arch)]
     pairs += [(f"spec.{f.name}", getattr(made_spec, f.name), getattr(spec, f.name)) for f in dataclasses.fields(spec)]
-    pairs += [(f"config.{f.name}", getattr(made_config, f.name), getattr(config, f.name))
-              for f in dataclasses.fields(config)]
+    names = dict.fromkeys(["body"] + [f.name for c in (config, made_config) for f in dataclasses.fields(c)])
+    pairs += [(f"config.{name}", getattr(made_config, name, None), getattr(config, name, None)) for name in names]
     return [(name, _shown(a), _shown(b)) for name, a, b in pairs if not _same(a, b)]
 
 

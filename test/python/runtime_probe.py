@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fmha_mlir.kernel_config import KernelConfig
+from fmha_mlir.kernel_config import WarpConfig
 from fmha_mlir.numerics import SCALAR_ROWS
 from fmha_mlir.runtime.args import DeviceBuffer, ScalarArg, bind_args
 from fmha_mlir.runtime.bundle import FORMAT, Bundle, spec_to_json
@@ -78,7 +78,7 @@ def build_probe_bundle(arch: str, cubin: bool = False) -> Bundle:
         "format": FORMAT,
         "compiler": {"fmha-mlir": "test"},
         "spec": spec_to_json(AttentionBwdSpec()),
-        "config": KernelConfig(wave_size=target.wave_size).to_json(),
+        "config": WarpConfig(wave_size=target.wave_size).to_json(),
         "numerics": {"round_p_ds": SCALAR_ROWS.round_p_ds, "sum_chunk": SCALAR_ROWS.sum_chunk},
         "target": {"arch": arch, "backend": target.backend, "wave_size": target.wave_size},
         "binary": {"file": f"probe.{binary_format}", "format": binary_format},

@@ -62,7 +62,7 @@ def test_the_warp_body_loop_has_no_scratch_and_no_mfma():
 
 @pytest.mark.parametrize("arch,hdim", [(arch, h) for arch, rows in AMD_TILED_TABLE.items() for h in rows])
 def test_every_tiled_table_row_has_mfma_in_its_loop_no_scratch_and_two_waves_per_simd(arch, hdim):
-    """Issue 8's static facts for each gfx942 / gfx950 table row, from the code object (causal: the loop
+    """The static facts the AMD table rows were chosen by, for each gfx942 / gfx950 row, from the code object (causal: the loop
     holds both the cut and the whole tile's code)."""
     spec = AttentionBwdSpec("bf16", hdim, mask=Mask("causal_bottom_right"))
     result = Compiler().compile_spec(spec, arch)
@@ -82,9 +82,9 @@ def test_every_tiled_table_row_has_mfma_in_its_loop_no_scratch_and_two_waves_per
 
 
 def test_the_tile_step_counts_and_the_roofline():
-    from fmha_mlir.kernel_config import KernelConfig
+    from fmha_mlir.kernel_config import TiledConfig
     spec = AttentionBwdSpec("bf16", 128)
-    config = KernelConfig(body="tiled", wave_size=64, block_m=32, block_n=64, warps=8, instruction="mfma.16x16x16")
+    config = TiledConfig(wave_size=64, block_m=32, block_n=64, warps=8, instruction="mfma.16x16x16")
     flops, moved = tile_step(spec, config)
     assert flops == 2 * 32 * 64 * 5 * 128
     assert moved == 32 * 256 * 2 + 8 * 32 + 32 * 128 * 4

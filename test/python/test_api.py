@@ -123,7 +123,7 @@ def test_main_job_exits_one_when_a_gradient_fails(capsys, monkeypatch):
 
 @pytest.mark.parametrize("shape", [(13, 29), (4, 13, 29), (1, 4, 13, 29)], ids=["SqxSk", "HxSqxSk", "1xHxSqxSk"])
 def test_a_bias_array_and_its_gradient_through_the_api(shape):
-    """bias= takes the seed's shapes; dbias comes back fourth, in the bias's own shape."""
+    """bias= takes [Sq, Sk], [H, Sq, Sk] and [B, H, Sq, Sk]; dbias comes back fourth, in the bias's own shape."""
     spec = AttentionBwdSpec(dtype="f16", hdim_q=64, gqa_ratio=2, bias="elementwise", dbias=True)
     problem = make_problem(spec, ProblemSize(2, 4, 13, 29), seed=2,
                            broadcast="batch_heads" if len(shape) == 2 else "batch")
@@ -146,6 +146,36 @@ def test_alibi_slopes_and_their_gradient_through_the_api():
     assert grads[3].shape == (4,) and grads[3].dtype == np.float32
     kernel = dict(zip(("dq", "dk", "dv", "dalibi_slopes"), grads[:3] + (grads[3].reshape(1, 4),)))
     assert all(c.passed for c in problem.check(kernel, _numerics(spec, "gfx950")))
+
+
+def test_run_takes_a_spec_and_computes_what_the_keyword_call_computes():
+    spec = AttentionBwdSpec(dtype="f16", hdim_q=64, gqa_ratio=2, mask=Mask("causal_bottom_right"), softcap=3.0,
+                            bias="elementwise", dbias=True)
+    problem = make_problem(spec, ProblemSize(1, 4, 9, 17), seed=6)
+    t = problem.tensors
+    bwd = AttentionBackward(executor="cpu", arch="sm_90", atomic_order="sequential")
+    by_spec = bwd.run(spec, t["q"], t["k"], t["v"], t["o"], t["do"], t["lse"], bias=t["bias"])
+    by_options = bwd(t["q"], t["k"], t["v"], t["o"], t["do"], t["lse"], mask=spec.mask, softcap=3.0, bias=t["bias"],
+                     dbias=True)
+    assert len(by_spec) == 4 and all(np.array_equal(a, b) for a, b in zip(by_spec, by_options))
+    assert list(bwd._bundles) == [(spec, "sm_90")]   # one spec, one bundle: the call built the same spec
+    assert all(c.passed for c in problem.check(dict(zip(("dq", "dk", "dv", "dbias"), by_spec)), _numerics(spec, "sm_90")))
+
+
+def test_run_refuses_tensors_the_spec_does_not_describe_naming_each_field():
+    spec = AttentionBwdSpec(dtype="f16", hdim_q=64, bias="elementwise")
+    q = np.zeros((1, 2, 4, 32), np.float32)
+    lse = np.zeros((1, 2, 4), np.float32)
+    with pytest.raises(SpecError) as refused:
+        AttentionBackward(executor="cpu", arch="sm_90").run(spec, q, q, q, q, q, lse)
+    assert {r.field for r in refused.value.reasons} == {"dtype", "hdim_q", "hdim_v", "bias"}
+    assert "the tensors give 'f32', the spec says 'f16'" in str(refused.value)
+
+
+def test_run_refuses_an_invalid_spec_before_looking_at_the_tensors():
+    with pytest.raises(SpecError, match="softcap: must be 0 \\(off\\) or a positive f32 value"):
+        AttentionBackward(executor="cpu", arch="sm_90").run(AttentionBwdSpec(softcap=1e-40), None, None, None, None,
+                                                            None, None)
 
 
 @pytest.mark.parametrize("kwargs,match", [
@@ -177,9 +207,9 @@ def _numerics(spec, arch):
 
 
 def test_one_instance_serves_several_threads():
-    """Issue 11: an AttentionBackward (and its CPU executor) shared by threads that run two specs at
-    once gives every call its own spec's gradients (the audit saw 7-10 of 16 calls fail when the
-    executor held one bundle's kernels at a time)."""
+    """An AttentionBackward (and its CPU executor) shared by threads that run two specs at once gives
+    every call its own spec's gradients (an executor that holds one bundle's kernels at a time fails
+    some of the 16 calls)."""
     from concurrent.futures import ThreadPoolExecutor
 
     runner = AttentionBackward(executor="cpu", arch="sm_90")

@@ -16,7 +16,7 @@ sys.path.insert(0, str(Path(__file__).parent))  # test_runtime's stand-in bundle
 from fmha_mlir.api import AttentionBackward, bundle_path, load_bundle  # noqa: E402
 from fmha_mlir.bodies import choose_config  # noqa: E402
 from fmha_mlir.errors import SpecError  # noqa: E402
-from fmha_mlir.kernel_config import INSTRUCTIONS, KernelConfig  # noqa: E402
+from fmha_mlir.kernel_config import INSTRUCTIONS, KernelConfig, TiledConfig, WarpConfig  # noqa: E402
 from fmha_mlir.runtime.bundle import mismatches  # noqa: E402
 from fmha_mlir.spec import DTYPES, AttentionBwdSpec, Mask  # noqa: E402
 from fmha_mlir.target import TARGETS, get_target  # noqa: E402
@@ -64,9 +64,9 @@ def differing_spec_fields(a: AttentionBwdSpec, b: AttentionBwdSpec) -> set[str]:
 @given(made=specs(), asked=specs(), made_arch=st.sampled_from(tuple(TARGETS)), asked_arch=st.sampled_from(tuple(TARGETS)))
 def test_every_differing_spec_field_and_arch_is_refused_naming_both(tmp_path_factory, made, asked, made_arch,
                                                                     asked_arch):
-    config = KernelConfig(wave_size=TARGETS[asked_arch].wave_size)
+    config = WarpConfig(wave_size=TARGETS[asked_arch].wave_size)
     directory = tmp_path_factory.mktemp("bundles")
-    filed_under(directory, stand_in(made, made_arch, KernelConfig(wave_size=TARGETS[made_arch].wave_size)),
+    filed_under(directory, stand_in(made, made_arch, WarpConfig(wave_size=TARGETS[made_arch].wave_size)),
                 asked, asked_arch, config)
     expected = differing_spec_fields(made, asked) | ({"arch"} if made_arch != asked_arch else set())
     if TARGETS[made_arch].wave_size != TARGETS[asked_arch].wave_size:
@@ -78,7 +78,7 @@ def test_every_differing_spec_field_and_arch_is_refused_naming_both(tmp_path_fac
         load_bundle(directory, asked, asked_arch, config)
     assert {r.field for r in refused.value.reasons} == expected
     for reason in refused.value.reasons:
-        _, made_value, asked_value = next(m for m in mismatches((made, made_arch, KernelConfig(
+        _, made_value, asked_value = next(m for m in mismatches((made, made_arch, WarpConfig(
             wave_size=TARGETS[made_arch].wave_size)), (asked, asked_arch, config)) if m[0] == reason.field)
         assert f"compiled for {made_value}; this call needs {asked_value}" in reason.message
         assert str(bundle_path(directory, asked, asked_arch, config=config)) in reason.message
@@ -90,13 +90,13 @@ CONFIG_CHANGES = {"body": "warp", "wave_size": 64, "block_m": 64, "block_n": 128
 
 
 def test_every_config_field_has_a_change_below():
-    assert set(CONFIG_CHANGES) == {f.name for f in dataclasses.fields(KernelConfig)}
+    assert set(CONFIG_CHANGES) == {"body"} | {f.name for f in dataclasses.fields(TiledConfig)}
 
 
-@pytest.mark.parametrize("name", sorted(CONFIG_CHANGES))
+@pytest.mark.parametrize("name", sorted(set(CONFIG_CHANGES) - {"body"}))
 def test_every_differing_config_field_is_refused_naming_both(name):
-    made = KernelConfig(body="tiled", wave_size=32, block_m=32, block_n=64, warps=8, instruction="mma.m16n8k16",
-                        sdp_warps=(8, 1), dkv_warps=(8, 1), dq_warps=(4, 2))
+    made = TiledConfig(wave_size=32, block_m=32, block_n=64, warps=8, instruction="mma.m16n8k16",
+                       sdp_warps=(8, 1), dkv_warps=(8, 1), dq_warps=(4, 2))
     asked = dataclasses.replace(made, **{name: CONFIG_CHANGES[name]})
     assert getattr(made, name) != getattr(asked, name)
     spec = AttentionBwdSpec()
@@ -104,9 +104,17 @@ def test_every_differing_config_field_is_refused_naming_both(name):
         (f"config.{name}", repr(getattr(made, name)), repr(CONFIG_CHANGES[name]))]
 
 
+def test_a_config_of_another_body_is_refused_naming_the_body_and_the_fields_only_one_has():
+    made = TiledConfig(wave_size=32, block_m=32, block_n=64, warps=8, instruction="mma.m16n8k16",
+                       sdp_warps=(8, 1), dkv_warps=(8, 1), dq_warps=(4, 2))
+    found = mismatches((AttentionBwdSpec(), "sm_90", made), (AttentionBwdSpec(), "sm_90", WarpConfig()))
+    assert found[0] == ("config.body", "'tiled'", "'warp'")
+    assert ("config.block_m", "32", "None") in found and "config.wave_size" not in [m[0] for m in found]
+
+
 def test_floats_compare_as_the_f32_the_kernels_hold():
     made = AttentionBwdSpec(scale=0.1, softcap=30.0)
-    config = KernelConfig()
+    config = WarpConfig()
     assert mismatches((made, "gfx942", config), (dataclasses.replace(made, scale=float(np.float32(0.1))), "gfx942",
                                                  config)) == []
     assert mismatches((made, "gfx942", config), (dataclasses.replace(made, scale=0.1000001), "gfx942", config)) == [

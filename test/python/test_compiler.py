@@ -374,3 +374,21 @@ def test_verifying_once_per_stage_compiles_the_same_code(compiler):
     each = Compiler(verify_each_pass=True).compile_spec(spec, "sm_90")
     assert once.isa == each.isa and once.interp_ir == each.interp_ir
     assert list(once.stages) == list(IR_STAGES) and all(once.stages[s] == each.stages[s] for s in IR_STAGES)
+
+
+def test_one_compile_decodes_validates_and_plans_once_per_value():
+    """The passes share one decoded spec and config and one BodyPlan (tools/count_spec_reads.py counts
+    them; tools/reports/spec_config_reads.md has the figures). A scale no other test uses keeps the
+    process's caches from answering for this compile."""
+    from fmha_mlir.bodies import body_plan
+    from fmha_mlir.tools.count_spec_reads import count_calls
+
+    spec = AttentionBwdSpec("f16", 64, scale=0.0123)
+    compiled = []
+    counts = count_calls(lambda: compiled.append(Compiler().compile_spec(spec, "gfx942", body="tiled")))
+    assert counts["spec reads (attributes -> spec)"] == 1 and counts["config reads (attribute -> config)"] == 2
+    assert counts["spec validations"] == 3 and counts["body plans made"] == 1 and counts["workspace lists computed"] == 1
+    plan = body_plan(compiled[0].spec, compiled[0].config)
+    assert plan is body_plan(compiled[0].spec, compiled[0].config)
+    shared = max(step.get("shared_bytes", 0) for step in compiled[0].manifest["steps"])
+    assert shared == plan.launch("dq_dk_dv").shared_bytes == plan.shared_tiles[-1].end > 0

@@ -1,4 +1,4 @@
-"""Deterministic mode (issue 10): the tiled bodies write one dQ partial per key block and the convert
+"""Deterministic mode: the tiled bodies write one dQ partial per key block and the convert
 sums them in order, so no result depends on the order in which atomics land. The interpreter applies
 atomics in a random order (CpuExecutor(atomic_order="random")): the non-deterministic plan's f32 dQ
 workspace differs between two orders, the deterministic plan's workspace and outputs never do."""

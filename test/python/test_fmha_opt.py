@@ -163,7 +163,7 @@ def test_a_project_error_while_rewriting_an_op_is_located_at_that_op(tmp_path, c
     assert capsys.readouterr().err == f"{source}:2:1: error: fmha-test-failing: 'fmha.exp2' op is broken\n"
 
 
-# -- issue 11: nothing kills the caller ---------------------------------------------------------------
+# -- nothing kills the caller  ---------------------------------------------------------------------------
 
 def test_a_crash_in_mlir_is_a_located_error_and_the_other_chunks_survive(tmp_path, capsys):
     """10000 nested regions overflow MLIR's parser stack (SIGSEGV): the child dies, fmha-opt reports the

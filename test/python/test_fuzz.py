@@ -1,4 +1,4 @@
-"""Property-based tests (issue 11), bounded for CI and derandomized (the same examples every run):
+"""Property-based tests, bounded for CI and derandomized (the same examples every run):
 
 - random specs, valid or not: validation answers with reasons or a config, never another exception,
   and never needs MLIR to do it;

@@ -1,4 +1,4 @@
-"""bf16 gradient atomics (grad_accum="bf16", issue 10): the tiled bodies add dQ into dq itself with packed
+"""bf16 gradient atomics (grad_accum="bf16"): the tiled bodies add dQ into dq itself with packed
 bf16 atomics, once per key block, and the gate's reference rounds the same way (Numerics.dq_add_block).
 The interpreter applies each half of a packed add with round to nearest even, in lane order or in a
 seeded random order (CpuExecutor(atomic_order="random"))."""

@@ -12,9 +12,10 @@ import pytest
 
 from fmha_mlir.compiler import Compiler
 from fmha_mlir.errors import CompileError
+from fmha_mlir.hopper_probe_geometry import BLOCK_K, ProbeShape
 from fmha_mlir.mlir import ir, make_context
 from fmha_mlir.passes import hopper_sync, wgmma_atom
-from fmha_mlir.passes.hopper_probe import BLOCK_K, ProbeShape, probe_module_text
+from fmha_mlir.passes.hopper_probe import probe_module_text
 from fmha_mlir.passes.tma_copy import TmaCopy
 from fmha_mlir.wgmma_layouts import OperandTile
 

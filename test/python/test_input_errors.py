@@ -1,5 +1,5 @@
-"""Issue 11: bad input gets a clear error naming what is wrong and how to fix it; valid input is not
-refused. One test per class the audit found, each with the exact message (fmha-opt's classes are in
+"""Bad input gets a clear error naming what is wrong and how to fix it; valid input is not refused.
+One test per class of bad input, each with the exact message (fmha-opt's classes are in
 test_fmha_opt.py, the AMD head dims that aborted LLVM in test_interp_matrix.py)."""
 import numpy as np
 import pytest
@@ -127,7 +127,7 @@ def test_a_stage_lowered_for_one_vendor_is_not_restarted_for_the_other(tmp_path)
 
 
 def test_a_grid_beyond_the_hardware_limit_is_refused_before_the_launch():
-    """Issue 11: batch > 65535 puts more than 65535 work-groups on sm_90's grid z: the driver would fail
+    """batch > 65535 puts more than 65535 work-groups on sm_90's grid z: the driver would fail
     with an opaque status. The runner refuses it with the limit and the way out."""
     from fmha_mlir.api import compile_bundle
     from fmha_mlir.errors import RuntimeLaunchError
@@ -159,8 +159,8 @@ STATIC_PROBLEM = """func.func @static(%q: memref<1x4x8x64xf16>, %k: memref<1x2x5
 
 
 def test_a_hand_written_static_problem_compiles_to_a_bundle_that_passes_the_gate():
-    """Issue 11 (a false rejection): a level-1 function with static shapes and no fmha.operand names was
-    refused at the launch plan; its arguments are named after the problem op's operands they are."""
+    """A level-1 function with static shapes and no fmha.operand names is not refused at the launch plan:
+    its arguments are named after the problem op's operands they are."""
     from fmha_mlir.compiler import Compiler
     from fmha_mlir.runtime.bundle import Bundle
     from fmha_mlir.runtime.cpu_executor import CpuExecutor

@@ -1,5 +1,5 @@
 """Cross-lane ops against references written from the ISA / MLIR docs: gpu.shuffle, amdgpu.dpp,
-rocdl.readlane / readfirstlane, fmha.wave_reduce and the DPP wave reduction of TOOLCHAIN.md."""
+rocdl.readlane / readfirstlane, fmha.wave_reduce and the DPP full-wave reduction the AMD lowering emits."""
 import numpy as np
 import pytest
 
@@ -160,7 +160,7 @@ def test_dpp_treats_lanes_that_do_not_execute_as_invalid():
 
 
 def test_dpp_wave_reduction_sequence_leaves_the_sum_in_lane_63():
-    """The TOOLCHAIN.md sequence: quad_perm x2, row_half_mirror, row_mirror, row_bcast_15 (rows 1, 3),
+    """The DPP full-wave reduction (passes/fmha_to_rocdl.py): quad_perm x2, row_half_mirror, row_mirror, row_bcast_15 (rows 1, 3),
     row_bcast_31 (rows 2, 3), each added to the running value; then readlane 63."""
     src = np.arange(128, dtype=np.float32) * 0.5 + 1
     out = np.zeros(128, np.float32)

@@ -18,16 +18,17 @@ pytest.importorskip("fmha_mlir.mlir")
 @pytest.fixture(scope="module")
 def probe():
     from fmha_mlir.compiler import Compiler
-    from fmha_mlir.passes.hopper_probe import ProbeShape, probe_module_text
+    from fmha_mlir.hopper_probe_geometry import ProbeShape
+    from fmha_mlir.passes.hopper_probe import probe_module_text
 
     shape = ProbeShape()
     text = Compiler().compile_module(probe_module_text(shape), "gpu", "sm_90a").interp_ir
-    return shape, text, probe_inputs(shape.m, shape.n, shape.k, shape.n2)
+    return shape, text, probe_inputs(shape)
 
 
 def _run(probe, text=None, swizzle=128):
-    shape, original, (a, b, v) = probe
-    return judge_products(a, b, v, *run_interpreted(text or original, shape, a, b, v, swizzle))
+    shape, original, inputs = probe
+    return judge_products(shape, inputs, *run_interpreted(text or original, shape, inputs, swizzle))
 
 
 def test_the_probe_runs_end_to_end_under_the_gate(probe):
@@ -56,7 +57,7 @@ def test_a_missing_mbarrier_wait_is_reported(probe):
 def _staged_store(text: str, fence: bool) -> str:
     """Before the RS products, every thread stores one bf16 of V's tile with an ordinary store (as a
     body stages dS), then (optionally) fence.proxy.async, then a barrier."""
-    from fmha_mlir.passes.hopper_probe import STAGES, ProbeShape
+    from fmha_mlir.hopper_probe_geometry import STAGES, ProbeShape
 
     v_base = STAGES * ProbeShape().stage_bytes
     thread = re.search(r'(%\d+) = "gpu\.thread_id"\(\) <\{dimension = #gpu<dim x>\}>', text).group(1)
@@ -147,16 +148,17 @@ def test_reading_tma_data_with_an_ordinary_load_needs_the_wait_too():
 @pytest.fixture(scope="module")
 def role_probe():
     from fmha_mlir.compiler import Compiler
-    from fmha_mlir.passes.hopper_probe import ProbeShape, probe_module_text
+    from fmha_mlir.hopper_probe_geometry import ProbeShape
+    from fmha_mlir.passes.hopper_probe import probe_module_text
 
     shape = ProbeShape()
     text = Compiler().compile_module(probe_module_text(shape, roles=True), "gpu", "sm_90a").interp_ir
-    return shape, text, probe_inputs(shape.m, shape.n, shape.k, shape.n2)
+    return shape, text, probe_inputs(shape)
 
 
 def _run_roles(probe, text=None):
-    shape, original, (a, b, v) = probe
-    return judge_products(a, b, v, *run_interpreted(text or original, shape, a, b, v, roles=True))
+    shape, original, inputs = probe
+    return judge_products(shape, inputs, *run_interpreted(text or original, shape, inputs, roles=True))
 
 
 def test_the_warp_specialised_probe_runs_its_roles_as_coroutines(role_probe):

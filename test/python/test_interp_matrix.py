@@ -43,7 +43,7 @@ MATRIX = [(spec, arch, body)
           if supported(spec, arch, body)]
 
 
-# softcap (issue 9) on every (arch, body) and dtype, with and without a mask, GQA 2: a cap below the
+# softcap on every (arch, body) and dtype, with and without a mask, GQA 2: a cap below the
 # scores' range, so tanh is far from linear.
 SOFTCAP = [(AttentionBwdSpec(dtype, 64, gqa_ratio=2, mask=Mask(mask), softcap=2.0, scale=0.5), arch, body)
            for (arch, body), dtype, mask in itertools.product(TARGETS, DTYPES, ("none", "causal_bottom_right"))
@@ -60,7 +60,7 @@ SOFTCAP_30 = [(AttentionBwdSpec(dtype, 64, gqa_ratio=2, mask=Mask(mask), softcap
               if supported(AttentionBwdSpec(dtype, 64), arch, body)]
 
 
-# ALiBi (issue 9) with the standard slopes, computed in the kernel: every (arch, body) and dtype, with
+# ALiBi with the standard slopes, computed in the kernel: every (arch, body) and dtype, with
 # and without a mask, GQA 2, and after a softcap in bf16.
 ALIBI = [(AttentionBwdSpec(dtype, 64, gqa_ratio=2, mask=Mask(mask), bias="alibi"), arch, body)
          for (arch, body), dtype, mask in itertools.product(TARGETS, DTYPES, ("none", "causal_bottom_right"))
@@ -69,7 +69,7 @@ ALIBI += [(AttentionBwdSpec("bf16", 64, gqa_ratio=2, mask=Mask("causal_top_left"
                             scale=0.5), arch, body) for arch, body in TARGETS]
 
 
-# An elementwise bias with dbias (issue 9) on every (arch, body) and dtype, with and without a mask, GQA 2,
+# An elementwise bias with dbias on every (arch, body) and dtype, with and without a mask, GQA 2,
 # the bias's shape cycling through [1, H, Sq, Sk], [B, 1, ...], [1, 1, ...], [B, H, ...]; one after a softcap.
 BIAS = [(AttentionBwdSpec(dtype, 64, gqa_ratio=2, mask=Mask(mask), bias="elementwise", dbias=True), arch, body)
         for (arch, body), dtype, mask in itertools.product(TARGETS, DTYPES, ("none", "causal_bottom_right"))
@@ -120,7 +120,7 @@ def test_variant_matches_the_oracle(compiler, index):
 def test_lane_slices_of_a_non_power_of_two_width(compiler, arch, dtype, hdim):
     """hdim 320 / 448 on a wave of 64 (and 96 on 32) give each lane 5 / 7 / 3 elements: moved as
     power-of-two pieces, since AMDGPU's instruction selection aborts the process on a vector<5 x f16>
-    extending load (issue 11); the gradients pass the gate."""
+    extending load; the gradients pass the gate."""
     spec = AttentionBwdSpec(dtype, hdim, mask=Mask("causal_bottom_right"))
     bundle = compile_bundle(spec, arch, compiler, body="warp")
     problem = make_problem(spec, ProblemSize(1, 2, 6, 9), seed=hdim)

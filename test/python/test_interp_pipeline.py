@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 
 from fmha_mlir.compiler import INTERP_IR_FILE, compile_spec
-from fmha_mlir.kernel_config import KernelConfig
+from fmha_mlir.kernel_config import TiledConfig
 from fmha_mlir.problem import ProblemSize, make_problem
 from fmha_mlir.runtime.bundle import Bundle
 from fmha_mlir.runtime.cpu_executor import CpuExecutor
@@ -60,10 +60,10 @@ def _tiled_across_tiles(arch: str, spec, size, config) -> Bundle:
     return bundle
 
 
-SMALL_TILES = dict(body="tiled", wave_size=32, instruction="mma.m16n8k16", swizzle="xor")
-M32N32_DOUBLE_BUFFERED = KernelConfig(**SMALL_TILES, block_m=32, block_n=32, warps=2, stages=2, sdp_warps=(2, 1),
+SMALL_TILES = dict(wave_size=32, instruction="mma.m16n8k16", swizzle="xor")
+M32N32_DOUBLE_BUFFERED = TiledConfig(**SMALL_TILES, block_m=32, block_n=32, warps=2, stages=2, sdp_warps=(2, 1),
                                       dkv_warps=(2, 1), dq_warps=(2, 1), p_in_registers=True)
-M32N64_P_IN_SHARED = KernelConfig(**SMALL_TILES, block_m=32, block_n=64, warps=4, stages=1, sdp_warps=(2, 2),
+M32N64_P_IN_SHARED = TiledConfig(**SMALL_TILES, block_m=32, block_n=64, warps=4, stages=1, sdp_warps=(2, 2),
                                   dkv_warps=(4, 1), dq_warps=(1, 4), p_in_registers=False)
 
 
@@ -90,12 +90,12 @@ def test_tiled_body_across_tiles(spec, size, config):
     assert grid[key_axis] == {"ceildiv": [{"dim": ["k", 2]}, config.block_n]}  # the order the kernel reads
 
 
-MFMA_TILES = dict(body="tiled", wave_size=64, stages=1, swizzle="none")
-M64N64_32X32X8 = KernelConfig(**MFMA_TILES, instruction="mfma.32x32x8", block_m=64, block_n=64, warps=4,
+MFMA_TILES = dict(wave_size=64, stages=1, swizzle="none")
+M64N64_32X32X8 = TiledConfig(**MFMA_TILES, instruction="mfma.32x32x8", block_m=64, block_n=64, warps=4,
                               sdp_warps=(2, 2), dkv_warps=(2, 2), dq_warps=(2, 2))
-M32N64_32X32X16 = KernelConfig(**MFMA_TILES, instruction="mfma.32x32x16", block_m=32, block_n=64, warps=2,
+M32N64_32X32X16 = TiledConfig(**MFMA_TILES, instruction="mfma.32x32x16", block_m=32, block_n=64, warps=2,
                                sdp_warps=(2, 1), dkv_warps=(2, 1), dq_warps=(1, 2))
-M32N32_16X16X32 = KernelConfig(**MFMA_TILES, instruction="mfma.16x16x32", block_m=32, block_n=32, warps=4,
+M32N32_16X16X32 = TiledConfig(**MFMA_TILES, instruction="mfma.16x16x32", block_m=32, block_n=32, warps=4,
                                sdp_warps=(2, 2), dkv_warps=(1, 4), dq_warps=(2, 2), grid_order="keys_inner")
 
 

@@ -10,6 +10,7 @@ same banks; the test shows that too, so the check can fail.
 """
 import dataclasses
 
+import numpy as np
 import pytest
 
 from fmha_mlir import matrix_layouts as layouts
@@ -34,11 +35,8 @@ def passes(addresses: list[int], width: int) -> int:
 
 def fragment_addresses(shape: layouts.MfmaShape, pitch: int, row0: int, k0: int) -> list[int]:
     """Byte address of each lane's A fragment (rows row0.., k k0..) in a tile of `pitch` elements per row."""
-    out = []
-    for lane in range(layouts.WAVE64):
-        row, k = layouts.mfma_a(shape, lane, 0)
-        out.append(((row0 + row) * pitch + k0 + k) * ELEMENT_BYTES)
-    return out
+    row, k = shape.a(np.arange(layouts.WAVE64), 0, 0)   # every lane at once: the layout on a NumPy array
+    return list((((row0 + row) * pitch + k0 + k) * ELEMENT_BYTES).tolist())
 
 
 ROWS = [(arch, hdim, config) for arch, rows in AMD_TILED_TABLE.items() for hdim, config in rows.items()]

@@ -14,8 +14,8 @@ from fmha_mlir.compiler import Compiler
 from fmha_mlir.dialects.fmha_types import element_type
 from fmha_mlir.mlir import gpu, ir, make_context, memref, vector
 from fmha_mlir.passes.ir_builders import collect_ops
+from fmha_mlir.passes.ix import LaneValues, as_value
 from fmha_mlir.passes.mfma_atom import MfmaAtom
-from fmha_mlir.passes.shared_tiles import LaneValues
 from fmha_mlir.runtime.interp import Interpreter
 
 from interp_support import random_values
@@ -71,8 +71,8 @@ module attributes {{gpu.container_module}} {{
             for k0 in range(0, k, shape.k):
                 acc = atom.mma(atom.load_a(la, 0, k0), atom.load_b(lb, 0, k0), acc)
             for r in range(shape.c_registers):
-                row, col = atom.accumulator_position(r)
-                memref.store(vector.extract(acc, [], [r]), block.arguments[2], [row, col])
+                row, col = atom.position(r)
+                memref.store(vector.extract(acc, [], [r]), block.arguments[2], [as_value(row), as_value(col)])
         return str(module)
 
 

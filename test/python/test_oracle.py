@@ -121,8 +121,8 @@ def test_finite_difference_check_catches_a_wrong_gradient(monkeypatch):
     assert oracle.finite_difference_check(q, k, v, do, mask=Mask(), scale=0.4, gqa_ratio=1) > 1e-3
 
 
-def test_dbias_is_ds_summed_over_batch_as_seed_000():
-    """Seed 000: dbias = sum over batch of P * (dP - D) for a [heads, Sq, Sk] bias (no scale)."""
+def test_dbias_is_ds_summed_over_batch():
+    """dbias = sum over batch of P * (dP - D) for a [heads, Sq, Sk] bias (no scale)."""
     q, k, v, do = random_inputs(seqlen_q=6, seqlen_k=6)
     bias = np.random.default_rng(3).standard_normal((4, 6, 6))
     fwd, grads = forward_and_backward(q, k, v, do, mask=Mask(), scale=0.3, gqa_ratio=1, bias=bias)
@@ -199,7 +199,7 @@ def test_forward_matches_a_row_by_row_softmax(mask):
 # --- masks -----------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("seqlen_q,seqlen_k", [(6, 6), (4, 9), (9, 4)])
-def test_causal_masks_equal_seed_001_matrices(seqlen_q, seqlen_k):
+def test_causal_masks_equal_their_index_comparisons(seqlen_q, seqlen_k):
     row = np.arange(seqlen_q).reshape(-1, 1)
     col = np.arange(seqlen_k).reshape(1, -1)
     top_left = col <= row
@@ -400,3 +400,12 @@ def test_bad_problems_are_rejected(size, layout, match):
 def test_unknown_bias_kind_is_rejected():
     with pytest.raises(SpecError, match="unknown bias kind"):
         make_problem(small_spec(bias="relative"), ProblemSize(1, 2, 4, 4))
+
+
+@pytest.mark.parametrize("softcap", [1e-40, -1.0, math.inf, math.nan, 4e38, True])
+def test_the_oracle_refuses_a_softcap_by_the_specs_rule(softcap):
+    q = np.ones((1, 1, 2, 4))
+    with pytest.raises(SpecError) as refused:
+        oracle.forward(q, q, q, mask=Mask(), scale=0.5, gqa_ratio=1, softcap=softcap)
+    spec_reasons = AttentionBwdSpec(hdim_q=4, softcap=softcap).reasons()
+    assert [str(r) for r in refused.value.reasons] == [str(r) for r in spec_reasons]

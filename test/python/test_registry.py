@@ -1,7 +1,9 @@
 """Textual pipelines (passes/registry.py): splitting, options, resolution of our passes and upstream ones."""
 from __future__ import annotations
 
+import ast
 import dataclasses
+from pathlib import Path
 from typing import ClassVar
 
 import pytest
@@ -98,13 +100,22 @@ def test_render_gives_back_the_options_parse_element_reads(probe):
 
 
 def test_every_registered_pass_resolves_to_its_class():
-    for name in registry.pass_names():
-        try:
-            cls = registry.get_pass_class(name)
-        except ImportError:  # listed before its module landed
-            continue
+    """Each listed pass module imports (an ImportError fails here) and names its class's pass."""
+    names = registry.pass_names()
+    for name in names:
+        cls = registry.get_pass_class(name)
         assert cls.NAME == name and issubclass(cls, FmhaPass)
         assert registry.make_pass(name).render() == name
+
+
+def test_every_pass_class_in_passes_is_registered():
+    """One pass = one module registered here: a pass module the table misses fails."""
+    folder = Path(registry.__file__).parent
+    defined = {f"{path.stem}:{node.name}" for path in folder.glob("*.py") for node in ast.parse(path.read_text()).body
+               if isinstance(node, ast.ClassDef) and any(getattr(b, "id", None) == "FmhaPass" for b in node.bases)}
+    listed = {registry.get_pass_class(name).__module__.rsplit(".", 1)[1] + ":" + registry.get_pass_class(name).__name__
+              for name in registry.pass_names()}
+    assert len(defined) >= 11 and defined == listed
 
 
 def test_unknown_fmha_pass_is_a_pipeline_error():

@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).parent))  # runtime_probe, whatever the im
 
 import runtime_probe  # noqa: E402
 from fmha_mlir.errors import RuntimeLaunchError  # noqa: E402
-from fmha_mlir.kernel_config import KernelConfig  # noqa: E402
+from fmha_mlir.kernel_config import KernelConfig, WarpConfig  # noqa: E402
 from fmha_mlir.runtime import cpu_executor, cuda_executor, hip_executor  # noqa: E402
 from fmha_mlir.runtime.args import (DeviceBuffer, ScalarArg, bind_args, check_against_metadata,  # noqa: E402
                                     flatten_args, pack_args, pointer_fields)
@@ -78,7 +78,7 @@ def attention_manifest(spec: AttentionBwdSpec = SPEC, arch: str = "gfx942") -> d
                for s in steps if s["op"] == "launch"}
     binary = "kernels.hsaco" if target.backend == "rocdl" else "kernels.ptx"
     return {"format": FORMAT, "compiler": {"fmha-mlir": "test"}, "spec": spec_to_json(spec),
-            "config": KernelConfig(wave_size=target.wave_size).to_json(),
+            "config": WarpConfig(wave_size=target.wave_size).to_json(),
             "numerics": {"round_p_ds": False, "sum_chunk": 1},
             "target": {"arch": arch, "backend": target.backend, "wave_size": target.wave_size},
             "binary": {"file": binary, "format": binary.rsplit(".", 1)[1]}, "interp_ir": "kernels.interp.mlir",
@@ -130,7 +130,7 @@ def test_bundle_round_trip(tmp_path):
     assert [s["op"] for s in loaded.steps][:3] == ["launch", "zero", "zero"]
     assert set(loaded.kernels) == {f"{PREFIX}_{s}" for s in ("dot_do_o", "dq_dk_dv", "convert_dk", "convert_dv")}
     assert loaded.buffers["dk_acc"]["dims"][0] == {"dim": ["dk", 0]}
-    assert loaded.config == KernelConfig(wave_size=64) and loaded.numerics.sum_chunk == 1
+    assert loaded.config == WarpConfig(wave_size=64) and loaded.numerics.sum_chunk == 1
 
 
 def test_spec_json_round_trip_keeps_the_mask():
@@ -1011,7 +1011,7 @@ def test_a_bias_that_does_not_broadcast_is_refused(shape, message):
 
 @pytest.mark.parametrize("edit", ["steps reordered", "a zero fill repeated", "the binary changed", "no digest"])
 def test_a_bundle_edited_after_it_was_written_is_refused(tmp_path, edit):
-    """Issue 11: a manifest edited into another launch plan ran and returned wrong gradients. save()
+    """A manifest edited into another launch plan would run and return wrong gradients: save()
     stamps a digest of the manifest and the files; load() refuses a bundle that no longer matches it."""
     directory = attention_bundle().save(tmp_path / "b")
     path = directory / "manifest.json"

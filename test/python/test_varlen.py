@@ -1,4 +1,4 @@
-"""Varlen (issue 10, part 3): packed sequences of their own lengths, empty and length-1 ones among
+"""Varlen: packed sequences of their own lengths, empty and length-1 ones among
 them, under the one gate on every body in the interpreter; the oracle runs per sequence
 (fmha_mlir/varlen_problem.py). The refusals and the runtime's checks of cu_seqlens and the max lengths."""
 import dataclasses

@@ -2,8 +2,8 @@
 the nvvm.cp.async.commit.group / wait.group spellings), ldmatrix and mma.sync m16n8k16, emulated with
 NumPy for all warps of a chunk at once.
 
-Lane layouts come from fmha_mlir/matrix_layouts.py, the one description the compiler uses too; the
-tables below only tabulate (and invert) it for NumPy gathers. ldmatrix and mma.sync are
+Lane layouts come from fmha_mlir/matrix_layouts.py, the functions the lowering evaluates too; the
+tables below only tabulate (and invert) them for NumPy gathers. ldmatrix and mma.sync are
 warp-collective (.sync.aligned): all 32 lanes of a warp execute them together, and a divergent or
 partial warp is an error, as the hardware leaves it undefined.
 

@@ -19,10 +19,6 @@ class ScalarType:
         return self.name in FLOAT_VALUE_DTYPES
 
     @property
-    def is_int(self) -> bool:
-        return not self.is_float
-
-    @property
     def bits(self) -> int:
         if self.name == "index":
             return 64

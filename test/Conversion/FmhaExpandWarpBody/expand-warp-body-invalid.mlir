@@ -25,8 +25,7 @@ func.func @on_host(%o: !t, %do: !t, %d: !rows) {
 module attributes {gpu.container_module} {
   gpu.module @fmha_kernels {
     gpu.func @not_a_multiple(%o: !t, %do: !t, %d: !rows) kernel attributes {known_block_size = array<i32: 64, 1, 1>} {
-      // expected-error @+2 {{hdim_q: 96 is not supported by the warp body (wave size 64) (use a multiple of 64 from 64 to 512)}}
-      // expected-error @+1 {{hdim_v: 96 is not supported by the warp body (wave size 64)}}
+      // expected-error @+1 {{hdim_q: 96 is not supported by the warp body (wave size 64) (use a multiple of 64 from 64 to 512); hdim_v: 96 is not supported by the warp body (wave size 64)}}
       "fmha.dot_do_o"(%o, %do, %d) {
           dtype = "f32", hdim_q = 96 : i64, hdim_v = 96 : i64, gqa_ratio = 1 : i64,
           mask = "none", window_left = -1 : i64, window_right = -1 : i64, scale = 0.125 : f32,
@@ -47,8 +46,7 @@ module attributes {gpu.container_module} {
 module attributes {gpu.container_module} {
   gpu.module @fmha_kernels {
     gpu.func @too_wide(%o: !t, %do: !t, %d: !rows) kernel attributes {known_block_size = array<i32: 64, 1, 1>} {
-      // expected-error @+2 {{hdim_q: 1024 is not supported by the warp body (wave size 64)}}
-      // expected-error @+1 {{hdim_v: 1024 is not supported by the warp body (wave size 64)}}
+      // expected-error @+1 {{hdim_q: 1024 is not supported by the warp body (wave size 64) (use a multiple of 64 from 64 to 512); hdim_v: 1024 is not supported by the warp body (wave size 64)}}
       "fmha.dot_do_o"(%o, %do, %d) {
           dtype = "f16", hdim_q = 1024 : i64, hdim_v = 1024 : i64, gqa_ratio = 1 : i64,
           mask = "none", window_left = -1 : i64, window_right = -1 : i64, scale = 0.125 : f32,

@@ -3,7 +3,7 @@
 
 // The other vendor's scope on a module for this chip: AMD's backend dies on "device" scope, NVIDIA's
 // prints an error on "agent" and goes on; the pass refuses a gpu.module whose targets name the other
-// vendor (issue 11). With target=amd the first module is refused and the second relaxed; with
+// vendor. With target=amd the first module is refused and the second relaxed; with
 // target=nvidia the second is refused.
 
 // expected-error @+1 {{fmha-hardware-atomics{target=amd} on a gpu.module for #nvvm.target: use target=nvidia}}

@@ -94,3 +94,12 @@ func.func @module_symbol_taken(%o: !t, %do: !t, %d: !rows) {
       config = {body = "warp", wave_size = 64 : i64}} : (!t, !t, !rows) -> ()
   return
 }
+
+// -----
+
+// The tiled body computes on f16 / bf16 matrix instructions: valid IR, but its plan refuses an f32 spec.
+func.func @config_tiled_f32(%t: memref<1x2x8x64xf32>, %d: memref<1x2x8xf32>) {
+  // expected-error @+1 {{dtype: the tiled body computes f16 and bf16 on matrix instructions, not f32 (use body='warp' for f32)}}
+  "fmha.dot_do_o"(%t, %t, %d) {dtype = "f32", hdim_q = 64 : i64, hdim_v = 64 : i64, gqa_ratio = 1 : i64, mask = "none", window_left = -1 : i64, window_right = -1 : i64, scale = 0.125 : f32, bias = "none", dbias = false, deterministic = false, config = {body = "tiled", wave_size = 32 : i64, block_m = 64 : i64, block_n = 128 : i64, warps = 8 : i64, stages = 2 : i64, instruction = "mma.m16n8k16", sdp_warps = array<i64: 8, 1>, dkv_warps = array<i64: 8, 1>, dq_warps = array<i64: 4, 2>, swizzle = "xor"}} : (memref<1x2x8x64xf32>, memref<1x2x8x64xf32>, memref<1x2x8xf32>) -> ()
+  return
+}

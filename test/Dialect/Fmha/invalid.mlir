@@ -729,15 +729,6 @@ func.func @config_entry_type(%t: memref<1x2x8x64xf16>, %d: memref<1x2x8xf32>) {
 
 // -----
 
-// config_tiled_f32: the tiled body computes on f16 / bf16 matrix instructions.
-func.func @config_tiled_f32(%t: memref<1x2x8x64xf32>, %d: memref<1x2x8xf32>) {
-  // expected-error @+1 {{dtype: the tiled body computes f16 and bf16 on matrix instructions, not f32 (use body='warp' for f32)}}
-  "fmha.dot_do_o"(%t, %t, %d) {dtype = "f32", hdim_q = 64 : i64, hdim_v = 64 : i64, gqa_ratio = 1 : i64, mask = "none", window_left = -1 : i64, window_right = -1 : i64, scale = 0.125 : f32, bias = "none", dbias = false, deterministic = false, config = {body = "tiled", wave_size = 32 : i64, block_m = 64 : i64, block_n = 128 : i64, warps = 8 : i64, stages = 2 : i64, instruction = "mma.m16n8k16", sdp_warps = array<i64: 8, 1>, dkv_warps = array<i64: 8, 1>, dq_warps = array<i64: 4, 2>, swizzle = "xor"}} : (memref<1x2x8x64xf32>, memref<1x2x8x64xf32>, memref<1x2x8xf32>) -> ()
-  return
-}
-
-// -----
-
 // exp2_vector_result: elementwise ops give the type of their first operand.
 func.func @exp2_vector_result(%x: vector<2xf32>) {
   // expected-error @+1 {{'fmha.exp2' op must have one result of the type of operand #0 (vector<2xf32>), got f32}}

@@ -1,5 +1,5 @@
 // Static dims that fix one size in two operands must agree, and heads_q must be gqa_ratio x heads_kv:
-// the audit's contradictions lowered without an error (issue 11). Dynamic dims are checked at launch.
+// a contradiction would lower without an error and compute garbage. Dynamic dims are checked at launch.
 // RUN: fmha-opt %s -split-input-file -verify-diagnostics
 
 // batch_2_vs_3

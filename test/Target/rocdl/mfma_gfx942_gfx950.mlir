@@ -1,4 +1,4 @@
-// amdgpu.mfma, the instruction the AMD tiled body is built on (fmha_mlir/matrix_layouts.py, issue 8), through
+// amdgpu.mfma, the instruction the AMD tiled body is built on (fmha_mlir/matrix_layouts.py), through
 // the compiler's AMD backend: 32x32x8 and 16x16x16 bf16 on gfx942, the double-K 32x32x16 on gfx950, with
 // the accumulators kept in registers (no scratch) in a 64-lane wave.
 // RUN: fmha-compile %s --from-stage gpu --target gfx942 --emit isa | FileCheck %s --check-prefix=GFX942

@@ -1,0 +1,187 @@
+"""The tiled body: FlashAttention-2's shape on matrix instructions. One work-group per key block, dK and
+dV in registers, dQ by f32 atomics into a workspace (docs/design/tiled-body.md), or with grad_accum =
+"bf16" by packed bf16 atomics into dq itself (docs/design/accumulation.md). What is common to its
+instruction families lives here; each family's configs and table live in mma_sync.py and mfma.py."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ..dtypes import BYTES
+from ..errors import Reason
+from ..kernel_config import TiledConfig
+from ..matrix_layouts import MMA_M16N8K16
+from ..numerics import MATRIX_K16
+from ..shape_expr import Dim, Expr, ceildiv, mul
+from ..spec import AttentionBwdSpec
+from ..target import Target
+from . import mfma, mma_sync
+from .common import (COPY_ELEMENTS, ELEMENT_BYTES, LSE_BYTES, TILE_ALIGN, Body, Launch, SharedTile, Workspace,
+                     dims_of, row_alignment, row_launch, row_reasons)
+from .mfma import AMD_TILED_TABLE
+from .mma_sync import TILED_TABLE
+
+
+def key_blocks(config: TiledConfig) -> Expr:
+    """The tiled body's key blocks: one work-group each (per kv head and batch)."""
+    return ceildiv(Dim("k", 2), config.block_n)
+
+
+def instruction_tile(config: TiledConfig) -> tuple[int, int, int, int]:
+    """(m, S^T column multiple, n, k) of a warp's instruction tile: mma.sync's S^T columns come in
+    pairs of n-tiles (one ldmatrix x4 feeds two)."""
+    shape = config.mfma
+    if shape is None:
+        return MMA_M16N8K16.m, 2 * MMA_M16N8K16.n, MMA_M16N8K16.n, MMA_M16N8K16.k
+    return shape.m, shape.n, shape.n, shape.k
+
+
+class TiledBody(Body):
+    name = "tiled"
+    config_class = TiledConfig
+    numerics = MATRIX_K16
+
+    def target_reasons(self, spec, target, config):
+        out = (mma_sync if target.vendor == "nvidia" else mfma).instruction_reasons(target, config)
+        if not out and not self.spec_reasons(spec, config):
+            need = self.shared_layout(spec, config)[-1].end
+            if need > target.max_shared_bytes:
+                out.append(Reason("config", f"the tiles need {need} bytes of shared memory, {target.arch} has "
+                                            f"{target.max_shared_bytes}", "use smaller block_m / block_n or stages=1"))
+        if config.threads > target.max_threads_per_block:
+            out.append(Reason("config.warps", f"{config.threads} threads per work-group, {target.arch} allows "
+                                              f"{target.max_threads_per_block}"))
+        if not out and target.vendor == "amd" and not tiled_table(target.arch).get(_bucket(spec)):
+            out.append(Reason("hdim_q", f"the tiled body has no {target.arch} tile for head dim {_bucket(spec)}: "
+                                        "AMD_TILED_TABLE says why", "use body='warp'"))
+        return out
+
+    def spec_reasons(self, spec, config):
+        if spec.dtype not in ("f16", "bf16"):
+            return [Reason("dtype", f"the tiled body computes f16 and bf16 on matrix instructions, not {spec.dtype}",
+                           "use body='warp' for f32")]
+        return row_reasons(spec, config.wave_size, "", self.name) + self._tile_reasons(spec, config)
+
+    @staticmethod
+    def _tile_reasons(spec, config) -> list[Reason]:
+        """The divisibility the fragment arithmetic relies on: each warp's part of a product is whole
+        instruction tiles (rows m, columns n; S^T's columns in pairs of mma.sync n-tiles, one ldmatrix x4)
+        and every contraction whole instruction k steps. Threads [0, 2 block_m) copy LSE and D."""
+        m, n_sdp, n, k = instruction_tile(config)
+        out = []
+        for name in ("hdim_q", "hdim_v"):
+            if getattr(spec, name) % k:
+                out.append(Reason(name, f"{getattr(spec, name)} is not a multiple of {k} (the matrix instruction's K)",
+                                  f"use a multiple of {k}, or body='warp'"))
+        bm, bn = config.block_m, config.block_n
+        checks = [
+            ("sdp_warps", bn % (m * config.sdp_warps[0]) == 0 and bm % (n_sdp * config.sdp_warps[1]) == 0,
+             f"block_n / keys must be a multiple of {m} and block_m / queries of {n_sdp}"),
+            ("dkv_warps", bn % (m * config.dkv_warps[0]) == 0 and bm % k == 0
+             and all(d % (n * config.dkv_warps[1]) == 0 for d in (spec.hdim_q, spec.hdim_v)),
+             f"block_n / keys must be a multiple of {m}, each head dim / columns of {n} and block_m of {k}"),
+            ("dq_warps", bm % (m * config.dq_warps[0]) == 0 and bn % k == 0
+             and spec.hdim_q % (n * config.dq_warps[1]) == 0,
+             f"block_m / rows must be a multiple of {m}, hdim_q / columns of {n} and block_n of {k}"),
+        ]
+        out += [Reason(f"config.{name}", f"{getattr(config, name)} does not tile block_m {bm} x block_n {bn} x "
+                                         f"hdim {spec.hdim_q}/{spec.hdim_v}: {why}")
+                for name, ok, why in checks if not ok]
+        if config.threads < 2 * bm:
+            out.append(Reason("config.warps", f"{config.threads} threads cannot copy the {bm} LSE and {bm} D values "
+                                              "of a query block at once", "use more warps or a smaller block_m"))
+        return out
+
+    def default_config(self, spec, target):
+        return tiled_config(spec, target)
+
+    def numerics_of(self, spec, config):
+        if spec.grad_accum == "bf16":   # one packed bf16 atomic per key block and element
+            return replace(self.numerics, dq_add_block=config.block_n)
+        return self.numerics
+
+    def workspaces(self, spec, config):
+        if spec.grad_accum == "bf16":   # dQ's atomics add into dq itself: no workspace, no convert
+            return [Workspace("d", None, dims_of("lse", 3), zero=False)]
+        # dQ rows padded to whole query blocks: the atomics of the last block need no bounds checks.
+        rows = mul(ceildiv(Dim("q", 2), config.block_m), config.block_m)
+        # dQ partials are summed unscaled: the convert applies the softmax scale once per element.
+        # Deterministic: each key block writes its own partial, batch-major: [B x key blocks, H, rows, D].
+        batch = mul(Dim("q", 0), key_blocks(config)) if spec.deterministic else Dim("q", 0)
+        zero = not spec.deterministic   # the convert reads only the partials written (key_block_range)
+        return [Workspace("d", None, dims_of("lse", 3), zero=False),
+                Workspace("dq_acc", "dq", (batch, Dim("q", 1), rows, spec.hdim_q), zero=zero, factor=spec.scale,
+                          partials=spec.deterministic)]
+
+    def zeroed_outputs(self, spec):
+        return ("dq",) if spec.grad_accum == "bf16" else ()
+
+    def launch(self, stage, spec, config):
+        if stage == "dq_dk_dv":
+            return Launch(tiled_grid(config, key_blocks(config), Dim("k", 1), Dim("k", 0)),
+                          (config.threads, 1, 1), self.shared_layout(spec, config)[-1].end)
+        return row_launch(stage, spec, config)
+
+    def alignment(self, spec, config):
+        b = BYTES[spec.dtype]
+        rows_q, rows_v = (row_alignment(h, config.wave_size, b) for h in (spec.hdim_q, spec.hdim_v))
+        # 16-byte copies of Q, K, V, dO rows; dK, dV stored as pairs (mma.sync) or single elements (MFMA: a
+        # lane's accumulators lie along a column); the row kernels' vectors.
+        copies = {"q": max(COPY_ELEMENTS, rows_q), "k": max(COPY_ELEMENTS, rows_q), "v": max(COPY_ELEMENTS, rows_v),
+                  "do": max(COPY_ELEMENTS, rows_v)}
+        stores = 1 if config.mfma else 2
+        # bf16 dQ atomics add element pairs (4 bytes) into dq itself.
+        dq = max(rows_q, 2) if spec.grad_accum == "bf16" else rows_q
+        return {**copies, "o": rows_v, "dq": dq, "dk": stores, "dv": stores}
+
+    def shared_tiles(self, spec, config):
+        return tuple(self.shared_layout(spec, config))
+
+    @staticmethod
+    def shared_layout(spec: AttentionBwdSpec, config: TiledConfig) -> list[SharedTile]:
+        """The dynamic shared memory of dq_dk_dv, in order; the last tile's end is the size."""
+        bm, bn, stages = config.block_m, config.block_n, config.stages
+        wanted = [("k", bn, spec.hdim_q, ELEMENT_BYTES, 1), ("v", bn, spec.hdim_v, ELEMENT_BYTES, 1),
+                  ("q", bm, spec.hdim_q, ELEMENT_BYTES, stages), ("do", bm, spec.hdim_v, ELEMENT_BYTES, stages),
+                  ("ds", bn, bm, ELEMENT_BYTES, 1)]
+        if not config.p_in_registers:
+            wanted.append(("p", bn, bm, ELEMENT_BYTES, 1))
+        wanted += [("lse", 1, bm, LSE_BYTES, stages), ("d", 1, bm, LSE_BYTES, stages)]
+        pad = config.mfma.k_per_lane if config.swizzle == "pad" else 0
+        tiles, offset = [], 0
+        for name, rows, cols, element, copies in wanted:
+            tiles.append(SharedTile(name, offset, rows, cols, element, copies, pad if element == ELEMENT_BYTES else 0))
+            offset = -(-tiles[-1].end // TILE_ALIGN) * TILE_ALIGN
+        return tiles
+
+
+# Where (key block, kv head, batch) of a dq_dk_dv work-group sit among the block ids (x, y, z).
+_GRID_POSITIONS = {"keys_inner": (0, 1, 2), "keys_outer": (2, 0, 1)}
+
+
+def tiled_grid(config: TiledConfig, key_block, kv_head, batch) -> tuple:
+    """The (x, y, z) of (key block, kv head, batch) in config.grid_order: counts to a grid."""
+    out = [None] * 3
+    for position, value in zip(_GRID_POSITIONS[config.grid_order], (key_block, kv_head, batch)):
+        out[position] = value
+    return tuple(out)
+
+
+def tiled_block_ids(config: TiledConfig, ids) -> tuple:
+    """(key block, kv head, batch) from the block ids (x, y, z): the inverse of tiled_grid."""
+    return tuple(ids[position] for position in _GRID_POSITIONS[config.grid_order])
+
+
+def _bucket(spec: AttentionBwdSpec) -> int:
+    hdim = max(spec.hdim_q, spec.hdim_v)
+    return next((b for b in sorted(TILED_TABLE) if hdim <= b), max(TILED_TABLE))
+
+
+def tiled_table(arch: str) -> dict[int, TiledConfig]:
+    return AMD_TILED_TABLE.get(arch, TILED_TABLE)
+
+
+def tiled_config(spec: AttentionBwdSpec, target: Target) -> TiledConfig:
+    """The target table's row for the larger head dim (the next bucket up); gfx942 d256 has none (the
+    body then refuses with the reason) and takes the d128 row's shape to say so."""
+    table = tiled_table(target.arch)
+    return replace(table.get(_bucket(spec)) or table[max(table)], wave_size=target.wave_size)
