@@ -15,7 +15,8 @@ from fmha_mlir.mlir import arith, gpu, ir, memref, scf
 from fmha_mlir.wgmma_layouts import M
 
 from . import wgmma_atom
-from .hopper_sync import MbarrierGroup, MbarrierPipeline, declare_roles, fence_proxy_async, set_max_registers
+from .hopper_sync import (MbarrierGroup, MbarrierPipeline, declare_roles, fence_proxy_async, fix_entry_registers,
+                          set_max_registers)
 from .ir_builders import index
 from .ix import Ix
 from .tma_copy import TmaCopy, tensor_map_params, tile_bytes
@@ -35,6 +36,7 @@ def probe_module_text(shape: ProbeShape, roles: bool = False) -> str:
         tensor_map_params(function, [0, 1, 2])
         if roles:
             declare_roles(function, [(0, THREADS), (THREADS, ROLE_THREADS)])
+            fix_entry_registers(function)
         block = function.regions[0].blocks[0]
         with ir.InsertionPoint(list(block.operations)[-1]):
             (_role_body if roles else _body)(shape, *block.arguments)

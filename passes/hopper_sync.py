@@ -113,6 +113,13 @@ def set_max_registers(count: int, increase: bool) -> None:
                                     "regCount": ir.IntegerAttr.get(ir.IntegerType.get_signless(32), count)})
 
 
+def fix_entry_registers(function: "ir.Operation") -> None:
+    """Mark a gpu.func that moves register budgets with set_max_registers as one block per SM
+    (.minnctapersm 1): with its known block size that fixes the register count at entry, without which
+    ptxas ignores every setmaxnreg (C7508)."""
+    function.attributes["nvvm.minctasm"] = ir.IntegerAttr.get(ir.IntegerType.get_signless(32), 1)
+
+
 ROLES_ATTRIBUTE = "fmha.roles"   # read by the interpreter (runtime/interp/roles.py)
 
 
