@@ -12,6 +12,8 @@ The rungs, one piece more each:
                host-made image, fence.proxy.async, wgmma SS: C = A B^T over 64 columns of K
     rs         the same, then V's tile and wgmma RS: C2 = bf16(C) V
     pipeline   the full probe (TMA 2-stage pipeline, SS, RS)
+    roles      the full probe warp-specialised: a producer warpgroup (setmaxnreg 24) issues every load
+               after waiting for a free stage, a consumer warpgroup (setmaxnreg 240) computes
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from .wgmma_layouts import M, OperandTile
 
 KERNEL = "wgmma_probe"
 THREADS = 128
+ROLE_THREADS = 2 * THREADS     # the warp-specialised variant: a producer and a consumer warpgroup
 BLOCK_K = 64
 STAGES = 2
 
@@ -67,7 +70,7 @@ class ProbeShape:
         return (self.m // M, 1, 1)
 
 
-RUNGS = ("mbarrier", "tma", "ss", "rs", "pipeline")
+RUNGS = ("mbarrier", "tma", "ss", "rs", "pipeline", "roles")
 
 
 @dataclass(frozen=True)
@@ -101,10 +104,11 @@ class Rung:
     grid: tuple[int, int, int]
     shared_bytes: int
     maps: tuple[str, ...]        # tensor-map parameters, in order, named as ProbeShape.boxes
+    threads: int = THREADS
 
 
 def rung(name: str, shape: ProbeShape) -> Rung:
-    """The kernel, grid, dynamic shared memory and tensor maps of rung `name`."""
+    """The kernel, grid, dynamic shared memory, tensor maps and block size of rung `name`."""
     if name not in RUNGS:
         raise ValueError(f"the probe's rungs are {', '.join(RUNGS)}, not {name!r}")
     one = (1, 1, 1)
@@ -114,4 +118,5 @@ def rung(name: str, shape: ProbeShape) -> Rung:
         "ss": Rung(name, "probe_ss", one, image_layout(shape)["v"], ()),
         "rs": Rung(name, "probe_rs", one, image_layout(shape)["end"], ()),
         "pipeline": Rung(name, KERNEL, shape.grid, shape.shared_bytes, ("a", "b", "v")),
+        "roles": Rung(name, KERNEL, shape.grid, shape.shared_bytes, ("a", "b", "v"), ROLE_THREADS),
     }[name]

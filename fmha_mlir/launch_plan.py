@@ -9,6 +9,8 @@ steps. Nothing about the stages is hard-coded here.
 """
 from __future__ import annotations
 
+import re
+
 from .dialects.fmha import BIAS_INPUTS, INPUTS, OPERAND_DIMS
 from .bodies import ACCESSES
 from .dialects.fmha_attrs import ACCESS_ATTRIBUTE, OPERAND_ATTRIBUTE, WORKSPACE_ATTRIBUTE
@@ -27,9 +29,15 @@ BUFFER_DTYPES = DTYPES + ("i32",)
 HSACO_FIELDS = ("vgpr_count", "sgpr_count", "agpr_count", "group_segment_fixed_size",
                 "private_segment_fixed_size", "kernarg_segment_size", "kernarg_segment_align",
                 "wavefront_size", "max_flat_workgroup_size", "vgpr_spill_count", "sgpr_spill_count")
-# Host ops that only compute what the steps refer to (sizes, casts) or free workspaces: no step of their own.
+# The host op that makes a TMA tensor map over a buffer (box and swizzle in its result type); a kernel
+# takes the map as an !llvm.ptr parameter through a builtin.unrealized_conversion_cast, or as the map.
+TENSOR_MAP_OP = "nvgpu.tma.create.descriptor"
+_TENSOR_MAP_TYPE = re.compile(r"^!nvgpu\.tensormap\.descriptor<tensor = memref<([0-9x]+)x\w+, 3>, "
+                              r"swizzle = (none|swizzle_32b|swizzle_64b|swizzle_128b), l2promo = \w+, oob = (\w+), interleave = none>$")
+# Host ops that only compute what the steps refer to (sizes, casts, tensor maps) or free workspaces: no
+# step of their own.
 _STEPLESS_OPS = frozenset({"arith.constant", "memref.dim", "memref.cast", "memref.dealloc", "func.return",
-                           "arith.index_cast", "arith.index_castui"})
+                           "arith.index_cast", "arith.index_castui", TENSOR_MAP_OP, "builtin.unrealized_conversion_cast"})
 # Index arithmetic the plan can express: the ops expr_value builds, and the signed ceildiv a hand-written
 # host function may use (the same on non-negative sizes).
 _ARITH = {**{name: op for op, name in ARITH_OPS.items()}, "arith.ceildivsi": "ceildiv"}
@@ -172,6 +180,12 @@ class _PlanReader:
                 args.append({"buffer": name})
                 signature.append({"buffer": name, "rank": self.buffers[name]["rank"],
                                   "dtype": self.buffers[name]["dtype"], "type": str(value.type), "access": uses})
+            elif _tensor_map_of(value) is not None:
+                arg = self._tensor_map(_tensor_map_of(value), op)
+                args.append(arg)
+                buf = self.buffers[arg["tensor_map"]]
+                signature.append({**arg, "rank": buf["rank"], "dtype": buf["dtype"], "type": str(value.type),
+                                  "access": uses})
             elif str(value.type) == "f32":
                 args.append({"scalar": "f32", "value": _float_constant(value, op)})
                 signature.append({"scalar": "f32", "type": "f32"})
@@ -179,8 +193,8 @@ class _PlanReader:
                 args.append({"scalar": str(value.type), "value": to_json(self._expr(value, op))})
                 signature.append({"scalar": str(value.type), "type": str(value.type)})
             else:
-                raise PlanError(f"kernel argument of type {value.type} is neither a memref nor an i32/i64/f32 "
-                                "scalar", op)
+                raise PlanError(f"kernel argument of type {value.type} is neither a memref, a tensor map "
+                                f"({TENSOR_MAP_OP}) nor an i32/i64/f32 scalar", op)
         shared = launch.dynamicSharedMemorySize
         step = {
             "op": "launch", "kernel": kernel, "args": args,
@@ -189,6 +203,24 @@ class _PlanReader:
             "shared_bytes": 0 if shared is None else _constant(shared, op),
         }
         return step, {"args": signature}
+
+    def _tensor_map(self, create: "ir.Operation", user: "ir.Operation") -> dict:
+        """{"tensor_map": buffer, "box", "swizzle"} of a nvgpu.tma.create.descriptor: the box outermost
+        first (the buffer's order), out-of-bounds elements zero (what the executor encodes)."""
+        found = _TENSOR_MAP_TYPE.match(str(create.results[0].type))
+        if found is None or found.group(3) != "zero":
+            raise PlanError(f"a tensor map of type {create.results[0].type} cannot be encoded: the runtime makes "
+                            "maps of a box in shared memory (space 3), without interleave, zero-filled out of "
+                            "bounds", user)
+        source, *sizes = create.operands
+        buffer = self._buffer(source, user)
+        box = [_constant(size, user) for size in sizes]
+        if box != [int(n) for n in found.group(1).split("x")] or len(box) != self.buffers[buffer]["rank"]:
+            raise PlanError(f"the tensor map over {buffer!r} has box {box} and type {create.results[0].type}: the "
+                            f"box must be the type's tensor shape, one size per dimension of the rank-"
+                            f"{self.buffers[buffer]['rank']} buffer", user)
+        swizzle = found.group(2)
+        return {"tensor_map": buffer, "box": box, "swizzle": 0 if swizzle == "none" else int(swizzle[8:-1])}
 
     def _expr(self, value: "ir.Value", user: "ir.Operation") -> Expr:
         """The size expression `value` computes from buffer dims and constants."""
@@ -225,6 +257,21 @@ class _PlanReader:
             return self.workspaces[owner]
         raise PlanError(f"cannot trace an operand to a host argument or workspace (it comes from {owner.name})",
                         user)
+
+
+def _tensor_map_of(value: "ir.Value") -> "ir.Operation | None":
+    """The nvgpu.tma.create.descriptor behind a launch operand (through one unrealized cast), else None."""
+    owner = value.owner
+    for _ in range(2):
+        if isinstance(owner, ir.Block):
+            return None
+        op = owner.operation
+        if op.name == TENSOR_MAP_OP:
+            return op
+        if op.name != "builtin.unrealized_conversion_cast" or len(op.operands) != 1:
+            return None
+        owner = op.operands[0].owner
+    return None
 
 
 def _access(launch: "ir.Operation", count: int) -> list[str]:

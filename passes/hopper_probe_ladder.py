@@ -1,7 +1,8 @@
 """The ladder's rung kernels (fmha_mlir/hopper_probe_geometry.py says what each does): smaller kernels
 built from the same Hopper pieces as the wgmma probe (passes/hopper_probe.py), one piece more per rung,
 so that one run on the GPU says which piece fails when the full probe does not. Each rung is its own
-module (kernel `probe_<rung>`, the full probe's name for `pipeline`).
+module (kernel `probe_<rung>`, the full probe's name for `pipeline` and its warp-specialised variant
+`roles`).
 """
 from __future__ import annotations
 
@@ -23,8 +24,8 @@ WORKGROUP = "#gpu.address_space<workgroup>"
 
 def rung_module_text(name: str, shape: ProbeShape) -> str:
     """The gpu-stage module of one rung, as text."""
-    if rung(name, shape).name == "pipeline":
-        return hopper_probe.probe_module_text(shape)
+    if rung(name, shape).name in ("pipeline", "roles"):
+        return hopper_probe.probe_module_text(shape, roles=name == "roles")
     from fmha_mlir.mlir import make_context
 
     layout = image_layout(shape)

@@ -111,3 +111,20 @@ def set_max_registers(count: int, increase: bool) -> None:
         raise ValueError(f"setmaxnreg takes 24..256 registers in steps of 8, not {count}")
     _op("nvvm.setmaxregister", [], {"action": ir.Attribute.parse(f"#nvvm<action {'increase' if increase else 'decrease'}>"),
                                     "regCount": ir.IntegerAttr.get(ir.IntegerType.get_signless(32), count)})
+
+
+def fix_entry_registers(function: "ir.Operation") -> None:
+    """Mark a gpu.func that moves register budgets with set_max_registers as one block per SM
+    (.minnctapersm 1): with its known block size that fixes the register count at entry, without which
+    ptxas ignores every setmaxnreg (C7508)."""
+    function.attributes["nvvm.minctasm"] = ir.IntegerAttr.get(ir.IntegerType.get_signless(32), 1)
+
+
+ROLES_ATTRIBUTE = "fmha.roles"   # read by the interpreter (runtime/interp/roles.py)
+
+
+def declare_roles(function: "ir.Operation", ranges: list[tuple[int, int]]) -> None:
+    """Record on a gpu.func the thread ranges (first, end) of its roles (producer, consumers, ...): the
+    interpreter runs each as its own coroutine, since one role waits for what another, later in
+    program order, does."""
+    function.attributes[ROLES_ATTRIBUTE] = ir.DenseI32ArrayAttr.get([t for pair in ranges for t in pair])

@@ -18,7 +18,7 @@ from fmha_mlir.wgmma_layouts import OperandTile
 from .ix import as_value
 
 TENSOR_MAP_ATTRIBUTE = "fmha.tensor_map_params"   # on the gpu.func: lowered indices of its tensor-map params
-SWIZZLE_NAMES = {0: "swizzle_none", 32: "swizzle_32b", 64: "swizzle_64b", 128: "swizzle_128b"}
+SWIZZLE_NAMES = {0: "none", 32: "swizzle_32b", 64: "swizzle_64b", 128: "swizzle_128b"}
 ELEMENT_NAMES = {"bf16": "bf16", "f16": "f16", "f32": "f32"}
 
 

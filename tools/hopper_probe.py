@@ -1,12 +1,14 @@
 """The Hopper pieces on the H200: build the wgmma probe (passes/hopper_probe.py: TMA with a 128-byte
 swizzle and zero fill through a 2-stage mbarrier pipeline, wgmma SS, then wgmma RS with an MN-major B) and
 the ladder of smaller kernels made of the same pieces (passes/hopper_probe_ladder.py: mbarrier, tma, ss,
-rs, pipeline) here as sm_90a cubins with their ptxas reports; run them there through the CUDA executor
-(tensor maps encoded per launch as __grid_constant__ parameters), each rung in a child process under a
-watchdog, and report each as pass / wrong / hang / error.
+rs, pipeline, and roles: the probe warp-specialised) here as sm_90a cubins with their ptxas reports; run
+them there through the CUDA executor (tensor maps encoded per launch as __grid_constant__ parameters),
+each rung in a child process under a watchdog, and report each as pass / wrong / hang / error; or run the
+probe and its warp-specialised variant here in the CPU interpreter under the same gate.
 
     python -m tools.hopper_probe build DIR       # here: needs MLIR and ptxas
     python -m tools.hopper_probe run DIR        # on the H200: NumPy and cuda-bindings
+    python -m tools.hopper_probe interp DIR     # here: both probes in the CPU interpreter (MLIR)
 """
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tools.build_run import build_run_parser, write_report_files
+from .build_run import build_run_parser, write_report_files
 
 PTXAS = "/usr/local/cuda-13.0/bin/ptxas"
 SEED = 7
@@ -27,7 +29,7 @@ WATCHDOG_S = 20          # a rung's child process (CUDA start, two launches, che
 
 def build(directory: Path) -> None:
     from fmha_mlir.compiler import Compiler
-    from fmha_mlir.hopper_probe_geometry import RUNGS, THREADS, ProbeShape, rung
+    from fmha_mlir.hopper_probe_geometry import RUNGS, ProbeShape, rung
     from fmha_mlir.passes.hopper_probe_ladder import rung_module_text
 
     shape, ptxas = ProbeShape(), shutil.which("ptxas") or PTXAS
@@ -43,14 +45,15 @@ def build(directory: Path) -> None:
         (directory / f"{name}.ptxas.txt").write_text(report.stdout + report.stderr)
         r = rung(name, shape)
         rungs[name] = {"kernel": r.kernel, "binary": f"{name}.cubin", "grid": r.grid, "shared_bytes": r.shared_bytes,
-                       "maps": list(r.maps)}
+                       "maps": list(r.maps), "threads": r.threads}
         print(f"built {name}: {r.kernel}, {r.shared_bytes} bytes of dynamic shared memory;",
               report.stderr.strip().splitlines()[-2].strip())
     (directory / "probe.json").write_text(json.dumps({
-        "threads": THREADS, "shape": vars(shape), "boxes": shape.boxes, "rungs": rungs}, indent=1))
+        "shape": vars(shape), "boxes": shape.boxes, "rungs": rungs}, indent=1))
 
 
-def _inputs(shape):
+def probe_inputs(shape) -> dict:
+    """A [m, k], B [n, k], V [n, n2] as bf16 bit patterns (one seed for every run)."""
     from fmha_mlir.dtypes import to_storage
 
     rng = np.random.default_rng(SEED)
@@ -95,7 +98,7 @@ def _image(shape, inputs, end: int) -> np.ndarray:
     return image[:end].view(np.uint32).view(np.int32)
 
 
-def _products(shape, inputs, rows: int, k: int):
+def product_checks(shape, inputs, rows: int, k: int) -> dict:
     """judge() checks of C = A B^T over rows x k, and of C2 = bf16(C) V given the kernel's own C: the RS
     product's A is the kernel's C rounded to bf16, and a C a few f32 ulps from the float64 one (another
     summation order) may round to the neighbouring bf16 value, which moves C2 by an ulp of C times V;
@@ -128,14 +131,14 @@ def run_rung(directory: Path, name: str) -> dict:
     meta = json.loads((directory / "probe.json").read_text())
     shape = ProbeShape(**meta["shape"])
     rung = meta["rungs"][name]
-    inputs = _inputs(shape)
+    inputs = probe_inputs(shape)
     layout = image_layout(shape)
-    outputs = {"mbarrier": {"out": np.zeros(meta["threads"], np.int32)},
+    outputs = {"mbarrier": {"out": np.zeros(rung["threads"], np.int32)},
                "tma": {"out": np.zeros(TmaRung(shape).nbytes // 4, np.int32)},
                "ss": {"c": np.zeros((64, shape.n), np.float32)},
                "rs": {"c": np.zeros((64, shape.n), np.float32), "c2": np.zeros((64, shape.n2), np.float32)},
                "pipeline": {"c": np.zeros((shape.m, shape.n), np.float32),
-                            "c2": np.zeros((shape.m, shape.n2), np.float32)}}[name]
+                            "c2": np.zeros((shape.m, shape.n2), np.float32)}}["pipeline" if name == "roles" else name]
     sources = {"ss": {"image": _image(shape, inputs, layout["v"])},
                "rs": {"image": _image(shape, inputs, layout["end"])}}.get(name, {})
     dtypes = {np.dtype(np.int32): "i32", np.dtype(np.float32): "f32", np.dtype(np.uint16): "bf16"}
@@ -153,13 +156,13 @@ def run_rung(directory: Path, name: str) -> dict:
         args = [TensorMapArg(f"{m}_map", buffers[m], tuple(meta["boxes"][m]), 128) for m in rung["maps"]]
         args += [buffers[key] for key in (*sources, *outputs)]
         for _ in range(2):
-            kernels.launch(rung["kernel"], rung["grid"], (meta["threads"], 1, 1), args, rung["shared_bytes"])
+            kernels.launch(rung["kernel"], rung["grid"], (rung["threads"], 1, 1), args, rung["shared_bytes"])
             device.synchronize()
         for key, host in outputs.items():
             device.download(buffers[key].allocation, host)
     if name == "mbarrier":
-        bad = int(np.count_nonzero(outputs["out"] != np.arange(1, meta["threads"] + 1)))
-        return {"verdict": "wrong" if bad else "pass", "detail": f"{bad} of {meta['threads']} threads wrong"}
+        bad = int(np.count_nonzero(outputs["out"] != np.arange(1, rung["threads"] + 1)))
+        return {"verdict": "wrong" if bad else "pass", "detail": f"{bad} of {rung['threads']} threads wrong"}
     if name == "tma":
         got = outputs["out"].view(np.uint8)
         want = _expected_tma(shape, inputs)
@@ -171,7 +174,7 @@ def run_rung(directory: Path, name: str) -> dict:
             detail += f"; first at byte {first}; {plain} differ from the boxes placed without the swizzle"
         return {"verdict": "wrong" if bad else "pass", "detail": detail}
     k = BLOCK_K if name in ("ss", "rs") else shape.k
-    checks = _products(shape, inputs, outputs["c"].shape[0], k)
+    checks = product_checks(shape, inputs, outputs["c"].shape[0], k)
     got = {key: value.astype(np.float64) for key, value in outputs.items()}
     results = [checks["c"](got["c"])] + ([checks["c2"](got["c2"], got["c"])] if "c2" in got else [])
     return {"verdict": "pass" if all(c.passed for c in results) else "wrong",
@@ -212,6 +215,48 @@ def run(directory: Path, report: Path) -> bool:
     return all(r["verdict"] == "pass" for r in rows)
 
 
+def judge_products(shape, inputs, c, c2) -> list:
+    """The gate on the full probe's C and C2 (f32 outputs), C2 given the kernel's own C."""
+    checks = product_checks(shape, inputs, shape.m, shape.k)
+    c, c2 = np.asarray(c, np.float64), np.asarray(c2, np.float64)
+    return [checks["c"](c), checks["c2"](c2, c)]
+
+
+def run_interpreted(text: str, shape, inputs, swizzle: int = 128, roles: bool = False):
+    """(C, C2) of the probe's kernel-stage IR `text` (its warp-specialised variant with `roles`) run by
+    the CPU interpreter on `inputs` (tensor maps with ProbeShape.boxes and `swizzle`, as `run` encodes
+    them with 128)."""
+    from fmha_mlir.hopper_probe_geometry import rung
+    from fmha_mlir.runtime.interp import Interpreter
+    from fmha_mlir.runtime.interp.hopper import TensorMap
+
+    r = rung("roles" if roles else "pipeline", shape)
+    c, c2 = np.zeros((shape.m, shape.n), np.float32), np.zeros((shape.m, shape.n2), np.float32)
+    maps = [TensorMap(inputs[m], shape.boxes[m], swizzle, "bf16") for m in r.maps]
+    Interpreter(text, 32).run_kernel(r.kernel, [*maps, c, c2], r.grid, (r.threads, 1, 1), r.shared_bytes)
+    return c, c2
+
+
+def interp(directory: Path) -> bool:
+    """The probe and its warp-specialised variant in the interpreter, under the gate (no GPU), compiled
+    here to their kernel-stage IR."""
+    from fmha_mlir.compiler import Compiler
+    from fmha_mlir.hopper_probe_geometry import ProbeShape
+    from fmha_mlir.passes.hopper_probe import probe_module_text
+
+    shape = ProbeShape()
+    directory.mkdir(parents=True, exist_ok=True)
+    inputs = probe_inputs(shape)
+    passed = True
+    for roles in (False, True):
+        text = Compiler().compile_module(probe_module_text(shape, roles), "gpu", "sm_90a").interp_ir
+        (directory / f"probe{'.roles' if roles else ''}.interp.mlir").write_text(text)
+        checks = judge_products(shape, inputs, *run_interpreted(text, shape, inputs, roles=roles))
+        print(f"{'warp-specialised' if roles else 'one warpgroup'}:\n" + "\n".join(f"- {c}" for c in checks))
+        passed &= all(c.passed for c in checks)
+    return passed
+
+
 def _sass(cubin: Path) -> str:
     """HGMMA / local-memory counts in the SASS, where cuobjdump or nvdisasm is installed."""
     for tool, args in (("cuobjdump", ["-sass"]), ("nvdisasm", [])):
@@ -224,7 +269,7 @@ def _sass(cubin: Path) -> str:
 
 
 def main(argv=None) -> int:
-    parser = build_run_parser(__doc__, "tools/reports/hopper_probe.md", ("build", "run", "rung"),
+    parser = build_run_parser(__doc__, "tools/reports/hopper_probe.md", ("build", "run", "rung", "interp"),
                               "rung: one rung in this process (what `run` starts under its watchdog)")
     parser.add_argument("--rung", help="the rung `rung` runs")
     args = parser.parse_args(argv)
@@ -235,6 +280,8 @@ def main(argv=None) -> int:
         result = run_rung(args.directory, args.rung)
         print(json.dumps(result))
         return 0 if result["verdict"] == "pass" else 1
+    if args.action == "interp":
+        return 0 if interp(args.directory) else 1
     return 0 if run(args.directory, args.report) else 1
 
 

@@ -34,19 +34,22 @@ PACKAGE_DIRS = {"fmha_mlir": "fmha_mlir", "dialects": "fmha_mlir/dialects", "pas
 # bf16 on every (arch, body), GQA 2 with two
 # kv heads and the gpu stage (pipeline tests), multi-tile tiled problems, the lowered mask semantics,
 # the mask geometry against brute force and the rule written out, the NaN classes on the sm_90 tiled
-# body, the matrix layouts against the vendors' figures. One pytest process: the kernels compile once per
-# mutant.
+# body, the matrix layouts against the vendors' figures, the Hopper probe and its warp-specialised variant
+# in the interpreter, the wgmma descriptor the H200 verified. One pytest process: the kernels compile once
+# per mutant.
 SUBSET_FILES = ("test/python/test_interp_matrix.py", "test/python/test_interp_pipeline.py",
                 "test/python/test_interp_fmha_ops.py", "test/python/test_lowering.py", "test/python/test_interp_mfma.py",
                 "test/python/test_mfma_atom.py", "test/python/test_deterministic.py", "test/python/test_mask_geometry.py",
-                "test/python/test_nan_classes.py", "test/python/test_interp_nvgpu.py")
+                "test/python/test_nan_classes.py", "test/python/test_interp_nvgpu.py",
+                "test/python/test_interp_hopper_ops.py", "test/python/test_wgmma_layouts.py")
 SUBSET_SELECTION = ("(test_interp_matrix and (d64 and g4 or (softcap or alibi or bias) and bf16 and none))"
                     " or test_interp_pipeline"
                     " or (test_interp_fmha_ops and lowered)"
                     " or (test_lowering and geometry) or test_interp_mfma or test_mfma_atom"
                     " or (test_deterministic and (dbias and batch or partials_written) and sm_90)"
                     " or test_mask_geometry or (test_nan_classes and sm_90 and tiled)"
-                    " or (test_interp_nvgpu and follow_the_ptx_isa)")
+                    " or (test_interp_nvgpu and follow_the_ptx_isa)"
+                    " or (test_interp_hopper_ops and runs) or (test_wgmma_layouts and h200_verified)")
 TIMEOUT_S = 900
 
 
@@ -234,6 +237,16 @@ MUTANTS: list[Mutant] = [
            "seen = k >= last - mask.window_left", "seen = k >= last - mask.window_left - 1"),
     Mutant("mask: window admits the key right of it", GEOMETRY,
            "seen = seen & (k <= last + mask.window_right)", "seen = seen & (k <= last + mask.window_right + 1)"),
+    # -- Hopper pieces (the wgmma probe and its warp-specialised variant, in the interpreter) -----------
+    Mutant("hopper: the consumers read a stage without waiting for its mbarrier phase", "passes/hopper_probe.py",
+           "            self.pipeline.wait(stage, parity)\n", ""),
+    Mutant("hopper: descriptors name the 64-byte swizzle for 128-byte tiles", "fmha_mlir/wgmma_layouts.py",
+           "DESCRIPTOR_MODE = {0: 0, 128: 1, 64: 2, 32: 3}", "DESCRIPTOR_MODE = {0: 0, 128: 2, 64: 1, 32: 3}"),
+    Mutant("hopper: a stage's expect-tx is one box short", "passes/hopper_probe.py",
+           "self.pipeline.commit(stage, shape.stage_bytes)", "self.pipeline.commit(stage, shape.stage_bytes - 8192)"),
+    Mutant("hopper: the producer refills a stage before the consumers release it", "passes/hopper_probe.py",
+           "                    probe.pipeline.acquire(kb % STAGES, (kb // STAGES - 1) % 2)\n",
+           "                    pass\n"),
 ]
 
 

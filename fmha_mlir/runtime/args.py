@@ -7,6 +7,7 @@ on AMD the result is checked against the code object's own metadata before a lau
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import struct
 from dataclasses import dataclass
@@ -113,9 +114,10 @@ def bind_args(kernel: str, params: Sequence[dict], args: Sequence[KernelArg]) ->
         raise RuntimeLaunchError(f"kernel {kernel} takes {len(params)} arguments, its launch gives {len(args)}")
     for index, (param, arg) in enumerate(zip(params, args)):
         if isinstance(arg, TensorMapArg):
-            if "tensor_map" not in param:
+            b = arg.buffer
+            if "tensor_map" not in param or (param.get("rank"), param.get("dtype")) != (len(b.shape), b.dtype):
                 raise RuntimeLaunchError(f"kernel {kernel} parameter {index} is {param!r}, the launch passes tensor "
-                                         f"map {arg.name!r}")
+                                         f"map {arg.name!r} over a rank-{len(b.shape)} {b.dtype} buffer")
         elif isinstance(arg, DeviceBuffer):
             if param.get("rank") != len(arg.shape) or param.get("dtype") != arg.dtype:
                 raise RuntimeLaunchError(
@@ -151,6 +153,13 @@ def _argument_offsets(packed: PackedArgs) -> list[int]:
         out.append(packed.offsets[at])
         at += len(_field_types(_signature(arg)))
     return out
+
+
+def with_buffers(args: Sequence[KernelArg], buffers: Mapping[str, DeviceBuffer]) -> list[KernelArg]:
+    """`args` with every buffer name (str) and every tensor map's buffer replaced by the buffer of that
+    name in `buffers` (a bound step's arguments on one run's buffers)."""
+    return [buffers[a] if isinstance(a, str) else
+            dataclasses.replace(a, buffer=buffers[a.buffer.name]) if isinstance(a, TensorMapArg) else a for a in args]
 
 
 def pointer_fields(packed: PackedArgs) -> list[tuple[int, str]]:

@@ -22,6 +22,9 @@ from ..target import TARGETS, Target
 from ..bodies import ACCESSES, ACCUMULATE, READ
 from .args import SCALAR_TYPES
 from .kernel_signatures import binary_defines, kernel_signatures
+from .tensor_maps import SWIZZLES
+
+TENSOR_MAP_SWIZZLES = tuple(SWIZZLES)
 
 FORMAT = "fmha-bundle/3"
 MANIFEST_FILE = "manifest.json"
@@ -237,8 +240,9 @@ def _validate_param(kernel: str, index: int, param) -> None:
     where = f"manifest kernel {kernel!r} parameter {index}"
     if not (isinstance(param, dict) and isinstance(param.get("type"), str)):
         raise RuntimeLaunchError(f"{where} needs 'type': its MLIR type as the kernel declares it")
-    if "buffer" in param and param.get("access") not in ACCESSES:
-        raise RuntimeLaunchError(f"{where} ({param['buffer']}) has 'access' {param.get('access')!r}; "
+    if ("buffer" in param or "tensor_map" in param) and param.get("access") not in ACCESSES:
+        raise RuntimeLaunchError(f"{where} ({param.get('buffer', param.get('tensor_map'))}) has 'access' "
+                                 f"{param.get('access')!r}; "
                                  f"one of {', '.join(ACCESSES)}")
 
 
@@ -284,7 +288,7 @@ def _validate_order(steps: list, buffers: dict, kernels: dict) -> None:
             continue
         where = f"manifest step {index} ({step['kernel']})"
         for arg, param in zip(step["args"], kernels[step["kernel"]]["args"]):
-            name = arg.get("buffer")
+            name = arg.get("buffer", arg.get("tensor_map"))
             if name is None:
                 continue
             if param["access"] == READ and state[name] == "unset":
@@ -401,6 +405,9 @@ def _validate_arg(where: str, kernel: str, arg, param, buffers: dict) -> None:
             raise RuntimeLaunchError(f"{where} ({kernel}) passes buffer {name!r} (rank-{buffers[name]['rank']} "
                                      f"{buffers[name]['dtype']}) for parameter {param!r}")
         return
+    if isinstance(arg, dict) and "tensor_map" in arg:
+        _validate_tensor_map(where, kernel, arg, param, buffers)
+        return
     if isinstance(arg, dict) and arg.get("scalar") in SCALAR_TYPES and isinstance(param, dict) \
             and param.get("scalar") == arg["scalar"]:
         if not (arg["scalar"] == "f32" and isinstance(arg.get("value"), float)):  # else a size expression
@@ -408,6 +415,23 @@ def _validate_arg(where: str, kernel: str, arg, param, buffers: dict) -> None:
         return
     raise RuntimeLaunchError(f"{where} ({kernel}) argument {arg!r} does not fit parameter {param!r}: give "
                              "{\"buffer\": name} for a memref or {\"scalar\": type, \"value\": expression}")
+
+
+def _validate_tensor_map(where: str, kernel: str, arg: dict, param, buffers: dict) -> None:
+    """{"tensor_map": buffer, "box": sizes (outermost first), "swizzle": bytes}, as its parameter lists it."""
+    name, box = arg["tensor_map"], arg.get("box")
+    if name not in buffers:
+        raise RuntimeLaunchError(f"{where} ({kernel}) passes a tensor map over unknown buffer {name!r}")
+    if not (isinstance(box, list) and len(box) == buffers[name]["rank"]
+            and all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in box)
+            and arg.get("swizzle") in TENSOR_MAP_SWIZZLES):
+        raise RuntimeLaunchError(f"{where} ({kernel}) tensor map {arg!r} needs 'box': one positive size per "
+                                 f"dimension of {name!r} (rank {buffers[name]['rank']}) and 'swizzle' in "
+                                 f"{TENSOR_MAP_SWIZZLES}")
+    expected = {"tensor_map": name, "box": box, "swizzle": arg["swizzle"], "rank": buffers[name]["rank"],
+                "dtype": buffers[name]["dtype"]}
+    if not (isinstance(param, dict) and all(param.get(key) == value for key, value in expected.items())):
+        raise RuntimeLaunchError(f"{where} ({kernel}) passes tensor map {arg!r} for parameter {param!r}")
 
 
 def _require(manifest: dict, key: str, kind: type):

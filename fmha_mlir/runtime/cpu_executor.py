@@ -16,7 +16,7 @@ import numpy as np
 
 from ..dtypes import BUFFER_STORAGE
 from ..errors import RuntimeLaunchError
-from .args import DeviceBuffer, KernelArg, strided_view
+from .args import DeviceBuffer, KernelArg, TensorMapArg, strided_view
 from .executor import Allocation, Executor, KernelSet
 
 
@@ -84,7 +84,11 @@ class InterpretedKernels(KernelSet):
                 shared_bytes: int = 0, stream: int | None = None):
         if kernel not in self._interpreter.kernel_names():
             raise RuntimeLaunchError(f"the bundle has no kernel {kernel!r}")
-        values = [device_view(arg) if isinstance(arg, DeviceBuffer) else arg.value for arg in args]
+        from .interp.hopper import TensorMap
+
+        values = [device_view(arg) if isinstance(arg, DeviceBuffer) else
+                  TensorMap(device_view(arg.buffer), arg.box, arg.swizzle, arg.buffer.dtype)
+                  if isinstance(arg, TensorMapArg) else arg.value for arg in args]
         grid, block = tuple(grid), tuple(block)
 
         def run():

@@ -104,6 +104,9 @@ class CudaExecutor(Executor):
             raise RuntimeLaunchError(f"the bundle's {bundle.binary_format} is for {bundle.target.arch}; this GPU is "
                                      f"sm_{have[0]}{have[1]}: rebuild the bundle for it")
 
+    def encode_tensor_map(self, arg, address: int) -> bytes:
+        return self.tensor_maps.get(arg, address)
+
     def alloc(self, nbytes: int) -> Allocation:
         with self.current():
             pointer = check_status(self._cu.cuMemAlloc(max(nbytes, 1)), f"cuMemAlloc({nbytes})")
@@ -236,8 +239,7 @@ class CudaKernels(KernelSet):
         packed = pack_args(args)
         blob = np.frombuffer(packed.blob, np.uint8).copy()
         for offset, arg in tensor_map_fields(packed):   # by-value __grid_constant__ tensor maps
-            with self._executor.current():
-                encoded = self._executor.tensor_maps.get(arg)
+            encoded = self._executor.encode_tensor_map(arg, arg.buffer.address)
             blob[offset:offset + len(encoded)] = np.frombuffer(encoded, np.uint8)
         launch = self.packed_launcher(kernel, grid, block, packed, blob, shared_bytes)
         current = self._executor.current

@@ -19,7 +19,7 @@ import numpy as np
 from ..errors import RuntimeLaunchError
 
 if TYPE_CHECKING:
-    from .args import KernelArg, PackedArgs
+    from .args import KernelArg, PackedArgs, TensorMapArg
     from .bundle import Bundle
 
 # name -> "module:class"; imported on demand so a broken vendor binding cannot break the others.
@@ -131,6 +131,12 @@ class Executor(ABC):
         """A callable `fill(address, stream)` that zero-fills the `nbytes` bytes at `address` on `stream`
         (a launch plan's zero step, built once; called inside current())."""
         return lambda address, stream: self.zero(self.borrow(address, nbytes), stream)
+
+    def encode_tensor_map(self, arg: "TensorMapArg", address: int) -> bytes:
+        """The 128 bytes of `arg`'s TMA tensor map over its buffer at `address` (executors whose kernels
+        take tensor maps by value; cached per address and geometry, a host call)."""
+        raise RuntimeLaunchError(f"the {self.name} executor cannot encode TMA tensor maps (tensor map "
+                                 f"{arg.name!r}); the cuda executor does")
 
     def borrow(self, address: int, nbytes: int) -> Allocation:
         """Device memory someone else owns (a DeviceArray), to launch on and zero-fill; never freed here."""

@@ -23,10 +23,11 @@ from .. import varlen
 from ..dtypes import BUFFER_STORAGE as STORAGE, to_storage
 from ..errors import RuntimeLaunchError
 from .addressing import check_dimensions, check_extents
-from .args import DeviceBuffer, ScalarArg, bind_args, strided_view
+from .args import DeviceBuffer, ScalarArg, TensorMapArg, bind_args, strided_view, with_buffers
 from .bundle import Bundle
 from .device_array import DeviceArray
 from .executor import Allocation, Executor, KernelSet
+from .tensor_maps import tiled_encoding
 
 
 @dataclass(frozen=True)
@@ -424,7 +425,8 @@ class BoundStep:
     which buffer each memref argument is. What is left per run is the buffers' addresses."""
 
     kernel: str | None                      # None: zero-fill `args[0]`
-    args: tuple                             # buffer names (str) and ScalarArgs, in parameter order
+    args: tuple                             # buffer names (str), ScalarArgs and TensorMapArgs (over stand-in
+                                            # buffers at address 0), in parameter order
     grid: tuple[int, ...] = ()
     block: tuple[int, ...] = ()
     shared_bytes: int = 0
@@ -435,7 +437,7 @@ class BoundStep:
         if self.kernel is None:
             allocation = buffers[self.args[0]].allocation
             return lambda: device.zero(allocation, stream)
-        args = [buffers[a] if isinstance(a, str) else a for a in self.args]
+        args = with_buffers(self.args, buffers)
         return kernels.prepare(self.kernel, self.grid, self.block, args, self.shared_bytes, stream)
 
 
@@ -461,12 +463,25 @@ def _bind_step(bundle: Bundle, index: int, step: dict, shapes: Mapping[str, tupl
     if too_large:   # the driver would fail the launch with an opaque status, or run a truncated grid
         raise RuntimeLaunchError(f"{where}: {too_large} (grid {list(grid)}): split the problem into several "
                                  "calls, e.g. by batch (grid z) or heads (grid y)")
-    args = [stand_ins[arg["buffer"]] if "buffer" in arg else ScalarArg(
-        f"arg{i}", arg["scalar"], scalar_value(arg, shapes, f"{where} argument {i}", scalars))
-        for i, arg in enumerate(step["args"])]
+    args = [stand_ins[arg["buffer"]] if "buffer" in arg else tensor_map_arg(arg, stand_ins, f"{where} argument {i}")
+            if "tensor_map" in arg else ScalarArg(f"arg{i}", arg["scalar"],
+                                                  scalar_value(arg, shapes, f"{where} argument {i}", scalars))
+            for i, arg in enumerate(step["args"])]
     bind_args(kernel, bundle.kernels[kernel]["args"], args)
     return BoundStep(kernel, tuple(a.name if isinstance(a, DeviceBuffer) else a for a in args), grid,
                      tuple(step["block"]), step.get("shared_bytes", 0))
+
+
+def tensor_map_arg(arg: dict, stand_ins: Mapping[str, DeviceBuffer], what: str) -> TensorMapArg:
+    """The plan's {"tensor_map", "box", "swizzle"} over its buffer's stand-in, checked now against what TMA
+    can describe (the buffer's strides and dtype, the box), so that a run only encodes."""
+    buffer = stand_ins[arg["tensor_map"]]
+    tensor_map = TensorMapArg(f"{buffer.name}.map", buffer, tuple(arg["box"]), arg["swizzle"])
+    try:
+        tiled_encoding(tensor_map, 0)
+    except RuntimeLaunchError as exc:
+        raise RuntimeLaunchError(f"{what}: {exc}") from None
+    return tensor_map
 
 
 def scalar_value(arg: dict, shapes: Mapping[str, tuple[int, ...]], what: str, scalars: Mapping[str, int]):

@@ -9,6 +9,7 @@ strides (bytes) are given for every dimension but the innermost, which must be c
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 
 from ..errors import RuntimeLaunchError
@@ -79,11 +80,12 @@ def encode_tiled(driver, encoding: TiledEncoding) -> bytes:
 
 
 class TensorMapCache:
-    """Encoded tensor maps per (address, geometry); `encode(encoding) -> bytes` is the driver call."""
+    """Encoded tensor maps per (address, geometry), the least recently used dropped past `capacity` (a
+    caching allocator hands out a bounded set of addresses); `encode(encoding) -> bytes` is the driver call."""
 
-    def __init__(self, encode):
-        self._encode = encode
-        self._maps: dict[tuple, bytes] = {}
+    def __init__(self, encode, capacity: int = 4096):
+        self._encode, self.capacity = encode, capacity
+        self._maps: OrderedDict[tuple, bytes] = OrderedDict()
         self._lock = threading.Lock()
 
     def get(self, arg: TensorMapArg, address: int | None = None) -> bytes:
@@ -91,10 +93,14 @@ class TensorMapCache:
         key = (address, arg.geometry)
         with self._lock:
             found = self._maps.get(key)
+            if found is not None:
+                self._maps.move_to_end(key)
         if found is None:
             found = self._encode(tiled_encoding(arg, address))
             with self._lock:
                 self._maps[key] = found
+                while len(self._maps) > self.capacity:
+                    self._maps.popitem(last=False)
         return found
 
     def __len__(self) -> int:

@@ -12,9 +12,10 @@ import pytest
 
 from fmha_mlir.compiler import Compiler
 from fmha_mlir.errors import CompileError
+from fmha_mlir.hopper_probe_geometry import BLOCK_K, ProbeShape
 from fmha_mlir.mlir import ir, make_context
 from fmha_mlir.passes import hopper_sync, wgmma_atom
-from fmha_mlir.passes.hopper_probe import BLOCK_K, ProbeShape, probe_module_text
+from fmha_mlir.passes.hopper_probe import probe_module_text
 from fmha_mlir.passes.tma_copy import TmaCopy
 from fmha_mlir.wgmma_layouts import OperandTile
 
@@ -52,6 +53,19 @@ def test_ptxas_neither_serialises_the_wgmma_chain_nor_spills(ptx, tmp_path):
                          capture_output=True, text=True, check=True).stderr
     assert "0 bytes spill stores, 0 bytes spill loads" in out
     assert not re.search(r"C751[457]", out), out       # serialised wgmma (TENSOR_CORES.md)
+
+
+@pytest.mark.skipif(not Path(PTXAS).is_file(), reason="no ptxas")
+def test_ptxas_applies_the_warp_specialised_register_budgets(tmp_path):
+    """setmaxnreg takes effect only where ptxas knows the register count at entry (.maxntid with
+    .minnctapersm): then the consumer's 240 is the kernel's count, else ptxas drops it (C7508)."""
+    ptx = Compiler().compile_module(probe_module_text(SHAPE, roles=True), "gpu", "sm_90a").isa
+    assert ".minnctapersm 1" in ptx and "setmaxnreg.dec.sync.aligned.u32 \t24;" in ptx
+    (tmp_path / "roles.ptx").write_text(ptx)
+    out = subprocess.run([PTXAS, "-v", "-arch=sm_90a", str(tmp_path / "roles.ptx"), "-o", str(tmp_path / "r.cubin")],
+                         capture_output=True, text=True, check=True).stderr
+    assert "C7508" not in out and "Used 240 registers" in out, out
+    assert "0 bytes spill stores, 0 bytes spill loads" in out
 
 
 def test_probe_is_refused_for_sm_90():

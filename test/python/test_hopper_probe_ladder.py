@@ -19,7 +19,7 @@ import pytest
 from fmha_mlir.dtypes import from_storage, to_storage
 from fmha_mlir.hopper_probe_geometry import BLOCK_K, RUNGS, ProbeShape, image_layout, rung
 from fmha_mlir.runtime.interp import hopper
-from tools import hopper_probe as tool
+from fmha_mlir.tools import hopper_probe as tool
 
 SHAPE = ProbeShape()
 ROOT = Path(__file__).resolve().parents[2]
@@ -53,7 +53,7 @@ def _transactions(text: str, maps: tuple[str, ...]) -> dict[str, list[int]]:
     return totals
 
 
-@pytest.mark.parametrize("name", ["tma", "pipeline"])
+@pytest.mark.parametrize("name", ["tma", "pipeline", "roles"])
 def test_each_barrier_expects_the_bytes_its_boxes_deliver(ptx, name):
     totals = _transactions(ptx[name], rung(name, SHAPE).maps)
     assert totals and all(expected == delivered for expected, delivered in totals.values()), totals
@@ -77,7 +77,7 @@ def test_a_box_smaller_than_its_tile_is_caught():
 def test_rung_ptx_shapes(ptx):
     parities = re.findall(r"mbarrier\.try_wait\.parity\.shared\.b64 P1, \[%r\d+\], ([01]),", ptx["mbarrier"])
     assert parities == ["0", "1"] and "mbarrier.init.shared.b64" in ptx["mbarrier"]
-    for name in ("tma", "pipeline", "mbarrier"):
+    for name in ("tma", "pipeline", "roles", "mbarrier"):
         init = ptx[name].index("mbarrier.init")
         assert "fence.proxy.async.shared::cta" in ptx[name][init:ptx[name].index("bar.sync")]
     for name in ("ss", "rs"):   # ordinary stores, then the proxy fence, then the work-group barrier
@@ -90,7 +90,7 @@ def test_rung_ptx_shapes(ptx):
 
 
 def test_the_shared_images_give_the_gated_products():
-    inputs = tool._inputs(SHAPE)
+    inputs = tool.probe_inputs(SHAPE)
     layout = image_layout(SHAPE)
     shared = tool._image(SHAPE, inputs, layout["end"]).view(np.uint8)
     decode = lambda x: from_storage(x, "bf16").astype(np.float32)  # noqa: E731
@@ -104,7 +104,7 @@ def test_the_shared_images_give_the_gated_products():
     for kb in range(SHAPE.n // 16):
         c2 = hopper.wgmma(shared, c2, p[:, 16 * kb:16 * kb + 16], SHAPE.v_tile.descriptor(layout["v"], 0, 16 * kb),
                           SHAPE.n2, "MN", np.uint16, kb == 0, decode=decode)
-    checks = tool._products(SHAPE, inputs, 64, BLOCK_K)
+    checks = tool.product_checks(SHAPE, inputs, 64, BLOCK_K)
     assert checks["c"](c.astype(np.float64)).passed and checks["c2"](c2.astype(np.float64), c).passed
     assert not checks["c"](np.roll(c, 1, axis=1).astype(np.float64)).passed
     assert not checks["c2"](np.roll(c2, 1, axis=1).astype(np.float64), c).passed
@@ -114,7 +114,7 @@ def test_c2_is_judged_on_the_kernels_own_c():
     """An f32 C summed in another order than NumPy's (as the pipeline's k-blocks are) rounds one element
     to the neighbouring bf16 value here: C2 from it is right for that C, and judged so (the H200's
     pipeline C2 missed a float64-C reference by 0.29 for this reason)."""
-    inputs = tool._inputs(SHAPE)
+    inputs = tool.probe_inputs(SHAPE)
     af, bf, vf = (from_storage(inputs[x], "bf16").astype(np.float32) for x in "abv")
     c = np.zeros((SHAPE.m, SHAPE.n), np.float32)
     for k0 in range(0, SHAPE.k, 16):
@@ -122,14 +122,14 @@ def test_c2_is_judged_on_the_kernels_own_c():
     round16 = lambda x: from_storage(to_storage(x.astype(np.float32), "bf16"), "bf16").astype(np.float64)  # noqa: E731
     exact = af.astype(np.float64) @ bf.T.astype(np.float64)
     assert np.count_nonzero(round16(c) != round16(exact)) >= 1
-    checks = tool._products(SHAPE, inputs, SHAPE.m, SHAPE.k)
+    checks = tool.product_checks(SHAPE, inputs, SHAPE.m, SHAPE.k)
     c2 = (round16(c).astype(np.float32) @ vf).astype(np.float64)
     assert checks["c"](c.astype(np.float64)).passed and checks["c2"](c2, c.astype(np.float64)).passed
     assert not checks["c2"](round16(exact) @ vf + 0.1, c.astype(np.float64)).passed
 
 
 def test_the_expected_tma_bytes_are_swizzled_and_zero_filled_past_k():
-    inputs = tool._inputs(SHAPE)
+    inputs = tool.probe_inputs(SHAPE)
     image = tool._expected_tma(SHAPE, inputs)
     a = SHAPE.a_tile.nbytes
     past = image[a:2 * a].view(np.uint16).reshape(64, 64)            # the last k-block, swizzled rows
@@ -143,13 +143,13 @@ def test_the_run_side_imports_no_mlir():
     code = ("import sys; sys.modules['flydsl'] = None\n"
             "import tools.hopper_probe as t\n"
             "from fmha_mlir.hopper_probe_geometry import ProbeShape, image_layout\n"
-            "s = ProbeShape(); i = t._inputs(s); t._image(s, i, image_layout(s)['end']); t._expected_tma(s, i)\n"
-            "t._products(s, i, 64, 64)\n")
+            "s = ProbeShape(); i = t.probe_inputs(s); t._image(s, i, image_layout(s)['end']); t._expected_tma(s, i)\n"
+            "t.product_checks(s, i, 64, 64)\n")
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True)
 
 
 def test_a_child_past_the_watchdog_is_a_hang(tmp_path, monkeypatch):
-    meta = {"threads": 128, "shape": vars(SHAPE), "boxes": SHAPE.boxes,
+    meta = {"shape": vars(SHAPE), "boxes": SHAPE.boxes,
             "rungs": {name: {"binary": f"{name}.cubin"} for name in RUNGS}}
     (tmp_path / "probe.json").write_text(json.dumps(meta))
     (tmp_path / "pipeline.ptxas.txt").write_text("ptxas info")

@@ -28,8 +28,10 @@ def test_a_tensor_map_is_one_128_byte_field_the_executor_fills():
 
 
 def test_bind_args_matches_tensor_maps_to_tensor_map_parameters():
-    params = [{"tensor_map": {"buffer": "a"}}, {"buffer": "c", "rank": 2, "dtype": "f32"}]
+    params = [{"tensor_map": "a", "rank": 3, "dtype": "bf16"}, {"buffer": "c", "rank": 2, "dtype": "f32"}]
     assert bind_args("k", params, [MAP, C]) == [MAP, C]
+    with pytest.raises(RuntimeLaunchError, match="parameter 0 is .* tensor map 'a_map' over a rank-3 bf16 buffer"):
+        bind_args("k", [{**params[0], "dtype": "f16"}, params[1]], [MAP, C])
     with pytest.raises(RuntimeLaunchError, match="parameter 1 is .* the launch passes tensor map 'a_map'"):
         bind_args("k", [params[1], params[1]], [C, MAP])
 

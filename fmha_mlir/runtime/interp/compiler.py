@@ -27,11 +27,12 @@ TERMINATORS = ("scf.yield", "scf.condition", "gpu.return", "func.return")
 
 
 class State:
-    """What the closures of one launch chunk share: the value slots, the lanes, the atomic order, the
-    workgroup memory (workgroup.WorkgroupMemory: buffers, epochs, async copies), and a cache for lane
-    tables that depend only on the geometry (e.g. a DPP control's source lanes)."""
+    """What the closures of one launch chunk (one role of it, in a warp-specialised kernel) share: the
+    value slots, the lanes, the atomic order, the workgroup memory (workgroup.WorkgroupMemory: buffers,
+    epochs, async copies), a cache for lane tables that depend only on the geometry (e.g. a DPP
+    control's source lanes), and the role scheduler, if any."""
 
-    __slots__ = ("env", "grid", "rng", "atomic_order", "workgroup", "cache")
+    __slots__ = ("env", "grid", "rng", "atomic_order", "workgroup", "cache", "scheduler")
 
     def __init__(self, slots: int, grid: LaneGrid, rng: np.random.Generator, atomic_order: str, workgroup):
         self.env: list = [None] * slots
@@ -40,6 +41,7 @@ class State:
         self.atomic_order = atomic_order
         self.workgroup = workgroup
         self.cache: dict = {}
+        self.scheduler = None   # roles.RoleScheduler of a warp-specialised kernel: waits suspend a role
 
     def atomic_permutation(self):
         """The order lanes apply an atomic in: None for lane order, else a fresh random permutation."""

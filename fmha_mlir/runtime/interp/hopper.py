@@ -3,31 +3,60 @@
 back through their 64-bit descriptors (address, LBO, SBO, swizzle mode) in either major order.
 
 These are the semantics the interpreter's handlers for nvgpu.tma.async.load and nvvm.wgmma.mma_async
-apply; a wrong swizzle mode, LBO or SBO in a descriptor reads a different matrix here, as on the GPU.
-Not modelled yet: the ops as interpreter handlers, roles as coroutines, and happens-before through
-mbarrier phases (a read of TMA-written data without the wait is not reported).
+(ops_hopper.py) apply; a wrong swizzle mode, LBO or SBO in a descriptor reads a different matrix here,
+as on the GPU.
 """
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 
 from ...wgmma_layouts import CHUNK, decode_descriptor, swizzle
 
 
+@dataclass(frozen=True)
+class TensorMap:
+    """A tensor-map kernel argument as the interpreter holds it: the tensor (a NumPy view in storage
+    dtype, its buffer's strides), the box (outermost first) and the swizzle in bytes."""
+
+    tensor: np.ndarray
+    box: tuple[int, ...]
+    swizzle: int
+    dtype: str
+
+
 def tma_box(shared: np.ndarray, byte_offset: int, tensor: np.ndarray, row: int, col: int, rows: int, inner: int,
             swizzle_bytes: int) -> None:
     """Load the box rows x inner of 2-D `tensor` at (row, col) into `shared` (uint8, its index 0 aligned
     to 1024) at `byte_offset`; elements outside the tensor are zero."""
-    box = np.zeros((rows, inner), tensor.dtype)
-    r1, c1 = min(row + rows, tensor.shape[0]), min(col + inner, tensor.shape[1])
-    if r1 > row and c1 > col:
-        box[:r1 - row, :c1 - col] = tensor[row:r1, col:c1]
-    eb = tensor.itemsize
-    r, c = np.meshgrid(np.arange(rows), np.arange(inner), indexing="ij")
-    logical = byte_offset + (r * inner + c) * eb
-    physical = swizzle(logical, swizzle_bytes)
-    for byte in range(eb):
-        shared[physical + byte] = box.view(np.uint8).reshape(rows, inner, eb)[..., byte]
+    place_box(shared, byte_offset, box_of(tensor, (row, col), (rows, inner)), swizzle_bytes)
+
+
+def box_of(tensor: np.ndarray, start, box) -> np.ndarray:
+    """The box of `box` elements of `tensor` from index `start` (outermost first), zero outside it."""
+    out = np.zeros(box, tensor.dtype)
+    src, dst = [], []
+    for first, n, size in zip(start, box, tensor.shape):
+        lo, hi = max(first, 0), min(first + n, size)
+        if hi <= lo:
+            return out
+        src.append(slice(lo, hi))
+        dst.append(slice(lo - first, hi - first))
+    out[tuple(dst)] = tensor[tuple(src)]
+    return out
+
+
+def place_box(shared: np.ndarray, byte_offset: int, box: np.ndarray, swizzle_bytes: int) -> np.ndarray:
+    """Write `box` (its elements row-major, rows of its innermost dimension) into `shared` at
+    `byte_offset`, swizzled as TMA does; returns the physical byte offsets written."""
+    eb = box.itemsize
+    inner = box.shape[-1]
+    flat = np.ascontiguousarray(box).reshape(-1, inner)
+    r, c = np.meshgrid(np.arange(flat.shape[0]), np.arange(inner), indexing="ij")
+    physical = swizzle(byte_offset + (r * inner + c) * eb, swizzle_bytes)
+    shared[physical[..., None] + np.arange(eb)] = flat.view(np.uint8).reshape(*flat.shape, eb)
+    return physical
 
 
 def operand_offsets(descriptor: int, mn: int, major: str, element_bytes: int) -> np.ndarray:

@@ -5,9 +5,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import ops_amdgpu, ops_arith, ops_crosslane, ops_fmha, ops_gpu, ops_memory, ops_nvgpu, ops_scf, ops_vector
+from . import (ops_amdgpu, ops_arith, ops_crosslane, ops_fmha, ops_gpu, ops_hopper, ops_memory, ops_nvgpu, ops_scf,
+               ops_vector)
 from .compiler import CompiledRegion, KernelCompiler, State, run_region
 from .errors import InterpreterError
+from .hopper import TensorMap
+from .hopper_sync import HopperSync
+from .roles import ROLES_ATTRIBUTE, RoleScheduler, role_ranges
 from .lanes import LaneGrid
 from .memory import allocate, wrap_array
 from .parser import Operation, ParsedModule, parse_module, typed_scalar
@@ -16,8 +20,9 @@ from .workgroup import WorkgroupMemory
 
 HANDLERS = {**ops_arith.HANDLERS, **ops_memory.HANDLERS, **ops_vector.HANDLERS, **ops_scf.HANDLERS,
             **ops_gpu.HANDLERS, **ops_crosslane.HANDLERS, **ops_fmha.HANDLERS, **ops_nvgpu.HANDLERS,
-            **ops_amdgpu.HANDLERS}
+            **ops_amdgpu.HANDLERS, **ops_hopper.HANDLERS}
 ATOMIC_ORDERS = ("sequential", "random")
+TENSOR_MAP_TYPES = ("!llvm.ptr",)   # how a kernel declares a by-value tensor-map parameter
 DEFAULT_MAX_LANES = 1 << 16
 # Workgroup memory of one chunk, all work-groups together: bounds the race detector's shadow (3 bytes
 # per byte) when kernels use much shared memory.
@@ -39,6 +44,8 @@ class CompiledKernel:
     body: CompiledRegion
     slots: int
     known_block_size: tuple | None
+    hopper: bool                 # has mbarrier / TMA / wgmma ops: its chunks keep a HopperSync
+    roles: list | None           # (first, end) thread ranges run as coroutines (roles.py); None: lockstep
 
 
 class Interpreter:
@@ -86,14 +93,25 @@ class Interpreter:
             for first in range(0, groups, per_chunk):
                 lanes = LaneGrid(grid, block, self.wave_size, first, min(per_chunk, groups - first))
                 workgroup = WorkgroupMemory(lanes, int(shared_bytes))
-                state = State(kernel.slots, lanes, self._rng, self.atomic_order, workgroup)
+                if kernel.hopper:
+                    workgroup.hopper = HopperSync(lanes)
                 memory = [workgroup.attribution(t, arg) for t, arg in zip(kernel.workgroup_types,
                                                                           kernel.workgroup_names)]
                 memory += [allocate(t, lanes.lanes, lanes.lane_index, f"private memory of {name}")
                            for t in kernel.private_types]
-                for slot, value in zip(kernel.body.arg_slots, values + memory):
-                    state.env[slot] = value
-                run_region(kernel.body, state, None)
+
+                def run_role(role, mask, scheduler=None):
+                    state = State(kernel.slots, lanes, self._rng, self.atomic_order, workgroup)
+                    state.scheduler = scheduler
+                    for slot, value in zip(kernel.body.arg_slots, values + memory):
+                        state.env[slot] = value
+                    run_region(kernel.body, state, mask)
+
+                if kernel.roles is None:
+                    run_role(0, None)
+                else:
+                    scheduler = RoleScheduler(lanes, kernel.roles, f"kernel {name}")
+                    scheduler.run(lambda role, mask: run_role(role, mask, scheduler))
 
     def _compile(self, name: str) -> CompiledKernel:
         if name not in self._compiled:
@@ -130,7 +148,17 @@ def _compile_kernel(module: ParsedModule, op: Operation, name: str) -> CompiledK
     return CompiledKernel(name, tuple(fn_type.inputs), tuple(block_args[n_in:n_in + n_wg]),
                           tuple(arg for arg, _ in args[n_in:n_in + n_wg]),
                           tuple(block_args[n_in + n_wg:]), body, cc.slot_count,
-                          tuple(int(v) for v in known) if known else None)
+                          tuple(int(v) for v in known) if known else None,
+                          any(inner.name in ops_hopper.HOPPER_OPS for inner in _walk(op)),
+                          role_ranges(op.attributes.get(ROLES_ATTRIBUTE)))
+
+
+def _walk(op: Operation):
+    for region in op.regions:
+        for block in region.blocks:
+            for inner in block.ops:
+                yield inner
+                yield from _walk(inner)
 
 
 def _bytes(t: MemRefType) -> int:
@@ -159,6 +187,9 @@ def _bind_args(name: str, types: tuple, args: list) -> list:
             if not isinstance(arg, (int, float, bool, np.number, np.bool_)):
                 raise InterpreterError(f"{what}: expected a number for {t}, got {type(arg).__name__}")
             values.append(typed_scalar(arg, t))
+        elif isinstance(arg, TensorMap) and str(t) in TENSOR_MAP_TYPES:
+            values.append(arg)
         else:
-            raise InterpreterError(f"{what}: arguments of type {t} are not supported")
+            raise InterpreterError(f"{what}: arguments of type {t} are not supported"
+                                   + (" (a tensor map: pass a TensorMapArg)" if str(t) in TENSOR_MAP_TYPES else ""))
     return values

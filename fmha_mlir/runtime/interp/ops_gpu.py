@@ -68,7 +68,10 @@ def compile_barrier(op: Operation, cc: KernelCompiler):
                                    f"{g.describe(lane)} does not reach it")
 
     def run(st, mask):
-        if mask is not None:
+        if st.scheduler is not None:   # roles meet here: every thread of the work-group, from every role
+            lanes = st.grid.lane_index if mask is None else np.flatnonzero(mask)
+            st.scheduler.named_barrier(0, st.grid.group_threads, lanes, what)
+        elif mask is not None:
             check(st.grid, mask)
         st.workgroup.barrier(mask, what)
 

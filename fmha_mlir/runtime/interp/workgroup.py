@@ -73,6 +73,7 @@ class WorkgroupMemory:
         self.committed = np.zeros(grid.lanes, np.int64)     # async groups each lane committed
         self.retired = np.zeros(grid.lanes, np.int64)       # groups below this index are complete
         self.pending: list[tuple] = []                      # (buffer, units, lanes, group) not retired
+        self.hopper = None   # hopper_sync.HopperSync of a kernel with mbarrier / TMA / wgmma ops
 
     # --- buffers ---------------------------------------------------------------------------------
 
@@ -163,6 +164,10 @@ class WorkgroupMemory:
         base = self.base[pick]
         oldest = base.min()
         context = (buffer, kind, units, lanes, per, what, element)
+        if self.hopper is not None:
+            problem = self.hopper.generic_access(buffer, kind, units, np.broadcast_to(lanes, (units.shape[0],)))
+            if problem is not None:
+                raise InterpreterError(f"{what}: {self._where(context, problem[0])}, {problem[1]}")
         writer = buffer.writer.take(every)
         if kind == "read":
             if writer.max() >= oldest:

@@ -1,0 +1,179 @@
+"""Happens-before for Hopper kernels: mbarrier phases with transaction counts, TMA-written shared
+memory, the generic / async proxies, and register budgets, for one launch chunk.
+
+mbarriers. A group (nvgpu.mbarrier.create) holds, per work-group and barrier, the arrivals a phase
+expects, those still pending, the transaction bytes still to come (arrive.expect_tx adds, a TMA load's
+completion subtracts) and the number of completed phases. A phase completes when its pending arrivals
+and its transaction bytes are both zero. try_wait.parity(p) passes once the barrier's current phase has
+a parity other than p; a lane that passes has *observed* every phase before the current one.
+
+TMA writes. A TMA box lands in shared memory at once, but its bytes are marked with the barrier and
+phase it completes on; a read of a marked byte (an ordinary load, a wgmma operand) is an error unless
+every reading lane has observed that phase: the "missing mbarrier wait" of a pipeline. When roles run
+as coroutines the consumer may get there before the producer issued the load at all: a wgmma operand
+that nothing has written yet is an error too.
+
+Proxies. Shared memory written by ordinary stores (the generic proxy) and then read by wgmma or TMA
+(the async proxy) needs a fence.proxy.async by the writing thread in between; each 2-byte unit keeps
+its last generic writer until that lane fences, and an async read of a unit with a writer is an error.
+
+Register budgets. setmaxnreg moves a warpgroup's per-thread budget (24..256, multiples of 8); the
+warpgroups of a work-group share the SM's 64K registers, so their budgets may not sum past that.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .errors import InterpreterError
+from .lanes import LaneGrid
+
+UNIT = 2                         # bytes per tracked unit, as workgroup.py's race detector
+REGISTER_FILE = 64 * 1024        # 32-bit registers of one SM
+WARPGROUP = 128
+NONE = -1
+
+
+class MbarrierGroup:
+    """The barriers of one nvgpu.mbarrier.create, for every work-group of the chunk."""
+
+    def __init__(self, count: int, first_id: int, groups: int, what: str):
+        self.count, self.first_id, self.what = count, first_id, what
+        self.expected = np.zeros((groups, count), np.int64)
+        self.pending = np.zeros((groups, count), np.int64)
+        self.tx = np.zeros((groups, count), np.int64)
+        self.phase = np.zeros((groups, count), np.int64)
+        self.initialised = np.zeros((groups, count), bool)
+
+    def describe(self, barrier: int) -> str:
+        return f"mbarrier {barrier} of {self.what}"
+
+    def complete(self) -> None:
+        """Complete every phase whose arrivals and transaction bytes are all in."""
+        done = self.initialised & (self.pending == 0) & (self.tx == 0)
+        self.phase += done
+        self.pending = np.where(done, self.expected, self.pending)
+
+
+class _Shadow:
+    """Per 2-byte unit of one workgroup buffer: the barrier id and phase a TMA write completes on
+    (NONE: not TMA-written) and the last generic writer (a chunk lane) not yet fenced."""
+
+    def __init__(self, units: int):
+        self.tma_barrier = np.full(units, NONE, np.int64)
+        self.tma_phase = np.zeros(units, np.int64)
+        self.generic_writer = np.full(units, NONE, np.int64)
+        self.written = np.zeros(units, bool)     # by anything, ever: an async read of others reads garbage
+
+
+class HopperSync:
+    """What one launch chunk's Hopper ops share (WorkgroupMemory.hopper)."""
+
+    def __init__(self, grid: LaneGrid):
+        self.grid = grid
+        self.groups: dict[int, MbarrierGroup] = {}      # by the creating op's id
+        self.observed = np.zeros((grid.lanes, 0), np.int64)   # [lane, barrier id]: phases seen complete
+        self._shadows: dict[int, _Shadow] = {}
+        self._group_of: list[tuple[MbarrierGroup, int]] = []  # barrier id -> (group, index)
+        warpgroups = -(-grid.group_threads // WARPGROUP)
+        self.budgets = np.zeros((grid.groups, warpgroups), np.int64)   # 0: not set by setmaxnreg
+
+    # --- mbarriers ---------------------------------------------------------------------------------
+
+    def group(self, key: int, count: int, what: str) -> MbarrierGroup:
+        """The group of one nvgpu.mbarrier.create (the same object every time the op runs)."""
+        if key not in self.groups:
+            group = MbarrierGroup(count, self.observed.shape[1], self.grid.groups, what)
+            self.groups[key] = group
+            self._group_of += [(group, b) for b in range(count)]
+            self.observed = np.concatenate([self.observed, np.zeros((self.grid.lanes, count), np.int64)], axis=1)
+        return self.groups[key]
+
+    def describe(self, barrier_id: int) -> str:
+        group, index = self._group_of[barrier_id]
+        return group.describe(index)
+
+    # --- shared memory -----------------------------------------------------------------------------
+
+    def _shadow(self, buffer) -> _Shadow:
+        key = id(buffer)
+        if key not in self._shadows:
+            self._shadows[key] = _Shadow(buffer.data.size // UNIT)
+        return self._shadows[key]
+
+    def tma_write(self, buffer, byte_offsets: np.ndarray, group: MbarrierGroup, workgroup: int, barrier: int) -> None:
+        """A TMA load wrote these bytes (global indices into buffer.data), completing on `barrier`."""
+        shadow, units = self._shadow(buffer), np.unique(byte_offsets // UNIT)
+        shadow.tma_barrier[units] = group.first_id + barrier
+        shadow.tma_phase[units] = group.phase[workgroup, barrier]
+        shadow.generic_writer[units] = NONE
+        shadow.written[units] = True
+
+    def unwritten(self, buffer, units: np.ndarray) -> int | None:
+        """The first of `units` that nothing has written yet (its global byte index), else None."""
+        shadow = self._shadow(buffer)
+        missing = ~shadow.written[units]
+        return int(units[np.argmax(missing)]) * UNIT if missing.any() else None
+
+    def unobserved(self, buffer, units: np.ndarray, lanes: np.ndarray) -> tuple | None:
+        """(row, column, barrier id, phase) of the first unit of `units` [rows, n] (row r read by lane
+        lanes[r]) that a TMA load wrote in a phase its reader has not observed; None if there is none."""
+        shadow = self._shadows.get(id(buffer))
+        if shadow is None:
+            return None
+        barrier = shadow.tma_barrier[units]
+        marked = barrier != NONE
+        if not marked.any():
+            return None
+        seen = self.observed[np.broadcast_to(lanes[:, None], units.shape)[marked], barrier[marked]]
+        bad = np.zeros(units.shape, bool)
+        bad[marked] = seen <= shadow.tma_phase[units][marked]
+        if not bad.any():
+            return None
+        row, column = np.unravel_index(int(np.argmax(bad)), bad.shape)
+        return row, column, int(barrier[row, column]), int(shadow.tma_phase[units[row, column]])
+
+    def generic_access(self, buffer, kind: str, units: np.ndarray, lanes: np.ndarray) -> tuple | None:
+        """An ordinary load or store of `units` [rows, n] by `lanes` [rows]: (spot, problem) if it
+        touches TMA-written bytes not waited for; a store becomes the units' unfenced generic write."""
+        found = self.unobserved(buffer, units, lanes)
+        if found is not None:
+            row, column, barrier, phase = found
+            verb = "reads" if kind == "read" else "overwrites"
+            return (row, column), (f"which a TMA load wrote completing on {self.describe(barrier)} (phase {phase}); "
+                                   f"it {verb} them without waiting for that phase (nvgpu.mbarrier.try_wait.parity)")
+        if kind != "read":
+            shadow = self._shadow(buffer)
+            shadow.generic_writer[units] = np.broadcast_to(lanes[:, None], units.shape)
+            shadow.tma_barrier[units] = NONE
+            shadow.written[units] = True
+        return None
+
+    def unfenced(self, buffer, units: np.ndarray) -> int | None:
+        """The chunk lane of an unfenced generic write among `units`, else None."""
+        shadow = self._shadows.get(id(buffer))
+        if shadow is None:
+            return None
+        writers = shadow.generic_writer[units]
+        hit = writers != NONE
+        return int(writers[hit][0]) if hit.any() else None
+
+    def fence_proxy(self, lanes: np.ndarray) -> None:
+        """fence.proxy.async by `lanes`: their generic writes are ordered before later async accesses."""
+        for shadow in self._shadows.values():
+            shadow.generic_writer[np.isin(shadow.generic_writer, lanes)] = NONE
+
+    # --- register budgets --------------------------------------------------------------------------
+
+    def set_budget(self, workgroups: np.ndarray, warpgroups: np.ndarray, count: int, increase: bool,
+                   what: str) -> None:
+        old = self.budgets[workgroups, warpgroups]
+        if (increase and (old > count).any()) or (not increase and ((old != 0) & (old < count)).any()):
+            raise InterpreterError(f"{what}: setmaxnreg.{'inc' if increase else 'dec'} to {count} from a budget of "
+                                   f"{int(old.max() if increase else old.min())} registers moves the other way")
+        self.budgets[workgroups, warpgroups] = count
+        total = np.where(self.budgets > 0, self.budgets, 24).sum(axis=1) * WARPGROUP
+        if (total > REGISTER_FILE).any():
+            group = int(np.argmax(total))
+            raise InterpreterError(f"{what}: the warpgroups of work-group {self.grid.first_group + group} now ask for "
+                                   f"{int(total[group])} registers ({self.budgets[group].tolist()} per thread), "
+                                   f"more than the SM's {REGISTER_FILE}")

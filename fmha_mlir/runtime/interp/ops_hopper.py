@@ -1,0 +1,509 @@
+"""Hopper (sm_90a) ops as the atoms of passes/wgmma_atom.py, tma_copy.py and hopper_sync.py emit them:
+mbarriers (create / init / arrive / arrive.expect_tx / try_wait.parity), TMA box loads, wgmma SS
+(nvvm.wgmma.mma_async) and RS (its inline PTX), wgmma fence / commit / wait, named barriers,
+fence.proxy.async and setmaxnreg, plus the llvm ops around an accumulator (!llvm.struct of f32: a
+[lanes, N/2] array here).
+
+The data path is hopper.py's (swizzled boxes with zero fill, operands read through their descriptors
+from the work-group's dynamic shared memory); the happens-before rules are hopper_sync.py's. A TMA box
+lands at once; its bytes count against the barrier's transaction bytes and are marked until a wait.
+Under lockstep execution a wait that cannot pass can never pass (no other lane runs meanwhile), so it
+is reported as a deadlock naming the barrier, its pending arrivals and transaction bytes: how a wrong
+expect-tx byte count shows. wgmma products complete at issue; fence / commit / wait check that whole
+warpgroups execute them.
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from ...dtypes import bf16_bits, from_storage
+from ... import wgmma_layouts as layouts
+from .compiler import KernelCompiler
+from .errors import InterpreterError
+from .hopper import TensorMap, box_of, operand_offsets, place_box, wgmma
+from .hopper_sync import UNIT, WARPGROUP
+from .parser import Operation
+from .types import MemRefType, VectorType
+
+TOKEN = np.int64(0)
+_STRUCT = re.compile(r"^!llvm\.struct<\((f32(?:, f32)*)\)>$")
+_RS = re.compile(r"wgmma\.mma_async\.sync\.aligned\.m64n(\d+)k16\.f32\.(bf16|f16)\.(bf16|f16) .*, p, 1, 1, ([01]);")
+_DESCRIPTOR = re.compile(r"tensor = memref<([0-9x]+)x(\w+), 3>, swizzle = (none|swizzle_(\d+)b)")
+_ATTR = re.compile(r"<(\w+)>")
+STORAGE = {"bf16": np.uint16, "f16": np.float16}
+# per warpgroup thread and accumulator register / A element: the (row, col) wgmma_layouts gives
+_THREADS = np.arange(WARPGROUP)[:, None]
+
+
+def _decode(element: str):
+    return (lambda x: from_storage(x, "bf16").astype(np.float32)) if element == "bf16" else \
+        (lambda x: x.astype(np.float32))
+
+
+def _lanes(st, mask) -> np.ndarray:
+    return st.grid.lane_index if mask is None else np.flatnonzero(mask)
+
+
+def _per_lane(value, lanes: np.ndarray, count: int) -> np.ndarray:
+    return np.broadcast_to(np.asarray(value), (count,))[lanes] if np.ndim(value) else np.full(lanes.size, value)
+
+
+def _hopper(st, what: str):
+    sync = st.workgroup.hopper
+    if sync is None:
+        raise InterpreterError(f"{what}: the kernel's Hopper state is missing (run it through Interpreter.run_kernel)")
+    return sync
+
+
+def _warpgroups(st, mask, what: str) -> list[np.ndarray]:
+    """The executing lanes by warpgroup, each all 128 threads of one warpgroup (else an error)."""
+    g = st.grid
+    lanes = _lanes(st, mask)
+    key = g.group_local[lanes] * WARPGROUP * 64 + g.thread_linear[lanes] // WARPGROUP
+    out = []
+    for k in np.unique(key):
+        members = lanes[key == k]
+        if members.size != WARPGROUP:
+            raise InterpreterError(f"{what}: {g.describe(int(members[0]))} is in a warpgroup that does not execute "
+                                   f"it whole ({members.size} of {WARPGROUP} threads): wgmma and setmaxnreg are "
+                                   "warpgroup-collective")
+        out.append(members[np.argsort(g.thread_linear[members] % WARPGROUP)])
+    return out
+
+
+# --- mbarriers ---------------------------------------------------------------------------------------
+
+def compile_mbarrier_create(op: Operation, cc: KernelCompiler):
+    found = re.search(r"num_barriers = (\d+)", str(op.result_types[0]))
+    count = int(found.group(1)) if found else 1
+    out, what, key = cc.result(op), cc.describe(op), id(op)
+
+    def run(st, mask):
+        st.env[out] = _hopper(st, what).group(key, count, what)
+
+    return run
+
+
+def _barrier_handler(kind: str):
+    """init (count), arrive, arrive.expect_tx (bytes) on the barrier each executing lane names."""
+
+    def compile_op(op: Operation, cc: KernelCompiler):
+        slots = cc.operands(op)
+        group_slot, index_slot = slots[0], slots[-1]
+        value_slot = slots[1] if kind in ("init", "expect_tx") else None
+        out = cc.result(op) if kind == "arrive" and op.results else None
+        what = cc.describe(op)
+
+        def run(st, mask):
+            env, g = st.env, st.grid
+            group, lanes = env[group_slot], _lanes(st, mask)
+            if lanes.size == 0:
+                return
+            wg, b = g.group_local[lanes], _per_lane(env[index_slot], lanes, g.lanes).astype(np.int64)
+            if ((b < 0) | (b >= group.count)).any():
+                raise InterpreterError(f"{what}: barrier index {int(b.max())} of a group of {group.count}")
+            if kind == "init":
+                count = _per_lane(env[value_slot], lanes, g.lanes)
+                group.expected[wg, b] = count
+                group.pending[wg, b] = count
+                group.tx[wg, b] = 0
+                group.phase[wg, b] = 0
+                group.initialised[wg, b] = True
+                return
+            if not group.initialised[wg, b].all():
+                raise InterpreterError(f"{what}: arrives on {group.describe(int(b[0]))}, which no nvgpu.mbarrier.init "
+                                       "initialised")
+            if kind == "expect_tx":
+                np.add.at(group.tx, (wg, b), _per_lane(env[value_slot], lanes, g.lanes).astype(np.int64))
+            np.subtract.at(group.pending, (wg, b), 1)
+            if (group.pending < 0).any():
+                w, i = np.argwhere(group.pending < 0)[0]
+                raise InterpreterError(f"{what}: more arrivals on {group.describe(int(i))} of work-group "
+                                       f"{g.first_group + int(w)} in one phase than the {int(group.expected[w, i])} "
+                                       "its init expects")
+            group.complete()
+            if out is not None:
+                env[out] = TOKEN
+
+        return run
+
+    return compile_op
+
+
+def compile_try_wait(op: Operation, cc: KernelCompiler):
+    """try_wait.parity in a loop until the phase completes (what MbarrierGroup.wait lowers to)."""
+    group_slot, parity_slot, _, index_slot = cc.operands(op)
+    what = cc.describe(op)
+
+    def run(st, mask):
+        env, g = st.env, st.grid
+        group, lanes = env[group_slot], _lanes(st, mask)
+        if lanes.size == 0:
+            return
+        sync = _hopper(st, what)
+        wg, b = g.group_local[lanes], _per_lane(env[index_slot], lanes, g.lanes).astype(np.int64)
+        parity = _per_lane(env[parity_slot], lanes, g.lanes).astype(np.int64)
+        blocked = lambda: group.phase[wg, b] % 2 == parity  # noqa: E731
+        if blocked().any():
+            scheduler = st.scheduler
+            if scheduler is not None:
+                scheduler.block(lambda: not blocked().any(), lambda: _stuck(group, wg, b, parity, blocked(), g, what))
+            else:
+                raise InterpreterError(_stuck(group, wg, b, parity, blocked(), g, what) + " (lockstep: no other lane "
+                                       "runs while it waits, so the phase can never complete)")
+        ids = group.first_id + b
+        sync.observed[lanes, ids] = np.maximum(sync.observed[lanes, ids], group.phase[wg, b])
+
+    return run
+
+
+def _stuck(group, wg, b, parity, blocked, g, what: str) -> str:
+    i = int(np.argmax(blocked))
+    w, k = int(wg[i]), int(b[i])
+    tx = int(group.tx[w, k])
+    why = ("expect-tx announced more bytes than its TMA loads complete" if tx > 0 else
+           "its TMA loads complete more bytes than expect-tx announced" if tx < 0 else "arrivals are missing")
+    return (f"{what}: deadlock: waits for the phase of parity {int(parity[i])} of {group.describe(k)} "
+            f"(work-group {g.first_group + w}), which has {int(group.pending[w, k])} of "
+            f"{int(group.expected[w, k])} arrivals and {tx} transaction bytes outstanding ({why})")
+
+
+# --- TMA ---------------------------------------------------------------------------------------------
+
+def compile_tma_load(op: Operation, cc: KernelCompiler):
+    """nvgpu.tma.async.load(dst, barriers, map, coordinates (innermost first), barrier)."""
+    slots = cc.operands(op)
+    dst_slot, group_slot, map_slot, *coord_slots = slots[:len(slots) - 1]
+    index_slot = slots[-1]
+    sizes = op.attributes.get("operandSegmentSizes")
+    if sizes is not None and (tuple(sizes)[5:] != (0, 0) or tuple(sizes)[4] != 1):
+        raise cc.error(op, "multicast and L2 cache hints are not supported")
+    found = _DESCRIPTOR.search(str(op.operand_types[2]))
+    if found is None:
+        raise cc.error(op, f"cannot read the box and swizzle of {op.operand_types[2]}")
+    box = tuple(int(n) for n in found.group(1).split("x"))
+    swizzle = int(found.group(4) or 0)
+    dst_t = op.operand_types[0]
+    what = cc.describe(op)
+
+    def run(st, mask):
+        env, g = st.env, st.grid
+        lanes = _lanes(st, mask)
+        sync = _hopper(st, what)
+        dst, group, tensor_map = env[dst_slot], env[group_slot], env[map_slot]
+        if not isinstance(tensor_map, TensorMap):
+            raise InterpreterError(f"{what}: the tensor map operand is not a tensor-map kernel argument")
+        if tuple(tensor_map.box) != box or tensor_map.swizzle != swizzle:
+            raise InterpreterError(f"{what}: the kernel reads boxes {box} with a {swizzle}-byte swizzle through a "
+                                   f"tensor map encoded with box {tuple(tensor_map.box)} and a {tensor_map.swizzle}"
+                                   "-byte swizzle")
+        buffer = dst.shared
+        itemsize = dst.storage.itemsize
+        for lane in lanes:
+            w = int(g.group_local[lane])
+            coords = [int(_per_lane(env[c], np.array([lane]), g.lanes)[0]) for c in coord_slots]
+            start = tuple(reversed(coords))
+            barrier = int(_per_lane(env[index_slot], np.array([lane]), g.lanes)[0])
+            data = box_of(tensor_map.tensor, start, box)
+            local = int(np.broadcast_to(dst.offset, (g.lanes,))[lane]) * itemsize - w * buffer.stride
+            image = buffer.data[w * buffer.stride:(w + 1) * buffer.stride]
+            written = place_box(image, local, data, swizzle)
+            sync.tma_write(buffer, (w * buffer.stride + written).reshape(-1), group, w, barrier)
+            group.tx[w, barrier] -= data.nbytes
+        group.complete()
+
+    if not isinstance(dst_t, MemRefType):
+        raise cc.error(op, f"the destination must be a shared-memory memref, not {dst_t}")
+    return run
+
+
+# --- wgmma -------------------------------------------------------------------------------------------
+
+def _struct_registers(t, cc, op) -> int:
+    found = _STRUCT.match(str(t))
+    if found is None:
+        raise cc.error(op, f"an accumulator is an !llvm.struct of f32, not {t}")
+    return found.group(1).count("f32")
+
+
+def compile_zero(op: Operation, cc: KernelCompiler):
+    registers = _struct_registers(op.result_types[0], cc, op)
+    out = cc.result(op)
+
+    def run(st, mask):
+        st.env[out] = np.zeros(registers, np.float32)
+
+    return run
+
+
+def compile_extractvalue(op: Operation, cc: KernelCompiler):
+    (src,) = cc.operands(op)
+    _struct_registers(op.operand_types[0], cc, op)
+    (position,) = tuple(op.attributes["position"])
+    out = cc.result(op)
+
+    def run(st, mask):
+        st.env[out] = st.env[src][..., position]
+
+    return run
+
+
+def compile_bitcast(op: Operation, cc: KernelCompiler):
+    """vector<2xbf16 | 2xf16> -> i32: element 0 in the low half (a register-A pair)."""
+    (src,) = cc.operands(op)
+    t = op.operand_types[0]
+    if not (isinstance(t, VectorType) and t.shape == (2,) and t.elem.name in STORAGE and str(op.result_types[0]) == "i32"):
+        raise cc.error(op, f"only vector<2xbf16> / vector<2xf16> -> i32 bitcasts are supported, not {t}")
+    out = cc.result(op)
+    element = t.elem.name
+
+    def run(st, mask):
+        x = st.env[src]
+        bits = bf16_bits(x) if element == "bf16" else np.asarray(x, np.float16).view(np.uint16)
+        st.env[out] = (bits[..., 0].astype(np.uint32) | (bits[..., 1].astype(np.uint32) << 16)).view(np.int32)
+
+    return run
+
+
+ACC_ROWS, ACC_COLS = (np.asarray(a) for a in layouts.accumulator(_THREADS, np.arange(128)[None, :]))
+
+
+def _product(st, mask, what: str, acc, a, b_descriptor, n: int, element: str, a_major: str, b_major: str,
+             first):
+    """One m64nNk16 per executing warpgroup; `a` is [lanes] descriptors or [lanes, 4] A registers."""
+    g = st.grid
+    sync = _hopper(st, what)
+    buffer = st.workgroup.dynamic().shared
+    registers = n // 2
+    acc = np.broadcast_to(acc, (g.lanes, registers))
+    out = np.array(acc, np.float32)
+    decode, dtype = _decode(element), STORAGE[element]
+    rows, cols = ACC_ROWS[:, :registers], ACC_COLS[:, :registers]
+    for members in _warpgroups(st, mask, what):
+        w = int(g.group_local[members[0]])
+        image = buffer.data[w * buffer.stride:(w + 1) * buffer.stride]
+        descriptors = [_uniform(b_descriptor, members, g, what, "B")]
+        if a.ndim == 1:
+            descriptors.append(_uniform(a, members, g, what, "A"))
+            a_matrix = descriptors[-1]
+        else:
+            a_matrix = _register_a(a[members], element)
+        for descriptor, mn, major, name in zip(descriptors, (n, 64), (b_major, a_major), "BA"):
+            offsets = operand_offsets(descriptor, mn, major, 2)
+            if offsets.max() + 2 > st.workgroup.dynamic_bytes:
+                raise InterpreterError(f"{what}: the {name} descriptor {descriptor:#x} reads up to byte "
+                                       f"{int(offsets.max()) + 1} of the {st.workgroup.dynamic_bytes} bytes of "
+                                       "dynamic shared memory")
+            _check_async_read(sync, buffer, w, offsets, members, what)
+        c = np.zeros((64, n), np.float32)
+        c[rows, cols] = acc[members]
+        first_lane = bool(np.broadcast_to(first, (g.lanes,))[members[0]])
+        a_operand = a_matrix if isinstance(a_matrix, np.ndarray) else int(a_matrix)
+        product = wgmma(image, c, a_operand, int(descriptors[0]), n, b_major, dtype, first_lane, a_major, decode)
+        out[members] = product[rows, cols]
+    return out
+
+
+def _uniform(values, members, g, what: str, operand: str) -> int:
+    values = np.broadcast_to(values, (g.lanes,))[members]
+    if (values != values[0]).any():
+        raise InterpreterError(f"{what}: the threads of a warpgroup give different {operand} descriptors "
+                               f"({g.describe(int(members[0]))} and others): a descriptor is warpgroup-uniform")
+    return int(values[0]) & ((1 << 64) - 1)
+
+
+def _register_a(registers: np.ndarray, element: str) -> np.ndarray:
+    """The [64, 16] A operand from each thread's four .b32 registers of 16-bit pairs."""
+    bits = registers.astype(np.int64) & 0xFFFFFFFF
+    halves = np.stack([bits & 0xFFFF, bits >> 16], axis=-1).reshape(WARPGROUP, 8).astype(np.uint16)
+    values = _decode(element)(halves if element == "bf16" else halves.view(np.float16))
+    a = np.zeros((64, 16), np.float32)
+    a[ACC_ROWS[:, :8], ACC_COLS[:, :8]] = values
+    return a
+
+
+def _check_async_read(sync, buffer, w: int, offsets: np.ndarray, members, what: str) -> None:
+    """A wgmma operand read of the bytes at `offsets` of work-group w's image, by the warpgroup `members`."""
+    units = np.unique((w * buffer.stride + offsets) // UNIT)
+    missing = sync.unwritten(buffer, units)
+    if missing is not None:
+        raise InterpreterError(f"{what}: reads a wgmma operand at byte {missing - w * buffer.stride} of {buffer.name} "
+                               f"of work-group {sync.grid.first_group + w}, which nothing has written yet (a load "
+                               "not waited for: nvgpu.mbarrier.try_wait.parity)")
+    found = sync.unobserved(buffer, np.broadcast_to(units, (members.size, units.size)), members)
+    if found is not None:
+        row, _, barrier, phase = found
+        raise InterpreterError(f"{what}: reads a wgmma operand in {buffer.name} that a TMA load wrote completing on "
+                               f"{sync.describe(barrier)} (phase {phase}), and {sync.grid.describe(int(members[row]))} "
+                               "has not waited for that phase (nvgpu.mbarrier.try_wait.parity)")
+    writer = sync.unfenced(buffer, units)
+    if writer is not None:
+        raise InterpreterError(f"{what}: reads a wgmma operand in {buffer.name} that {sync.grid.describe(writer)} "
+                               "wrote by an ordinary store with no fence.proxy.async since: the async proxy may not "
+                               "see it")
+
+
+def compile_wgmma(op: Operation, cc: KernelCompiler):
+    acc_slot, a_slot, b_slot = cc.operands(op)
+    attrs = {k: _ATTR.search(getattr(v, "text", str(v))).group(1) for k, v in op.attributes.items()
+             if k in ("layoutA", "layoutB", "scaleD", "typeA", "typeB", "typeD", "scaleA", "scaleB")}
+    n = int(re.search(r"n = (\d+)", op.attributes["shape"].text).group(1))
+    if attrs["typeD"] != "f32" or attrs["typeA"] != attrs["typeB"] or attrs["typeA"] not in STORAGE \
+            or attrs["scaleA"] != "one" or attrs["scaleB"] != "one":
+        raise cc.error(op, "the interpreter runs f32 += bf16 / f16 products with unit input scales")
+    a_major = "K" if attrs["layoutA"] == "row" else "MN"
+    b_major = "K" if attrs["layoutB"] == "col" else "MN"
+    first = attrs["scaleD"] == "zero"
+    out, what, element = cc.result(op), cc.describe(op), attrs["typeA"]
+
+    def run(st, mask):
+        env = st.env
+        descriptors = np.broadcast_to(env[a_slot], (st.grid.lanes,))
+        env[out] = _product(st, mask, what, env[acc_slot], descriptors, env[b_slot], n, element, a_major, b_major,
+                            first)
+
+    return run
+
+
+def compile_inline_asm(op: Operation, cc: KernelCompiler):
+    """The wgmma RS inline PTX of WgmmaAtom.mma_rs: accumulator registers, four A registers, the B
+    descriptor and scale-d (0: D = A B)."""
+    found = _RS.search(op.attributes.get("asm_string", ""))
+    if found is None:
+        raise cc.error(op, "the interpreter runs the inline PTX of wgmma RS (WgmmaAtom.mma_rs) only")
+    n, element, b_major = int(found.group(1)), found.group(2), "K" if found.group(4) == "0" else "MN"
+    slots = cc.operands(op)
+    registers = n // 2
+    if len(slots) != registers + 6:
+        raise cc.error(op, f"wgmma RS m64n{n} takes {registers} accumulators, 4 A registers, a descriptor and "
+                           f"scale-d; it has {len(slots)} operands")
+    acc_slots, a_slots, b_slot, scale_slot = slots[:registers], slots[registers:registers + 4], slots[-2], slots[-1]
+    out, what = cc.result(op), cc.describe(op)
+
+    def run(st, mask):
+        env, lanes = st.env, st.grid.lanes
+        acc = np.stack([np.broadcast_to(env[s], (lanes,)) for s in acc_slots], axis=1)
+        a = np.stack([np.broadcast_to(env[s], (lanes,)) for s in a_slots], axis=1)
+        first = np.broadcast_to(env[scale_slot], (lanes,)) == 0
+        env[out] = _product(st, mask, what, acc, a, env[b_slot], n, element, "K", b_major, first)
+
+    return run
+
+
+def compile_warpgroup_sync(op: Operation, cc: KernelCompiler):
+    """wgmma fence / commit / wait: products complete at issue, so only their collective rule is checked."""
+    what = cc.describe(op)
+
+    def run(st, mask):
+        _warpgroups(st, mask, what)
+
+    return run
+
+
+# --- barriers, fences, budgets -----------------------------------------------------------------------
+
+def compile_named_barrier(op: Operation, cc: KernelCompiler):
+    """bar.sync id, threads: under lockstep the threads that meet are those executing it together."""
+    slots = cc.operands(op)
+    what = cc.describe(op)
+
+    def run(st, mask):
+        env, g = st.env, st.grid
+        lanes = _lanes(st, mask)
+        threads = int(np.max(env[slots[1]])) if len(slots) > 1 else g.group_threads
+        scheduler = st.scheduler
+        if scheduler is not None:
+            scheduler.named_barrier(int(np.max(env[slots[0]])) if slots else 0, threads, lanes, what)
+        else:
+            counts = np.bincount(g.group_local[lanes], minlength=g.groups)
+            if ((counts != 0) & (counts != threads)).any():
+                w = int(np.argmax((counts != 0) & (counts != threads)))
+                raise InterpreterError(f"{what}: {int(counts[w])} threads of work-group {g.first_group + w} reach "
+                                       f"a named barrier that expects {threads}")
+        st.workgroup.barrier(mask, what)
+
+    return run
+
+
+def compile_fence_proxy(op: Operation, cc: KernelCompiler):
+    kind = getattr(op.attributes.get("kind"), "text", "")
+    if "async" not in kind:
+        raise cc.error(op, f"only fence.proxy.async is supported (kind {kind or 'absent'})")
+    what = cc.describe(op)
+
+    def run(st, mask):
+        _hopper(st, what).fence_proxy(_lanes(st, mask))
+
+    return run
+
+
+def compile_setmaxregister(op: Operation, cc: KernelCompiler):
+    """setmaxnreg: no effect on the emulation; the budget's rules are checked."""
+    count = int(getattr(op.attributes["regCount"], "value", op.attributes["regCount"]))
+    increase = "increase" in getattr(op.attributes["action"], "text", str(op.attributes["action"]))
+    what = cc.describe(op)
+    if not 24 <= count <= 256 or count % 8:
+        raise cc.error(op, f"setmaxnreg takes 24..256 registers in steps of 8, not {count}")
+
+    def run(st, mask):
+        g = st.grid
+        lanes = np.concatenate(_warpgroups(st, mask, what))
+        _hopper(st, what).set_budget(g.group_local[lanes], g.thread_linear[lanes] // WARPGROUP, count, increase, what)
+
+    return run
+
+
+def compile_aligned_pointer(op: Operation, cc: KernelCompiler):
+    """memref.extract_aligned_pointer_as_index of workgroup memory: the byte offset of its first element
+    in the work-group's shared window (what a descriptor's address field encodes; dynamic shared memory
+    starts at 0)."""
+    (src,) = cc.operands(op)
+    out, what = cc.result(op), cc.describe(op)
+
+    def run(st, mask):
+        m = st.env[src]
+        if m.shared is None:
+            raise InterpreterError(f"{what}: the interpreter takes the address of workgroup memory only")
+        st.env[out] = (m.offset * m.storage.itemsize - st.grid.group_local * m.shared.stride).astype(np.int64)
+
+    return run
+
+
+def compile_cast(op: Operation, cc: KernelCompiler):
+    """builtin.unrealized_conversion_cast of one value: the value itself (a tensor map's pointer)."""
+    (src,) = cc.operands(op)
+    out = cc.result(op)
+
+    def run(st, mask):
+        st.env[out] = st.env[src]
+
+    return run
+
+
+HANDLERS = {
+    "nvgpu.mbarrier.create": compile_mbarrier_create,
+    "nvgpu.mbarrier.init": _barrier_handler("init"),
+    "nvgpu.mbarrier.arrive": _barrier_handler("arrive"),
+    "nvgpu.mbarrier.arrive.expect_tx": _barrier_handler("expect_tx"),
+    "nvgpu.mbarrier.try_wait.parity": compile_try_wait,
+    "nvgpu.tma.async.load": compile_tma_load,
+    "nvvm.wgmma.mma_async": compile_wgmma,
+    "nvvm.wgmma.fence.aligned": compile_warpgroup_sync,
+    "nvvm.wgmma.commit.group.sync.aligned": compile_warpgroup_sync,
+    "nvvm.wgmma.wait.group.sync.aligned": compile_warpgroup_sync,
+    "nvvm.barrier": compile_named_barrier,
+    "nvvm.fence.proxy": compile_fence_proxy,
+    "nvvm.setmaxregister": compile_setmaxregister,
+    "llvm.mlir.zero": compile_zero,
+    "llvm.extractvalue": compile_extractvalue,
+    "llvm.bitcast": compile_bitcast,
+    "llvm.inline_asm": compile_inline_asm,
+    "memref.extract_aligned_pointer_as_index": compile_aligned_pointer,
+    "builtin.unrealized_conversion_cast": compile_cast,
+}
+# Ops whose presence gives a kernel its Hopper state (hopper_sync.HopperSync).
+HOPPER_OPS = frozenset(name for name in HANDLERS if name.startswith(("nvgpu.mbarrier", "nvgpu.tma", "nvvm.wgmma",
+                                                                      "nvvm.fence.proxy", "nvvm.setmaxregister",
+                                                                      "nvvm.barrier")))
