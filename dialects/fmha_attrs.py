@@ -126,6 +126,11 @@ def _decoded(key: tuple, decode, problems: list[str]):
     return hit[0]
 
 
+def clear_decoded() -> None:
+    """Forget every decoded value: the next compile decodes as the first one in a process does."""
+    _DECODED.clear()
+
+
 def stored_spec(op: "ir.Operation", problems: list[str]) -> AttentionBwdSpec | None:
     """read_spec, decoded once per distinct set of spec attribute values."""
     attributes = op.attributes
