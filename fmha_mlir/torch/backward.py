@@ -56,9 +56,7 @@ def run_backward(call: Call, grad_out, q, k, v, out, lse, bias, slopes) -> list:
                                       BoundBackward(_PLANS, runner, call, tensors))
         return bound(*tensors)
     views = [logical(x, layout) for x in (q, k, v, out, grad_out)]
-    grads = runner(*views, lse, mask=spec.mask, scale=spec.scale, softcap=spec.softcap,
-                   bias="alibi" if spec.bias == "alibi" and slopes is None else bias, alibi_slopes=slopes,
-                   dbias=spec.dbias, deterministic=spec.deterministic)
+    grads = runner.run(spec, *views, lse, bias=bias, alibi_slopes=slopes)
     # Contiguous in the caller's layout: no copy when the runner wrote them in the inputs' strides.
     return [caller_layout(g, layout).contiguous() for g in grads[:3]] + [g.contiguous() for g in grads[3:]]
 

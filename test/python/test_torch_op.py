@@ -201,13 +201,13 @@ def test_eager_gradients_pass_the_gate(name):
 def test_bshd_equals_bhsd_with_the_callers_strides_and_no_copies(monkeypatch):
     q, k, v = _tensors((1, 2, 11, 32), (1, 1, 15, 32), torch.bfloat16, seed=3)
     seen = []
-    call = AttentionBackward.__call__
+    run = AttentionBackward.run
 
-    def spy(self, q_, k_, v_, o_, do_, lse_, **kw):
+    def spy(self, spec, q_, k_, v_, o_, do_, lse_, **kw):
         seen.append((q_.data_ptr(), k_.data_ptr(), v_.data_ptr(), q_.stride()))
-        return call(self, q_, k_, v_, o_, do_, lse_, **kw)
+        return run(self, spec, q_, k_, v_, o_, do_, lse_, **kw)
 
-    monkeypatch.setattr(AttentionBackward, "__call__", spy)
+    monkeypatch.setattr(AttentionBackward, "run", spy)
     results = {}
     for layout in ("bhsd", "bshd"):
         xs = [(x.transpose(1, 2).contiguous() if layout == "bshd" else x.clone()).requires_grad_() for x in (q, k, v)]
