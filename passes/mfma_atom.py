@@ -14,6 +14,7 @@ from fmha_mlir.mlir import arith, ir, memref, vector
 
 from .ir_builders import create_op, index, splat
 from .ix import Ix, LaneValues, as_value
+from .shared_tiles import Grid
 
 _I32 = ir.IntegerType.get_signless
 
@@ -37,34 +38,34 @@ class MfmaAtom:
         """(row, col) of the first element this lane holds of operand A, B or C."""
         return getattr(self.shape, operand)(self.lane, 0, 0)
 
-    def load_a(self, tile: "ir.Value", row0, k0) -> "ir.Value":
+    def load_a(self, tile: Grid, row0, k0) -> "ir.Value":
         """A fragment of rows [row0, row0 + M) x k [k0, k0 + K) of `tile` ([rows x k], row-major)."""
         row, k = self._first("a")
-        return vector.load(self.operand_type, tile, [_plus(row0, row), _plus(k0, k)])
+        return vector.load(self.operand_type, tile.view, [_plus(row0, row), _plus(k0, k)])
 
-    def load_b(self, tile: "ir.Value", col0, k0) -> "ir.Value":
+    def load_b(self, tile: Grid, col0, k0) -> "ir.Value":
         """B fragment of columns [col0, col0 + N) x k [k0, k0 + K), read from `tile` holding B^T
         ([n x k], row-major: each lane's KL elements contiguous)."""
         k, col = self._first("b")
-        return vector.load(self.operand_type, tile, [_plus(col0, col), _plus(k0, k)])
+        return vector.load(self.operand_type, tile.view, [_plus(col0, col), _plus(k0, k)])
 
-    def load_a_transposed(self, tile: "ir.Value", row0, k0) -> "ir.Value":
+    def load_a_transposed(self, tile: Grid, row0, k0) -> "ir.Value":
         """The same A fragment read from a tile holding A^T ([k x rows], row-major): KL single-element
         reads down a column (ds_read_u16), since the lane's k run is not contiguous there."""
         row, k = self._first("a")
         return self._gather(tile, "a", _plus(k0, k), _plus(row0, row))
 
-    def load_b_transposed(self, tile: "ir.Value", col0, k0) -> "ir.Value":
+    def load_b_transposed(self, tile: Grid, col0, k0) -> "ir.Value":
         """The same B fragment read from a tile holding B itself ([k x n], row-major): KL single-element reads."""
         k, col = self._first("b")
         return self._gather(tile, "b", _plus(k0, k), _plus(col0, col))
 
-    def _gather(self, tile, operand: str, k, other) -> "ir.Value":
+    def _gather(self, tile: Grid, operand: str, k, other) -> "ir.Value":
         """The operand's items from tile[k + item's k offset, other] (its row or column stays: the offsets
         along m / n are 0)."""
         fragment = getattr(self.shape, operand)
         steps = [fragment.offset(0, i)[1 if operand == "a" else 0] for i in range(self.shape.k_per_lane)]
-        items = [memref.load(tile, [k if step == 0 else arith.addi(k, index(step)), other]) for step in steps]
+        items = [memref.load(tile.view, [k if step == 0 else arith.addi(k, index(step)), other]) for step in steps]
         return vector.from_elements(self.operand_type, items)
 
     def mma(self, a: "ir.Value", b: "ir.Value", c: "ir.Value") -> "ir.Value":
@@ -75,9 +76,10 @@ class MfmaAtom:
                       "blgp": ir.Attribute.parse("#rocdl<mfma_perm_b none>")}
         return create_op("amdgpu.mfma", self.c_type, [a, b, c], attributes)
 
-    def position(self, register: int) -> tuple[Ix, Ix]:
-        """(row, col) inside the M x N tile of accumulator register `register` of this lane (shape.c)."""
-        return self.shape.c(self.lane, register, 0)
+    def position(self, register: int, element: int = 0) -> tuple[Ix, Ix]:
+        """(row, col) inside the M x N tile of accumulator register `register` of this lane (shape.c; one
+        element per register)."""
+        return self.shape.c(self.lane, register, element)
 
 
 def _plus(base, offset: Ix) -> "ir.Value":

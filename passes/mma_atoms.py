@@ -1,9 +1,9 @@
-"""Matrix atoms: what the tiled body asks of a matrix instruction, and how each target spells it.
+"""The NVIDIA matrix atom (passes/atoms.py, MmaAtom): how mma.sync and its operand loads are spelled.
 
-An atom loads operand fragments of one instruction tile from a shared tile, issues the product, turns
+The atom loads operand fragments of one instruction tile from a shared tile, issues the product, turns
 accumulators into the next product's A operand, and says which matrix element each accumulator
-register holds. The body (tiled_body.py) is written against this interface only; the lane layouts come
-from fmha_mlir/matrix_layouts.py, which the CPU interpreter reads too.
+register holds: every position is a function of fmha_mlir/matrix_layouts.py evaluated on the lane, the
+same function the CPU interpreter evaluates.
 
 MmaSyncAtom: NVIDIA mma.sync.m16n8k16 (f16 / bf16 operands, f32 accumulators), operands through ldmatrix.
 """
@@ -110,29 +110,3 @@ class MmaSyncAtom:
     def rows_of(self, c: "ir.Value") -> list["ir.Value"]:
         """The registers of an accumulator, each a vector<2xf32> of two elements (LAYOUT.c)."""
         return [vector.extract(c, [], [r]) for r in range(LAYOUT.c_registers)]
-
-
-# -- async copies (cp.async): the tiled body's global -> shared loads on NVIDIA ---------------------------
-
-
-def async_copy(dst, dst_indices, src, src_indices, elements: int, count) -> None:
-    """Copy `elements` elements from src[src_indices] to dst[dst_indices] without waiting; only `count`
-    (an index value, 0..elements) are read, the rest of the destination is zero-filled. 16-byte copies
-    bypass L1 (cp.async.cg); smaller ones cannot (cp.async.ca)."""
-    segments = ir.DenseI32ArrayAttr.get([1, len(dst_indices), 1, len(src_indices), 1])
-    attributes = {"dstElements": ir.IntegerAttr.get(ir.IndexType.get(), elements), "operandSegmentSizes": segments}
-    if elements * ir.MemRefType(dst.type).element_type.width // 8 == 16:
-        attributes["bypassL1"] = ir.UnitAttr.get()
-    create_op("nvgpu.device_async_copy", ir.Type.parse("!nvgpu.device.async.token"),
-              [dst, *dst_indices, src, *src_indices, count], attributes)
-
-
-def commit_copies() -> None:
-    """Close this thread's copies issued since the last commit into one group (cp.async.commit_group)."""
-    ir.Operation.create("nvvm.cp.async.commit.group", results=[], operands=[])
-
-
-def wait_copies(pending: int) -> None:
-    """Wait until at most `pending` of this thread's most recent groups are still in flight."""
-    ir.Operation.create("nvvm.cp.async.wait.group", results=[], operands=[],
-                        attributes={"n": ir.IntegerAttr.get(ir.IntegerType.get_signless(32), pending)})

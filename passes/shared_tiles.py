@@ -82,11 +82,20 @@ def shared_views(layout: list[SharedTile], element: "ir.Type", swizzle: bool) ->
             for tile, view in _views(layout, element, lambda tile: [tile.rows * tile.cols * tile.copies])}
 
 
-def shared_grids(layout: list[SharedTile], element: "ir.Type") -> dict[str, "ir.Value"]:
-    """Row-major 2-D views [copies * rows x pitch] of every tile of `layout` (padded or plain; the
-    pad columns are never read)."""
+@dataclass(frozen=True)
+class Grid:
+    """One SharedTile as a row-major 2-D view [copies * rows x pitch] (padded or plain; the pad columns
+    are never read)."""
+
+    view: "ir.Value"
+    rows: int          # rows of one copy
+    cols: int          # columns that hold data
+
+
+def shared_grids(layout: list[SharedTile], element: "ir.Type") -> dict[str, Grid]:
+    """Grids over every tile of `layout`."""
     shape = lambda tile: [tile.rows * tile.copies, tile.pitch]
-    return {tile.name: view for tile, view in _views(layout, element, shape)}
+    return {tile.name: Grid(view, tile.rows, tile.cols) for tile, view in _views(layout, element, shape)}
 
 
 def _views(layout: list[SharedTile], element: "ir.Type", shape) -> list[tuple[SharedTile, "ir.Value"]]:

@@ -14,13 +14,15 @@ from fmha_mlir.matrix_layouts import warp_block
 from fmha_mlir.mlir import arith, gpu, ir, scf
 from fmha_mlir.spec import AttentionBwdSpec
 
+from .atoms import CopyAtom, MmaAtom
 from .ir_builders import accumulate, dims, f32, index, scalar_elements, splat, vector_shape
 from .ix import Ix, LaneValues, as_value
 from .score_mods import ScoreBias
 
 
 class TiledKernel:
-    """The frame of one dq_dk_dv kernel of a tiled body; a body supplies its atom and its tiles."""
+    """The frame of one dq_dk_dv kernel of a tiled body; a body supplies its matrix atom, its copy atom
+    (passes/atoms.py) and its tiles."""
 
     def __init__(self, op: "ir.Operation", spec: AttentionBwdSpec, config: KernelConfig):
         self.spec, self.config = spec, config
@@ -37,6 +39,7 @@ class TiledKernel:
         self.lanes = LaneValues(ir.InsertionPoint(marker.owner))
         self.atom = self.make_atom(self.lane)
         self.tiles = self.make_tiles()
+        self.copy = self.make_copy()
         self.key_block, self.kv_head, self.batch = tiled_block_ids(
             config, [gpu.block_id(d) for d in (gpu.Dimension.x, gpu.Dimension.y, gpu.Dimension.z)])
         self.heads_q, self.seqlen_q = dims(self.q, [1, 2])
@@ -88,7 +91,7 @@ class TiledKernel:
             self.dkv_v = warp_tile(self.warp, config.dkv_warps, self.bn, spec.hdim_v)
             self.dq_tile = warp_tile(self.warp, config.dq_warps, self.bm, spec.hdim_q)
 
-    def make_atom(self, lane: "ir.Value"):
+    def make_atom(self, lane: "ir.Value") -> MmaAtom:
         raise NotImplementedError
 
     def score_bias(self, head: "ir.Value") -> "ScoreBias | None":
@@ -126,6 +129,9 @@ class TiledKernel:
             scf.yield_([])
 
     def make_tiles(self) -> dict:
+        raise NotImplementedError
+
+    def make_copy(self) -> CopyAtom:
         raise NotImplementedError
 
 

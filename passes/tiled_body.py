@@ -18,16 +18,16 @@ from __future__ import annotations
 from fmha_mlir.bodies import COPY_ELEMENTS, TiledBody
 from fmha_mlir.dialects import fmha
 from fmha_mlir.kernel_config import KernelConfig
-from fmha_mlir.matrix_layouts import copy_chunk
 from fmha_mlir.mlir import arith, gpu, ir, scf, vector
 from fmha_mlir.spec import AttentionBwdSpec
 
+from .copy_atoms import CpAsyncCopy
 from .ir_builders import f32, index, splat
-from .ix import Ix, LaneValues, as_value
-from .mma_atoms import MmaSyncAtom, async_copy, commit_copies, wait_copies
+from .ix import as_value
+from .mma_atoms import MmaSyncAtom
 from .score_mods import exp2_argument, lse_operand, masked_lse, softcap_grad, softmax_input
 from .shared_tiles import Tile, shared_views
-from .tile_schedule import TiledKernel, WarpTile, advance, contract, flatten, flatten3, i32, unflatten
+from .tile_schedule import TiledKernel, WarpTile, advance, contract, flatten, flatten3, unflatten
 
 
 class _Kernel(TiledKernel):
@@ -36,68 +36,24 @@ class _Kernel(TiledKernel):
     def make_atom(self, lane):
         return MmaSyncAtom(self.element, lane, self.lanes)
 
+    def make_copy(self):
+        return CpAsyncCopy(self)
+
     def make_tiles(self):
         return shared_views(TiledBody.shared_layout(self.spec, self.config), self.element, self.config.swizzle == "xor")
 
     # -- copies into shared memory ------------------------------------------------------------------
-
-    def copy_rows(self, source: "ir.Value", prefix: list, first: "ir.Value", limit: "ir.Value", tile: Tile,
-                  row_offset: "ir.Value") -> None:
-        """Async-copy rows [first, first + tile.rows) of source[prefix..., row, :] into the tile from row
-        `row_offset` on, 16 bytes per copy; rows at or past `limit` are zero-filled (and read nothing).
-        Thread t copies chunks t, t + threads, ...: when a round covers whole rows, a multiple of 8, its
-        shared address is the thread's hoisted one plus a constant."""
-        chunks = tile.chunks_per_row
-        total = tile.rows * chunks
-        threads = self.config.threads
-        regular = threads % chunks == 0 and (threads // chunks) % 8 == 0
-        if regular:
-            lane_row, lane_chunk = copy_chunk(Ix.lane(self.tid, self.lanes), chunks)
-        last = i32(arith.subi(limit, index(1)))
-        for start in range(0, total, threads):
-            chunk = arith.addi(self.tid, index(start))
-            if regular:
-                row = arith.addi(as_value(lane_row), index(start // chunks))
-                dst = tile.element(self.lanes, lane_row, lane_chunk, row=start // chunks, row_offset=row_offset)
-                col = arith.muli(as_value(lane_chunk), index(COPY_ELEMENTS))
-            else:
-                row, col8 = copy_chunk(Ix.lane(chunk), chunks)
-                dst = tile.element(LaneValues(ir.InsertionPoint.current), row, col8, row_offset=row_offset)
-                row, col = as_value(row), as_value(col8 * COPY_ELEMENTS)
-            src_row = i32(arith.addi(first, row))   # rows and their bounds fit i32: cheaper compares
-            valid = arith.cmpi(arith.CmpIPredicate.sle, src_row, last)
-            clamped = arith.index_cast(ir.IndexType.get(), arith.minsi(src_row, last))
-            count = arith.select(valid, index(COPY_ELEMENTS), index(0))
-            copy = lambda: async_copy(tile.flat, [dst], source, prefix + [clamped, col], COPY_ELEMENTS, count)
-            if total - start >= threads:
-                copy()
-            else:  # the last round has fewer chunks than threads
-                guard = scf.IfOp(arith.cmpi(arith.CmpIPredicate.ult, chunk, index(total)))
-                with ir.InsertionPoint(guard.then_block):
-                    copy()
-                    scf.yield_([])
-
-    def copy_row_values(self, source: "ir.Value", prefix: list, first: "ir.Value", tile: Tile, stage: "ir.Value",
-                        offset: int) -> None:
-        """Async-copy source[prefix..., first + i] (f32, i < block_m) into tile row `stage`, 4 bytes each,
-        zero past seqlen_q. Threads [offset, offset + block_m) do it."""
-        def copy(mine, clamped, valid):
-            count = arith.select(valid, index(1), index(0))
-            async_copy(tile.flat, [arith.addi(arith.muli(stage, index(self.bm)), mine)], source, prefix + [clamped], 1,
-                       count)
-
-        self.per_query_row(first, offset, copy)
 
     def load_step(self, head: "ir.Value", m: "ir.Value", stage: "ir.Value") -> None:
         """Issue the copies of query block m of `head` into buffer `stage`, as one group."""
         q0 = arith.muli(m, index(self.bm))
         row0 = arith.muli(stage, index(self.bm))
         prefix = [self.batch, head]
-        self.copy_rows(self.q, prefix, q0, self.seqlen_q, self.tiles["q"], row0)
-        self.copy_rows(self.do, prefix, q0, self.seqlen_q, self.tiles["do"], row0)
-        self.copy_row_values(self.lse, prefix, q0, self.tiles["lse"], stage, 0)
-        self.copy_row_values(self.d, prefix, q0, self.tiles["d"], stage, self.bm)
-        commit_copies()
+        self.copy.rows(self.q, prefix, q0, self.seqlen_q, self.tiles["q"], row0)
+        self.copy.rows(self.do, prefix, q0, self.seqlen_q, self.tiles["do"], row0)
+        self.copy.row_values(self.lse, prefix, q0, self.tiles["lse"], stage, 0)
+        self.copy.row_values(self.d, prefix, q0, self.tiles["d"], stage, self.bm)
+        self.copy.commit()
 
     # -- the products --------------------------------------------------------------------------------
 
@@ -146,9 +102,9 @@ class _Kernel(TiledKernel):
         first_head = arith.muli(self.kv_head, index(g))
 
         kv_prefix = [self.batch, self.kv_head]
-        self.copy_rows(self.k, kv_prefix, self.k0, self.seqlen_k, tiles["k"], index(0))
-        self.copy_rows(self.v, kv_prefix, self.k0, self.seqlen_k, tiles["v"], index(0))
-        commit_copies()
+        self.copy.rows(self.k, kv_prefix, self.k0, self.seqlen_k, tiles["k"], index(0))
+        self.copy.rows(self.v, kv_prefix, self.k0, self.seqlen_k, tiles["v"], index(0))
+        self.copy.commit()
 
         self.make_warp_tiles()
         dk0, dv0 = self.zeros(self.dkv), self.zeros(self.dkv_v)
@@ -171,7 +127,7 @@ class _Kernel(TiledKernel):
             next_head, next_m = advance(head, m, lo, hi)
             stage = arith.andi(it, index(1)) if config.stages == 2 else index(0)
             if config.stages == 2:
-                wait_copies(0)
+                self.copy.wait(0)
                 gpu.barrier()
                 prefetch = scf.IfOp(arith.cmpi(arith.CmpIPredicate.slt, arith.addi(it, index(1)), steps))
                 with ir.InsertionPoint(prefetch.then_block):
@@ -180,11 +136,11 @@ class _Kernel(TiledKernel):
             else:
                 gpu.barrier()    # the previous step's reads of the buffers are done
                 self.load_step(head, m, stage)
-                wait_copies(0)
+                self.copy.wait(0)
                 gpu.barrier()
             dk, dv = self.step(head, m, stage, dk, dv)
             scf.yield_([next_head, next_m] + flatten(dk) + flatten(dv))
-        wait_copies(0)
+        self.copy.wait(0)
         results = list(loop.results)[2:]
         self.store_grad(self.dk_out, unflatten(results[:len(flatten(dk0))], *shapes[0]), self.dkv, spec.scale)
         self.store_grad(self.dv_out, unflatten(results[len(flatten(dk0)):], *shapes[1]), self.dkv_v, None)

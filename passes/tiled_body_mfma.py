@@ -10,9 +10,8 @@ instruction changes (docs/design/tiled-body.md, section 5):
 - *Operands from LDS, no ldmatrix.* A and B fragments are read k-contiguous where the tile's rows are
   the operand's m / n (K, V, Q, dO, P^T, dS^T for S^T, dP^T, dV, dK) and element by element where they
   are k (dO, Q for dV / dK; dS^T and K for dQ): passes/mfma_atom.py.
-- *Copies through registers.* Global to LDS by 16-byte `amdgpu.raw_buffer_load` (the buffer resource
-  keeps the base in SGPRs), rows past the sequence end replaced by zeros with a select: the buffer's own
-  out-of-range rule only covers the last rows of the whole tensor, not of a head. One Q / dO buffer.
+- *Copies through registers* (copy_atoms.BufferLoadCopy): 16-byte `amdgpu.raw_buffer_load` (the buffer
+  resource keeps the base in SGPRs), zeros past the sequence end by a select. One Q / dO buffer.
 - *dQ* by scalar f32 atomics (`global_atomic_add_f32`; neither chip has a packed f32 add), dK / dV
   stored one element at a time (a lane's four rows are four addresses). With grad_accum = "bf16" dQ is
   computed transposed, so a lane's registers pair along the head dim for `global_atomic_pk_add_bf16`.
@@ -22,19 +21,19 @@ so that dV's and dK's A operands read k-contiguous. Tile sizes: bodies.AMD_TILED
 """
 from __future__ import annotations
 
-from fmha_mlir.bodies import COPY_ELEMENTS, TiledBody
+from fmha_mlir.bodies import TiledBody
 from fmha_mlir.dialects import fmha
 from fmha_mlir.kernel_config import KernelConfig
-from fmha_mlir.matrix_layouts import copy_chunk
 from fmha_mlir.mlir import arith, gpu, ir, memref, scf, vector
 from fmha_mlir.spec import AttentionBwdSpec
 
-from .ir_builders import create_op, f32, index, splat, vector_shape
-from .ix import Ix, as_value
+from .copy_atoms import BufferLoadCopy
+from .ir_builders import f32, index, splat
+from .ix import as_value
 from .mfma_atom import MfmaAtom
 from .score_mods import exp2_argument, lse_operand, masked_lse, natural_units, softcap_grad, softmax_input
-from .shared_tiles import shared_grids
-from .tile_schedule import TiledKernel, WarpTile, advance, contract, flatten, i32, unflatten, warp_tile
+from .shared_tiles import Grid, shared_grids
+from .tile_schedule import TiledKernel, WarpTile, advance, contract, flatten, unflatten, warp_tile
 
 
 class _Kernel(TiledKernel):
@@ -50,60 +49,20 @@ class _Kernel(TiledKernel):
     def make_atom(self, lane):
         return MfmaAtom(self.config.mfma, self.element, lane, self.lanes)
 
+    def make_copy(self):
+        return BufferLoadCopy(self)
+
     def make_tiles(self):
         return shared_grids(TiledBody.shared_layout(self.spec, self.config), self.element)
 
     # -- copies into LDS -----------------------------------------------------------------------------
 
-    def buffer_load(self, result: "ir.Type", source: "ir.Value", indices: list, valid: "ir.Value") -> "ir.Value":
-        """amdgpu.raw_buffer_load of source[indices] (in range by construction), zero where not `valid`."""
-        loaded = create_op("amdgpu.raw_buffer_load", result, [source] + [i32(i) for i in indices],
-                           {"operandSegmentSizes": ir.DenseI32ArrayAttr.get([1, len(indices), 0])})
-        element = result.element_type if isinstance(result, ir.VectorType) else result
-        return arith.select(valid, loaded, splat(arith.constant(element, 0.0), vector_shape(result)))
-
-    def copy_rows(self, source: "ir.Value", prefix: list, first: "ir.Value", limit: "ir.Value", tile: "ir.Value",
-                  rows: int, cols: int) -> None:
-        """Rows [first, first + rows) of source[prefix..., row, :] into tile rows [0, rows), 16 bytes per
-        lane and load; rows at or past `limit` become zeros. All of a round's loads are issued before its
-        stores, so their latencies overlap."""
-        chunks = cols // COPY_ELEMENTS
-        total, threads = rows * chunks, self.config.threads
-        chunk_type = ir.VectorType.get([COPY_ELEMENTS], self.element)
-        last = arith.subi(limit, index(1))
-        pending = []
-        for start in range(0, total, threads):
-            chunk = arith.addi(self.tid, index(start))
-            row, chunk8 = copy_chunk(Ix.lane(chunk), chunks)
-            row, col = as_value(row), as_value(chunk8 * COPY_ELEMENTS)
-            src_row = arith.addi(first, row)
-            valid = arith.cmpi(arith.CmpIPredicate.slt, src_row, limit)
-            at = prefix + [arith.minsi(src_row, last), col]
-            if total - start >= threads:
-                pending.append((self.buffer_load(chunk_type, source, at, valid), row, col))
-            else:  # the last round has fewer chunks than threads
-                guard = scf.IfOp(arith.cmpi(arith.CmpIPredicate.ult, chunk, index(total)))
-                with ir.InsertionPoint(guard.then_block):
-                    vector.store(self.buffer_load(chunk_type, source, at, valid), tile, [row, col])
-                    scf.yield_([])
-        for value, row, col in pending:
-            vector.store(value, tile, [row, col])
-
-    def copy_row_values(self, source: "ir.Value", prefix: list, first: "ir.Value", tile: "ir.Value",
-                        offset: int) -> None:
-        """source[prefix..., first + i] (f32, i < block_m) into tile[0, i], zero past seqlen_q; threads
-        [offset, offset + block_m) do it."""
-        def copy(mine, clamped, valid):
-            memref.store(self.buffer_load(ir.F32Type.get(), source, prefix + [clamped], valid), tile, [index(0), mine])
-
-        self.per_query_row(first, offset, copy)
-
     def load_step(self, head: "ir.Value", q0: "ir.Value") -> None:
         prefix = [self.batch, head]
-        self.copy_rows(self.q, prefix, q0, self.seqlen_q, self.tiles["q"], self.bm, self.spec.hdim_q)
-        self.copy_rows(self.do, prefix, q0, self.seqlen_q, self.tiles["do"], self.bm, self.spec.hdim_v)
-        self.copy_row_values(self.lse, prefix, q0, self.tiles["lse"], 0)
-        self.copy_row_values(self.d, prefix, q0, self.tiles["d"], self.bm)
+        self.copy.rows(self.q, prefix, q0, self.seqlen_q, self.tiles["q"])
+        self.copy.rows(self.do, prefix, q0, self.seqlen_q, self.tiles["do"])
+        self.copy.row_values(self.lse, prefix, q0, self.tiles["lse"], index(0), 0)
+        self.copy.row_values(self.d, prefix, q0, self.tiles["d"], index(0), self.bm)
 
     # -- the products --------------------------------------------------------------------------------
 
@@ -133,8 +92,8 @@ class _Kernel(TiledKernel):
         first_head = arith.muli(self.kv_head, index(g))
 
         kv_prefix = [self.batch, self.kv_head]
-        self.copy_rows(self.k, kv_prefix, self.k0, self.seqlen_k, tiles["k"], self.bn, spec.hdim_q)
-        self.copy_rows(self.v, kv_prefix, self.k0, self.seqlen_k, tiles["v"], self.bn, spec.hdim_v)
+        self.copy.rows(self.k, kv_prefix, self.k0, self.seqlen_k, tiles["k"])
+        self.copy.rows(self.v, kv_prefix, self.k0, self.seqlen_k, tiles["v"])
         dk0, dv0 = self.zeros(self.dkv), self.zeros(self.dkv_v)
         shapes = [(len(dk0), len(dk0[0])), (len(dv0), len(dv0[0]))]
         split = len(flatten(dk0))
@@ -222,8 +181,8 @@ class _Kernel(TiledKernel):
         lane_col = self.lanes.get(("row_values", id(sdp.col0)), lambda: arith.addi(sdp.col0, self.col))
         for ni in range(sdp.cols // self.atom.n):
             at = [index(0), arith.addi(lane_col, index(ni * self.atom.n))]
-            lse.append(lse_operand(memref.load(self.tiles["lse"], at), self.spec))
-            dsum.append(memref.load(self.tiles["d"], at))
+            lse.append(lse_operand(memref.load(self.tiles["lse"].view, at), self.spec))
+            dsum.append(memref.load(self.tiles["d"].view, at))
         return lse, dsum
 
     def keys_of(self, mi: int) -> "ir.Value":
@@ -273,7 +232,7 @@ class _Kernel(TiledKernel):
             scf.yield_(flatten(compute(False)))
         return unflatten(list(branch.results), len(s), len(s[0]))
 
-    def store_transposed(self, tile: "ir.Value", values, sdp: WarpTile) -> None:
+    def store_transposed(self, tile: Grid, values, sdp: WarpTile) -> None:
         """S^T-layout f32 accumulators into `tile` ([keys x queries], element type), one element per
         register: a lane's registers are rows of one column."""
         atom = self.atom
@@ -283,7 +242,7 @@ class _Kernel(TiledKernel):
                 col = arith.addi(arith.addi(sdp.col0, index(ni * atom.n)), self.col)
                 rounded = arith.truncf(ir.VectorType.get([atom.shape.c_registers], self.element), acc)
                 for r, key in enumerate(self.rows):
-                    memref.store(vector.extract(rounded, [], [r]), tile, [arith.addi(key0, key), col])
+                    memref.store(vector.extract(rounded, [], [r]), tile.view, [arith.addi(key0, key), col])
 
     def add_dq(self, dq, head, q0, tile: WarpTile) -> None:
         """dq_acc[b, head, q0 + row, col] += dS K, one f32 atomic (deterministic: store) per register

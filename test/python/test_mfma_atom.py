@@ -16,6 +16,7 @@ from fmha_mlir.mlir import gpu, ir, make_context, memref, vector
 from fmha_mlir.passes.ir_builders import collect_ops
 from fmha_mlir.passes.ix import LaneValues, as_value
 from fmha_mlir.passes.mfma_atom import MfmaAtom
+from fmha_mlir.passes.shared_tiles import Grid
 from fmha_mlir.runtime.interp import Interpreter
 
 from interp_support import random_values
@@ -62,7 +63,7 @@ module attributes {{gpu.container_module}} {{
         func = collect_ops(module.operation, ["gpu.func"])[0]
         block = func.regions[0].blocks[0]
         returned = [op for op in block.operations if op.operation.name == "gpu.return"][0]
-        la, lb = block.arguments[3], block.arguments[4]
+        la, lb = Grid(block.arguments[3], m, k), Grid(block.arguments[4], n, k)
         with ir.InsertionPoint(returned):
             lane = gpu.thread_id(gpu.Dimension.x)
             lanes = LaneValues(ir.InsertionPoint(returned))
