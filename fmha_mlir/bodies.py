@@ -119,6 +119,18 @@ def bias_accumulation(spec: AttentionBwdSpec) -> tuple[list[Workspace], tuple[st
     return [], grads
 
 
+def sink_accumulation(spec: AttentionBwdSpec) -> tuple[list[Workspace], tuple[str, ...]]:
+    """(workspaces, zero-filled outputs) of dsinks, the same for every body: the row stage adds each
+    wave's sum of its rows' terms into dsinks by f32 atomics (zero-filled first); deterministic mode
+    stores each row's term in `dsinks_acc` [B, Hq, Sq] (every row is written) and `convert_grad {grad =
+    "dsinks", partials = true}` sums them per head in a fixed order."""
+    if not spec.sinks:
+        return [], ()
+    if spec.deterministic:
+        return [Workspace("dsinks_acc", "dsinks", _dims("lse", 3), zero=False, partials=True)], ()
+    return [], ("dsinks",)
+
+
 # How a kernel uses a buffer argument (the manifest's "access", checked by the runtime against the steps).
 READ, WRITE, ACCUMULATE = "read", "write", "accumulate"
 ACCESSES = (READ, WRITE, ACCUMULATE)
@@ -134,6 +146,11 @@ def stage_output_access(spec: AttentionBwdSpec, config: KernelConfig) -> dict[st
     return {g: ACCUMULATE if g in zeroed else WRITE for g in GRADS + spec.bias_operands()[1]}
 
 
+def row_stage_output_access(spec: AttentionBwdSpec) -> dict[str, str]:
+    """How dot_do_o treats its outputs: d is written; dsinks accumulated (a workspace: written)."""
+    return {"d": WRITE, **({"dsinks_out": WRITE if spec.deterministic else ACCUMULATE} if spec.sinks else {})}
+
+
 def row_lanes(hdim: int | None, wave_size: int, element_bytes: int) -> int:
     """Lanes that share one row in the row kernels: each lane moves 16 bytes (a power-of-two number of
     lanes per row, at most a wave); else, and for rows of dynamic length (hdim None), the whole wave."""
@@ -147,8 +164,9 @@ def row_lanes(hdim: int | None, wave_size: int, element_bytes: int) -> int:
 
 
 def row_stage_hdim(stage: str, spec: AttentionBwdSpec) -> int | None:
-    """The length of a row stage's rows; None for convert_dbias, whose rows are seqlen_k long."""
-    if stage == "convert_dbias":
+    """The length of a row stage's rows; None for convert_dbias, whose rows are seqlen_k long, and
+    convert_dsinks, which walks a head's rows of every batch."""
+    if stage in ("convert_dbias", "convert_dsinks"):
         return None
     return spec.hdim_q if stage in ("convert_dq", "convert_dk") else spec.hdim_v
 
@@ -156,6 +174,8 @@ def row_stage_hdim(stage: str, spec: AttentionBwdSpec) -> int | None:
 def _row_launch(stage: str, spec: AttentionBwdSpec, config: KernelConfig) -> Launch:
     """ROW_KERNEL_WAVES waves per work-group, row_lanes lanes per row: o's rows for dot_do_o, out's for a
     convert, threads / row_lanes rows per work-group."""
+    if stage == "convert_dsinks":   # one wave per head sums its rows in a fixed order
+        return Launch((1, Dim("out", 0), 1), (config.wave_size, 1, 1))
     rows = "o" if stage == "dot_do_o" else "out"
     threads = config.wave_size * ROW_KERNEL_WAVES
     per_block = threads // row_lanes(row_stage_hdim(stage, spec), config.wave_size, BYTES[spec.dtype])

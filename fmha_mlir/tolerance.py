@@ -82,7 +82,8 @@ U32 = 2.0 ** -24
 CK_BF16_WIDE_HDIM = 128
 _CK = {"f16": 1.6e-2, "bf16": 2.0e-2, "bf16_wide": 3.2e-2, "f32": 1e-5}
 
-GRADIENT_NAMES = ("dq", "dk", "dv", "dbias", "dalibi_slopes")
+GRADIENT_NAMES = ("dq", "dk", "dv", "dbias", "dalibi_slopes", "dsinks")
+OPTIONAL_GRADIENTS = {"dbias": "bias", "dalibi_slopes": "slopes tensor", "dsinks": "sinks"}
 REQUIRED_GRADIENTS = ("dq", "dk", "dv")
 
 
@@ -150,15 +151,15 @@ def judge(name: str, got: np.ndarray, reference: np.ndarray, lowp: np.ndarray, d
 
 
 def check_gradients(kernel: dict, oracle: Gradients, lowp: Gradients, dtype: str, hdim: int) -> list[GradCheck]:
-    """Judge each gradient in `kernel` ({"dq", "dk", "dv"} required, "dbias" / "dalibi_slopes" optional; storage arrays or
+    """Judge each gradient in `kernel` ({"dq", "dk", "dv"} required, "dbias" / "dalibi_slopes" / "dsinks" optional; storage arrays or
     float values in logical shape) against the gate above. `lowp` must model the kernel's body
     (`oracle.lowp_backward(..., numerics=...)`). hdim = max(hdim_q, hdim_v), for the CK column."""
     references, lowp_values = oracle.named(), lowp.named()
     reasons = [Reason(name, "no such gradient", f"use {', '.join(GRADIENT_NAMES)}")
                for name in kernel if name not in GRADIENT_NAMES]
     reasons += [Reason(name, "missing from the kernel outputs") for name in REQUIRED_GRADIENTS if name not in kernel]
-    reasons += [Reason(name, f"the kernel gave {name} but the problem has no such bias")
-                for name in kernel if name in ("dbias", "dalibi_slopes") and name not in references]
+    reasons += [Reason(name, f"the kernel gave {name} but the problem has no {OPTIONAL_GRADIENTS[name]}")
+                for name in kernel if name in OPTIONAL_GRADIENTS and name not in references]
     reasons += [Reason(name, f"has shape {np.shape(kernel[name])}, the oracle's is {references[name].shape}")
                 for name in GRADIENT_NAMES if name in kernel and name in references
                 and np.shape(kernel[name]) != references[name].shape]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from fmha_mlir.bodies import READ, WRITE, body_of, stage_output_access
+from fmha_mlir.bodies import READ, WRITE, body_of, row_stage_output_access, stage_output_access
 from fmha_mlir.dialects import fmha
 from fmha_mlir.dialects.fmha_attrs import ACCESS_ATTRIBUTE, describe_kernel
 from fmha_mlir.mlir import gpu, ir
@@ -56,8 +56,9 @@ class StagesToGpu(FmhaPass):
 
 def operand_access(stage_op: str, names: list[str], spec, config) -> list[str]:
     """How the stage's kernel uses each operand: the row kernels write their output (d, a converted
-    gradient), dq_dk_dv writes or accumulates each `<grad>_out` as the body says, the rest is read."""
-    outputs = {fmha.DotDoOOp.NAME: {"d": WRITE}, fmha.ConvertGradOp.NAME: {"out": WRITE},
+    gradient; dsinks is added into unless stored per row), dq_dk_dv writes or accumulates each
+    `<grad>_out` as the body says, the rest is read."""
+    outputs = {fmha.DotDoOOp.NAME: row_stage_output_access(spec), fmha.ConvertGradOp.NAME: {"out": WRITE},
                fmha.DqDkDvOp.NAME: {f"{g}_out": a for g, a in stage_output_access(spec, config).items()}}
     return [outputs[stage_op].get(name, READ) for name in names]
 
