@@ -57,15 +57,15 @@ def _decompose(op: "ir.Operation", spec: AttentionBwdSpec) -> None:
     allocated = {w.name: _allocate(w, op, spec, operands) for w in workspaces}
     accumulators = {w.grad: w for w in workspaces if w.grad is not None}
     cu = [operands[n] for n in fmha.varlen_operands(spec)]   # varlen: every stage op takes them, last
-    zero = f32(0.0)
     for name in sink_zeroed:   # dot_do_o adds into dsinks
-        gpu.memset(None, [], operands[name], zero)
+        gpu.memset(None, [], operands[name], f32(0.0))
     row_outputs = {"d": allocated["d"].strided,
                    **{f"{g}_out": allocated[accumulators[g].name].strided if g in accumulators else operands[g]
                       for g in spec.row_operands()[1]}}
     fmha.DotDoOOp.build(spec, [row_outputs.get(n, operands.get(n)) for n in fmha.DotDoOOp.operand_names(spec)],
                         config)
 
+    zero = f32(0.0)
     for workspace in workspaces:
         if workspace.zero:
             gpu.memset(None, [], allocated[workspace.name].strided, zero)
