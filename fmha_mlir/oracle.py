@@ -354,7 +354,8 @@ def _sink_gradient(terms: _Terms, sinks, arith: _Arithmetic, magnitudes: dict) -
         for row in per_head:   # the kernels' order is free; one sequential f32 sum draws its noise
             out += row
     if terms.d_rounding is not None:
-        exponent = np.abs(np.asarray(sinks, dtype=np.float64)[None, :, None] - terms.lse)
+        with np.errstate(invalid="ignore"):   # a -inf sink of a row whose lse is -inf: no term (probability 0)
+            exponent = np.abs(np.asarray(sinks, dtype=np.float64)[None, :, None] - terms.lse)
         error = probability * (terms.d_rounding + (5 + 2 * np.where(np.isfinite(exponent), exponent, 0))
                                * np.abs(terms.d))
         magnitudes["dsinks"] = error.sum(axis=(0, 2))

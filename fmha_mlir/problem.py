@@ -143,11 +143,12 @@ SLOPES_BROADCASTS = ("batch", "none")
 
 
 def make_problem(spec: AttentionBwdSpec, size: ProblemSize, seed: int = 0, layout: str = "bhsd",
-                 broadcast: str = "batch") -> Problem:
+                 broadcast: str = "batch", sinks: np.ndarray | None = None) -> Problem:
     """Random inputs for `spec` at `size` (the same seed gives the same problem), with O and lse from
     the oracle forward. An elementwise bias is [1 or B, 1 or H, Sq, Sk] in spec.dtype, size 1 where it
     `broadcast`s (BIAS_BROADCASTS; the default is the seed's [H, Sq, Sk]); a slopes tensor (alibi_slopes)
-    is [1, H] or, with broadcast "none", [B, H] f32, drawn around the standard slopes."""
+    is [1, H] or, with broadcast "none", [B, H] f32, drawn around the standard slopes. With spec.sinks
+    the sinks are `sinks` (f32 [H]) or drawn around SINK_MEAN; with spec.lse_grad dlse is drawn."""
     _check(spec, size, layout)
     if not (isinstance(seed, int) and not isinstance(seed, bool) and seed >= 0):   # numpy's generators need it
         raise SpecError([Reason("seed", f"must be an integer >= 0 (got {seed!r})")])
@@ -180,7 +181,8 @@ def make_problem(spec: AttentionBwdSpec, size: ProblemSize, seed: int = 0, layou
     elif spec.bias == "alibi":
         values["bias"] = oracle.alibi_bias(oracle.alibi_slopes(hq).astype(np.float32), sq, sk)
     if spec.sinks:
-        extra_tensors["sinks"] = (SINK_MEAN + rng.standard_normal(hq)).astype(np.float32)
+        drawn = (SINK_MEAN + rng.standard_normal(hq)).astype(np.float32)
+        extra_tensors["sinks"] = drawn if sinks is None else np.asarray(sinks, dtype=np.float32)
     if spec.lse_grad:
         extra_tensors["dlse"] = (rng.standard_normal((b, hq, sq)) * VALUE_STD).astype(np.float32)
     for name in ("sinks", "dlse"):   # f32 in every dtype
