@@ -58,6 +58,14 @@ rows, 10-2048 keys, head dims 16-128): below the lowp draw in f16 / bf16; in f32
 a few times on small problems (where that draw is a few ulps), and stays ~5000x below a 1% error, a
 missing key or a wrong D.
 
+dsinks_h = -sum over rows and batches of exp(s_h - lse_i) D_i (D_i - dlse_i with an lse gradient) is
+a third f32 sum, whose terms carry their own rounding: D's inner product (u x sum_d |dO O|, plus |dlse|
+for the subtraction), and exp's relative error on |D|: the exponent s_h - lse and its log2 e factor
+each rounded (2 |s_h - lse| u), the hardware exp2's 2 ulps (4 u) and the product (u). Its
+term_magnitudes are sum_i exp(s_h - lse_i) (sum_d |dO O| + |dlse| + (5 + 2 |s_h - lse_i|) |D_i|); the
+same dlse term joins dS's r_ij above (D - dlse rounds once more). A missing row's term is one of the
+sum's ~B Sq parts, a sign error all of it.
+
 CK's backward tests (rtol = atol per dtype, seed document 002) are reported beside the gate as a second
 column (`GradCheck.ck_allowed`), for comparison with that suite; they allow 10-100x more and decide nothing.
 """

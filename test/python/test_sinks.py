@@ -276,3 +276,15 @@ def test_api_without_keys_gives_the_sinks_their_dlse():
     out = attention_bwd(q, k, k, np.zeros_like(q), do, lse, sinks=sinks, dlse=dlse, executor="cpu")
     np.testing.assert_allclose(out[3], dlse.sum(axis=(0, 2)), rtol=1e-6)
     assert not out[0].any()
+
+
+def test_main_job_flags(capsys):
+    """fmha-bwd --sinks --dlse builds the spec with both and judges dsinks beside dq, dk, dv."""
+    from fmha_mlir.tools import main_job
+
+    argv = ["--target", "gfx942", "--body", "warp", "--executor", "cpu", "--dtype", "f32", "--seqlen-q", "9",
+            "--seqlen-k", "5", "--sinks", "--dlse"]
+    assert main_job.main(argv) == 0
+    out, err = capsys.readouterr()
+    assert " sinks dlse |" in out and "_sinks_dlse on cpu" in err
+    assert [line.split()[5] for line in out.splitlines() if line.startswith("gfx942")] == ["dq", "dk", "dv", "dsinks"]
