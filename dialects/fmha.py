@@ -21,7 +21,7 @@ from .fmha_attrs import (CONFIG_ATTRIBUTE, config_attribute, f32, i32, mask_attr
 from .fmha_types import ROWS_RANK, SLOPES_RANK, TENSOR_RANK, TensorKind, operand_problem
 
 __all__ = [
-    "OPERAND_NAMES", "OPERAND_DIMS", "INPUTS", "GRADS", "BIAS_INPUTS", "operand_names", "WAVE_REDUCE_KINDS", "VerifyError", "spec_attributes", "spec_from_op",
+    "OPERAND_NAMES", "OPERAND_DIMS", "INPUTS", "GRADS", "BIAS_INPUTS", "ROW_INPUTS", "operand_names", "WAVE_REDUCE_KINDS", "VerifyError", "spec_attributes", "spec_from_op",
     "config_of", "tensor_kinds",
     "AttentionBwdOp", "DotDoOOp", "DqDkDvOp", "ConvertGradOp",
     "WaveReduceOp", "Exp2Op", "MaskedScoreOp", "AtomicAddOp",
@@ -40,20 +40,26 @@ OPERAND_DIMS = {
     "bias": ("bias_batch", "bias_heads", "seqlen_q", "seqlen_k"),
     "dbias": ("bias_batch", "bias_heads", "seqlen_q", "seqlen_k"),
     "alibi_slopes": ("slopes_batch", "heads_q"), "dalibi_slopes": ("slopes_batch", "heads_q"),
+    "dlse": ("batch", "heads_q", "seqlen_q"), "sinks": ("heads_q",), "dsinks": ("heads_q",),
 }
 INPUTS = ("q", "k", "v", "o", "do", "lse")
 GRADS = ("dq", "dk", "dv")
 BIAS_INPUTS = ("bias", "alibi_slopes")
-CONVERTED_GRADS = GRADS + ("dbias",)   # what fmha.convert_grad converts (d(slopes) is f32: never)
+ROW_INPUTS = ("dlse", "sinks")   # what the row stage reads besides o and do (spec.row_operands)
+# What fmha.convert_grad converts: d(slopes) is f32 and summed in place, never; dsinks only from
+# deterministic mode's per-row terms.
+CONVERTED_GRADS = GRADS + ("dbias", "dsinks")
 WAVE_REDUCE_KINDS = ("add",)
 WAVE_REDUCE_WIDTHS = (2, 4, 8, 16, 32, 64)
 
 
 def operand_names(spec: AttentionBwdSpec) -> tuple[str, ...]:
-    """The operands of fmha.attention_bwd for `spec`: the inputs, the bias's input, the gradients, the
-    bias's gradient (AttentionBwdSpec.bias_operands), varlen's cu_seqlens."""
+    """The operands of fmha.attention_bwd for `spec`: the inputs, the bias's input, dlse and the sinks,
+    the gradients, the bias's gradient (AttentionBwdSpec.bias_operands), dsinks
+    (AttentionBwdSpec.row_operands), varlen's cu_seqlens."""
     bias_in, bias_grad = spec.bias_operands()
-    return INPUTS + bias_in + GRADS + bias_grad + varlen_operands(spec)
+    row_in, row_grad = spec.row_operands()
+    return INPUTS + bias_in + row_in + GRADS + bias_grad + row_grad + varlen_operands(spec)
 
 
 def varlen_operands(spec: AttentionBwdSpec) -> tuple[str, ...]:
@@ -128,7 +134,7 @@ def tensor_kinds(spec: AttentionBwdSpec) -> dict[str, "TensorKind | tuple[Tensor
     # so an accumulating output is the packed gradient or a padded f32 workspace (fmha_mlir/varlen.py).
     packed = {name: TensorKind(TENSOR_RANK - 1, kinds[name].elements, kinds[name].hdim)
               for name in ("q", "k", "v", "o", "do", "dq", "dk", "dv")}
-    packed["lse"] = TensorKind(ROWS_RANK - 1, ("f32",))
+    packed["lse"] = packed["dlse"] = TensorKind(ROWS_RANK - 1, ("f32",))
     for grad in GRADS:
         out = kinds[f"{grad}_out"]
         packed[f"{grad}_out"] = (TensorKind(TENSOR_RANK - 1, out.elements, out.hdim),
@@ -154,6 +160,9 @@ def _padded_kinds(spec: AttentionBwdSpec) -> dict[str, TensorKind]:
         "dbias_out": TensorKind(TENSOR_RANK, t_or_f32),
         "alibi_slopes": TensorKind(SLOPES_RANK, f), "dalibi_slopes": TensorKind(SLOPES_RANK, f),
         "dalibi_slopes_out": TensorKind(SLOPES_RANK, f),
+        "dlse": TensorKind(ROWS_RANK, f), "sinks": TensorKind(1, f), "dsinks": TensorKind(1, f),
+        # dsinks itself (summed by atomics), or deterministic mode's per-row terms (a [B, Hq, Sq] workspace)
+        "dsinks_out": TensorKind(1, f) if not spec.deterministic else TensorKind(ROWS_RANK, f),
     }
 
 
@@ -281,10 +290,21 @@ def _static_size_problems(operands: dict, spec) -> list[str]:
 
 
 class DotDoOOp(_SpecOp):
-    """D = rowsum(dO * O), one f32 per query row."""
+    """D = rowsum(dO * O) (minus dlse with lse_grad), one f32 per query row; with sinks also each row's
+    term of dsinks, -exp(sink - lse) D, added into dsinks_out (deterministic: stored per row)."""
 
     NAME = "fmha.dot_do_o"
     OPERANDS = ("o", "do", "d")
+
+    @classmethod
+    def operand_names(cls, spec):
+        """o, do, [dlse], [lse, sinks], d, [dsinks_out], varlen's cu_seqlens."""
+        row_in, row_grad = spec.row_operands()
+        lse = ("lse",) if spec.sinks else ()
+        dlse = tuple(n for n in row_in if n == "dlse")
+        sinks = tuple(n for n in row_in if n == "sinks")
+        return (("o", "do") + dlse + lse + sinks + ("d",) + tuple(f"{g}_out" for g in row_grad)
+                + varlen_operands(spec))
 
 
 class DqDkDvOp(_SpecOp):
@@ -373,8 +393,10 @@ class ConvertGradOp(_SpecOp):
     def operand_kinds(cls, op, spec):
         grad = cls._read_grad(op, [])
         kinds = tensor_kinds(spec)
-        like = _padded_kinds(spec)[grad]   # acc is a workspace: padded per batch, also under varlen
         cu = {name: kinds[name] for name in varlen_operands(spec)}
+        if grad == "dsinks":   # the per-row terms [B, Hq, Sq] summed into [Hq]
+            return {"acc": TensorKind(ROWS_RANK, ("f32",)), "out": kinds["dsinks"], **cu}
+        like = _padded_kinds(spec)[grad]   # acc is a workspace: padded per batch, also under varlen
         return {"acc": TensorKind(like.rank, ("f32",), like.hdim), "out": kinds[grad], "k": kinds["k"], **cu}
 
     @classmethod
@@ -384,15 +406,20 @@ class ConvertGradOp(_SpecOp):
         if grad_problems:  # the operand kinds depend on grad: check nothing else
             return grad_problems
         spec = _valid_spec(op, [])
-        if spec is not None and cls._read_grad(op, []) == "dbias" and "dbias" not in spec.bias_operands()[1]:
+        grad = cls._read_grad(op, [])
+        if spec is not None and grad == "dbias" and "dbias" not in spec.bias_operands()[1]:
             return ["grad 'dbias' needs a spec with bias = \"elementwise\" and dbias = true"]
+        if spec is not None and grad == "dsinks" and not (spec.sinks and spec.deterministic
+                                                          and cls._read_partials(op, [])):
+            return ["grad 'dsinks' sums deterministic mode's per-row terms: it needs sinks = true, "
+                    "deterministic = true and partials = true (otherwise dot_do_o adds dsinks by atomics)"]
         problems = super().problems(op)
         cls._read_factor(op, problems)
-        if cls._read_partials(op, problems) and not (cls._read_grad(op, []) in ("dq", "dbias") and spec is not None
+        if cls._read_partials(op, problems) and not (grad in ("dq", "dbias", "dsinks") and spec is not None
                                                       and spec.deterministic):
-            problems.append("partials = true is deterministic mode's: it needs grad \"dq\" or \"dbias\" and "
-                            "deterministic = true")
-        if not problems and not spec.varlen:   # varlen: acc is padded [B, H, S, D], out packed [T, H, D]
+            problems.append("partials = true is deterministic mode's: it needs grad \"dq\", \"dbias\" or "
+                            "\"dsinks\" and deterministic = true")
+        if not problems and not spec.varlen and grad != "dsinks":   # varlen: acc padded, out packed
             acc, out = (ir.MemRefType(v.type) for v in list(op.operands)[:2])
             if not _compatible_shapes(acc, out):
                 problems.append(f"operands 'acc' and 'out' must have the same shape, got {acc} and {out}")

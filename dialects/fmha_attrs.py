@@ -21,9 +21,9 @@ SPEC_ATTRIBUTES = {
 }
 MASK_ATTRIBUTES = ("mask", "window_left", "window_right")
 # Written only when the feature is on; absent reads as its default (no softcap, the standard slopes,
-# dQ accumulated in f32, padded tensors).
+# dQ accumulated in f32, padded tensors, no sinks, no lse gradient).
 OPTIONAL_SPEC_ATTRIBUTES = {"softcap": ("f32", 0.0), "alibi_slopes": ("bool", False), "grad_accum": ("string", "f32"),
-                            "varlen": ("bool", False)}
+                            "varlen": ("bool", False), "sinks": ("bool", False), "lse_grad": ("bool", False)}
 
 
 def i64(value: int) -> "ir.IntegerAttr":
@@ -56,6 +56,8 @@ def spec_attributes(spec: AttentionBwdSpec) -> dict[str, "ir.Attribute"]:
         **({"alibi_slopes": ir.BoolAttr.get(True)} if spec.alibi_slopes else {}),
         **({"grad_accum": ir.StringAttr.get(spec.grad_accum)} if spec.grad_accum != "f32" else {}),
         **({"varlen": ir.BoolAttr.get(True)} if spec.varlen else {}),
+        **({"sinks": ir.BoolAttr.get(True)} if spec.sinks else {}),
+        **({"lse_grad": ir.BoolAttr.get(True)} if spec.lse_grad else {}),
     }
 
 

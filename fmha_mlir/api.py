@@ -150,7 +150,7 @@ class AttentionBackward:
 
     def spec_for(self, q, k, v, *, mask: str | Mask = "none", scale: float = 0.0, dtype: str | None = None,
                  softcap: float = 0.0, bias=None, alibi_slopes=None, dbias: bool = False, deterministic: bool = False,
-                 grad_accum: str = "f32", varlen: bool = False) -> AttentionBwdSpec:
+                 grad_accum: str = "f32", varlen: bool = False, sinks=None, dlse=None) -> AttentionBwdSpec:
         """The spec a call with these tensors and options compiles (a prebuilt bundle's name comes from it:
         bundle_path(dir, spec, arch))."""
         kind = _bias_inputs(bias, alibi_slopes, dbias)[0]
@@ -159,47 +159,51 @@ class AttentionBackward:
             hdim_q=q.shape[-1], hdim_v=v.shape[-1], gqa_ratio=_gqa_ratio(q, k, packed=varlen),
             mask=mask if isinstance(mask, Mask) else Mask.parse(mask), scale=scale, softcap=softcap, bias=kind,
             dbias=dbias, alibi_slopes=alibi_slopes is not None, deterministic=deterministic, grad_accum=grad_accum,
-            varlen=varlen)
+            varlen=varlen, sinks=sinks is not None, lse_grad=dlse is not None)
 
     def __call__(self, q, k, v, o, do, lse, *, mask: str | Mask = "none", scale: float = 0.0,
                  dtype: str | None = None, softcap: float = 0.0, bias=None, alibi_slopes=None, dbias: bool = False,
                  deterministic: bool = False, grad_accum: str = "f32", cu_seqlens_q=None, cu_seqlens_k=None,
-                 max_seqlen_q: int | None = None, max_seqlen_k: int | None = None):
+                 max_seqlen_q: int | None = None, max_seqlen_k: int | None = None, sinks=None, dlse=None):
         """run() with the spec these tensors and keyword options make (spec_for)."""
-        tensors = (q, k, v, o, do, lse, bias, alibi_slopes, cu_seqlens_q, cu_seqlens_k)   # torch_in_place.ARGUMENTS
+        tensors = (q, k, v, o, do, lse, bias, alibi_slopes, cu_seqlens_q, cu_seqlens_k, sinks, dlse)   # ARGUMENTS
         options = (mask, scale, dtype, softcap, dbias, deterministic, grad_accum, max_seqlen_q, max_seqlen_k)
         key = self._call_key(tensors, options)
         bound = self._calls.get(key) if key is not None else None
         if bound is not None:
             return bound(*tensors)
-        _check_arrays(cu_seqlens_q is not None or cu_seqlens_k is not None, q=q, k=k, v=v, o=o, do=do, lse=lse)
+        _check_arrays(cu_seqlens_q is not None or cu_seqlens_k is not None, q=q, k=k, v=v, o=o, do=do, lse=lse,
+                      **_row_arrays(sinks, dlse))
         varlen, scalars = _varlen_inputs(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
         spec = self.spec_for(q, k, v, mask=mask, scale=scale, dtype=dtype, softcap=softcap, bias=bias,
                              alibi_slopes=alibi_slopes, dbias=dbias, deterministic=deterministic,
-                             grad_accum=grad_accum, varlen=bool(varlen))
+                             grad_accum=grad_accum, varlen=bool(varlen), sinks=sinks, dlse=dlse)
         return self._launch(spec, tensors, varlen, scalars, options)
 
     def run(self, spec: AttentionBwdSpec, q, k, v, o, do, lse, *, bias=None, alibi_slopes=None, cu_seqlens_q=None,
-            cu_seqlens_k=None, max_seqlen_q: int | None = None, max_seqlen_k: int | None = None):
-        """The gradients `spec` asks for (dq, dk, dv, then dbias or d(slopes) with spec.dbias) of these
-        tensors: the core entry, for callers that hold a spec. The tensors must be what the spec says
-        (dtype, head dims, heads, the bias or slopes tensor, packed with cu_seqlens for varlen): SpecError
-        naming each field they contradict. bias: the elementwise bias tensor (spec.bias 'elementwise');
-        alibi_slopes: the slopes tensor (spec.alibi_slopes)."""
+            cu_seqlens_k=None, max_seqlen_q: int | None = None, max_seqlen_k: int | None = None, sinks=None,
+            dlse=None):
+        """The gradients `spec` asks for (dq, dk, dv, then dbias or d(slopes) with spec.dbias, then dsinks
+        with spec.sinks) of these tensors: the core entry, for callers that hold a spec. The tensors must be
+        what the spec says (dtype, head dims, heads, the bias or slopes tensor, packed with cu_seqlens for
+        varlen, sinks and dlse): SpecError naming each field they contradict. bias: the elementwise bias
+        tensor (spec.bias 'elementwise'); alibi_slopes: the slopes tensor (spec.alibi_slopes); sinks, dlse:
+        as attention_bwd takes them (spec.sinks, spec.lse_grad)."""
         bias = "alibi" if bias is None and spec.bias == "alibi" and alibi_slopes is None else bias
-        tensors = (q, k, v, o, do, lse, bias, alibi_slopes, cu_seqlens_q, cu_seqlens_k)
+        tensors = (q, k, v, o, do, lse, bias, alibi_slopes, cu_seqlens_q, cu_seqlens_k, sinks, dlse)
         options = (spec, max_seqlen_q, max_seqlen_k)
         key = self._call_key(tensors, options)
         bound = self._calls.get(key) if key is not None else None
         if bound is not None:
             return bound(*tensors)
         spec.check()
-        _check_arrays(cu_seqlens_q is not None or cu_seqlens_k is not None, q=q, k=k, v=v, o=o, do=do, lse=lse)
+        _check_arrays(cu_seqlens_q is not None or cu_seqlens_k is not None, q=q, k=k, v=v, o=o, do=do, lse=lse,
+                      **_row_arrays(sinks, dlse))
         varlen, scalars = _varlen_inputs(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
         given = self.spec_for(q, k, v, mask=spec.mask, scale=spec.scale, softcap=spec.softcap, bias=bias,
                               alibi_slopes=alibi_slopes, dbias=spec.dbias, deterministic=spec.deterministic,
                               grad_accum=spec.grad_accum, varlen=bool(varlen),
-                              dtype=spec.dtype if _bits_of_bf16(q) else None)
+                              dtype=spec.dtype if _bits_of_bf16(q) else None, sinks=sinks, dlse=dlse)
         contradicted = [Reason(name, f"the tensors give {getattr(given, name)!r}, the spec says {getattr(spec, name)!r}",
                                "pass tensors of the spec's problem, or the spec of these tensors (spec_for)")
                         for name in _TENSOR_FIELDS if getattr(given, name) != getattr(spec, name)]
@@ -217,15 +221,18 @@ class AttentionBackward:
         """Compile or load the bundle of `spec` and run it on `tensors` (ARGUMENTS order); a torch CUDA
         call binds an InPlaceCall, kept under its key (computed again once the arch is known)."""
         q, k, v, o, do, lse, bias, alibi_slopes = tensors[:8]
+        sinks, dlse = tensors[10:]
         kind, bias_tensors = _bias_inputs(bias, alibi_slopes, spec.dbias)
         if _is_empty(q, k):
             spec.check()
-            return _zero_gradients(spec.bias_operands()[1], q, k, v, bias if kind == "elementwise" else alibi_slopes)
+            grads = _zero_gradients(spec.bias_operands()[1], q, k, v, bias if kind == "elementwise" else alibi_slopes)
+            return grads + ((_sink_gradient_without_keys(sinks, lse, dlse, spec.varlen),) if spec.sinks else ())
         on_gpu = is_torch(q) and q.is_cuda
         device = self._cuda_executor(self.device(), q.device) if on_gpu else self.device()
         bundle = self.bundle(spec)
-        inputs = {**dict(zip(("q", "k", "v", "o", "do", "lse"), (q, k, v, o, do, lse))), **bias_tensors, **varlen}
-        names = ("dq", "dk", "dv") + spec.bias_operands()[1]
+        inputs = {**dict(zip(("q", "k", "v", "o", "do", "lse"), (q, k, v, o, do, lse))), **bias_tensors, **varlen,
+                  **_row_arrays(sinks, dlse)}
+        names = ("dq", "dk", "dv") + spec.bias_operands()[1] + spec.row_operands()[1]
         given_shape = tuple((bias if kind == "elementwise" else alibi_slopes).shape) if spec.dbias else None
         if on_gpu and not self.debug:
             bound = InPlaceCall(self._plans.plan, bundle, device, inputs, names, scalars, given_shape)
@@ -237,10 +244,11 @@ class AttentionBackward:
             grads = run_poisoned(bundle, device, inputs, names, scalars)
         else:
             grads = run_bundle(bundle, device, {name: _to_numpy(t) for name, t in inputs.items()}, scalars)
-            grads = {name: _like(q if name != "dalibi_slopes" else alibi_slopes, grads[name]) for name in names}
+            like = {"dalibi_slopes": alibi_slopes, "dsinks": sinks}
+            grads = {name: _like(like.get(name, q), grads[name]) for name in names}
         out = [grads[name] for name in names]
         if given_shape is not None:   # dbias / d(slopes) in the shape the bias was given in
-            out[-1] = out[-1].reshape(given_shape)
+            out[3] = out[3].reshape(given_shape)
         return tuple(out)
 
     def _cuda_executor(self, device: Executor, where) -> Executor:
@@ -262,7 +270,7 @@ def attention_bwd(q, k, v, o, do, lse, *, mask: str | Mask = "none", scale: floa
                   dtype: str | None = None, executor: str | None = None, arch: str | None = None,
                   body: str = "auto", softcap: float = 0.0, bias=None, alibi_slopes=None, dbias: bool = False,
                   deterministic: bool = False, grad_accum: str = "f32", cu_seqlens_q=None, cu_seqlens_k=None,
-                  max_seqlen_q: int | None = None, max_seqlen_k: int | None = None):
+                  max_seqlen_q: int | None = None, max_seqlen_k: int | None = None, sinks=None, dlse=None):
     """dQ, dK, dV of softmax(S, masked) V for upstream gradient dO (one-shot; for repeated calls keep an
     AttentionBackward, which caches compiled bundles). S = Q K^T * scale or, with softcap C > 0,
     C tanh(Q K^T * scale / C), plus a bias:
@@ -285,15 +293,26 @@ def attention_bwd(q, k, v, o, do, lse, *, mask: str | Mask = "none", scale: floa
     [Hq, total_q]; each sequence has its own lengths (0 allowed) and its own mask. max_seqlen_q /
     max_seqlen_k size the grids; left out, they are read from cu_seqlens (a device sync for GPU tensors).
     Not with a bias or slopes tensor, deterministic mode or bf16 atomics.
+
+    sinks (gpt-oss's learnable attention sinks): an f32 [Hq] array of per-head logits that the forward
+    put in every row's softmax denominator (so lse includes them); dsinks [Hq] (f32) comes last. dlse:
+    the gradient of the lse when the forward's lse was used downstream (ring attention's merge), f32
+    shaped like lse; D becomes rowsum(dO * O) - dlse.
     """
     return AttentionBackward(executor=executor, arch=arch, body=body)(
         q, k, v, o, do, lse, mask=mask, scale=scale, dtype=dtype, softcap=softcap, bias=bias,
         alibi_slopes=alibi_slopes, dbias=dbias, deterministic=deterministic, grad_accum=grad_accum,
-        cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k)
+        cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
+        sinks=sinks, dlse=dlse)
 
 
 # The spec fields a call's tensors decide (run() checks them against the spec it is given).
-_TENSOR_FIELDS = ("dtype", "hdim_q", "hdim_v", "gqa_ratio", "bias", "alibi_slopes", "varlen")
+_TENSOR_FIELDS = ("dtype", "hdim_q", "hdim_v", "gqa_ratio", "bias", "alibi_slopes", "varlen", "sinks", "lse_grad")
+
+
+def _row_arrays(sinks, dlse) -> dict:
+    """The row stage's input tensors by buffer name: those given."""
+    return {name: t for name, t in (("dlse", dlse), ("sinks", sinks)) if t is not None}
 
 
 def _bits_of_bf16(q) -> bool:
@@ -342,17 +361,18 @@ def _bias_inputs(bias, alibi_slopes, dbias) -> tuple[str, dict]:
 
 
 def _check_arrays(packed: bool, **arrays) -> None:
-    """Each input is an array (NumPy or torch) of its rank: [B, H, S, D], lse [B, H, S]; packed (varlen)
-    [T, H, D], lse [H, T]."""
+    """Each input is an array (NumPy or torch) of its rank: [B, H, S, D], lse and dlse [B, H, S]; packed
+    (varlen) [T, H, D], lse and dlse [H, T]; sinks [H] (f32) either way."""
     reasons = []
     for name, array in arrays.items():
-        rank = (3 if name == "lse" else 4) - packed
+        rank = 1 if name == "sinks" else (3 if name in ("lse", "dlse") else 4) - packed
         if not (hasattr(array, "shape") and hasattr(array, "dtype")):
             reasons.append(Reason(name, f"must be a NumPy array or a torch tensor (got {type(array).__name__})",
                                   "pass np.asarray(...) of the right dtype"))
         elif len(array.shape) != rank:
-            layout = {(False, True): "[batch, heads, seq]", (False, False): "[batch, heads, seq, dim]",
-                      (True, True): "[heads, total]", (True, False): "[total, heads, dim]"}[packed, name == "lse"]
+            layout = "[heads_q]" if name == "sinks" else {
+                (False, True): "[batch, heads, seq]", (False, False): "[batch, heads, seq, dim]",
+                (True, True): "[heads, total]", (True, False): "[total, heads, dim]"}[packed, name in ("lse", "dlse")]
             reasons.append(Reason(name, f"has shape {tuple(array.shape)}; it must be {layout}"))
     if reasons:
         raise SpecError(reasons)
@@ -388,6 +408,21 @@ def _zero_gradients(bias_grads: tuple, q, k, v, given) -> tuple:
         return np.zeros(np.shape(like), np.float32 if f32 else np.asarray(like).dtype)
 
     return tuple([zeros(q), zeros(k), zeros(v)] + [zeros(given, f32=True) for _ in bias_grads])
+
+
+def _sink_gradient_without_keys(sinks, lse, dlse, packed: bool):
+    """dsinks of a problem without keys, on the host: every row's softmax is the sink alone (O = 0, so D
+    = 0), and dsinks_h = sum over its rows of exp(sink_h - lse) dlse (0 without an lse gradient, or
+    without query rows). lse / dlse are [B, H, S], or [H, T] packed."""
+    sink = _to_numpy(sinks).astype(np.float64)
+    if dlse is None:
+        return _like(sinks, np.zeros(sink.shape, np.float32))
+    lse, dlse = (_to_numpy(t).astype(np.float64) for t in (lse, dlse))
+    if packed:   # [H, T] -> [1, H, T]
+        lse, dlse = lse[None], dlse[None]
+    with np.errstate(invalid="ignore", over="ignore"):
+        terms = np.where(np.isfinite(lse), np.exp(sink[None, :, None] - lse) * dlse, 0.0)
+    return _like(sinks, terms.sum(axis=(0, 2)).astype(np.float32))
 
 
 def _to_numpy(t) -> np.ndarray:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from .dialects.fmha import BIAS_INPUTS, INPUTS, OPERAND_DIMS
+from .dialects.fmha import BIAS_INPUTS, INPUTS, OPERAND_DIMS, ROW_INPUTS
 from .bodies import ACCESSES
 from .dialects.fmha_attrs import ACCESS_ATTRIBUTE, OPERAND_ATTRIBUTE, WORKSPACE_ATTRIBUTE
 from .diagnostics import position_of
@@ -129,7 +129,7 @@ class _PlanReader:
             if len(dims) != len(table[name]):
                 raise PlanError(f"host argument {name!r} has rank {len(dims)}; docs/ir.md gives it "
                                 f"[{', '.join(table[name])}]", host)
-            role = "input" if name in INPUTS + BIAS_INPUTS + CU_SEQLENS else "output"
+            role = "input" if name in INPUTS + BIAS_INPUTS + ROW_INPUTS + CU_SEQLENS else "output"
             self.buffers[name] = {"role": role, **facts, "dims": dims}
 
     def read(self) -> dict:

@@ -11,6 +11,11 @@ lse = +inf, O = 0 and zero gradients (FlashAttention's convention), never NaN. T
 P = exp(S - lse) from lse, as the kernels do, then
     D = rowsum(dO * O),  dS = P * (dO V^T - D)   (dS is the gradient of L wrt S, so dbias = dS)
     dQ = scale * dS K,   dK = scale * dS^T Q,   dV = P^T dO   (dK, dV summed over each GQA group).
+
+Sinks (gpt-oss): a logit sink_h per query head joins each row's softmax denominator, lse = log(sum_j
+exp(S_j) + exp(sink_h)) (finite even for a row that sees no key), O = sum_j P_j V_j. P, D and dS keep
+their form; dsinks_h = -sum over the head's rows and batches of exp(sink_h - lse) D. An lse gradient
+dlse (L depends on the lse too) adds P dlse to dS: D becomes D - dlse, in dS and in dsinks alike.
 """
 from __future__ import annotations
 
@@ -40,6 +45,7 @@ class Gradients:
     d: np.ndarray                     # [B, Hq, Sq] rowsum(dO * O), the dot_do_o stage's result
     dbias: np.ndarray | None = None   # shaped like the bias; None without a bias
     dalibi_slopes: np.ndarray | None = None   # shaped like the ALiBi slopes; None without them
+    dsinks: np.ndarray | None = None          # [Hq], f32 in every dtype; None without sinks
     # Per gradient whose f32 rounding noise the gate models (tolerance), per element in its shape what
     # that noise scales with: sum |term| of d(slopes)'s cancelling sum; dS's rounding carried into dQ, dK, dbias.
     term_magnitudes: dict = field(default_factory=dict)
@@ -47,7 +53,7 @@ class Gradients:
     def named(self) -> dict[str, np.ndarray]:
         """The gradients a kernel outputs, by buffer name (dbias, dalibi_slopes only when there are some)."""
         out = {"dq": self.dq, "dk": self.dk, "dv": self.dv}
-        for name in ("dbias", "dalibi_slopes"):
+        for name in ("dbias", "dalibi_slopes", "dsinks"):
             if getattr(self, name) is not None:
                 out[name] = getattr(self, name)
         return out
@@ -103,7 +109,7 @@ def is_positive_int(value) -> bool:
 
 
 def _check_problem(q, k, v, *, mask: Mask, scale, gqa_ratio, o=None, do=None, lse=None, bias=None,
-                   softcap=0.0):
+                   softcap=0.0, sinks=None, dlse=None):
     """Raise SpecError naming every tensor whose shape does not fit the others."""
     reasons = list(mask.reasons()) + scale_reasons(scale, "pass the scale the kernels use") + softcap_reasons(softcap)
     if not is_positive_int(gqa_ratio):
@@ -117,12 +123,12 @@ def _check_problem(q, k, v, *, mask: Mask, scale, gqa_ratio, o=None, do=None, ls
     (b, hq, sq, dq), (_, _, sk, _), dv = np.shape(q), np.shape(k), np.shape(v)[3]
     expected = {
         "k": (b, hq // gqa_ratio, sk, dq), "v": (b, hq // gqa_ratio, sk, dv),
-        "o": (b, hq, sq, dv), "do": (b, hq, sq, dv), "lse": (b, hq, sq),
+        "o": (b, hq, sq, dv), "do": (b, hq, sq, dv), "lse": (b, hq, sq), "dlse": (b, hq, sq), "sinks": (hq,),
     }
     if hq % gqa_ratio:
         reasons.append(Reason("q", f"heads_q = {hq} is not a multiple of gqa_ratio = {gqa_ratio}",
                               "use heads_q = heads_kv * gqa_ratio"))
-    for name, x in (("k", k), ("v", v), ("o", o), ("do", do), ("lse", lse)):
+    for name, x in (("k", k), ("v", v), ("o", o), ("do", do), ("lse", lse), ("dlse", dlse), ("sinks", sinks)):
         if x is not None and np.shape(x) != expected[name]:
             reasons.append(Reason(name, f"has shape {np.shape(x)}, expected {expected[name]} "
                                         f"from q {np.shape(q)}, v's hdim {dv} and gqa_ratio {gqa_ratio}"))
@@ -277,37 +283,83 @@ class _Terms:
     # dS's inputs scales with (_ds_rounding_scale); ds_score's, and ds's with the softcap factor.
     ds_score_rounding: np.ndarray | None = None
     ds_rounding: np.ndarray | None = None
+    lse: np.ndarray | None = None     # [B, Hq, Sq] as the backward read it (dsinks)
+    d_rounding: np.ndarray | None = None  # [B, Hq, Sq] what D's f32 rounding scales with (the model)
 
 
-def _ds_rounding_scale(p, do, o, v_exp) -> np.ndarray:
-    """P * (sum_d |dO_d V_d| + sum_d |dO_d O_d|) per score: dP = dO . V and D = dO . O are f32 inner
+def _sink_probability(sinks, lse, acc) -> np.ndarray:
+    """[B, Hq, Sq] exp(sink_h - lse): the share of each row's softmax the sink takes, 0 where the lse is
+    -inf (a row without keys or sink, torch's convention; exp(+inf) x 0 would be NaN) or +inf."""
+    shifted = (np.asarray(sinks, dtype=np.float64)[None, :, None] - np.asarray(lse, dtype=np.float64)).astype(acc)
+    with np.errstate(invalid="ignore", over="ignore"):
+        return np.where(np.isfinite(lse), np.exp(shifted), acc(0))
+
+
+def _ds_rounding_scale(p, do, v_exp, d_rounding) -> np.ndarray:
+    """P * (sum_d |dO_d V_d| + d_rounding) per score: dP = dO . V and D = dO . O are f32 inner
     products over the head dim, each off by up to ~u32 x its sum of |term| (products of two dtype
     values are exact in f32; only the sums round), so dS = P (dP - D) is off by ~u32 x this. Where
     dP - D cancels (one visible key: P = 1, O = V) that rounding is all of dS."""
-    return p * (np.abs(do) @ _swap(np.abs(v_exp)) + np.sum(np.abs(do * o), axis=-1)[..., None])
+    return p * (np.abs(do) @ _swap(np.abs(v_exp)) + d_rounding[..., None])
+
+
+def _d_rounding_scale(do, o, dlse) -> np.ndarray:
+    """sum_d |dO_d O_d| (+ |dlse|) per row: D's f32 inner product is off by ~u32 x its sum of |term|,
+    and D - dlse rounds once more at most at that size."""
+    scale = np.sum(np.abs(do * o), axis=-1)
+    return scale if dlse is None else scale + np.abs(dlse)
 
 
 def _backward_terms(q, k, v, o, do, lse, *, mask, scale, gqa_ratio, bias, arith: _Arithmetic,
-                    softcap=0.0, rounding_model: bool = False) -> _Terms:
+                    softcap=0.0, rounding_model: bool = False, dlse=None) -> _Terms:
     _check_problem(q, k, v, mask=mask, scale=scale, gqa_ratio=gqa_ratio, o=o, do=do, lse=lse, bias=bias,
-                   softcap=softcap)
+                   softcap=softcap, dlse=dlse)
     q, k, v, o, do, lse = (np.asarray(x, dtype=arith.acc) for x in (q, k, v, o, do, lse))
     k_exp = _expand_kv(k, gqa_ratio)
     core, t = _scores(q, k_exp, mask=mask, scale=scale, bias=None, acc=arith.acc, softcap=softcap)
     p = _probabilities(core, bias, lse, arith, natural=bool(softcap) or bias is not None)
     d = np.sum(do * o, axis=-1)
+    if dlse is not None:   # dL/dS gains P dlse: the same as D - dlse in dS = P (dP - D)
+        dlse = np.asarray(dlse, dtype=arith.acc)
+        d = d - dlse
     v_exp = _expand_kv(v, gqa_ratio)
     dp = do @ _swap(v_exp)
     ds_score = p * (dp - d[..., None])
     # d(c tanh(x / c)) / dx = 1 - tanh^2(x / c)
     slope = None if t is None else arith.acc(1) - t * t
     ds = ds_score if t is None else ds_score * slope
-    rounding = _ds_rounding_scale(p, do, o, v_exp) if rounding_model else None
+    d_rounding = _d_rounding_scale(do, o, dlse) if rounding_model else None
+    rounding = _ds_rounding_scale(p, do, v_exp, d_rounding) if rounding_model else None
     rounding_ds = rounding * slope if rounding is not None and slope is not None else rounding
-    return _Terms(q, k_exp, do, p, ds, d, ds_score, rounding, rounding_ds)
+    return _Terms(q, k_exp, do, p, ds, d, ds_score, rounding, rounding_ds, lse, d_rounding)
 
 
-def _gradients(terms: _Terms, *, scale, gqa_ratio, bias, arith: _Arithmetic, alibi_slopes=None) -> Gradients:
+def _sink_gradient(terms: _Terms, sinks, arith: _Arithmetic, magnitudes: dict) -> np.ndarray:
+    """dsinks [Hq] = -sum over batch and rows of exp(sink - lse) D (D - dlse with an lse gradient), the
+    rows summed one after the other in f32 by a lowp reference. The oracle's model of its f32 noise
+    (magnitudes["dsinks"]): per row, the sink's probability times D's rounding (_d_rounding_scale) plus
+    |D| times exp's relative error: the exponent sink - lse and its log2 e factor each rounded (2 |x|),
+    exp2's 2 ulps (4), the product (1)."""
+    probability = _sink_probability(sinks, terms.lse, arith.acc)
+    terms_ = -(probability * terms.d)
+    per_head = np.moveaxis(terms_, 1, -1).reshape(-1, terms_.shape[1])   # [B x Sq, Hq]
+    if arith.acc == np.float64:
+        out = per_head.sum(axis=0)
+    else:
+        out = np.zeros(per_head.shape[1], dtype=arith.acc)
+        for row in per_head:   # the kernels' order is free; one sequential f32 sum draws its noise
+            out += row
+    if terms.d_rounding is not None:
+        with np.errstate(invalid="ignore"):   # a -inf sink of a row whose lse is -inf: no term (probability 0)
+            exponent = np.abs(np.asarray(sinks, dtype=np.float64)[None, :, None] - terms.lse)
+        error = probability * (terms.d_rounding + (5 + 2 * np.where(np.isfinite(exponent), exponent, 0))
+                               * np.abs(terms.d))
+        magnitudes["dsinks"] = error.sum(axis=(0, 2))
+    return out.astype(np.float64)
+
+
+def _gradients(terms: _Terms, *, scale, gqa_ratio, bias, arith: _Arithmetic, alibi_slopes=None,
+               sinks=None) -> Gradients:
     scale = arith.acc(scale)
     p, ds = arith.operand(terms.p), arith.operand(terms.ds)
     dq = (_blockwise_dq(ds, terms.k_exp, scale, arith) if arith.dq_add_block
@@ -331,50 +383,61 @@ def _gradients(terms: _Terms, *, scale, gqa_ratio, bias, arith: _Arithmetic, ali
         dslopes = _reduce_to_shape(per_head, np.shape(alibi_slopes)).astype(np.float64)
         magnitudes["dalibi_slopes"] = _reduce_to_shape(
             np.abs(terms.ds_score.astype(np.float64) * distance).sum(axis=(-1, -2)), np.shape(alibi_slopes))
-    return Gradients(out[0], out[1], out[2], terms.d.astype(np.float64), out[3], dslopes, magnitudes)
+    dsinks = None if sinks is None else _sink_gradient(terms, sinks, arith, magnitudes)
+    return Gradients(out[0], out[1], out[2], terms.d.astype(np.float64), out[3], dslopes, dsinks, magnitudes)
 
 
 # ---------------------------------------------------------------------------------------------------
 # public oracles
 
 def forward(q, k, v, *, mask: Mask, scale: float, gqa_ratio: int, bias=None, softcap: float = 0.0,
-            alibi_slopes=None) -> Forward:
-    """Attention forward in float64: O, P and the natural-log lse (+inf for rows that see no key)."""
+            alibi_slopes=None, sinks=None) -> Forward:
+    """Attention forward in float64: O, P and the natural-log lse (+inf for rows that see no key and no
+    sink). With sinks ([Hq] logits) each row's denominator includes exp(sink_h): P sums to less than 1."""
     bias = _with_slopes(bias, alibi_slopes, q, k)
-    _check_problem(q, k, v, mask=mask, scale=scale, gqa_ratio=gqa_ratio, bias=bias, softcap=softcap)
+    _check_problem(q, k, v, mask=mask, scale=scale, gqa_ratio=gqa_ratio, bias=bias, softcap=softcap, sinks=sinks)
     q, k, v = (np.asarray(x, dtype=np.float64) for x in (q, k, v))
     s, _ = _scores(q, _expand_kv(k, gqa_ratio), mask=mask, scale=scale, bias=bias, acc=np.float64, softcap=softcap)
-    row_max = s.max(axis=-1)
+    sink = (np.full(s.shape[:-1], -np.inf) if sinks is None
+            else np.broadcast_to(np.asarray(sinks, dtype=np.float64)[None, :, None], s.shape[:-1]))
+    row_max = np.maximum(s.max(axis=-1), sink)
     empty = row_max == -np.inf
     shift = np.where(empty, 0.0, row_max)
     e = np.exp(s - shift[..., None])
-    total = np.where(empty, 1.0, e.sum(axis=-1))
+    total = np.where(empty, 1.0, e.sum(axis=-1) + np.exp(sink - shift))
     p = e / total[..., None]
     lse = np.where(empty, np.inf, shift + np.log(total))
     return Forward(o=p @ _expand_kv(v, gqa_ratio), p=p, lse=lse)
 
 
 def backward(q, k, v, o, do, lse, *, mask: Mask, scale: float, gqa_ratio: int, bias=None,
-             softcap: float = 0.0, alibi_slopes=None) -> Gradients:
-    """dQ, dK, dV (and dbias, shaped like `bias`, or d(slopes), shaped like `alibi_slopes`) in float64,
-    with P recomputed from `lse`."""
+             softcap: float = 0.0, alibi_slopes=None, sinks=None, dlse=None) -> Gradients:
+    """dQ, dK, dV (and dbias, shaped like `bias`, or d(slopes), shaped like `alibi_slopes`; dsinks [Hq]
+    with sinks) in float64, with P recomputed from `lse` (which includes the sinks); dlse: the lse's
+    gradient [B, Hq, Sq]."""
     bias = _with_slopes(bias, alibi_slopes, q, k)
+    _check_problem(q, k, v, mask=mask, scale=scale, gqa_ratio=gqa_ratio, sinks=sinks)
     args = dict(mask=mask, scale=scale, gqa_ratio=gqa_ratio, bias=bias)
-    terms = _backward_terms(q, k, v, o, do, lse, arith=_EXACT, softcap=softcap, rounding_model=True, **args)
-    return _gradients(terms, scale=scale, gqa_ratio=gqa_ratio, bias=bias, arith=_EXACT, alibi_slopes=alibi_slopes)
+    terms = _backward_terms(q, k, v, o, do, lse, arith=_EXACT, softcap=softcap, rounding_model=True, dlse=dlse,
+                            **args)
+    return _gradients(terms, scale=scale, gqa_ratio=gqa_ratio, bias=bias, arith=_EXACT, alibi_slopes=alibi_slopes,
+                      sinks=sinks)
 
 
 def lowp_backward(q, k, v, o, do, lse, *, dtype: str, mask: Mask, scale: float, gqa_ratio: int,
-                  bias=None, numerics: Numerics = MATRIX_K16, softcap: float = 0.0, alibi_slopes=None) -> Gradients:
+                  bias=None, numerics: Numerics = MATRIX_K16, softcap: float = 0.0, alibi_slopes=None,
+                  sinks=None, dlse=None) -> Gradients:
     """The backward as a `dtype` kernel with `numerics` computes it: f32 arithmetic, the long reductions
     summed in the kernel's order, P and dS rounded to `dtype` before they multiply dtype operands when
     the body does so, tanh (softcap) as np.tanh in f32, outputs rounded to `dtype` (values as
     float64). The tolerance policy measures how far this lands from the float64 oracle."""
     arith = _lowp_arithmetic(dtype, numerics)
     bias = _with_slopes(bias, alibi_slopes, q, k)
+    _check_problem(q, k, v, mask=mask, scale=scale, gqa_ratio=gqa_ratio, sinks=sinks)
     args = dict(mask=mask, scale=scale, gqa_ratio=gqa_ratio, bias=bias)
-    terms = _backward_terms(q, k, v, o, do, lse, arith=arith, softcap=softcap, **args)
-    return _gradients(terms, scale=scale, gqa_ratio=gqa_ratio, bias=bias, arith=arith, alibi_slopes=alibi_slopes)
+    terms = _backward_terms(q, k, v, o, do, lse, arith=arith, softcap=softcap, dlse=dlse, **args)
+    return _gradients(terms, scale=scale, gqa_ratio=gqa_ratio, bias=bias, arith=arith, alibi_slopes=alibi_slopes,
+                      sinks=sinks)
 
 
 def backward_deterministic_dq(q, k, v, o, do, lse, *, mask: Mask, scale: float, gqa_ratio: int,
@@ -398,9 +461,10 @@ def backward_deterministic_dq(q, k, v, o, do, lse, *, mask: Mask, scale: float, 
 
 def finite_difference_check(q, k, v, do, *, mask: Mask, scale: float, gqa_ratio: int, bias=None,
                             samples: int = 6, eps: float = 1e-5, seed: int = 0, softcap: float = 0.0,
-                            alibi_slopes=None) -> float:
-    """Max relative error of `backward` against central differences of L = sum(O * dO), over `samples`
-    random elements of each of q, k, v (and bias or alibi_slopes). The error of one element is
+                            alibi_slopes=None, sinks=None, dlse=None) -> float:
+    """Max relative error of `backward` against central differences of L = sum(O * dO) (+ sum(lse *
+    dlse) over the rows whose lse is finite, with dlse), over `samples` random elements of each of q, k,
+    v (and bias, alibi_slopes or sinks). The error of one element is
     |analytic - numeric| / max(|analytic|, |numeric|, 1e-3 * max|gradient tensor|, 1e-6): the floor
     keeps elements whose gradient is (near) zero from dividing round-off by zero."""
     inputs = {"q": q, "k": k, "v": v}
@@ -408,19 +472,24 @@ def finite_difference_check(q, k, v, do, *, mask: Mask, scale: float, gqa_ratio:
         inputs["bias"] = bias
     if alibi_slopes is not None:
         inputs["alibi_slopes"] = alibi_slopes
+    if sinks is not None:
+        inputs["sinks"] = sinks
     inputs = {name: np.array(x, dtype=np.float64) for name, x in inputs.items()}
     do = np.asarray(do, dtype=np.float64)
 
     def options(values):
         return dict(mask=mask, scale=scale, gqa_ratio=gqa_ratio, bias=values.get("bias"), softcap=softcap,
-                    alibi_slopes=values.get("alibi_slopes"))
+                    alibi_slopes=values.get("alibi_slopes"), sinks=values.get("sinks"))
 
     def loss(values: dict[str, np.ndarray]) -> float:
-        return float(np.sum(forward(values["q"], values["k"], values["v"], **options(values)).o * do))
+        fwd = forward(values["q"], values["k"], values["v"], **options(values))
+        lse_term = 0.0 if dlse is None else np.sum(np.where(np.isfinite(fwd.lse), fwd.lse * dlse, 0.0))
+        return float(np.sum(fwd.o * do) + lse_term)
 
     fwd = forward(inputs["q"], inputs["k"], inputs["v"], **options(inputs))
-    grads = backward(inputs["q"], inputs["k"], inputs["v"], fwd.o, do, fwd.lse, **options(inputs))
-    analytic = {"q": grads.dq, "k": grads.dk, "v": grads.dv, "bias": grads.dbias, "alibi_slopes": grads.dalibi_slopes}
+    grads = backward(inputs["q"], inputs["k"], inputs["v"], fwd.o, do, fwd.lse, dlse=dlse, **options(inputs))
+    analytic = {"q": grads.dq, "k": grads.dk, "v": grads.dv, "bias": grads.dbias, "alibi_slopes": grads.dalibi_slopes,
+                "sinks": grads.dsinks}
     rng = np.random.default_rng(seed)
     worst = 0.0
     for name, x in inputs.items():

@@ -21,7 +21,10 @@ LAYOUTS = ("bhsd", "bshd")
 # Scores come out with standard deviation ~1 after the 1/sqrt(hdim) scale: a softmax that is neither
 # flat nor one-hot, so every term of the backward matters.
 QK_STD = 1.0
-VALUE_STD = 0.5   # v, dO and an elementwise bias
+VALUE_STD = 0.5   # v, dO, an elementwise bias and dlse
+# Sink logits: around one above a score, so the sink takes a sizeable share of every row (dsinks is
+# large and the rows' P visibly sum to less than one).
+SINK_MEAN = 1.0
 
 
 # The oracle keeps about this many [B, Hq, Sq, Sk] float64 matrices alive at once; problems whose
@@ -86,7 +89,8 @@ class Problem:
     def _options(self) -> dict:
         return dict(mask=self.spec.mask, scale=self.spec.scale, gqa_ratio=self.spec.gqa_ratio,
                     bias=self.values.get("bias"), softcap=self.spec.softcap,
-                    alibi_slopes=self.values.get("alibi_slopes"))
+                    alibi_slopes=self.values.get("alibi_slopes"), sinks=self.values.get("sinks"),
+                    dlse=self.values.get("dlse"))
 
     @property
     def bias_gradients(self) -> tuple[str, ...]:
@@ -139,11 +143,12 @@ SLOPES_BROADCASTS = ("batch", "none")
 
 
 def make_problem(spec: AttentionBwdSpec, size: ProblemSize, seed: int = 0, layout: str = "bhsd",
-                 broadcast: str = "batch") -> Problem:
+                 broadcast: str = "batch", sinks: np.ndarray | None = None) -> Problem:
     """Random inputs for `spec` at `size` (the same seed gives the same problem), with O and lse from
     the oracle forward. An elementwise bias is [1 or B, 1 or H, Sq, Sk] in spec.dtype, size 1 where it
     `broadcast`s (BIAS_BROADCASTS; the default is [1, H, Sq, Sk]); a slopes tensor (alibi_slopes)
-    is [1, H] or, with broadcast "none", [B, H] f32, drawn around the standard slopes."""
+    is [1, H] or, with broadcast "none", [B, H] f32, drawn around the standard slopes. With spec.sinks
+    the sinks are `sinks` (f32 [H]) or drawn around SINK_MEAN; with spec.lse_grad dlse is drawn."""
     _check(spec, size, layout)
     if not (isinstance(seed, int) and not isinstance(seed, bool) and seed >= 0):   # numpy's generators need it
         raise SpecError([Reason("seed", f"must be an integer >= 0 (got {seed!r})")])
@@ -175,6 +180,14 @@ def make_problem(spec: AttentionBwdSpec, size: ProblemSize, seed: int = 0, layou
         values["alibi_slopes"] = extra_tensors["alibi_slopes"].astype(np.float64)
     elif spec.bias == "alibi":
         values["bias"] = oracle.alibi_bias(oracle.alibi_slopes(hq).astype(np.float32), sq, sk)
+    if spec.sinks:
+        drawn = (SINK_MEAN + rng.standard_normal(hq)).astype(np.float32)
+        extra_tensors["sinks"] = drawn if sinks is None else np.asarray(sinks, dtype=np.float32)
+    if spec.lse_grad:
+        extra_tensors["dlse"] = (rng.standard_normal((b, hq, sq)) * VALUE_STD).astype(np.float32)
+    for name in ("sinks", "dlse"):   # f32 in every dtype
+        if name in extra_tensors:
+            values[name] = extra_tensors[name].astype(np.float64)
 
     return problem_of(spec, size, values, extra_tensors, layout)
 
@@ -182,13 +195,14 @@ def make_problem(spec: AttentionBwdSpec, size: ProblemSize, seed: int = 0, layou
 def problem_of(spec: AttentionBwdSpec, size: ProblemSize, values: dict, extra_tensors: dict,
                layout: str = "bhsd") -> Problem:
     """The problem of given inputs: `values` q, k, v, do (float64 BHSD, already representable in
-    spec.dtype) and bias or alibi_slopes where the spec reads one, `extra_tensors` the bias / slopes
-    buffers the kernel reads; O and lse come from the oracle forward."""
+    spec.dtype), bias or alibi_slopes where the spec reads one, sinks and dlse where it has them,
+    `extra_tensors` the bias / slopes / sinks / dlse buffers the kernel reads; O and lse come from the
+    oracle forward (the lse including the sinks)."""
     _check(spec, size, layout)
     values = dict(values)
     fwd = oracle.forward(values["q"], values["k"], values["v"], mask=spec.mask, scale=spec.scale,
                          gqa_ratio=spec.gqa_ratio, bias=values.get("bias"), softcap=spec.softcap,
-                         alibi_slopes=values.get("alibi_slopes"))
+                         alibi_slopes=values.get("alibi_slopes"), sinks=values.get("sinks"))
     values["o"] = round_to(fwd.o, spec.dtype)
     lse = fwd.lse.astype(np.float32)
     values["lse"] = lse.astype(np.float64)

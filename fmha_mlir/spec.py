@@ -114,6 +114,13 @@ class AttentionBwdSpec:
     softcap: float = 0.0       # > 0: scores are softcap * tanh(scale q.k / softcap) (FlashAttention's softcap)
     grad_accum: str = "f32"    # bf16: dQ added into dQ itself by packed bf16 atomics (no f32 workspace)
     varlen: bool = False       # packed [total, heads, dim] sequences with cu_seqlens (fmha_mlir/varlen.py)
+    # Learnable attention sinks (gpt-oss): a per-head logit in every row's softmax denominator. The lse
+    # already includes it, so P, D and dS do not change; the flag adds the f32 [heads_q] `sinks` operand
+    # and their gradient `dsinks` = -sum over rows (and batch) of exp(sink - lse) D.
+    sinks: bool = False
+    # The lse is an output with a gradient (ring attention merges partial results through it): the f32
+    # `dlse` operand shaped like lse, and D becomes D - dLSE.
+    lse_grad: bool = False
 
     def __post_init__(self):
         for name in ("scale", "softcap"):   # NumPy and other real scalars (np.float32(0.125)) as Python floats
@@ -148,6 +155,10 @@ class AttentionBwdSpec:
             name += "_acc" + str(self.grad_accum)
         if self.varlen:
             name += "_varlen"
+        if self.sinks:
+            name += "_sinks"
+        if self.lse_grad:
+            name += "_dlse"
         return name
 
     def bias_operands(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -158,6 +169,12 @@ class AttentionBwdSpec:
         if self.bias == "alibi" and self.alibi_slopes:
             return ("alibi_slopes",), ("dalibi_slopes",) if self.dbias else ()
         return (), ()
+
+    def row_operands(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """(inputs, gradients) the row stage adds to the problem's operands (docs/ir.md): dlse with
+        lse_grad; the sink logits and their gradient with sinks."""
+        inputs = ("dlse",) * bool(self.lse_grad) + ("sinks",) * bool(self.sinks)
+        return inputs, ("dsinks",) * bool(self.sinks)
 
     def reasons(self) -> list[Reason]:
         """Every reason this spec is malformed; empty when valid. What a body or target supports is
@@ -194,6 +211,8 @@ class AttentionBwdSpec:
                               "use dbias=False, or deterministic=False"))
         out += self._grad_accum_reasons()
         out += self._varlen_reasons()
+        out += [Reason(name, f"must be True or False (got {getattr(self, name)!r})")
+                for name in ("sinks", "lse_grad") if not isinstance(getattr(self, name), bool)]
         return out
 
     def _grad_accum_reasons(self) -> list[Reason]:

@@ -58,6 +58,14 @@ rows, 10-2048 keys, head dims 16-128): below the lowp draw in f16 / bf16; in f32
 a few times on small problems (where that draw is a few ulps), and stays ~5000x below a 1% error, a
 missing key or a wrong D.
 
+dsinks_h = -sum over rows and batches of exp(s_h - lse_i) D_i (D_i - dlse_i with an lse gradient) is
+a third f32 sum, whose terms carry their own rounding: D's inner product (u x sum_d |dO O|, plus |dlse|
+for the subtraction), and exp's relative error on |D|: the exponent s_h - lse and its log2 e factor
+each rounded (2 |s_h - lse| u), the hardware exp2's 2 ulps (4 u) and the product (u). Its
+term_magnitudes are sum_i exp(s_h - lse_i) (sum_d |dO O| + |dlse| + (5 + 2 |s_h - lse_i|) |D_i|); the
+same dlse term joins dS's r_ij above (D - dlse rounds once more). A missing row's term is one of the
+sum's ~B Sq parts, a sign error all of it.
+
 CK's backward tests (rtol = atol per dtype, seed document 002) are reported beside the gate as a second
 column (`GradCheck.ck_allowed`), for comparison with that suite; they allow 10-100x more and decide nothing.
 """
@@ -82,7 +90,8 @@ U32 = 2.0 ** -24
 CK_BF16_WIDE_HDIM = 128
 _CK = {"f16": 1.6e-2, "bf16": 2.0e-2, "bf16_wide": 3.2e-2, "f32": 1e-5}
 
-GRADIENT_NAMES = ("dq", "dk", "dv", "dbias", "dalibi_slopes")
+GRADIENT_NAMES = ("dq", "dk", "dv", "dbias", "dalibi_slopes", "dsinks")
+OPTIONAL_GRADIENTS = {"dbias": "bias", "dalibi_slopes": "slopes tensor", "dsinks": "sinks"}
 REQUIRED_GRADIENTS = ("dq", "dk", "dv")
 
 
@@ -150,15 +159,15 @@ def judge(name: str, got: np.ndarray, reference: np.ndarray, lowp: np.ndarray, d
 
 
 def check_gradients(kernel: dict, oracle: Gradients, lowp: Gradients, dtype: str, hdim: int) -> list[GradCheck]:
-    """Judge each gradient in `kernel` ({"dq", "dk", "dv"} required, "dbias" / "dalibi_slopes" optional; storage arrays or
+    """Judge each gradient in `kernel` ({"dq", "dk", "dv"} required, "dbias" / "dalibi_slopes" / "dsinks" optional; storage arrays or
     float values in logical shape) against the gate above. `lowp` must model the kernel's body
     (`oracle.lowp_backward(..., numerics=...)`). hdim = max(hdim_q, hdim_v), for the CK column."""
     references, lowp_values = oracle.named(), lowp.named()
     reasons = [Reason(name, "no such gradient", f"use {', '.join(GRADIENT_NAMES)}")
                for name in kernel if name not in GRADIENT_NAMES]
     reasons += [Reason(name, "missing from the kernel outputs") for name in REQUIRED_GRADIENTS if name not in kernel]
-    reasons += [Reason(name, f"the kernel gave {name} but the problem has no such bias")
-                for name in kernel if name in ("dbias", "dalibi_slopes") and name not in references]
+    reasons += [Reason(name, f"the kernel gave {name} but the problem has no {OPTIONAL_GRADIENTS[name]}")
+                for name in kernel if name in OPTIONAL_GRADIENTS and name not in references]
     reasons += [Reason(name, f"has shape {np.shape(kernel[name])}, the oracle's is {references[name].shape}")
                 for name in GRADIENT_NAMES if name in kernel and name in references
                 and np.shape(kernel[name]) != references[name].shape]

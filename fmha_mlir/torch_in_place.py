@@ -25,9 +25,9 @@ from .runtime.executor import Executor
 from .runtime.runner import PreparedRun
 
 # AttentionBackward's tensor arguments, in the order InPlaceCall takes them.
-ARGUMENTS = ("q", "k", "v", "o", "do", "lse", "bias", "alibi_slopes", "cu_seqlens_q", "cu_seqlens_k")
+ARGUMENTS = ("q", "k", "v", "o", "do", "lse", "bias", "alibi_slopes", "cu_seqlens_q", "cu_seqlens_k", "sinks", "dlse")
 # The tensor each gradient is made like (empty_like keeps its strides: BSHD inputs, BSHD gradients).
-LIKE = {"dq": "q", "dk": "k", "dv": "v", "dbias": "bias", "dalibi_slopes": "alibi_slopes"}
+LIKE = {"dq": "q", "dk": "k", "dv": "v", "dbias": "bias", "dalibi_slopes": "alibi_slopes", "dsinks": "sinks"}
 VIEWED = ("bias", "alibi_slopes")   # taken as rank-4 / rank-2 views of what the caller gives
 UINT8 = np.dtype(np.uint8)
 
@@ -123,7 +123,7 @@ class InPlaceCall:
                  grads: tuple[str, ...], scalars: dict, given_shape: tuple | None):
         """inputs: the call's tensors by buffer name, as AttentionBackward took them (bias and slopes as
         their views); grads: the gradients returned, in order; plan_of: BoundPlans.plan; given_shape:
-        the shape the last gradient is returned in (dbias / d(slopes): the bias's, as given), or None."""
+        the shape the fourth gradient is returned in (dbias / d(slopes): the bias's, as given), or None."""
         import torch
 
         self._torch = torch
@@ -150,7 +150,7 @@ class InPlaceCall:
         self.plan.launch(addresses, torch._C._cuda_getCurrentRawStream(self._where.index))
         grads = tensors[len(self._inputs):]
         if self._given_shape is not None:
-            grads[-1] = grads[-1].reshape(self._given_shape)
+            grads[3] = grads[3].reshape(self._given_shape)
         return tuple(grads)
 
 

@@ -21,14 +21,14 @@ from .shape_expr import Arg, BinOp, Dim, Expr
 CU_SEQLENS = ("cu_seqlens_q", "cu_seqlens_k")
 MAX_SEQLENS = ("max_seqlen_q", "max_seqlen_k")
 # Packed problem operands: which sequence side they follow and their logical (rank-4 / rank-3) rank.
-PACKED_SIDES = {"q": "q", "o": "q", "do": "q", "dq": "q", "lse": "q",
+PACKED_SIDES = {"q": "q", "o": "q", "do": "q", "dq": "q", "lse": "q", "dlse": "q",
                 "k": "k", "v": "k", "dk": "k", "dv": "k"}
 # Stage operands that are packed when their value is (the accumulating ones may be padded workspaces).
 STAGE_SIDES = {**PACKED_SIDES, "dq_out": "q", "dk_out": "k", "dv_out": "k"}
 PACKED_DIMS = {
     "q": ("total_q", "heads_q", "hdim_q"), "k": ("total_k", "heads_kv", "hdim_q"),
     "v": ("total_k", "heads_kv", "hdim_v"), "o": ("total_q", "heads_q", "hdim_v"),
-    "do": ("total_q", "heads_q", "hdim_v"), "lse": ("heads_q", "total_q"),
+    "do": ("total_q", "heads_q", "hdim_v"), "lse": ("heads_q", "total_q"), "dlse": ("heads_q", "total_q"),
     "dq": ("total_q", "heads_q", "hdim_q"), "dk": ("total_k", "heads_kv", "hdim_q"),
     "dv": ("total_k", "heads_kv", "hdim_v"),
     "cu_seqlens_q": ("batch_plus_1",), "cu_seqlens_k": ("batch_plus_1",),
@@ -52,7 +52,7 @@ def packed_expr(expr: Expr, sides: dict[str, str]) -> Expr:
         return batch()
     if expr.index == 2:
         return Arg(f"max_seqlen_{sides[expr.buffer]}")
-    if expr.buffer == "lse":    # [H, T]
+    if expr.buffer in ("lse", "dlse"):    # [H, T]
         return Dim(expr.buffer, 0)
     return Dim(expr.buffer, {1: 1, 3: 2}[expr.index])   # [T, H, D]
 

@@ -3,8 +3,10 @@ and the same-dtype reference run per sequence and concatenated. Numpy only.
 
 Each sequence with both lengths positive is an ordinary one-batch problem (problem.make_problem);
 an empty side has nothing to compute: a sequence without queries has dK = dV = 0, one without keys
-has O = 0, lse = +inf (FlashAttention's rows that see no key) and dQ = 0. The gate then judges the
-packed gradients as one tensor each, as it judges a padded problem's.
+has O = 0, lse = +inf (FlashAttention's rows that see no key; with sinks, the sink itself) and dQ = 0.
+The sinks are one [Hq] tensor shared by every sequence, so dsinks sums the sequences' own, and a row
+without keys adds exp(sink - lse) dlse = dlse (its D is 0). The gate then judges the packed gradients
+as one tensor each, as it judges a padded problem's.
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from .spec import AttentionBwdSpec
 from .tolerance import GradCheck, check_gradients
 
 GRADS = ("dq", "dk", "dv")
+SINK_SEED = 10_000   # the shared sinks are drawn apart from every sequence's seed
 
 
 @dataclass(frozen=True, eq=False)
@@ -29,7 +32,8 @@ class VarlenProblem:
     lengths_q: tuple[int, ...]
     lengths_k: tuple[int, ...]
     heads_q: int
-    tensors: dict[str, np.ndarray]     # packed q k v o do [T, H, D] (storage), lse [Hq, Tq], cu_seqlens int32
+    tensors: dict[str, np.ndarray]     # packed q k v o do [T, H, D] (storage), lse (dlse) [Hq, Tq], cu_seqlens
+                                       # int32, sinks [Hq]
     scalars: dict[str, int]            # max_seqlen_q, max_seqlen_k
     parts: list                        # per sequence: its Problem, or the empty side's shapes
     _cache: dict = field(default_factory=dict, init=False, repr=False)
@@ -60,6 +64,9 @@ class VarlenProblem:
         hk = self.heads_q // self.spec.gqa_ratio
         pieces = {name: [] for name in GRADS + ("d",)}
         magnitudes = {"dq": [], "dk": []}
+        dsinks = np.zeros(self.heads_q) if self.spec.sinks else None
+        sink_noise = np.zeros(self.heads_q) if self.spec.sinks else None   # the oracle's model; lowp has none
+        q_start = 0
         for part, sq, sk in zip(self.parts, self.lengths_q, self.lengths_k):
             if isinstance(part, Problem):
                 g = gradients_of(part)
@@ -68,17 +75,29 @@ class VarlenProblem:
                 for name, packed in magnitudes.items():
                     packed.append(g.term_magnitudes[name][0].transpose(1, 0, 2) if name in g.term_magnitudes else None)
                 pieces["d"].append(g.d[0])
+                if dsinks is not None:
+                    dsinks += g.dsinks
+                    sink_noise = sink_noise + g.term_magnitudes["dsinks"] if "dsinks" in g.term_magnitudes else None
+                q_start += sq
                 continue
             pieces["dq"].append(np.zeros((sq, self.heads_q, self.spec.hdim_q)))
             pieces["dk"].append(np.zeros((sk, hk, self.spec.hdim_q)))
             pieces["dv"].append(np.zeros((sk, hk, self.spec.hdim_v)))
-            pieces["d"].append(np.zeros((self.heads_q, sq)))
+            dlse = (self.tensors["dlse"][:, q_start:q_start + sq].astype(np.float64) if self.spec.lse_grad
+                    else np.zeros((self.heads_q, sq)))
+            pieces["d"].append(-dlse)
+            if dsinks is not None and sk == 0:   # the sink alone: lse = sink, its term -(0 - dlse)
+                dsinks += dlse.sum(axis=1)
+                sink_noise = None if sink_noise is None else sink_noise + np.abs(dlse).sum(axis=1)
             for name, packed in magnitudes.items():
                 packed.append(pieces[name][-1])
+            q_start += sq
         modelled = {name: np.concatenate(packed, axis=0) for name, packed in magnitudes.items()
                     if all(x is not None for x in packed)}
+        if sink_noise is not None:
+            modelled["dsinks"] = sink_noise
         return oracle.Gradients(*(np.concatenate(pieces[n], axis=0) for n in GRADS),
-                                d=np.concatenate(pieces["d"], axis=1), term_magnitudes=modelled)
+                                d=np.concatenate(pieces["d"], axis=1), dsinks=dsinks, term_magnitudes=modelled)
 
 
 def make_varlen_problem(spec: AttentionBwdSpec, lengths_q, lengths_k, heads_q: int = 2,
@@ -98,28 +117,33 @@ def make_varlen_problem(spec: AttentionBwdSpec, lengths_q, lengths_k, heads_q: i
     if reasons:
         raise SpecError(reasons)
     padded = replace(spec, varlen=False)
-    parts, packed = [], {name: [] for name in ("q", "k", "v", "o", "do", "lse")}
+    sinks = draw(padded, ProblemSize(1, heads_q, 1, 1), seed=seed + SINK_SEED).tensors["sinks"] if spec.sinks else None
+    rows = ("lse",) + ("dlse",) * spec.lse_grad
+    parts, packed = [], {name: [] for name in ("q", "k", "v", "o", "do") + rows}
     for b, (sq, sk) in enumerate(zip(lengths_q, lengths_k)):
         if sq and sk:
-            part = draw(padded, ProblemSize(1, heads_q, sq, sk), seed=seed + b)
+            shared = {} if sinks is None else {"sinks": sinks}
+            part = draw(padded, ProblemSize(1, heads_q, sq, sk), seed=seed + b, **shared)
             tensors = {n: part.tensors[n][0].transpose(1, 0, 2) for n in ("q", "k", "v", "o", "do")}
-            tensors["lse"] = part.tensors["lse"][0]
+            tensors.update({n: part.tensors[n][0] for n in rows})
         else:
-            part, tensors = None, _empty_side(padded, heads_q, sq, sk, np.random.default_rng(seed + b))
+            part, tensors = None, _empty_side(padded, heads_q, sq, sk, np.random.default_rng(seed + b), sinks)
         parts.append(part)
         for name, array in tensors.items():
             packed[name].append(array)
-    tensors = {name: np.ascontiguousarray(np.concatenate(arrays, axis=1 if name == "lse" else 0))
+    tensors = {name: np.ascontiguousarray(np.concatenate(arrays, axis=1 if name in rows else 0))
                for name, arrays in packed.items()}
+    if sinks is not None:
+        tensors["sinks"] = sinks
     for name, lengths in (("cu_seqlens_q", lengths_q), ("cu_seqlens_k", lengths_k)):
         tensors[name] = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
     scalars = {"max_seqlen_q": max(max(lengths_q), 1), "max_seqlen_k": max(max(lengths_k), 1)}
     return VarlenProblem(spec, lengths_q, lengths_k, heads_q, tensors, scalars, parts)
 
 
-def _empty_side(spec: AttentionBwdSpec, heads_q: int, sq: int, sk: int, rng) -> dict[str, np.ndarray]:
-    """Packed inputs of a sequence with no queries or no keys: random q / dO or k / v, O = 0 and
-    lse = +inf for queries that see no key."""
+def _empty_side(spec: AttentionBwdSpec, heads_q: int, sq: int, sk: int, rng, sinks=None) -> dict[str, np.ndarray]:
+    """Packed inputs of a sequence with no queries or no keys: random q / dO or k / v (and dlse), O = 0
+    and lse = +inf for queries that see no key, or the sink where there is one."""
     hk = heads_q // spec.gqa_ratio
 
     def draw(shape, std):
@@ -128,4 +152,6 @@ def _empty_side(spec: AttentionBwdSpec, heads_q: int, sq: int, sk: int, rng) -> 
     return {"q": draw((sq, heads_q, spec.hdim_q), QK_STD), "k": draw((sk, hk, spec.hdim_q), QK_STD),
             "v": draw((sk, hk, spec.hdim_v), VALUE_STD), "o": to_storage(np.zeros((sq, heads_q, spec.hdim_v)), spec.dtype),
             "do": draw((sq, heads_q, spec.hdim_v), VALUE_STD),
-            "lse": np.full((heads_q, sq), np.inf, np.float32)}
+            "lse": (np.full((heads_q, sq), np.inf, np.float32) if sinks is None
+                    else np.repeat(np.asarray(sinks, np.float32)[:, None], sq, axis=1)),
+            **({"dlse": (rng.standard_normal((heads_q, sq)) * VALUE_STD).astype(np.float32)} if spec.lse_grad else {})}

@@ -5,9 +5,10 @@ accumulate in f32 workspaces: the warp body sums dK / dV by atomics (into the ou
 sums dQ by atomics into a row-padded workspace (deterministic mode: one partial per key block, written,
 and summed in order by the convert; grad_accum = "bf16": by packed bf16 atomics into dq itself, zero-filled,
 no workspace and no convert). The bias's gradient accumulates the same way for every body
-(bodies.bias_accumulation).
+(bodies.bias_accumulation), and so does dsinks (bodies.sink_accumulation): by atomics in dot_do_o, or
+stored per row and summed by a convert in deterministic mode.
 
-    d = alloc [B, Hq, Sq] f32;  dot_do_o(o, do, d)
+    d = alloc [B, Hq, Sq] f32;  [dsinks zero-filled];  dot_do_o(o, do, [dlse], [lse, sinks], d, [dsinks | dsinks_acc])
     <grad>_acc = alloc f32 (shape from the body), zero-filled; outputs the body accumulates into, zero-filled
     dq_dk_dv(q, k, v, do, lse, d, [bias | alibi_slopes], dq_acc | dq, dk_acc | dk, dv_acc | dv,
              [dbias_acc | dbias | dalibi_slopes])
@@ -51,10 +52,16 @@ def _decompose(op: "ir.Operation", plan: BodyPlan) -> None:
     spec, config, workspaces = plan.spec, plan.config, plan.workspaces
     operands = fmha.AttentionBwdOp.named_operands(op, spec)
     allocated = {w.name: _allocate(w, op, spec, operands) for w in workspaces}
-    cu = [operands[n] for n in fmha.varlen_operands(spec)]   # varlen: every stage op takes them, last
-    fmha.DotDoOOp.build(spec, [operands["o"], operands["do"], allocated["d"].strided] + cu, config)
-
     accumulators = {w.grad: w for w in workspaces if w.grad is not None}
+    cu = [operands[n] for n in fmha.varlen_operands(spec)]   # varlen: every stage op takes them, last
+    for name in plan.row_zeroed_outputs:   # dot_do_o adds into dsinks
+        gpu.memset(None, [], operands[name], f32(0.0))
+    row_outputs = {"d": allocated["d"].strided,
+                   **{f"{g}_out": allocated[accumulators[g].name].strided if g in accumulators else operands[g]
+                      for g in spec.row_operands()[1]}}
+    fmha.DotDoOOp.build(spec, [row_outputs.get(n, operands.get(n)) for n in fmha.DotDoOOp.operand_names(spec)],
+                        config)
+
     zero = f32(0.0)
     for workspace in workspaces:
         if workspace.zero:

@@ -17,9 +17,10 @@ from fmha_mlir.dialects import fmha
 from fmha_mlir.mlir import arith, gpu, ir, memref, scf
 from fmha_mlir.spec import AttentionBwdSpec
 
-from .ir_builders import index
+from .ir_builders import f32, index
 from .ix import Ix, as_value
 from .lane_slice import LaneSlice, copy_partial_sum, copy_slice, load_f32
+from .score_mods import LOG2_E
 
 
 @dataclass(frozen=True)
@@ -63,19 +64,78 @@ class Wave:
 
 
 def dot_do_o(op: "ir.Operation", spec: AttentionBwdSpec, wave: Wave) -> None:
-    """d[b, h, s] = sum(dO * O) over the row: lane partials, a reduction over the row's lanes, its first
-    lane stores (rows past the end compute on the last row and store nothing)."""
-    o, do, d = op.operands
+    """d[b, h, s] = sum(dO * O) over the row (minus dlse[b, h, s] with lse_grad): lane partials, a
+    reduction over the row's lanes, its first lane stores (rows past the end compute on the last row and
+    store nothing). With sinks, the row's term of dsinks[h] (sink_term) is stored per row in
+    deterministic mode; else the wave sums its rows' terms and its first lane adds them by one atomic."""
+    operands = fmha.DotDoOOp.named_operands(op, spec)
+    o, do, d = operands["o"], operands["do"], operands["d"]
     seqlen = memref.dim(o, index(2))
     reading = wave.clamped(seqlen)
     row = reading.indices
     lanes = wave.slice_of(o)
     total = fmha.WaveReduceOp.build(dot(load_f32(do, row, lanes), load_f32(o, row, lanes)), wave.size)
+    if spec.lse_grad:   # dS gains P dLSE: D - dLSE carries it into every body unchanged
+        total = arith.subf(total, memref.load(operands["dlse"], row))
     stores = arith.andi(arith.cmpi(arith.CmpIPredicate.eq, wave.lane, index(0)),
                         arith.cmpi(arith.CmpIPredicate.ult, wave.row, seqlen))
+    term = None
+    if spec.sinks:
+        term = sink_term(memref.load(operands["sinks"], [wave.head]), memref.load(operands["lse"], row), total)
     if_first = scf.IfOp(stores)
     with ir.InsertionPoint(if_first.then_block):
         memref.store(total, d, wave.indices)
+        if term is not None and spec.deterministic:
+            memref.store(term, operands["dsinks_out"], wave.indices)
+        scf.yield_([])
+    if term is not None and not spec.deterministic:
+        _add_wave_sum(arith.select(stores, term, f32(0.0)), operands["dsinks_out"], wave,
+                      fmha.config_of(op).wave_size)
+
+
+def sink_term(sink: "ir.Value", lse: "ir.Value", d: "ir.Value") -> "ir.Value":
+    """A row's term of dsinks: -exp(sink - lse) D, the sink's probability in the row times -D (D minus
+    dlse where the lse has a gradient). sink - lse is rounded once at the size of the difference. A row
+    whose lse is -inf (no key, no sink: torch.logsumexp's convention) gives 0, not exp(+inf) x 0; lse
+    = +inf or sink = -inf give exp2(-inf) = 0."""
+    shifted = arith.mulf(arith.subf(sink, lse), f32(LOG2_E))
+    probability = fmha.Exp2Op.build(shifted)
+    empty = arith.cmpf(arith.CmpFPredicate.OEQ, lse, f32(float("-inf")))
+    return arith.select(empty, f32(0.0), arith.negf(arith.mulf(probability, d)))
+
+
+def _add_wave_sum(value: "ir.Value", buffer: "ir.Value", wave: Wave, wave_size: int) -> None:
+    """buffer[head] += the sum of `value` over the hardware wave (its rows share the head), added by the
+    wave's first lane: one atomic per wave, not per row."""
+    thread = gpu.thread_id(gpu.Dimension.x)
+    if wave.size < wave_size:
+        value = fmha.WaveReduceOp.build(value, wave_size)
+    first = scf.IfOp(arith.cmpi(arith.CmpIPredicate.eq, arith.remui(thread, index(wave_size)), index(0)))
+    with ir.InsertionPoint(first.then_block):
+        fmha.AtomicAddOp.build(value, buffer, [wave.head])
+        scf.yield_([])
+
+
+def sum_sink_terms(op: "ir.Operation", spec: AttentionBwdSpec, wave: Wave) -> None:
+    """convert_grad {grad = "dsinks"}: out[h] = factor * the sum of acc[b, h, s] over b and s, one wave
+    per head: lane t sums rows t, t + W, ... of each batch in order, then the wave's reduction; the
+    same order on every run (deterministic mode)."""
+    acc, out = list(op.operands)[:2]
+    batches, rows = memref.dim(acc, index(0)), memref.dim(acc, index(2))
+    over_batches = scf.ForOp(index(0), batches, index(1), [f32(0.0)])
+    with ir.InsertionPoint(over_batches.body):
+        over_rows = scf.ForOp(wave.lane, rows, index(wave.size), [over_batches.inner_iter_args[0]])
+        with ir.InsertionPoint(over_rows.body):
+            at = [over_batches.induction_variable, wave.head, over_rows.induction_variable]
+            scf.yield_([arith.addf(over_rows.inner_iter_args[0], memref.load(acc, at))])
+        scf.yield_(list(over_rows.results))
+    total = fmha.WaveReduceOp.build(over_batches.results[0], wave.size)
+    factor = fmha.ConvertGradOp.factor_of(op)
+    if factor != 1.0:
+        total = arith.mulf(total, f32(factor))
+    first = scf.IfOp(arith.cmpi(arith.CmpIPredicate.eq, wave.lane, index(0)))
+    with ir.InsertionPoint(first.then_block):
+        memref.store(total, out, [wave.head])
         scf.yield_([])
 
 
@@ -83,6 +143,9 @@ def convert_grad(op: "ir.Operation", spec: AttentionBwdSpec, wave: Wave) -> None
     """out[b, h, s, :] = factor * acc[b, h, s, :] rounded to T (acc may have more rows: never read); with
     partials, the sum of acc's partials of (b, h, s) in order (lane_slice.copy_partial_sum).
     dbias's rows are seqlen_k long (a dynamic size): the wave walks them, one element per lane a turn."""
+    if fmha.ConvertGradOp.grad_of(op) == "dsinks":
+        sum_sink_terms(op, spec, wave)
+        return
     acc, out = list(op.operands)[:2]
     factor = fmha.ConvertGradOp.factor_of(op)
     with _inside_rows(wave, out):
@@ -168,5 +231,8 @@ def row_wave(op: "ir.Operation", spec: AttentionBwdSpec, config) -> Wave:
 
     from .stages_to_gpu import stage_name
 
-    lanes = row_lanes(row_stage_hdim(stage_name(op), spec), config.wave_size, BYTES[spec.dtype])
+    stage = stage_name(op)
+    if stage == "convert_dsinks":   # one wave per head (bodies' launch)
+        return Wave.current(config.wave_size)
+    lanes = row_lanes(row_stage_hdim(stage, spec), config.wave_size, BYTES[spec.dtype])
     return Wave.of_rows(config.wave_size * ROW_KERNEL_WAVES, lanes)

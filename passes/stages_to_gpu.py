@@ -56,8 +56,9 @@ class StagesToGpu(FmhaPass):
 
 def operand_access(stage_op: str, names: list[str], plan: BodyPlan) -> list[str]:
     """How the stage's kernel uses each operand: the row kernels write their output (d, a converted
-    gradient), dq_dk_dv writes or accumulates each `<grad>_out` as the body's plan says, the rest is read."""
-    outputs = {fmha.DotDoOOp.NAME: {"d": WRITE}, fmha.ConvertGradOp.NAME: {"out": WRITE},
+    gradient; dsinks is added into unless stored per row), dq_dk_dv writes or accumulates each
+    `<grad>_out`, as the body's plan says; the rest is read."""
+    outputs = {fmha.DotDoOOp.NAME: plan.row_output_access, fmha.ConvertGradOp.NAME: {"out": WRITE},
                fmha.DqDkDvOp.NAME: {f"{g}_out": a for g, a in plan.output_access.items()}}
     return [outputs[stage_op].get(name, READ) for name in names]
 

@@ -45,7 +45,7 @@ def host_scalars(op: "ir.Operation") -> dict[str, "ir.Value"]:
 def packed_sides(operands: dict[str, "ir.Value"]) -> dict[str, str]:
     """name -> "q" | "k" of the operands that are packed (rank 3; lse rank 2): an accumulating output
     may be a padded rank-4 workspace instead."""
-    rank = {"lse": 2}
+    rank = {"lse": 2, "dlse": 2}
     return {name: side for name, side in STAGE_SIDES.items()
             if name in operands and ir.MemRefType(operands[name].type).rank == rank.get(name, 3)}
 

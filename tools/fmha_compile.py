@@ -54,6 +54,10 @@ def _parser() -> argparse.ArgumentParser:
                       help="no atomics whose order can change a result (tiled body: dQ partials per key block)")
     spec.add_argument("--grad-accum", choices=GRAD_ACCUMS,
                       help="dQ's atomics: f32 into a workspace (default), or bf16 packed atomics into dQ itself")
+    spec.add_argument("--sinks", action="store_const", const=True,
+                      help="learnable attention sinks: an f32 [H] sinks operand and its gradient dsinks")
+    spec.add_argument("--dlse", action="store_const", const=True,
+                      help="the lse's gradient: an f32 dlse operand shaped like lse (D becomes D - dlse)")
     parser.add_argument("--target", default="gfx942", choices=(*TARGETS, "all"))
     parser.add_argument("--body", default="auto", choices=("auto", *BODIES),
                         help="kernel body: auto takes the fastest one that supports the spec on the target")
@@ -131,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
 def _spec(args) -> AttentionBwdSpec | None:
     """The spec from the flags; None for an input file without spec flags (the IR may carry one)."""
     flags = (args.dtype, args.hdim, args.hdim_v, args.gqa, args.mask, args.scale, args.softcap, args.bias,
-             args.alibi_slopes, args.dbias, args.deterministic, args.grad_accum)
+             args.alibi_slopes, args.dbias, args.deterministic, args.grad_accum, args.sinks, args.dlse)
     if args.input and all(flag is None for flag in flags):
         return None
     return AttentionBwdSpec(
@@ -139,7 +143,7 @@ def _spec(args) -> AttentionBwdSpec | None:
         gqa_ratio=_given(args.gqa, 1), mask=Mask.parse(_given(args.mask, "none")), scale=_given(args.scale, 0.0),
         softcap=_given(args.softcap, 0.0), bias=_given(args.bias, "none"), alibi_slopes=_given(args.alibi_slopes, False),
         dbias=_given(args.dbias, False), deterministic=_given(args.deterministic, False),
-        grad_accum=_given(args.grad_accum, "f32"))
+        grad_accum=_given(args.grad_accum, "f32"), sinks=_given(args.sinks, False), lse_grad=_given(args.dlse, False))
 
 
 def _given(value, default):

@@ -44,6 +44,9 @@ def parse_args(argv):
     p.add_argument("--alibi-slopes", action="store_true", help="ALiBi's slopes from a random f32 tensor")
     p.add_argument("--dbias", action="store_true",
                    help="also the bias's gradient: dbias, or d(slopes) (with --bias alibi: implies --alibi-slopes)")
+    p.add_argument("--sinks", action="store_true",
+                   help="learnable attention sinks (a random f32 logit per query head) and their gradient dsinks")
+    p.add_argument("--dlse", action="store_true", help="a random gradient of the lse (D becomes D - dlse)")
     p.add_argument("--deterministic", action="store_true",
                    help="no atomics whose order can change a result (the tiled body: dQ partials per key block)")
     p.add_argument("--grad-accum", default="f32", choices=GRAD_ACCUMS,
@@ -109,7 +112,7 @@ def main(argv=None) -> int:
         spec = AttentionBwdSpec(dtype=args.dtype, hdim_q=args.hdim, hdim_v=args.hdim_v, gqa_ratio=args.gqa,
                                 mask=Mask.parse(args.mask), softcap=args.softcap, bias=args.bias, dbias=args.dbias,
                                 alibi_slopes=slopes, deterministic=args.deterministic, grad_accum=args.grad_accum,
-                                varlen=args.varlen is not None)
+                                varlen=args.varlen is not None, sinks=args.sinks, lse_grad=args.dlse)
         spec.check()   # before the problem's sizes divide by gqa_ratio
         problem, size_line = _problem(args, spec)
         problem.oracle_gradients()
@@ -119,7 +122,8 @@ def main(argv=None) -> int:
             f" bias {spec.bias}" if spec.bias != "none" else "") + "".join(
             f" {n}[{s}]" for n, s in shapes.items()) + (" +dbias" if spec.dbias else "") + (
             " deterministic" if spec.deterministic else "") + (
-            f" grad-accum {spec.grad_accum}" if spec.grad_accum != "f32" else "")
+            f" grad-accum {spec.grad_accum}" if spec.grad_accum != "f32" else "") + (
+            " sinks" if spec.sinks else "") + (" dlse" if spec.lse_grad else "")
         print(f"fmha-bwd: {spec.dtype} hdim {spec.hdim_q}x{spec.hdim_v} mask {spec.mask} gqa {spec.gqa_ratio}{extras} | "
               f"{size_line}")
         print(f"seed {args.seed}; the gate: max|err| <= 2 x max|same-dtype reference err| + 2^-20 max|oracle| "
@@ -145,9 +149,10 @@ def main(argv=None) -> int:
                   f"{runner.device().name} (workspaces {workspace / 2**20:.2f} MiB) ...", file=sys.stderr, flush=True)
             grads = runner.run(spec, t["q"], t["k"], t["v"], t["o"], t["do"], t["lse"], bias=t.get("bias"),
                                alibi_slopes=t.get("alibi_slopes"), cu_seqlens_q=t.get("cu_seqlens_q"),
-                               cu_seqlens_k=t.get("cu_seqlens_k"), **(scalars or {}))
+                               cu_seqlens_k=t.get("cu_seqlens_k"), sinks=t.get("sinks"), dlse=t.get("dlse"),
+                               **(scalars or {}))
             ran = time.perf_counter()
-            names = ("dq", "dk", "dv") + spec.bias_operands()[1]
+            names = ("dq", "dk", "dv") + spec.bias_operands()[1] + spec.row_operands()[1]
             for check in problem.check(dict(zip(names, grads)), bundle.numerics):
                 failed |= not check.passed
                 print(f"{runner.arch:<8} {bundle.config.body:<6} {runner.device().name:<9} {compiled - start:>7.2f}s "

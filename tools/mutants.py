@@ -41,7 +41,8 @@ SUBSET_FILES = ("test/python/test_interp_matrix.py", "test/python/test_interp_pi
                 "test/python/test_interp_fmha_ops.py", "test/python/test_lowering.py", "test/python/test_interp_mfma.py",
                 "test/python/test_mfma_atom.py", "test/python/test_deterministic.py", "test/python/test_mask_geometry.py",
                 "test/python/test_nan_classes.py", "test/python/test_interp_nvgpu.py",
-                "test/python/test_interp_hopper_ops.py", "test/python/test_wgmma_layouts.py")
+                "test/python/test_interp_hopper_ops.py", "test/python/test_wgmma_layouts.py",
+                "test/python/test_sinks.py")
 SUBSET_SELECTION = ("(test_interp_matrix and (d64 and g4 or (softcap or alibi or bias) and bf16 and none))"
                     " or test_interp_pipeline"
                     " or (test_interp_fmha_ops and lowered)"
@@ -49,7 +50,8 @@ SUBSET_SELECTION = ("(test_interp_matrix and (d64 and g4 or (softcap or alibi or
                     " or (test_deterministic and (dbias and batch or partials_written) and sm_90)"
                     " or test_mask_geometry or (test_nan_classes and sm_90 and tiled)"
                     " or (test_interp_nvgpu and follow_the_ptx_isa)"
-                    " or (test_interp_hopper_ops and runs) or (test_wgmma_layouts and h200_verified)")
+                    " or (test_interp_hopper_ops and runs) or (test_wgmma_layouts and h200_verified)"
+                    " or (test_sinks and (kernel_matches and bf16 or deterministic or stay_finite and sm_90))")
 TIMEOUT_S = 900
 
 
@@ -115,6 +117,20 @@ MUTANTS: list[Mutant] = [
                 "memref.store(total, d, wave.indices)",
                 'memref.store(arith.mulf(total, arith.constant(ir.F32Type.get(), 1.01 if spec.dtype == "{dt}" else 1.0)), d, wave.indices)',
                 ALL_DTYPES),
+    # -- sinks and the lse gradient (the row kernels) --------------------------------------------------
+    Mutant("sinks: dsinks sign flipped", ROWS,
+           "arith.negf(arith.mulf(probability, d))", "arith.mulf(probability, d)"),
+    Mutant("dlse: not subtracted from D", ROWS,
+           'total = arith.subf(total, memref.load(operands["dlse"], row))',
+           'total = arith.subf(total, arith.mulf(memref.load(operands["dlse"], row), f32(0.0)))'),
+    Mutant("sinks: a row whose lse is -inf is not guarded", ROWS,
+           "return arith.select(empty, f32(0.0), ",
+           "return arith.select(arith.constant(ir.IntegerType.get_signless(1), 0), f32(0.0), "),
+    Mutant("sinks: every lane of a row adds the row's term", ROWS,
+           "_add_wave_sum(arith.select(stores, term, f32(0.0)), ", "_add_wave_sum(term, "),
+    Mutant("sinks (deterministic): the last batch is not summed", ROWS,
+           "over_batches = scf.ForOp(index(0), batches, index(1), [f32(0.0)])",
+           "over_batches = scf.ForOp(index(0), arith.subi(batches, index(1)), index(1), [f32(0.0)])"),
     # -- the tiled body --------------------------------------------------------------------------------
     *_per_dtype("tiled: dS x1.01", TILED,
                 "ds = [[[arith.mulf(p[mi][ni][r], arith.subf(dp_r, dsum[ni]))",

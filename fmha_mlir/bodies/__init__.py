@@ -17,7 +17,7 @@ from .choice import AUTO_ORDER, BODIES, body_of, check_config, choose_config, ge
 from .common import (ACCESSES, ACCUMULATE, COPY_ELEMENTS, ELEMENT_BYTES, GRADS, LSE_BYTES, MAX_ELEMENTS_PER_LANE,
                      READ, ROW_BYTES, ROW_KERNEL_WAVES, STAGES, TILE_ALIGN, WRITE, Body, Launch, SharedTile, Workspace,
                      bias_accumulation, partials_zeroed, row_alignment, row_lanes, row_launch, row_reasons,
-                     row_stage_hdim)
+                     row_stage_hdim, row_stage_output_access, sink_accumulation)
 from .mfma import AMD_TILED_TABLE
 from .mma_sync import TILED_TABLE
 from .plan import BodyPlan, body_plan
@@ -29,6 +29,7 @@ __all__ = [
     "ACCESSES", "ACCUMULATE", "COPY_ELEMENTS", "ELEMENT_BYTES", "GRADS", "LSE_BYTES", "MAX_ELEMENTS_PER_LANE", "READ",
     "ROW_BYTES", "ROW_KERNEL_WAVES", "STAGES", "TILE_ALIGN", "WRITE", "Body", "Launch", "SharedTile", "Workspace",
     "bias_accumulation", "partials_zeroed", "row_alignment", "row_lanes", "row_launch", "row_reasons", "row_stage_hdim",
+    "row_stage_output_access", "sink_accumulation",
     "AMD_TILED_TABLE", "TILED_TABLE", "BodyPlan", "body_plan",
     "TiledBody", "instruction_tile", "key_blocks", "tiled_block_ids", "tiled_config", "tiled_grid", "tiled_table",
     "WarpBody",

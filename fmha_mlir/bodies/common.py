@@ -1,5 +1,5 @@
 """What every body shares: workspaces, launches and shared tiles as values, the row kernels' limits and
-launches, the bias gradient's accumulation, and the Body interface each body implements."""
+launches, the bias gradient's and dsinks' accumulation, and the Body interface each body implements."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -26,7 +26,7 @@ COPY_ELEMENTS = 8    # one 16-byte cp.async of f16/bf16
 ROW_KERNEL_WAVES = 8
 ROW_BYTES = 16       # what one lane of a row kernel loads at once
 # The stages a plan launches: the row kernels, the body's kernel, a convert per accumulated gradient.
-STAGES = ("dot_do_o", "dq_dk_dv", "convert_dq", "convert_dk", "convert_dv", "convert_dbias")
+STAGES = ("dot_do_o", "dq_dk_dv", "convert_dq", "convert_dk", "convert_dv", "convert_dbias", "convert_dsinks")
 
 
 @dataclass(frozen=True)
@@ -104,9 +104,26 @@ def bias_accumulation(spec: AttentionBwdSpec) -> tuple[list[Workspace], tuple[st
     return [], grads
 
 
+def sink_accumulation(spec: AttentionBwdSpec) -> tuple[list[Workspace], tuple[str, ...]]:
+    """(workspaces, zero-filled outputs) of dsinks, the same for every body: the row stage adds each
+    wave's sum of its rows' terms into dsinks by f32 atomics (zero-filled first); deterministic mode
+    stores each row's term in `dsinks_acc` [B, Hq, Sq] (every row is written) and `convert_grad {grad =
+    "dsinks", partials = true}` sums them per head in a fixed order."""
+    if not spec.sinks:
+        return [], ()
+    if spec.deterministic:
+        return [Workspace("dsinks_acc", "dsinks", dims_of("lse", 3), zero=False, partials=True)], ()
+    return [], ("dsinks",)
+
+
 # How a kernel uses a buffer argument (the manifest's "access", checked by the runtime against the steps).
 READ, WRITE, ACCUMULATE = "read", "write", "accumulate"
 ACCESSES = (READ, WRITE, ACCUMULATE)
+
+
+def row_stage_output_access(spec: AttentionBwdSpec) -> dict[str, str]:
+    """How dot_do_o treats its outputs: d is written; dsinks accumulated (a workspace: written)."""
+    return {"d": WRITE, **({"dsinks_out": WRITE if spec.deterministic else ACCUMULATE} if spec.sinks else {})}
 
 
 def row_lanes(hdim: int | None, wave_size: int, element_bytes: int) -> int:
@@ -122,8 +139,9 @@ def row_lanes(hdim: int | None, wave_size: int, element_bytes: int) -> int:
 
 
 def row_stage_hdim(stage: str, spec: AttentionBwdSpec) -> int | None:
-    """The length of a row stage's rows; None for convert_dbias, whose rows are seqlen_k long."""
-    if stage == "convert_dbias":
+    """The length of a row stage's rows; None for convert_dbias, whose rows are seqlen_k long, and
+    convert_dsinks, which walks a head's rows of every batch."""
+    if stage in ("convert_dbias", "convert_dsinks"):
         return None
     return spec.hdim_q if stage in ("convert_dq", "convert_dk") else spec.hdim_v
 
@@ -131,6 +149,8 @@ def row_stage_hdim(stage: str, spec: AttentionBwdSpec) -> int | None:
 def row_launch(stage: str, spec: AttentionBwdSpec, config: KernelConfig) -> Launch:
     """ROW_KERNEL_WAVES waves per work-group, row_lanes lanes per row: o's rows for dot_do_o, out's for a
     convert, threads / row_lanes rows per work-group."""
+    if stage == "convert_dsinks":   # one wave per head sums its rows in a fixed order
+        return Launch((1, Dim("out", 0), 1), (config.wave_size, 1, 1))
     rows = "o" if stage == "dot_do_o" else "out"
     threads = config.wave_size * ROW_KERNEL_WAVES
     per_block = threads // row_lanes(row_stage_hdim(stage, spec), config.wave_size, BYTES[spec.dtype])

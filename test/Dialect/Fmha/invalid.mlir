@@ -362,7 +362,7 @@ func.func @convert_grad_missing_grad(%acc: memref<1x2x8x64xf32>, %out: memref<1x
 
 // convert_grad_unknown_grad
 func.func @convert_grad_unknown_grad(%acc: memref<1x2x8x64xf32>, %out: memref<1x2x8x64xf16>) {
-  // expected-error @+1 {{attribute 'grad' must be one of dq, dk, dv, dbias, got 'dlse'}}
+  // expected-error @+1 {{attribute 'grad' must be one of dq, dk, dv, dbias, dsinks, got 'dlse'}}
   "fmha.convert_grad"(%acc, %out) {dtype = "f16", hdim_q = 64 : i64, hdim_v = 64 : i64, gqa_ratio = 1 : i64, mask = "none", window_left = -1 : i64, window_right = -1 : i64, scale = 0.125 : f32, bias = "none", dbias = false, deterministic = false, config = {body = "warp", wave_size = 64 : i64}, grad = "dlse"} : (memref<1x2x8x64xf32>, memref<1x2x8x64xf16>) -> ()
   return
 }
