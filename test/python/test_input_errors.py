@@ -189,7 +189,7 @@ def _tool(module: str, *argv: str):
      "hdim_q: 100 is not supported by the warp body on gfx942 (wave size 64) (use a multiple of 64 from 64 to 512)"),
     ("fmha_compile", ["-", "--from-stage", "gpu", "--emit", "isa"],   # a compile failure, once status 1
      "fmha-compile: [kernel] the kernel stage has 0 gpu.module ops; the bundle needs exactly one"),
-    ("main_job", ["--target", "sm_91"], "- target: unknown target 'sm_91' (use gfx942, gfx950, sm_90, all or auto)"),
+    ("main_job", ["--target", "sm_91"], "- target: unknown target 'sm_91' (use gfx942, gfx950, sm_90, sm_90a, all or auto)"),
     ("main_job", ["--bundle-dir", "no-such-dir"],
      "argument --bundle-dir: 'no-such-dir' is not a folder: give the -o DIR of fmha-compile runs"),
 ])
