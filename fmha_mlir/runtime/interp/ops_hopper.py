@@ -46,6 +46,16 @@ def _lanes(st, mask) -> np.ndarray:
     return st.grid.lane_index if mask is None else np.flatnonzero(mask)
 
 
+def _barrier_lanes(st, mask, group_slot: int, index_slot: int):
+    """(barrier group, active lanes, each lane's work-group, each lane's barrier index); None when no lane
+    is active."""
+    lanes = _lanes(st, mask)
+    if lanes.size == 0:
+        return None
+    g = st.grid
+    return st.env[group_slot], lanes, g.group_local[lanes], _per_lane(st.env[index_slot], lanes, g.lanes).astype(np.int64)
+
+
 def _per_lane(value, lanes: np.ndarray, count: int) -> np.ndarray:
     return np.broadcast_to(np.asarray(value), (count,))[lanes] if np.ndim(value) else np.full(lanes.size, value)
 
@@ -98,10 +108,10 @@ def _barrier_handler(kind: str):
 
         def run(st, mask):
             env, g = st.env, st.grid
-            group, lanes = env[group_slot], _lanes(st, mask)
-            if lanes.size == 0:
+            found = _barrier_lanes(st, mask, group_slot, index_slot)
+            if found is None:
                 return
-            wg, b = g.group_local[lanes], _per_lane(env[index_slot], lanes, g.lanes).astype(np.int64)
+            group, lanes, wg, b = found
             if ((b < 0) | (b >= group.count)).any():
                 raise InterpreterError(f"{what}: barrier index {int(b.max())} of a group of {group.count}")
             if kind == "init":
@@ -139,11 +149,11 @@ def compile_try_wait(op: Operation, cc: KernelCompiler):
 
     def run(st, mask):
         env, g = st.env, st.grid
-        group, lanes = env[group_slot], _lanes(st, mask)
-        if lanes.size == 0:
+        found = _barrier_lanes(st, mask, group_slot, index_slot)
+        if found is None:
             return
+        group, lanes, wg, b = found
         sync = _hopper(st, what)
-        wg, b = g.group_local[lanes], _per_lane(env[index_slot], lanes, g.lanes).astype(np.int64)
         parity = _per_lane(env[parity_slot], lanes, g.lanes).astype(np.int64)
         blocked = lambda: group.phase[wg, b] % 2 == parity  # noqa: E731
         if blocked().any():
