@@ -18,32 +18,16 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from fmha_mlir.api import compile_bundle
-from fmha_mlir.bodies import choose_config
-from fmha_mlir.compiler import Compiler
-from fmha_mlir.errors import SpecError
 from fmha_mlir.extreme_inputs import lse_minus_inf, scaled_problem
 from fmha_mlir.problem import ProblemSize
 from fmha_mlir.runtime.cpu_executor import CpuExecutor
 from fmha_mlir.runtime.runner import run_bundle
 from fmha_mlir.spec import AttentionBwdSpec, Mask
-from fmha_mlir.target import get_target
 from fmha_mlir.varlen_problem import make_varlen_problem
 
+from bundle_support import bundle_of, supported
+
 TARGETS = (("gfx942", "warp"), ("sm_90", "warp"), ("sm_90", "tiled"), ("gfx942", "tiled"), ("gfx950", "tiled"))
-
-
-@functools.lru_cache(maxsize=None)
-def bundle_of(spec: AttentionBwdSpec, arch: str, body: str):
-    return compile_bundle(spec, arch, Compiler(), body=body)
-
-
-def supported(spec: AttentionBwdSpec, arch: str, body: str) -> bool:
-    try:
-        choose_config(spec, get_target(arch), body)
-    except SpecError:
-        return False
-    return True
 
 
 def cases(specs):

@@ -5,49 +5,28 @@ the NaN classes of the lse (rows without keys given lse = -inf, heads whose sink
 from __future__ import annotations
 
 import dataclasses
-import functools
 import itertools
 
 import numpy as np
 import pytest
 
 from fmha_mlir import oracle
-from fmha_mlir.api import attention_bwd, compile_bundle
-from fmha_mlir.bodies import choose_config
+from fmha_mlir.api import attention_bwd
 from fmha_mlir.errors import SpecError
 from fmha_mlir.numerics import SCALAR_ROWS
 from fmha_mlir.problem import ProblemSize, make_problem, problem_of
 from fmha_mlir.runtime.cpu_executor import CpuExecutor
 from fmha_mlir.runtime.runner import run_bundle
 from fmha_mlir.spec import DTYPES, AttentionBwdSpec, Mask
-from fmha_mlir.target import get_target
 from fmha_mlir.tolerance import check_gradients
 from fmha_mlir.varlen_problem import make_varlen_problem
+
+from bundle_support import bundle_of, supported
 
 TARGETS = (("gfx942", "warp"), ("sm_90", "warp"), ("sm_90", "tiled"), ("gfx942", "tiled"), ("gfx950", "tiled"))
 # Which of the two features each case turns on: sinks alone, dlse alone, both.
 FEATURES = (dict(sinks=True), dict(lse_grad=True), dict(sinks=True, lse_grad=True))
 MASKS = (Mask("causal_bottom_right"), Mask("none"), Mask("sliding_window", 4, 1), Mask("causal_top_left"))
-
-
-@functools.lru_cache(maxsize=None)
-def compiler():
-    from fmha_mlir.compiler import Compiler
-
-    return Compiler()
-
-
-@functools.lru_cache(maxsize=None)
-def bundle_of(spec: AttentionBwdSpec, arch: str, body: str):
-    return compile_bundle(spec, arch, compiler(), body=body)
-
-
-def supported(spec: AttentionBwdSpec, arch: str, body: str) -> bool:
-    try:
-        choose_config(spec, get_target(arch), body)
-    except SpecError:
-        return False
-    return True
 
 
 def _random(rng, *shape):
