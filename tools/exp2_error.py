@@ -1,6 +1,6 @@
 """How much of d(slopes)'s error on the H200 is sm_90's ex2.approx (run where the GPU is: numpy, torch, triton).
 
-    python3 tools/exp2_error.py --matrix tools/reports/h200_alibi_slopes.json --report exp2_error.md
+    python3 tools/exp2_error.py --matrix reports/h200_alibi_slopes.json --report exp2_error.md
 
 MUFU.EX2 (ex2.approx.ftz.f32) is measured two ways against float64 exp2:
 1. over a sweep of P's arguments, [-60, 0]: its error in f32 ulps (largest, mean, and how much of it is

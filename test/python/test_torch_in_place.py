@@ -150,7 +150,7 @@ def test_a_repeat_call_skips_the_spec_and_its_checks(built, recorder, monkeypatc
     ours(*tensors, mask=MASK)
     profiler = cProfile.Profile()
     profiler.runcall(ours, *tensors, mask=MASK)
-    # ~100 (tools/reports/bench_host_path.md); the unbound path takes ~900
+    # ~100 (reports/bench_host_path.md); the unbound path takes ~900
     assert pstats.Stats(profiler).prim_calls < 200
 
 
