@@ -28,7 +28,7 @@ from fmha_mlir.torch_in_place import torch_device_array  # noqa: E402
 from fmha_mlir.errors import RuntimeLaunchError  # noqa: E402
 from fmha_mlir.runtime.args import DeviceBuffer, ScalarArg, pack_args, pointer_fields  # noqa: E402
 from fmha_mlir.runtime.bound_plan import WORKSPACE_ALIGN  # noqa: E402
-from fmha_mlir.runtime.runner import Layout, plan_layouts, scalar_value  # noqa: E402
+from fmha_mlir.runtime.runner import plan_layouts, scalar_value  # noqa: E402
 
 SHAPE = (2, 2, 40, 64)   # B H S D: bf16, causal top-left
 MASK = "top_left"
