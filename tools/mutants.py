@@ -316,7 +316,7 @@ BROKEN_ERRORS = "NameError|SyntaxError|IndentationError|ImportError|UnboundLocal
 
 def run_subset(base: Path, mutant: Mutant | None, first_failure: bool = False) -> Outcome:
     """The subset on a scratch copy with `mutant` applied; first_failure: stop at the first failing test
-    (enough to know a mutant is killed, and what CI needs; the README's counts come from full runs)."""
+    (enough to know a mutant is killed, and what CI needs; docs/mutants.md's counts come from full runs)."""
     start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="fmha-mutant-") as tmp:
         scratch = Path(tmp) / "copy"
