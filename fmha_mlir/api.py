@@ -286,7 +286,7 @@ def attention_bwd(q, k, v, o, do, lse, *, mask: str | Mask = "none", scale: floa
 
     grad_accum="bf16" (bf16 inputs, the tiled body): dQ added into dQ itself by packed bf16 atomics, once
     per key block (no f32 workspace, no convert kernel, half the atomic traffic), at the price of a bf16
-    rounding per key block (tools/reports/bench_notes.md). Not with deterministic=True.
+    rounding per key block (reports/bench_notes.md). Not with deterministic=True.
 
     Varlen (FlashAttention's varlen backward): with cu_seqlens_q / cu_seqlens_k (int32 [batch + 1]
     prefix sums) the tensors are packed, q, o, do [total_q, Hq, D], k, v [total_k, Hkv, D], lse

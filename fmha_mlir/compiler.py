@@ -19,7 +19,7 @@ from .backends.pipeline import CLEANUP_PASSES, nested, render_pass, render_pipel
 from .bodies import check_config, choose_config
 from .dialects import fmha
 from .dialects.fmha_attrs import describes_kernel, read_kernel_description
-from .errors import CompileError, PipelineError, SpecError
+from .errors import CompileError, PipelineError
 from .kernel_config import KernelConfig
 from .launch_plan import host_function, kernel_metadata, read_launch_plan
 from .manifest import build_manifest

@@ -35,7 +35,7 @@ result is ~1000x smaller than sum |term| at distances near 1000); the same lowp 
 the oracle on the H200 machine and 1.1e-2 here, on one problem. Its term_magnitudes are sum |dS distance|.
 A 1% error in d(slopes) is ~100x U32 sum |term| at 1000-fold cancellation; a missing key's term is one of
 sum |term|'s ~10^5 parts, a missing row ~1/Sq of it. Measured on the H200's 112 tiled d(slopes) runs:
-kernel error <= 0.92 u sum |term|, the lowp draw 0.16-1.38 of it (tools/reports/bench_notes.md).
+kernel error <= 0.92 u sum |term|, the lowp draw 0.16-1.38 of it (reports/bench_notes.md).
 
 dS = P (dP - D) is the other: dP = dO . V and D = rowsum(dO * O) are f32 inner products over the head
 dim (the products of two dtype values are exact in f32, only the sums round), each off by ~u x its

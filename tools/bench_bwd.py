@@ -24,7 +24,7 @@ torch's mem-efficient one, which takes an additive bias), for the feature's spee
 same row; the gate checks it under its own model, Numerics.dq_add_block).
 
 --sweep also builds the candidate tiled configs of SWEEP for each row, so that one GPU run measures
-them all; the table in fmha_mlir/bodies/mma_sync.py is chosen from that run (tools/reports/bench_notes.md).
+them all; the table in fmha_mlir/bodies/mma_sync.py is chosen from that run (reports/bench_notes.md).
 """
 from __future__ import annotations
 

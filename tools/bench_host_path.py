@@ -1,7 +1,7 @@
 """Host time and Python calls per call of our torch path, here, without a GPU (a figure repeatable on any machine).
 
     python tools/bench_torch_overhead.py build DIR            # the bundles (needs MLIR)
-    python tools/bench_host_path.py DIR --report tools/reports/bench_host_path.md
+    python tools/bench_host_path.py DIR --report reports/bench_host_path.md
 
 The real code runs from the entry point down to cuLaunchKernel, on bf16 tensors of
 bench_torch_overhead.py's small shape (B1 H2 S128 D64, causal top-left): the driver and torch's CUDA

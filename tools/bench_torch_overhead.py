@@ -1,7 +1,7 @@
 """Host overhead per attention-backward call from torch: torch's flash backward op against ours.
 
     python tools/bench_torch_overhead.py build DIR                                  # here (MLIR)
-    python tools/bench_torch_overhead.py run DIR --report tools/reports/bench_torch_overhead.md   # the GPU
+    python tools/bench_torch_overhead.py run DIR --report reports/bench_torch_overhead.md   # the GPU
 
 For each shape (bf16, causal): (a) torch.ops.aten._scaled_dot_product_flash_attention_backward called
 directly, (b) AttentionBackward(executor="cuda", bundle_dir=DIR)(q, k, v, o, do, lse, mask="top_left") on
@@ -129,7 +129,7 @@ def write_report(path: Path, rows: list[dict], meta: dict) -> None:
 
 
 def main(argv=None) -> int:
-    p = build_run_parser(__doc__, "tools/reports/bench_torch_overhead.md")
+    p = build_run_parser(__doc__, "reports/bench_torch_overhead.md")
     p.add_argument("--calls", type=int, default=200, help="calls per timed figure")
     p.add_argument("--profile", type=Path, help="run: also write cProfile's top functions of --calls calls of "
                                                 "ours on the small shape to this file")

@@ -2,7 +2,7 @@
 flash and cuDNN backends, eager and under CUDA-graph replay.
 
     python tools/bench_torch_step.py build DIR                                            # here (MLIR)
-    python tools/bench_torch_step.py run DIR --report tools/reports/h200_torch_step.md    # the GPU
+    python tools/bench_torch_step.py run DIR --report reports/h200_torch_step.md    # the GPU
 
 A step is what a training loop pays per attention call: the forward on q, k, v that require grad, then
 torch.autograd.grad(out, (q, k, v), dO) (bf16); for the `qkv` shape the views are taken of the fused
@@ -289,7 +289,7 @@ def write_report(path: Path, rows: list[dict], meta: dict) -> None:
 
 
 def main(argv=None) -> int:
-    p = build_run_parser(__doc__, "tools/reports/h200_torch_step.md")
+    p = build_run_parser(__doc__, "reports/h200_torch_step.md")
     p.add_argument("--steps", type=int, default=40, help="steps per timed block")
     p.add_argument("--rounds", type=int, default=5, help="interleaved rounds per shape")
     p.add_argument("--shape", action="append", help="run only this shape (its name as printed; repeatable)")

@@ -14,7 +14,7 @@ causal: compile time spec to binary (a cubin with --ptxas; wall and CPU seconds)
 kernel on sm_90 registers, spill bytes and stack frame (ptxas -v), on AMD VGPRs, AGPRs, SGPRs, scratch
 bytes and the MFMAs and instructions of one iteration of the innermost loop (one step of the tiled
 body; the warp body's key loop). A change to the pipeline is judged on this table
-(tools/reports/cleanup_passes.md).
+(reports/cleanup_passes.md).
 """
 from __future__ import annotations
 

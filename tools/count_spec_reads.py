@@ -7,7 +7,7 @@ validated, and how often the fmha op verifier and the body layer's launch / work
 The counts come from a profile hook (sys.setprofile) that sees every Python call by its module and
 qualified name, so nothing in the compiler is wrapped or replaced. A counter is a list of
 `module:qualname` patterns (fnmatch); a renamed function is found by adding its pattern here.
-tools/reports/spec_config_reads.md keeps the numbers before and after the plans.
+reports/spec_config_reads.md keeps the numbers before and after the plans.
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """fuzz-opt: many mutated lit inputs through fmha-opt; every outcome must be a result or a clean error.
 
-    python -m fmha_mlir.tools.fuzz_opt --cases 2000 --minutes 10 --jobs 2 --report tools/reports/fuzz_opt.md
+    python -m fmha_mlir.tools.fuzz_opt --cases 2000 --minutes 10 --jobs 2 --report reports/fuzz_opt.md
 
 test/python/test_fuzz.py runs a few of these mutations in CI; this runs as many as the time allows and
 stacks several per case (a line dropped, then a number replaced, ...), plus byte-level garbage and deep

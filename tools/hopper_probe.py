@@ -269,7 +269,7 @@ def _sass(cubin: Path) -> str:
 
 
 def main(argv=None) -> int:
-    parser = build_run_parser(__doc__, "tools/reports/hopper_probe.md", ("build", "run", "rung", "interp"),
+    parser = build_run_parser(__doc__, "reports/hopper_probe.md", ("build", "run", "rung", "interp"),
                               "rung: one rung in this process (what `run` starts under its watchdog)")
     parser.add_argument("--rung", help="the rung `rung` runs")
     args = parser.parse_args(argv)

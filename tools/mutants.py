@@ -1,20 +1,24 @@
 """Mutation testing of the numerical gate and the tests that use it.
 
-    python -m fmha_mlir.tools.mutants [--jobs 2] [--only NAME ...] [--report FILE] [--first-failure]
+    python -m fmha_mlir.tools.mutants [--jobs 2] [--only NAME ...] [--results FILE] [--first-failure]
+    python -m fmha_mlir.tools.mutants --table docs/mutants.md     # the docs' table; runs nothing
 
 Each mutant is one exact text substitution in the compiler's source (a 1% error in one gradient for one
 dtype, an off-by-one key range, a wrong GQA head map, ...). For each, a scratch copy of the package and
 of test/python gets the substitution and runs a fast subset of the suite (SUBSET); the mutant is killed
 when a test of the subset fails. First the unmutated copy must pass the subset, and every mutant's
 original text must occur exactly once in its file, so that a refactor cannot silently retire a mutant.
-The table printed at the end (mutant -> killing tests) is the one in the README's testing section;
-the exit status is 1 when a mutant survives: then the tests are wrong, not the mutant.
+The table printed at the end gives each mutant's killing tests; `--results` merges them into the committed
+results file (reports/mutants.json, one entry per mutant name), and `--table` writes docs/mutants.md from
+the mutant list and that file, so the docs list every mutant and never a killing test that no run found.
+The exit status is 1 when a mutant survives: then the tests are wrong, not the mutant.
 
 Needs MLIR (the subset compiles kernels); runs on the CPU interpreter.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import shutil
@@ -53,6 +57,8 @@ SUBSET_SELECTION = ("(test_interp_matrix and (d64 and g4 or (softcap or alibi or
                     " or (test_interp_hopper_ops and runs) or (test_wgmma_layouts and h200_verified)"
                     " or (test_sinks and (kernel_matches and bf16 or deterministic or stay_finite and sm_90))")
 TIMEOUT_S = 900
+RESULTS = ROOT / "reports" / "mutants.json"
+TABLE = ROOT / "docs" / "mutants.md"
 
 
 @dataclass(frozen=True)
@@ -273,6 +279,7 @@ class Outcome:
     killers: list[str]
     seconds: float
     note: str = ""
+    first_failure: bool = False
 
     @property
     def killed(self) -> bool:
@@ -296,7 +303,7 @@ def check_mutants(mutants: list[Mutant]) -> list[str]:
 def snapshot(directory: Path) -> Path:
     """The package (mapped as setuptools maps it), test/python and pyproject.toml under `directory`:
     taken once, so that edits to the working tree during a run change nothing."""
-    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "reports")
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
     for source, target in PACKAGE_DIRS.items():
         shutil.copytree(ROOT / source, directory / "pkg" / target, ignore=ignore, dirs_exist_ok=True)
     shutil.copytree(ROOT / "test" / "python", directory / "test" / "python", ignore=ignore)
@@ -310,7 +317,7 @@ BROKEN_ERRORS = "NameError|SyntaxError|IndentationError|ImportError|UnboundLocal
 
 def run_subset(base: Path, mutant: Mutant | None, first_failure: bool = False) -> Outcome:
     """The subset on a scratch copy with `mutant` applied; first_failure: stop at the first failing test
-    (enough to know a mutant is killed, and what CI needs; the README's counts come from full runs)."""
+    (enough to know a mutant is killed, and what CI needs; docs/mutants.md's counts come from full runs)."""
     start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="fmha-mutant-") as tmp:
         scratch = Path(tmp) / "copy"
@@ -324,17 +331,18 @@ def run_subset(base: Path, mutant: Mutant | None, first_failure: bool = False) -
         try:
             done = subprocess.run(command, cwd=scratch, env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
         except subprocess.TimeoutExpired:
-            return Outcome(mutant, [f"the subset (timed out after {TIMEOUT_S} s)"], time.monotonic() - start)
+            return Outcome(mutant, [f"the subset (timed out after {TIMEOUT_S} s)"], time.monotonic() - start,
+                           first_failure=first_failure)
         killers = re.findall(r"^(?:FAILED|ERROR) (\S+)", done.stdout, re.MULTILINE)
         note = ""
         broken = sorted(set(re.findall(rf"^(?:FAILED|ERROR) \S+ - ({BROKEN_ERRORS})\b", done.stdout, re.MULTILINE)))
         if broken:   # the mutated code does not run: its tests died of that, not of a wrong gradient
             return Outcome(mutant, [], time.monotonic() - start, f"the mutant is broken ({', '.join(broken)}): "
-                           + done.stdout[-2000:])
+                           + done.stdout[-2000:], first_failure)
         if done.returncode not in (0, 1) or (done.returncode == 1 and not killers):
             killers.append(f"the subset (pytest exit {done.returncode})")
             note = done.stdout[-2000:] + done.stderr[-2000:]
-        return Outcome(mutant, killers, time.monotonic() - start, note)
+        return Outcome(mutant, killers, time.monotonic() - start, note, first_failure)
 
 
 def _package_path(path: str) -> str:
@@ -343,12 +351,57 @@ def _package_path(path: str) -> str:
 
 
 def table(outcomes: list[Outcome]) -> str:
-    lines = ["| mutant | file | failing tests of the subset: how many, and the first two |", "|---|---|---|"]
-    for o in outcomes:
-        tests = sorted({_short(k) for k in o.killers})
-        shown = f"{len(tests)}: " + ", ".join(f"`{t}`" for t in tests[:2]) if tests else "**SURVIVED**"
-        lines.append(f"| {o.mutant.name} | {o.mutant.path} | {shown} |")
+    return _table([(o.mutant, _result(o)) for o in outcomes])
+
+
+def _result(outcome: Outcome) -> dict:
+    """A run's entry in the results file: how many subset tests failed (None when the run stopped at the
+    first failure) and the first two of them."""
+    tests = sorted({_short(k) for k in outcome.killers})
+    return {"failing": None if outcome.first_failure else len(tests), "first": tests[:2]}
+
+
+def _table(rows: list[tuple[Mutant, dict | None]]) -> str:
+    lines = ["| mutant (what it breaks) | file | failing tests of the subset: how many, and the first two |",
+             "|---|---|---|"]
+    for mutant, result in rows:
+        if result is None:
+            shown = "not in the results file yet"
+        elif not result["first"]:
+            shown = "**SURVIVED**"
+        else:
+            count = "killed at the first failure" if result["failing"] is None else str(result["failing"])
+            shown = f"{count}: " + ", ".join(f"`{t}`" for t in result["first"])
+        lines.append(f"| {mutant.name} | {mutant.path} | {shown} |")
     return "\n".join(lines)
+
+
+def read_results(path: Path) -> dict:
+    """The results file: {"how": how its runs were made, "mutants": {name: entry}}; empty when absent."""
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def merge_results(path: Path, outcomes: list[Outcome]) -> None:
+    """Each outcome replaces its mutant's entry; entries of mutants no longer listed are dropped."""
+    document = read_results(path)
+    results = {**document.get("mutants", {}), **{o.mutant.name: _result(o) for o in outcomes}}
+    listed = {m.name for m in MUTANTS}
+    document["mutants"] = {name: results[name] for name in sorted(results) if name in listed}
+    path.write_text(json.dumps(document, indent=1) + "\n")
+
+
+def mutant_table(document: dict) -> str:
+    """docs/mutants.md: every listed mutant, in list order, with its killing tests from the results file."""
+    results = document.get("mutants", {})
+    entries = [results.get(m.name) for m in MUTANTS]
+    killed = sum(1 for e in entries if e is not None and e["first"])
+    missing = entries.count(None)
+    return ("# Mutants\n\nGenerated by `python -m fmha_mlir.tools.mutants --table docs/mutants.md` from the mutant "
+            "list (tools/mutants.py) and the results of its runs (reports/mutants.json); do not edit by hand. "
+            "The subset, how it runs and what killed means: [testing.md](testing.md#mutation-testing).\n\n"
+            f"{len(MUTANTS)} mutants: {killed} killed, {len(MUTANTS) - killed - missing} survived, {missing} "
+            f"without a recorded run. The runs: {document.get('how', 'not described')}\n\n"
+            + _table(list(zip(MUTANTS, entries))) + "\n")
 
 
 def _short(nodeid: str) -> str:
@@ -359,7 +412,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--jobs", type=int, default=2, help="mutants run at once (default 2)")
     parser.add_argument("--only", nargs="*", default=None, help="run the mutants whose name contains one of these")
-    parser.add_argument("--report", default=None, help="also write the table (markdown) to this file")
+    parser.add_argument("--results", type=Path, default=None,
+                        help="merge this run's outcomes into this results file (the committed one: reports/mutants.json)")
+    parser.add_argument("--table", type=Path, default=None,
+                        help="write the docs' mutant table (docs/mutants.md) from the mutant list and --results-from; "
+                             "runs no mutant")
+    parser.add_argument("--results-from", type=Path, default=RESULTS,
+                        help=f"the results file --table reads (default {RESULTS.relative_to(ROOT)})")
     parser.add_argument("--first-failure", action="store_true",
                         help="stop each mutant's subset at its first failing test (CI: killed or not, in a "
                              "fraction of the time; the table then shows one killing test per mutant)")
@@ -369,6 +428,9 @@ def main(argv: list[str] | None = None) -> int:
     if problems:
         print("\n".join(problems), file=sys.stderr)
         return 2
+    if args.table is not None:
+        args.table.write_text(mutant_table(read_results(args.results_from)))
+        return 0
     mutants = [m for m in MUTANTS if args.only is None or any(s in m.name for s in args.only)]
     with tempfile.TemporaryDirectory(prefix="fmha-mutants-") as tmp:
         return _run(snapshot(Path(tmp) / "base"), mutants, args)
@@ -391,8 +453,8 @@ def _run(base: Path, mutants: list[Mutant], args) -> int:
     survivors = [o.mutant.name for o in outcomes if not o.killed]
     summary = f"{len(outcomes) - len(survivors)} of {len(outcomes)} mutants killed"
     print(f"\n{report}\n\n{summary}")
-    if args.report:
-        Path(args.report).write_text(f"{report}\n\n{summary}\n")
+    if args.results is not None:
+        merge_results(args.results, outcomes)
     if survivors:
         print(f"surviving mutants (the tests miss them): {', '.join(survivors)}", file=sys.stderr)
         return 1

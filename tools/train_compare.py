@@ -2,7 +2,7 @@
 
     python tools/train_gpt.py build DIR/bundles                                    # here (MLIR)
     python tools/train_compare.py run DIR --bundle-dir DIR/bundles                 # on the H200: RUNS
-    python tools/train_compare.py report DIR --report tools/reports/h200_training.md   # here: .md, .json, .png
+    python tools/train_compare.py report DIR --report reports/h200_training.md   # here: .md, .json, .png
 
 Every run (train_gpt.py's model and options, one JSON each in DIR) has torch's flash forward; they differ
 in the backward: the exact one (autograd through the f32 math forward, rounded once to bf16), torch's
@@ -10,7 +10,7 @@ flash backward and ours, each REPEATS times on seed 0 (no two runs alike: dQ ato
 own), and torch's flash once on seed 1 for the scale of a change of weights and data. Both bf16
 backwards are held to the exact one's training curve and step-0 gradients, ours to FACTOR x torch's
 distance: the gate's rule (fmha_mlir/tolerance.py) on the whole training run. The verdict rule is
-VERDICT_RULE, printed first in the report; tools/reports/bench_notes.md says how it came to be.
+VERDICT_RULE, printed first in the report; reports/bench_notes.md says how it came to be.
 """
 from __future__ import annotations
 
@@ -268,7 +268,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     p.add_argument("action", choices=("run", "report"))
     p.add_argument("directory", type=Path, help="where the runs' JSONs are written (run) or read (report)")
-    p.add_argument("--report", type=Path, default=Path("tools/reports/h200_training.md"))
+    p.add_argument("--report", type=Path, default=Path("reports/h200_training.md"))
     args, rest = p.parse_known_args(argv)
     if args.action == "run":
         return run(args.directory, rest)

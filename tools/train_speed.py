@@ -2,7 +2,7 @@
 (and SDPA flash), runs interleaved, the spread of the runs given.
 
     python tools/train_gpt.py build DIR --width W --heads H --seq S    # here (MLIR), per model below
-    python tools/train_speed.py run DIR --report tools/reports/h200_train_speed.md   # the GPU
+    python tools/train_speed.py run DIR --report reports/h200_train_speed.md   # the GPU
 
 Each round trains every contender once per model, the contenders' order rotated every round, each run a
 fresh model (train_gpt.train: its optimiser, bf16 autocast, grad clipping; steps/s over the steps after
@@ -92,7 +92,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("action", choices=("run",))
     p.add_argument("directory", type=Path, help="the bundles (train_gpt.py build)")
-    p.add_argument("--report", type=Path, default=Path("tools/reports/h200_train_speed.md"))
+    p.add_argument("--report", type=Path, default=Path("reports/h200_train_speed.md"))
     p.add_argument("--rounds", type=int, default=3, help="interleaved runs of each contender per model")
     p.add_argument("--steps", type=int, default=20, help="timed steps per run")
     p.add_argument("--warmup", type=int, default=5, help="untimed steps per run before them")

@@ -1,7 +1,7 @@
 """Textual pass pipelines: the one helper that renders every pass, upstream MLIR's and ours alike."""
 from __future__ import annotations
 
-# The cleanup after body expansion (tools/reports/cleanup_passes.md): the builders emit a constant per use
+# The cleanup after body expansion (reports/cleanup_passes.md): the builders emit a constant per use
 # and rebuild index arithmetic per fragment; folding and deduplicating it before the target lowering cuts
 # ptxas's spills on every sm_90 tiled row and leaves the AMD ISA byte-identical. loop-invariant-code-motion
 # is left out: it lengthens live ranges across the step loop (more spills on the causal sm_90 rows than

@@ -378,7 +378,7 @@ def test_verifying_once_per_stage_compiles_the_same_code(compiler):
 
 def test_one_compile_decodes_validates_and_plans_once_per_value():
     """The passes share one decoded spec and config and one BodyPlan (tools/count_spec_reads.py counts
-    them; tools/reports/spec_config_reads.md has the figures). A scale no other test uses keeps the
+    them; reports/spec_config_reads.md has the figures). A scale no other test uses keeps the
     process's caches from answering for this compile."""
     from fmha_mlir.bodies import body_plan
     from fmha_mlir.tools.count_spec_reads import count_calls

@@ -99,14 +99,14 @@ def test_the_hip_executor_launches_the_tiled_plan_as_the_code_object_expects(rec
     run_bundle(bundle, HipExecutor(), {n: problem.tensors[n] for n in ("q", "k", "v", "o", "do", "lse")})
     metadata = code_object_kernels(bundle)
     launched = [s for s in bundle.manifest["steps"] if s["op"] == "launch"]
-    assert [l["kernel"] for l in hip.launches] == [s["kernel"] for s in launched]
+    assert [call["kernel"] for call in hip.launches] == [s["kernel"] for s in launched]
     for launch in hip.launches:
         kernel = launch["kernel"]
         planned = next(s for s in launched if s["kernel"] == kernel)
         assert launch["block"] == planned["block"] == [metadata[kernel]["max_flat_workgroup_size"], 1, 1]
         assert launch["shared_bytes"] == planned.get("shared_bytes", 0)
         assert metadata[kernel]["group_segment_fixed_size"] + launch["shared_bytes"] <= get_target(arch).max_shared_bytes
-    main = next(l for l in hip.launches if l["kernel"].endswith("dq_dk_dv"))
+    main = next(call for call in hip.launches if call["kernel"].endswith("dq_dk_dv"))
     config = bundle.config
     assert main["shared_bytes"] > 0 and main["block"][0] == config.threads
     # keys_outer: (kv heads, batch, key blocks)

@@ -7,7 +7,7 @@ import pytest
 from fmha_mlir.api import attention_bwd
 from fmha_mlir.errors import EXIT_ERROR, SpecError
 from fmha_mlir.problem import ProblemSize, make_problem
-from fmha_mlir.spec import AttentionBwdSpec, Mask
+from fmha_mlir.spec import AttentionBwdSpec
 from fmha_mlir.tools import main_job
 
 Q = np.zeros((1, 2, 5, 64), np.float16)

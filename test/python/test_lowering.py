@@ -6,7 +6,6 @@ checked by reading the resulting IR back: op order, operands, types, attributes 
 """
 from __future__ import annotations
 
-import itertools
 
 import pytest
 

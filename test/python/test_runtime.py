@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).parent))  # runtime_probe, whatever the im
 
 import runtime_probe  # noqa: E402
 from fmha_mlir.errors import RuntimeLaunchError  # noqa: E402
-from fmha_mlir.kernel_config import KernelConfig, WarpConfig  # noqa: E402
+from fmha_mlir.kernel_config import WarpConfig  # noqa: E402
 from fmha_mlir.runtime import cpu_executor, cuda_executor, hip_executor  # noqa: E402
 from fmha_mlir.runtime.args import (DeviceBuffer, ScalarArg, bind_args, check_against_metadata,  # noqa: E402
                                     flatten_args, pack_args, pointer_fields)

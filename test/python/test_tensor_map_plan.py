@@ -15,9 +15,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 from fmha_mlir.errors import CompileError, RuntimeLaunchError  # noqa: E402
-from fmha_mlir.runtime.args import DeviceBuffer, TensorMapArg, pack_args, pointer_fields, tensor_map_fields  # noqa: E402
+from fmha_mlir.runtime.args import DeviceBuffer, TensorMapArg, pointer_fields, tensor_map_fields  # noqa: E402
 from fmha_mlir.runtime.bound_plan import BoundPlan  # noqa: E402
-from fmha_mlir.runtime.cpu_executor import device_view  # noqa: E402
 from fmha_mlir.runtime.runner import Layout, run_bundle  # noqa: E402
 from fmha_mlir.runtime.tensor_maps import TensorMapCache  # noqa: E402
 from test_runtime import (CachingAllocator, ResidentKernels, _resident_problem, attention_bundle,  # noqa: E402

@@ -28,7 +28,7 @@ from fmha_mlir.torch_in_place import torch_device_array  # noqa: E402
 from fmha_mlir.errors import RuntimeLaunchError  # noqa: E402
 from fmha_mlir.runtime.args import DeviceBuffer, ScalarArg, pack_args, pointer_fields  # noqa: E402
 from fmha_mlir.runtime.bound_plan import WORKSPACE_ALIGN  # noqa: E402
-from fmha_mlir.runtime.runner import Layout, plan_layouts, scalar_value  # noqa: E402
+from fmha_mlir.runtime.runner import plan_layouts, scalar_value  # noqa: E402
 
 SHAPE = (2, 2, 40, 64)   # B H S D: bf16, causal top-left
 MASK = "top_left"
@@ -150,7 +150,7 @@ def test_a_repeat_call_skips_the_spec_and_its_checks(built, recorder, monkeypatc
     ours(*tensors, mask=MASK)
     profiler = cProfile.Profile()
     profiler.runcall(ours, *tensors, mask=MASK)
-    # ~100 (tools/reports/bench_host_path.md); the unbound path takes ~900
+    # ~100 (reports/bench_host_path.md); the unbound path takes ~900
     assert pstats.Stats(profiler).prim_calls < 200
 
 

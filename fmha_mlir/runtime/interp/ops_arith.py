@@ -225,7 +225,7 @@ def flush_subnormals(x):
 
 
 # The hardware's approximate math, as whole f32 ulps off the correctly rounded result: MUFU.EX2
-# (ex2.approx.f32) is within 2 ulps (2.05 measured on the H200, tools/reports/exp2_error.md), v_exp_f32
+# (ex2.approx.f32) is within 2 ulps (2.05 measured on the H200, reports/exp2_error.md), v_exp_f32
 # and v_rcp_f32 within 1, div.approx.f32 within 2. An `afn` division becomes div.approx.f32 on sm_90 and
 # v_rcp_f32 times the numerator on AMD: the kernel IR does not name its target, so it gets the wider bound.
 EX2_APPROX_ULPS = 2

@@ -1,8 +1,8 @@
 """Bitwise reproducibility on the GPU: each variant's gradients over many runs, deterministic mode and not.
 
-    python tools/determinism.py build DIR                          # where MLIR is
-    python3 tools/determinism.py run DIR --runs 1000 --report FILE  # where the GPU is (numpy + cuda-bindings)
-    python tools/determinism.py run DIR --smoke --runs 3            # a dry run on the CPU interpreter
+    python tools/lab/determinism.py build DIR                          # where MLIR is
+    python3 tools/lab/determinism.py run DIR --runs 1000 --report FILE  # where the GPU is (numpy + cuda-bindings)
+    python tools/lab/determinism.py run DIR --smoke --runs 3            # a dry run on the CPU interpreter
 
 One deterministic spec per feature (masks, GQA, a bias with dbias) and the same spec without the
 mode, on sm_90's tiled body. Each bundle is prepared once on one problem and launched `runs` times;
@@ -24,7 +24,8 @@ from fmha_mlir.bodies import choose_config
 from fmha_mlir.problem import ProblemSize, make_problem
 from fmha_mlir.spec import AttentionBwdSpec, Mask
 from fmha_mlir.target import get_target
-from build_run import build_bundles, build_run_parser, write_report_files  # run as a script: tools/ is on sys.path
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tools/: the modules the tools share
+from build_run import build_bundles, build_run_parser, write_report_files  # noqa: E402
 
 ARCH = "sm_90"
 SIZE = ProblemSize(batch=2, heads_q=8, seqlen_q=1000, seqlen_k=1000)

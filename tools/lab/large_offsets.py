@@ -1,8 +1,8 @@
 """Offsets past 2^31 elements on the GPU: a problem whose q, k and dq_acc pass 2^31 elements, checked.
 
-    python tools/large_offsets.py build DIR                   # where MLIR is: the sm_90 bundle
-    python3 tools/large_offsets.py run DIR --report FILE      # on the H200 (numpy, cuda-bindings, torch)
-    python tools/large_offsets.py run DIR --smoke             # a dry run of the same code on the CPU interpreter
+    python tools/lab/large_offsets.py build DIR                   # where MLIR is: the sm_90 bundle
+    python3 tools/lab/large_offsets.py run DIR --report FILE      # on the H200 (numpy, cuda-bindings, torch)
+    python tools/lab/large_offsets.py run DIR --smoke             # a dry run of the same code on the CPU interpreter
 
 The kernels index each dimension in i32 but form element offsets in 64-bit `index` arithmetic
 (docs/ir.md, "Addressing"); the interpreter computes in int64 whatever the IR says, so only the GPU
@@ -25,7 +25,8 @@ from fmha_mlir.bodies import choose_config
 from fmha_mlir.problem import ProblemSize, make_problem
 from fmha_mlir.spec import AttentionBwdSpec, Mask
 from fmha_mlir.target import get_target
-from build_run import build_bundles, build_run_parser, write_report_files  # run as a script: tools/ is on sys.path
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tools/: the modules the tools share
+from build_run import build_bundles, build_run_parser, write_report_files  # noqa: E402
 
 ARCH = "sm_90"
 HEADS, SEQLEN, HDIM = 64, 64, 128
@@ -67,7 +68,7 @@ def run(directory: Path, report: Path, mask: str, batch: int, smoke: bool) -> in
                          "passed": check.passed})
     elements = batch * heads * SEQLEN * HDIM
     lines = [f"# Offsets past 2^31 elements: B{batch} H{heads} S{SEQLEN} D{HDIM} bf16, mask {spec.mask}", "",
-             f"`python3 tools/large_offsets.py run DIR --batch {batch} --mask {mask}` on the "
+             f"`python3 tools/lab/large_offsets.py run DIR --batch {batch} --mask {mask}` on the "
              f"{'CPU interpreter (smoke)' if smoke else runner.device().name + ' executor'}; bundle "
              f"{spec.kernel_prefix}_{bundle.config.tag}.", "",
              f"q, k, v, o, dO, dq, dk, dv: {elements} elements each ({elements / 2**31:.4f} x 2^31; the last "

@@ -1,8 +1,8 @@
 """The accuracy cost of bf16 dQ atomics (grad_accum="bf16") on the GPU, against f32 accumulation.
 
-    python tools/grad_accum.py build DIR                            # where MLIR is
-    python3 tools/grad_accum.py run DIR --report FILE               # where the GPU is (numpy + cuda-bindings)
-    python tools/grad_accum.py run DIR --smoke                      # a dry run on the CPU interpreter
+    python tools/lab/grad_accum.py build DIR                            # where MLIR is
+    python3 tools/lab/grad_accum.py run DIR --report FILE               # where the GPU is (numpy + cuda-bindings)
+    python tools/lab/grad_accum.py run DIR --smoke                      # a dry run on the CPU interpreter
 
 For each shape (sm_90's tiled body, bf16; key lengths from 512 to 32768, where the bf16 running sum
 takes the most roundings: one per key block of 128 keys) the same problem runs with dQ accumulated in
@@ -24,7 +24,8 @@ from fmha_mlir.bodies import choose_config
 from fmha_mlir.problem import ProblemSize, make_problem
 from fmha_mlir.spec import AttentionBwdSpec, Mask
 from fmha_mlir.target import get_target
-from build_run import build_bundles, build_run_parser, write_report_files  # run as a script: tools/ is on sys.path
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tools/: the modules the tools share
+from build_run import build_bundles, build_run_parser, write_report_files  # noqa: E402
 
 ARCH = "sm_90"
 PLAIN = AttentionBwdSpec("bf16", 128)

@@ -1,6 +1,6 @@
 """How much of d(slopes)'s error on the H200 is sm_90's ex2.approx (run where the GPU is: numpy, torch, triton).
 
-    python3 tools/exp2_error.py --matrix tools/reports/h200_alibi_slopes.json --report exp2_error.md
+    python3 tools/lab/exp2_error.py --matrix reports/h200_alibi_slopes.json --report exp2_error.md
 
 MUFU.EX2 (ex2.approx.ftz.f32) is measured two ways against float64 exp2:
 1. over a sweep of P's arguments, [-60, 0]: its error in f32 ulps (largest, mean, and how much of it is
@@ -23,8 +23,9 @@ import numpy as np
 
 from fmha_mlir import oracle
 from fmha_mlir.problem import make_problem
-from gpu_matrix import job_key, jobs, problem_seed  # run as a script: tools/ is on sys.path
-from build_run import write_report_files  # run as a script: tools/ is on sys.path
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tools/: the modules the tools share
+from gpu_matrix import job_key, jobs, problem_seed  # noqa: E402
+from build_run import write_report_files  # noqa: E402
 
 LOG2_E = np.float32(np.log2(np.e))
 SLOPES_MODS = {"bias": "alibi", "alibi_slopes": True, "dbias": True}
