@@ -1,18 +1,47 @@
-"""What a tiled body asks of the hardware, as protocols: a matrix atom (one matrix instruction and how its
-operands reach it) and a copy atom (how rows of a global tensor reach a shared tile).
+"""What the FlashAttention backward schedule (passes/flash_bwd.py) asks of the hardware, as protocols: a
+matrix atom (one matrix instruction, how its operands reach it from shared memory and where its
+accumulator elements lie) and a copy atom (how rows of a global tensor reach a shared tile).
 
 Each instruction family implements them once: MmaSyncAtom (passes/mma_atoms.py) and MfmaAtom
-(passes/mfma_atom.py); CpAsyncCopy and BufferLoadCopy (passes/copy_atoms.py). The kernel frame
-(passes/tile_schedule.py, TiledKernel) holds one of each. Every position an atom reports comes from its
-shape's fragments (fmha_mlir/matrix_layouts.py) evaluated on the lane, never from a formula of its own.
+(passes/mfma_atom.py); CpAsyncCopy and BufferLoadCopy (passes/copy_atoms.py). Every position an atom
+reports comes from its shape's fragments (fmha_mlir/matrix_layouts.py) evaluated on the lane, never from a
+formula of its own.
+
+An accumulator's elements come in *groups*: the elements one vector value of the atom holds, which share
+one coordinate. mma.sync's two registers are groups of two adjacent columns of one row (`group_axis =
+"col"`: the group runs along the columns); an MFMA accumulator is one group of rows of one column
+(`group_axis = "row"`). The schedule computes on groups, so each instruction keeps its natural vector
+width, and asks the atom where a group's elements lie.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Protocol
 
 from fmha_mlir.mlir import ir
 
 from .ix import Ix
+
+
+@dataclass(frozen=True)
+class Operand:
+    """A product's operand read from a shared tile: the tile's rows are the operand's k (`k_major` False)
+    or its m / n (`k_major` True: each row holds a k run). `row` and `col` (index values or None for 0)
+    are where this warp's part of the operand starts in the tile: a stage's rows, a warp's rows or
+    columns."""
+
+    tile: object
+    k_major: bool
+    row: "ir.Value | None" = None
+    col: "ir.Value | None" = None
+
+
+@dataclass(frozen=True)
+class Registers:
+    """An A operand taken from accumulators of an earlier product (mma.sync only: its C layout is its A
+    layout): groups[mi][ni] are the groups of the accumulator tile that holds A's rows mi, k columns ni."""
+
+    groups: list
 
 
 class MmaAtom(Protocol):
@@ -24,13 +53,33 @@ class MmaAtom(Protocol):
     shape: object            # matrix_layouts.MmaShape or MfmaShape: the fragments a, b, c
     zero: "ir.Value"         # an accumulator of zeros (built once)
     c_type: "ir.Type"
+    group_axis: str          # "col" or "row": the axis along which a group's elements run
+    group_count: int         # groups per accumulator
+    group_width: int         # elements per group
 
-    def mma(self, a: "ir.Value", b: "ir.Value", c: "ir.Value") -> "ir.Value":
-        """The product's accumulator."""
+    def gemm(self, acc: list[list["ir.Value"]], tile, k_extent: int, a: "Operand | Registers",
+             b: Operand) -> list[list["ir.Value"]]:
+        """acc[mi][ni] += A B over k_extent for one warp's tile of the output (flash_bwd.WarpTile: its
+        rows // m by cols // n instruction tiles), unrolled."""
 
-    def position(self, register: int, element: int = 0) -> tuple[Ix, Ix]:
-        """(row, col) inside the m x n tile of this lane's accumulator (register, element): shape.c on the
-        lane, built once per kernel."""
+    def groups(self, c: "ir.Value") -> list["ir.Value"]:
+        """The accumulator's groups (vector<group_width x f32> each)."""
+
+    def group_position(self, group: int, element: int) -> tuple[Ix, Ix]:
+        """(row, col) inside the m x n tile of this lane's element `element` of group `group` (shape.c on
+        the lane)."""
+
+    def group_offset(self, group: int, element: int) -> tuple[int, int]:
+        """(rows, cols) from this lane's first element to element `element` of group `group`: constants
+        of the layout (shape.c.offset), so a lane builds one position and adds them."""
+
+    def store_groups(self, tile, values: list[list[list["ir.Value"]]], row: "ir.Value",
+                     col: "ir.Value") -> None:
+        """Round f32 groups values[mi][ni][g] of a warp's tile (its first element at (row, col) of the
+        shared tile) to the element type and store them."""
+
+    def shared_tiles(self, layout: list, config) -> dict:
+        """The kernel's shared tiles (bodies.SharedTile layout) as the atom's loads and stores address them."""
 
 
 class CopyAtom(Protocol):

@@ -20,7 +20,6 @@ from fmha_mlir.mlir import arith, ir, memref, scf, vector
 from .ir_builders import create_op, index, splat, vector_shape
 from .ix import Ix, LaneValues, as_value
 from .shared_tiles import Grid, Tile
-from .tile_schedule import i32
 
 
 class CpAsyncCopy:
@@ -146,6 +145,10 @@ class BufferLoadCopy:
 
     def wait(self, pending: int) -> None:
         """Nothing in flight: the loads complete in registers."""
+
+
+def i32(value: "ir.Value") -> "ir.Value":
+    return arith.index_cast(ir.IntegerType.get_signless(32), value)
 
 
 # -- cp.async as the nvgpu / nvvm dialects spell it --------------------------------------------------

@@ -1,6 +1,6 @@
 """fmha-expand-tiled-body: the stage ops of tiled-body configs inside gpu.funcs -> the tiled body
-(docs/design/tiled-body.md): dq_dk_dv on the config's matrix instruction (passes/tiled_body.py for
-mma.sync, passes/tiled_body_mfma.py for MFMA), the row stages as the shared row kernels."""
+(docs/design/tiled-body.md): dq_dk_dv as the FlashAttention backward schedule (passes/flash_bwd.py) on
+the config's instruction family, the row stages as the shared row kernels."""
 from __future__ import annotations
 
 import dataclasses
@@ -11,12 +11,21 @@ from fmha_mlir.mlir import ir
 from .base import FmhaPass
 from .body_expansion import expand_stages
 from .row_kernels import row_stage_builders
-from . import tiled_body, tiled_body_mfma
+from . import flash_bwd
+from .copy_atoms import BufferLoadCopy, CpAsyncCopy
+from .mfma_atom import MfmaAtom
+from .mma_atoms import MmaSyncAtom
+
+# A tiled body is the schedule on an instruction family's atoms (its table: fmha_mlir/bodies/).
+MMA_SYNC = flash_bwd.Hardware(atom=lambda config, element, lane, lanes: MmaSyncAtom(element, lane, lanes),
+                              copy=CpAsyncCopy)
+MFMA = flash_bwd.Hardware(atom=lambda config, element, lane, lanes: MfmaAtom(config.mfma, element, lane, lanes),
+                          copy=BufferLoadCopy)
 
 
 def dq_dk_dv(op: "ir.Operation", spec, config) -> None:
-    """The body of the config's instruction family."""
-    (tiled_body_mfma if config.mfma else tiled_body).dq_dk_dv(op, spec, config)
+    """The schedule on the config's instruction family."""
+    flash_bwd.dq_dk_dv(op, spec, config, MFMA if config.mfma else MMA_SYNC)
 
 
 BUILDERS = {**row_stage_builders(), fmha.DqDkDvOp.NAME: dq_dk_dv}

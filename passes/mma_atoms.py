@@ -10,11 +10,13 @@ MmaSyncAtom: NVIDIA mma.sync.m16n8k16 (f16 / bf16 operands, f32 accumulators), o
 from __future__ import annotations
 
 from fmha_mlir import matrix_layouts
+from fmha_mlir.bodies import COPY_ELEMENTS
 from fmha_mlir.mlir import arith, ir, vector
 
-from .ir_builders import create_op
-from .ix import Ix, LaneValues
-from .shared_tiles import Tile
+from .atoms import Operand, Registers
+from .ir_builders import create_op, index
+from .ix import Ix, LaneValues, as_value
+from .shared_tiles import Tile, shared_views
 
 LAYOUT = matrix_layouts.MMA_M16N8K16
 M, N, K = LAYOUT.m, LAYOUT.n, LAYOUT.k
@@ -30,6 +32,7 @@ class MmaSyncAtom:
 
     m, n, k = M, N, K
     shape = LAYOUT
+    group_axis, group_count, group_width = "col", LAYOUT.c_registers, 2   # a register: one row, two columns
 
     def __init__(self, element: "ir.Type", lane: "ir.Value", lanes: LaneValues):
         self.element = element
@@ -47,6 +50,63 @@ class MmaSyncAtom:
     def position(self, register: int = 0, element: int = 0) -> tuple[Ix, Ix]:
         """(row, col) inside the 16x8 accumulator tile of this lane's (register, element) (LAYOUT.c)."""
         return LAYOUT.c(self.lane, register, element)
+
+    def group_position(self, group: int, element: int) -> tuple[Ix, Ix]:
+        return self.position(group, element)
+
+    def group_offset(self, group: int, element: int) -> tuple[int, int]:
+        return LAYOUT.c.offset(group, element)
+
+    def groups(self, c: "ir.Value") -> list["ir.Value"]:
+        return self.rows_of(c)
+
+    def shared_tiles(self, layout: list, config) -> dict:
+        """Flat views, xor-swizzled when the config asks (ldmatrix reads 8 rows of one chunk at once)."""
+        return shared_views(layout, self.element, config.swizzle == "xor")
+
+    def chunks(self, column: "ir.Value | None") -> "ir.Value | None":
+        """A warp's first column in 16-byte chunks (hoisted), as Tile.element takes it."""
+        if column is None:
+            return None
+        return self.lanes.get(("chunks", id(column)), lambda: arith.divui(column, index(COPY_ELEMENTS)))
+
+    # -- a warp's tile of a product ---------------------------------------------------------------------
+
+    def gemm(self, acc: list[list["ir.Value"]], tile, k_extent: int, a: "Operand | Registers",
+             b: Operand) -> list[list["ir.Value"]]:
+        """acc[mi][ni] += A[mi-th 16 rows] B[ni-th 8 cols] over k_extent, 16 at a time; B fragments come
+        two n-tiles per ldmatrix x4."""
+        m_tiles, n_tiles = tile.rows // M, tile.cols // N
+        for k0 in range(0, k_extent, K):
+            fragments = [self._a_fragment(a, mi, k0) for mi in range(m_tiles)]
+            for ni in range(0, n_tiles, 2):
+                for nj, fragment in zip((ni, ni + 1), self._b_fragments(b, ni, k0, n_tiles)):
+                    for mi in range(m_tiles):
+                        acc[mi][nj] = self.mma(fragments[mi], fragment, acc[mi][nj])
+        return acc
+
+    def _a_fragment(self, a: "Operand | Registers", mi: int, k0: int) -> "ir.Value":
+        if isinstance(a, Registers):
+            return self.a_from_accumulators(a.groups[mi][k0 // N], a.groups[mi][k0 // N + 1])
+        row, col = (mi * M, k0) if a.k_major else (k0, mi * M)
+        return self.load_a(a.tile, row, col, not a.k_major, a.row, self.chunks(a.col))
+
+    def _b_fragments(self, b: Operand, ni: int, k0: int, n_tiles: int) -> tuple["ir.Value", ...]:
+        """The B fragments of n-tiles ni and ni + 1 (x4), or of a last odd one (x2)."""
+        row, col = (ni * N, k0) if b.k_major else (k0, ni * N)
+        if ni + 1 < n_tiles:
+            return self.load_b_pair(b.tile, row, col, b.k_major, b.row, self.chunks(b.col))
+        return (self.load_b(b.tile, row, col, b.k_major, b.row, self.chunks(b.col)),)
+
+    def store_groups(self, tile: Tile, values, row: "ir.Value", col: "ir.Value") -> None:
+        """Each register's two adjacent columns of one row as one 4-byte store."""
+        lane_row, pair_col = self.position(0, 0)   # rows < 8: register r lies a constant number of rows on
+        for mi, tiles in enumerate(values):
+            for ni, pairs in enumerate(tiles):
+                for r, pair in enumerate(pairs):
+                    at = tile.element(self.lanes, lane_row, 0, row=mi * M + LAYOUT.c.offset(r)[0], col=ni * N,
+                                      row_offset=row, chunk_offset=self.chunks(col))
+                    vector.store(self.to_element(pair), tile.flat, [arith.addi(at, as_value(pair_col))], alignment=4)
 
     def _address(self, matrices: int, rows_first: bool) -> tuple[Ix, "Ix | int"]:
         return matrix_layouts.ldmatrix_address(self.lane, matrices, rows_first)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from fmha_mlir.bodies import COPY_ELEMENTS, SharedTile
 from fmha_mlir.matrix_layouts import swizzle_period, swizzled_chunk
-from fmha_mlir.mlir import arith, gpu, ir, memref
+from fmha_mlir.mlir import arith, gpu, ir, memref, vector
 
 from .ir_builders import index
 from .ix import Ix, LaneValues, as_value
@@ -53,6 +53,11 @@ class Tile:
         if row_offset is not None:
             total = arith.addi(total, arith.muli(row_offset, index(self.cols)))
         return total
+
+    def values(self, stage: "ir.Value", col: "ir.Value", width: int) -> "ir.Value":
+        """`width` adjacent f32 of a per-query-row tile ([copies x cols]) from copy `stage`, column `col`."""
+        at = arith.addi(arith.muli(stage, index(self.cols)), col)
+        return vector.load(ir.VectorType.get([width], ir.F32Type.get()), self.flat, [at], alignment=4 * width)
 
     def _period(self) -> int:
         return swizzle_period(self.chunks_per_row)[0] if self.swizzled else self.chunks_per_row
@@ -90,6 +95,12 @@ class Grid:
     view: "ir.Value"
     rows: int          # rows of one copy
     cols: int          # columns that hold data
+
+    def values(self, stage: "ir.Value", col: "ir.Value", width: int) -> "ir.Value":
+        """`width` adjacent f32 of a per-query-row grid from row `stage`, column `col` (width 1: a scalar)."""
+        if width == 1:
+            return memref.load(self.view, [stage, col])
+        return vector.load(ir.VectorType.get([width], ir.F32Type.get()), self.view, [stage, col])
 
 
 def shared_grids(layout: list[SharedTile], element: "ir.Type") -> dict[str, Grid]:

@@ -76,8 +76,7 @@ def _per_dtype(name: str, path: str, original: str, replacement: str, dtypes) ->
 
 ALL_DTYPES = ("f16", "bf16", "f32")
 TILED_DTYPES = ("f16", "bf16")
-WARP, TILED, SCHEDULE = "passes/warp_body.py", "passes/tiled_body.py", "passes/tile_schedule.py"
-MFMA_BODY = "passes/tiled_body_mfma.py"
+WARP, TILED = "passes/warp_body.py", "passes/flash_bwd.py"
 GEOMETRY, ROWS, SCORES = "fmha_mlir/mask_geometry.py", "passes/row_kernels.py", "passes/score_mods.py"
 
 MUTANTS: list[Mutant] = [
@@ -139,12 +138,12 @@ MUTANTS: list[Mutant] = [
            "over_batches = scf.ForOp(index(0), arith.subi(batches, index(1)), index(1), [f32(0.0)])"),
     # -- the tiled body --------------------------------------------------------------------------------
     *_per_dtype("tiled: dS x1.01", TILED,
-                "ds = [[[arith.mulf(p[mi][ni][r], arith.subf(dp_r, dsum[ni]))",
-                'ds = [[[arith.mulf(arith.mulf(p[mi][ni][r], arith.subf(dp_r, dsum[ni])), splat(f32(1.01 if spec.dtype == "{dt}" else 1.0), [2]))',
+                "ds = [[[arith.mulf(p_g, arith.subf(dp_g, self.per_group(dsum[ni])))",
+                'ds = [[[arith.mulf(arith.mulf(p_g, arith.subf(dp_g, self.per_group(dsum[ni]))), splat(f32(1.01 if spec.dtype == "{dt}" else 1.0), [atom.group_width]))',
                 TILED_DTYPES),
     Mutant("tiled: P exponent x1.005", TILED,
-           "pairs.append(fmha.Exp2Op.build(exp2_argument(score, row_lse[ni], self.spec, contract())))",
-           "pairs.append(fmha.Exp2Op.build(arith.mulf(exp2_argument(score, row_lse[ni], self.spec, contract()), splat(f32(1.005), [2]))))"),
+           "groups.append(fmha.Exp2Op.build(exp2_argument(score, row_lse[ni], spec, contract())))",
+           "groups.append(fmha.Exp2Op.build(arith.mulf(exp2_argument(score, row_lse[ni], spec, contract()), splat(f32(1.005), [atom.group_width]))))"),
     *_per_dtype("tiled: dV x0.99", TILED,
                 "*shapes[1]), self.dkv_v, None)",
                 '*shapes[1]), self.dkv_v, 0.99 if spec.dtype == "{dt}" else None)',
@@ -154,8 +153,8 @@ MUTANTS: list[Mutant] = [
                 '*shapes[0]), self.dkv, spec.scale * (0.99 if spec.dtype == "{dt}" else 1.0))',
                 TILED_DTYPES),
     *_per_dtype("tiled: dQ x0.99", TILED,
-                "self.add_dq_value(pair, head, query(mi, r), col)",
-                'self.add_dq_value(arith.mulf(pair, splat(f32(0.99 if self.spec.dtype == "{dt}" else 1.0), [2])), head, query(mi, r), col)',
+                "self.add_dq_value(pick(groups), head,",
+                'self.add_dq_value(arith.mulf(pick(groups), splat(f32(0.99 if self.spec.dtype == "{dt}" else 1.0), vector_shape(pick(groups).type))), head,',
                 TILED_DTYPES),
     # -- the matrix layouts: the interpreter and the lowering evaluate the same functions, so a wrong
     # -- instruction layout fools both alike and only the second source (the vendors' figures) catches it;
@@ -199,18 +198,20 @@ MUTANTS: list[Mutant] = [
            "return (q < seqlen_q) & (k < seqlen_k)", "return q < seqlen_q"),
     Mutant("tiled: a masked tile subtracts an lse of -inf as it is", SCORES,
            'return arith.select(minus_inf, _constant(float("inf"), lse), lse)', "return lse"),
-    # -- the MFMA tiled body (gfx942 / gfx950) -----------------------------------------------------------
-    # Its loads zero rows past a sequence end, but tail tiles are masked too: a load that keeps the clamped
-    # row's values instead computes the same gradients, an equivalent mutant, so none is listed for it.
-    Mutant("mfma body: dQ x0.99 [bf16]", MFMA_BODY,
-           "self.add_dq_value(vector.extract(acc, [], [r]),",
-           'self.add_dq_value(arith.mulf(vector.extract(acc, [], [r]), f32(0.99 if self.spec.dtype == "bf16" else 1.0)),'),
-    Mutant("mfma body: dQ's A read along the rows of dS^T (untransposed)", MFMA_BODY,
-           'lambda row, k0: atom.load_a_transposed(tiles["ds"], row, k0)', 'lambda row, k0: atom.load_a(tiles["ds"], row, k0)'),
-    Mutant("mfma body: dK's B read along the rows of Q (untransposed)", MFMA_BODY,
-           'lambda col, k0: atom.load_b_transposed(tiles["q"], col, k0)', 'lambda col, k0: atom.load_b(tiles["q"], col, k0)'),
-    Mutant("mfma body: a cut tile's keys one row late", MFMA_BODY,
-           "[arith.addi(first, r) for r in self.rows]", "[arith.addi(arith.addi(first, r), index(1)) for r in self.rows]"),
+    # -- the schedule's operands and positions, and the atoms' (every tiled body) ----------------------------
+    # The MFMA copies zero rows past a sequence end, but tail tiles are masked too: a load that keeps the
+    # clamped row's values instead computes the same gradients, an equivalent mutant, so none is listed.
+    Mutant("tiled: dQ's A read along the rows of dS^T (untransposed)", TILED,
+           'Operand(tiles["ds"], False, None, dqt.row0)', 'Operand(tiles["ds"], True, None, dqt.row0)'),
+    Mutant("tiled: dK's B read along the rows of Q (untransposed)", TILED,
+           'Operand(tiles["q"], False, rows, dkv.col0)', 'Operand(tiles["q"], True, rows, dkv.col0)'),
+    Mutant("tiled: a cut tile's keys one row late", TILED,
+           "keys = self.along(arith.addi(self.k0, sdp.row0), mi * atom.m, g, 0)",
+           "keys = self.along(arith.addi(self.k0, sdp.row0), mi * atom.m + 1, g, 0)"),
+    Mutant("mma.sync atom: a register's second element takes the first's position", "passes/mma_atoms.py",
+           "return LAYOUT.c.offset(group, element)", "return LAYOUT.c.offset(group, 0)"),
+    Mutant("mfma atom: every register takes the first register's row", "passes/mfma_atom.py",
+           "return self.shape.c.offset(element)", "return self.shape.c.offset(0)"),
     # -- score modifications (every body) -------------------------------------------------------------
     Mutant("softcap: dS not multiplied by 1 - tanh^2", "passes/score_mods.py",
            "return arith.mulf(ds, _tanh(dot, spec, slope=True)[1])", "return ds"),
@@ -236,10 +237,10 @@ MUTANTS: list[Mutant] = [
     Mutant("alibi slopes: d(slopes) with the sign of the distance flipped", "passes/score_mods.py",
            "weighted = arith.mulf(ds, arith.negf(self._distance(q_pos, k_pos, ds)))",
            "weighted = arith.mulf(ds, self._distance(q_pos, k_pos, ds))"),
-    Mutant("tiled: d(slopes) summed over one lane of each wave", SCHEDULE,
+    Mutant("tiled: d(slopes) summed over one lane of each wave", TILED,
            "total = fmha.WaveReduceOp.build(total, self.config.wave_size)", "total = total"),
     # -- deterministic mode (tiled bodies: one dQ partial per key block) ------------------------------
-    Mutant("deterministic: every key block writes the batch's first partial", SCHEDULE,
+    Mutant("deterministic: every key block writes the batch's first partial", TILED,
            "arith.muli(self.batch, arith.ceildivui(self.seqlen_k, index(self.bn))), self.key_block)",
            "arith.muli(self.batch, arith.ceildivui(self.seqlen_k, index(self.bn))), index(0))"),
     Mutant("deterministic: dbias stored at the bias's broadcast index", "passes/score_mods.py",

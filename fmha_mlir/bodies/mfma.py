@@ -1,5 +1,5 @@
 """The tiled body on AMD's MFMA (wave64): which configs it takes, and its tables for gfx942 / gfx950.
-The IR builder is passes/tiled_body_mfma.py."""
+The IR builder is passes/flash_bwd.py on passes/mfma_atom.py."""
 from __future__ import annotations
 
 from ..errors import Reason

@@ -1,5 +1,5 @@
 """The tiled body on NVIDIA's mma.sync (m16n8k16): which configs it takes, and its table for sm_90.
-The IR builder is passes/tiled_body.py."""
+The IR builder is passes/flash_bwd.py on passes/mma_atoms.py."""
 from __future__ import annotations
 
 from ..errors import Reason

@@ -26,8 +26,6 @@ MARKDOWN = _markdown_files()
 # Pages that say what is, as opposed to the reports (records of past runs).
 CURRENT = [p for p in MARKDOWN if p.name == "README.md" and p.parent in (ROOT, ROOT / "reports")
            or p.is_relative_to(ROOT / "docs")]
-# Rewritten with the tile-schedule merge, which takes their history labels out: drop them from here then.
-LABELS_PENDING = {ROOT / "docs/design/tiled-body.md", ROOT / "docs/design/architecture.md"}
 
 LINK = re.compile(r"!?\[[^\]]*\]\(<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\)")
 # A repository path in prose: a top-level folder and at least one more component; a path followed by
@@ -63,7 +61,7 @@ def test_repository_paths_in_the_text_exist(page):
     assert not missing, f"{_rel(page)} names missing files: {missing}"
 
 
-@pytest.mark.parametrize("page", [p for p in CURRENT if p not in LABELS_PENDING], ids=_rel)
+@pytest.mark.parametrize("page", CURRENT, ids=_rel)
 def test_no_history_labels(page):
     labels = sorted({m.group(0) for m in HISTORY_LABEL.finditer(page.read_text())})
     assert not labels, f"{_rel(page)} carries project-history labels: {labels}"

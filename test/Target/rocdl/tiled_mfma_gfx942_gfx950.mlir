@@ -1,4 +1,4 @@
-// The tiled body on MFMA (passes/tiled_body_mfma.py), table configs (fmha_mlir/bodies.py): the step loop
+// The tiled body on MFMA (passes/flash_bwd.py on passes/mfma_atom.py), table configs (fmha_mlir/bodies.py): the step loop
 // of dq_dk_dv holds the MFMAs of all five products and the scalar f32 dQ atomics; nothing spills, no
 // compare-and-swap loop; 8 waves of 64; the LDS is the launch plan's dynamic size.
 // RUN: fmha-compile --dtype bf16 --mask bottom_right --hdim 128 --gqa 4 --target gfx942 --emit isa > %t.gfx942.s
