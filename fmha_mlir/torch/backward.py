@@ -14,10 +14,8 @@ from ..api import AttentionBackward, bundle_path, compile_bundle
 from ..errors import Reason, SpecError
 from ..runtime.bound_plan import BoundPlans
 from .bound_backward import BoundBackward, stride_key
-from .call import Call, check_capturable, checked_call
+from .call import BACKWARD_ARCH, Call, check_capturable, checked_call
 from .options import caller_layout, describe, logical
-
-INTERPRETED_ARCH = "sm_90"
 
 
 @functools.cache
@@ -25,7 +23,7 @@ def backward_runner(device_type: str, device_index: int | None, bundle_dir: str 
                     debug: bool = False) -> AttentionBackward:
     """The AttentionBackward of one device (it caches compiled bundles, so it lives as long as the process)."""
     if device_type == "cpu":
-        return AttentionBackward(executor="cpu", arch=INTERPRETED_ARCH, bundle_dir=bundle_dir)
+        return AttentionBackward(executor="cpu", arch=BACKWARD_ARCH["cpu"], bundle_dir=bundle_dir)
     if device_type == "cuda":
         return AttentionBackward(executor="cuda", device_index=device_index or 0, bundle_dir=bundle_dir,
                                  debug=debug)
@@ -75,7 +73,7 @@ def prebuild(bundle_dir, q, k, v, *, arch: str = "sm_90", mask="none", scale: fl
     text = describe(mask, scale, softcap, None if bias_tensor is not None else bias,
                     any(t is not None and t.requires_grad for t in (bias_tensor, alibi_slopes)), layout,
                     deterministic, str(bundle_dir), "auto", False)
-    spec = checked_call(text, q, k, v, bias_tensor, alibi_slopes).spec
+    spec = checked_call(text, q, k, v, bias_tensor, alibi_slopes, arch=arch).spec
     path = bundle_path(bundle_dir, spec, arch)
     compile_bundle(spec, arch).save(path)
     return path

@@ -14,13 +14,19 @@ from typing import Callable, NamedTuple
 
 import torch
 
+from ..api import GPU_ARCH_OF_EXECUTOR
+from ..bodies import choose_config
 from ..errors import Reason, SpecError
 from ..spec import AttentionBwdSpec
+from ..target import get_target
 from ..torch_in_place import torch_dtype_names
 from .forwards import Forward, ForwardCase, choose_forward, run_forward
 from .options import AttentionOptions, parse
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+# The target our backward compiles for, per device type: CUDA tensors launch the sm_90 bundle, CPU
+# tensors run the same bundle in the interpreter (wave32 also takes head dims gfx942's wave64 bodies do not).
+BACKWARD_ARCH = {"cpu": "sm_90", "cuda": GPU_ARCH_OF_EXECUTOR["cuda"]}
 
 
 @dataclass(frozen=True)
@@ -47,16 +53,17 @@ class Signature(NamedTuple):
     device: torch.device
 
 
-def checked_call(text: str, q, k, v, bias, slopes) -> Call:
+def checked_call(text: str, q, k, v, bias, slopes, *, arch: str | None = None) -> Call:
     """The Call of these arguments (the caller's layout; tensors, or None for the bias and slopes), or
-    SpecError with every reason it is refused."""
-    return _checked(text, q.shape, q.dtype, q.device, k.shape, k.dtype, k.device, v.shape, v.dtype, v.device,
-                    None if bias is None else (bias.shape, bias.dtype, bias.device),
+    SpecError with every reason it is refused. arch: the target the backward compiles for (None: the
+    one of the tensors' device, BACKWARD_ARCH; prebuild names it for meta tensors)."""
+    return _checked(text, arch, q.shape, q.dtype, q.device, k.shape, k.dtype, k.device, v.shape, v.dtype,
+                    v.device, None if bias is None else (bias.shape, bias.dtype, bias.device),
                     None if slopes is None else (slopes.shape, slopes.dtype, slopes.device))
 
 
 @functools.lru_cache(maxsize=256)
-def _checked(text: str, *key) -> Call:
+def _checked(text: str, arch: str | None, *key) -> Call:
     q, k, v = (Signature(tuple(key[i]), *key[i + 1:i + 3]) for i in (0, 3, 6))
     bias, slopes = (None if x is None else Signature(tuple(x[0]), *x[1:]) for x in key[9:])
     options = parse(text)
@@ -65,8 +72,16 @@ def _checked(text: str, *key) -> Call:
     reasons = spec.reasons()
     if reasons:
         raise SpecError(reasons)
+    choose_config(spec, get_target(arch or _device_arch(q.device)))   # what a body refuses, refused now
     case = ForwardCase.of(*views, spec, options.forward)
     return Call(options, spec, case, choose_forward(case))
+
+
+def _device_arch(device: torch.device) -> str:
+    if device.type not in BACKWARD_ARCH:
+        raise SpecError([Reason("device", f"our backward runs on CPU and CUDA tensors, not {device.type!r} ones",
+                                "move the tensors to 'cuda' or 'cpu'")])
+    return BACKWARD_ARCH[device.type]
 
 
 def backward_spec(q, k, v, has_bias: bool, has_slopes: bool, options: AttentionOptions) -> AttentionBwdSpec:

@@ -568,11 +568,26 @@ def test_cuda_debug_mode_poisons_what_the_kernels_write(prebuilt_bundles, monkey
 ])
 def test_bad_options_are_refused_before_the_forward_runs(kwargs, match, monkeypatch):
     q, k, v = (x.requires_grad_() for x in _tensors((1, 2, 8, 32), (1, 2, 8, 32), torch.float32))
+    _refused_before_the_forward(q, k, v, kwargs, match, monkeypatch)
+
+
+def _refused_before_the_forward(q, k, v, kwargs, match, monkeypatch):
     for name, forward in FORWARDS.items():   # (a Call is made for a call that passes its checks)
         monkeypatch.setitem(FORWARDS, name, dataclasses.replace(forward, run=lambda *a: pytest.fail("the forward ran")))
     for _ in range(2):   # the second time from a warm cache: refusals are never cached
         with pytest.raises(SpecError, match=match):
             attention(q, k, v, **kwargs)
+
+
+@pytest.mark.parametrize("dtype, hdim, device, kwargs, match", [
+    # f32 runs on the warp body, which sums dK and dV by atomics
+    (torch.float32, 32, "cpu", dict(deterministic=True), "deterministic: the warp body sums dK and dV"),
+    (torch.bfloat16, 288, "cpu", {}, "hdim_q: 288 is not supported by the tiled body"),
+    (torch.bfloat16, 32, "meta", {}, "device: our backward runs on CPU and CUDA tensors, not 'meta' ones"),
+])
+def test_what_no_body_computes_is_refused_before_the_forward_runs(dtype, hdim, device, kwargs, match, monkeypatch):
+    q, k, v = (x.requires_grad_() for x in _tensors((1, 2, 8, hdim), (1, 2, 8, hdim), dtype, device))
+    _refused_before_the_forward(q, k, v, kwargs, match, monkeypatch)
 
 
 def test_fullgraph_compile_refuses_bad_options_with_the_eager_error():
@@ -618,7 +633,7 @@ def test_the_backward_op_refuses_out_dout_and_lse_that_are_not_the_forwards():
 
 
 def test_checks_are_cached_per_kind_of_call_and_told_apart_by_type():
-    q, k, v = _tensors((1, 2, 8, 32), (1, 2, 8, 32), torch.float32)
+    q, k, v = _tensors((1, 2, 8, 32), (1, 2, 8, 32), torch.bfloat16)   # (f32's warp body has no deterministic mode)
     assert _call(q, k, v, deterministic=True) is _call(q, k, v.clone(), deterministic=True)
     assert _call(q, k, v, scale=0.5) is not _call(q[:, :, :4], k, v, scale=0.5)
     assert parse(_text()) is parse(_text())
