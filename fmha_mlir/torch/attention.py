@@ -36,6 +36,12 @@ def attention(q, k, v, *, mask="none", scale=None, bias=None, alibi_slopes=None,
     that sees no key and has no sink), differentiable: a gradient into it reaches q, k, v and the sinks
     (ring attention merges partial results through it). An lse no gradient flows into costs nothing
     (eager; under torch.compile the backward takes a zero dlse).
+    Head dims: any up to 256, q and k's apart from v's. One no body computes (today: not a multiple of
+    32) costs a padded backward: the forward is torch's at the caller's head dims, then the backward
+    copies q, k (to the next head dim a body computes) and v, out, dO (likewise) with zero columns, runs
+    at the padded head dims and copies dq, dk, dv back out: the kernels' work and the copies' bytes grow
+    by padded / given (40 -> 64: 1.6x; 80 -> 96: 1.2x; 59 -> 64: 1.08x; 16 -> 32: 2x), plus the 8 copies.
+    scale stays 1/sqrt(the caller's head dim) unless given.
     forward: 'auto' or a name of fmha_mlir.torch.forwards.FORWARDS; bundle_dir: prebuilt bundles (prebuild).
     debug: on CUDA, our backward NaN-fills every buffer its kernels write before they run, so an element
     none writes shows up as NaN (a device synchronisation and host uploads per call: not for training).

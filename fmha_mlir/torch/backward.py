@@ -35,7 +35,21 @@ def run_backward(call: Call, grad_out, q, k, v, out, lse, bias, slopes, sinks=No
     """[dq, dk, dv] in the caller's layout (contiguous), plus dbias or d(slopes) in their shape when the
     call's spec has dbias, plus dsinks (in the sinks' dtype) with sinks. dlse: the returned lse's gradient,
     or None when none flows into it (the backward is then built without it). An empty call computes
-    nothing: its gradients are zeros (dsinks too: no key, so D = 0, and dlse's term is the host's)."""
+    nothing: its gradients are zeros (dsinks too: no key, so D = 0, and dlse's term is the host's).
+    A head dim no body computes runs padded (Call.padding): q and k, then v, out and dO get zero columns
+    up to the spec's head dims (a zero column adds nothing to a score, to O or to D; its gradients are
+    zeros), and dq, dk, dv are sliced back (one copy each)."""
+    pad_q, pad_v = call.padding
+    if not (pad_q or pad_v):
+        return _run_backward(call, grad_out, q, k, v, out, lse, bias, slopes, sinks, dlse)
+    pad = torch.nn.functional.pad   # the head dim is last in either layout
+    grads = _run_backward(call, pad(grad_out, (0, pad_v)), pad(q, (0, pad_q)), pad(k, (0, pad_q)),
+                          pad(v, (0, pad_v)), pad(out, (0, pad_v)), lse, bias, slopes, sinks, dlse)
+    sizes = (call.case.hdim_q, call.case.hdim_q, call.case.hdim_v)
+    return [g[..., :n].contiguous() for g, n in zip(grads[:3], sizes)] + list(grads[3:])
+
+
+def _run_backward(call: Call, grad_out, q, k, v, out, lse, bias, slopes, sinks, dlse) -> list:
     # The kernels read rows of stride 1; out.sum()'s gradient is an expanded tensor (stride 0).
     if grad_out.stride(-1) != 1:
         grad_out = grad_out.contiguous()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 from dataclasses import dataclass, field
 from typing import Callable, NamedTuple
 
@@ -25,6 +26,8 @@ from .forwards import Forward, ForwardCase, choose_forward, run_forward
 from .options import AttentionOptions, parse
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+# The widest head dim the op pads to (FlashAttention's and the bodies' limit)
+MAX_HEAD_DIM = 256
 # The target our backward compiles for, per device type: CUDA tensors launch the sm_90 bundle, CPU
 # tensors run the same bundle in the interpreter (wave32 also takes head dims gfx942's wave64 bodies do not).
 BACKWARD_ARCH = {"cpu": "sm_90", "cuda": GPU_ARCH_OF_EXECUTOR["cuda"]}
@@ -44,6 +47,12 @@ class Call:
 
     def __post_init__(self):
         object.__setattr__(self, "run_forward", _forward_in_layout(self))
+
+    @functools.cached_property
+    def padding(self) -> tuple[int, int]:
+        """The zero columns the backward adds to q and k's head dim, and to v's (backward.run_backward):
+        (0, 0) unless no body computes the call's head dims (call._computed_spec)."""
+        return self.spec.hdim_q - self.case.hdim_q, self.spec.hdim_v - self.case.hdim_v
 
     def backward_spec(self, dlse: bool) -> AttentionBwdSpec:
         """The spec the backward compiles: with lse_grad when a gradient flows into the returned lse."""
@@ -77,14 +86,39 @@ def _checked(text: str, arch: str | None, *key) -> Call:
     options = parse(text)
     views = _tensor_reasons(q, k, v, bias, slopes, sinks, options)
     spec = backward_spec(*views, bias is not None, slopes is not None, options, sinks is not None)
+    reasons = spec.reasons()
+    if reasons:
+        raise SpecError(reasons)
     target = get_target(arch or _device_arch(q.device))
-    for compiled in (spec, dataclasses.replace(spec, lse_grad=True))[:1 + options.return_lse]:
-        reasons = compiled.reasons()
-        if reasons:
-            raise SpecError(reasons)
-        choose_config(compiled, target)   # what a body refuses, refused now
-    case = ForwardCase.of(*views, spec, options.forward)
+    case = ForwardCase.of(*views, spec, options.forward)   # (the forward runs at the caller's head dims)
+    spec = _computed_spec(spec, target)
+    if options.return_lse:
+        choose_config(dataclasses.replace(spec, lse_grad=True), target)
     return Call(options, spec, case, choose_forward(case))
+
+
+def _computed_spec(spec: AttentionBwdSpec, target) -> AttentionBwdSpec:
+    """`spec` when a body computes it on `target`; else `spec` with its head dims zero-padded to the
+    narrowest pair a body computes (its scale stays the caller's: 1/sqrt(the head dim) unless given),
+    or SpecError with what the bodies refuse of `spec` itself, before any forward runs."""
+    try:
+        choose_config(spec, target)
+        return spec
+    except SpecError as refused:
+        pairs = itertools.product(_wider(spec.hdim_q), _wider(spec.hdim_v))
+        for hdim_q, hdim_v in sorted(pairs, key=sum)[1:]:   # (the first is spec's own)
+            padded = dataclasses.replace(spec, hdim_q=hdim_q, hdim_v=hdim_v)
+            try:
+                choose_config(padded, target)
+                return padded
+            except SpecError:
+                continue
+        raise refused
+
+
+def _wider(hdim: int) -> list[int]:
+    """hdim, then the multiples of 8 above it up to MAX_HEAD_DIM (the head dims a body may compute)."""
+    return [hdim] + list(range(hdim - hdim % 8 + 8, MAX_HEAD_DIM + 1, 8))
 
 
 def _device_arch(device: torch.device) -> str:

@@ -305,6 +305,34 @@ def test_a_ring_merge_over_key_halves_has_the_gradients_of_one_call(with_sinks_i
     _gate(q, k, v, None, None, _call(q, k, v, sinks=sinks), grads, do, sinks=sinks)
 
 
+# ---------------------------------------------------------------------------------------------------
+# head dims no body computes: the op pads them
+
+PADDED_CASES = {   # name: (dtype, head dim of q and k, of v, padded to, kwargs)
+    "f16-d16": (torch.float16, 16, 16, (32, 32), {}),
+    "bf16-d40-causal": (torch.bfloat16, 40, 40, (64, 64), dict(mask="bottom_right")),
+    "f16-d59-causal-bshd": (torch.float16, 59, 59, (64, 64), dict(mask="top_left", layout="bshd")),
+    "bf16-d80": (torch.bfloat16, 80, 80, (96, 96), {}),
+    "bf16-d40-v24-causal": (torch.bfloat16, 40, 24, (64, 32), dict(mask="bottom_right")),
+    "f32-d40": (torch.float32, 40, 40, (64, 64), {}),
+}
+
+
+@pytest.mark.parametrize("name", list(PADDED_CASES))
+def test_padded_head_dims_pass_the_gate(name):
+    dtype, d, dv, padded, kw = PADDED_CASES[name]
+    shape = (lambda h, n, e: (1, n, h, e)) if kw.get("layout") == "bshd" else (lambda h, n, e: (1, h, n, e))
+    q, k, v = (x.requires_grad_() for x in _tensors(shape(2, 11, d), shape(2, 14, d), dtype, seed=3, dv=dv))
+    call = _call(q, k, v, **kw)
+    assert (call.spec.hdim_q, call.spec.hdim_v) == padded and call.spec.scale == 1 / d ** 0.5
+    out = attention(q, k, v, **kw)
+    assert out.shape == q.shape[:-1] + (dv,)
+    do = (0.5 * torch.randn(out.shape, generator=torch.Generator().manual_seed(1))).to(dtype)
+    out.backward(do)
+    assert [x.grad.shape for x in (q, k, v)] == [x.shape for x in (q, k, v)]
+    _gate(q, k, v, None, None, call, [q.grad, k.grad, v.grad], do)
+
+
 def test_bshd_equals_bhsd_with_the_callers_strides_and_no_copies(monkeypatch):
     q, k, v = _tensors((1, 2, 11, 32), (1, 1, 15, 32), torch.bfloat16, seed=3)
     seen = []
