@@ -7,7 +7,8 @@ k, v may have fewer heads), causal aligned bottom-right (query i sees keys j <= 
 window_size = (left, right) with -1 unbounded and a size >= seqlen_k unbounded, softcap (0: off),
 alibi_slopes [heads] or [batch, heads] f32 (bias -slope |i + seqlen_k - seqlen_q - j|), deterministic,
 softmax_scale (None: 1/sqrt(head dim)), return_attn_probs -> (out, softmax_lse [batch, heads, seqlen_q]
-f32, None). What we do not do is an error naming it: dropout (dropout_p > 0), the attention
+f32, None). One keyword beyond flash_attn's: bundle_dir, prebuilt bundles (attention()'s). What we do
+not do is an error naming it: dropout (dropout_p > 0), the attention
 probabilities (the third value is always None) and varlen sequences (flash_attn_varlen_func).
 """
 from __future__ import annotations
@@ -17,31 +18,34 @@ from .attention import attention
 
 
 def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
-                    alibi_slopes=None, deterministic=False, return_attn_probs=False):
+                    alibi_slopes=None, deterministic=False, return_attn_probs=False, *, bundle_dir=None):
     """out [batch, seqlen_q, heads, head dim] of q [batch, seqlen_q, heads, d], k, v [batch, seqlen_k,
     heads_k, d] (heads a multiple of heads_k); (out, softmax_lse, None) with return_attn_probs."""
     _refuse_dropout(dropout_p)
     mask = flash_mask(causal, window_size, q.shape[1], k.shape[1])
     result = attention(q, k, v, mask=mask, scale=softmax_scale, softcap=softcap,
                        bias="alibi" if alibi_slopes is not None else None, alibi_slopes=alibi_slopes,
-                       layout="bshd", deterministic=deterministic, return_lse=bool(return_attn_probs))
+                       layout="bshd", deterministic=deterministic, return_lse=bool(return_attn_probs),
+                       bundle_dir=bundle_dir)
     return (*result, None) if return_attn_probs else result
 
 
 def flash_attn_qkvpacked_func(qkv, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
-                              softcap=0.0, alibi_slopes=None, deterministic=False, return_attn_probs=False):
+                              softcap=0.0, alibi_slopes=None, deterministic=False, return_attn_probs=False, *,
+                              bundle_dir=None):
     """flash_attn_func of qkv [batch, seqlen, 3, heads, d] (views of it: no copy)."""
     q, k, v = qkv.unbind(2)
     return flash_attn_func(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
-                           deterministic, return_attn_probs)
+                           deterministic, return_attn_probs, bundle_dir=bundle_dir)
 
 
 def flash_attn_kvpacked_func(q, kv, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
-                             softcap=0.0, alibi_slopes=None, deterministic=False, return_attn_probs=False):
+                             softcap=0.0, alibi_slopes=None, deterministic=False, return_attn_probs=False, *,
+                             bundle_dir=None):
     """flash_attn_func of q and kv [batch, seqlen_k, 2, heads_k, d] (views of it: no copy)."""
     k, v = kv.unbind(2)
     return flash_attn_func(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
-                           deterministic, return_attn_probs)
+                           deterministic, return_attn_probs, bundle_dir=bundle_dir)
 
 
 def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0,

@@ -288,21 +288,49 @@ def test_sinks_and_the_lse_gradient_match_central_differences():
     assert abs(analytic - numeric) <= 1e-6 * scale, (analytic, numeric, scale)
 
 
-@pytest.mark.parametrize("with_sinks_in_the_first_chunk", [False, True], ids=["plain", "sinks"])
-def test_a_ring_merge_over_key_halves_has_the_gradients_of_one_call(with_sinks_in_the_first_chunk):
+RING_SHAPES = {"cpu": ((1, 2, 12, 32), (1, 2, 22, 32)), "cuda": ((2, 4, 128, 64), (2, 4, 256, 64))}
+
+
+def _ring_merge_matches_one_call(device, with_sinks, bundle_dir=None):
     """Ring / context-parallel attention: each chunk of keys gives (out_c, lse_c); the merge weighs them by
     exp(lse_c - lse), lse = logaddexp over the chunks. Its gradients reach q, k, v (and the sinks) through
-    both the outs and the lse's, and must be the single call's: against the oracle under the gate."""
-    q, k, v = (x.requires_grad_() for x in _tensors((1, 2, 12, 32), (1, 2, 22, 32), torch.float32, seed=9))
-    sinks = torch.tensor([0.4, -0.6], requires_grad=True) if with_sinks_in_the_first_chunk else None
-    halves = [attention(q, k[:, :, part], v[:, :, part], sinks=sinks if part.start == 0 else None, return_lse=True)
-              for part in (slice(0, 11), slice(11, 22))]
+    both the outs and the lse's, and must be the single call's: against the oracle under the gate (f32:
+    the merge rounds in f32, below the gate's model of the kernels' own rounding)."""
+    shape_q, shape_kv = RING_SHAPES[device]
+    q, k, v = (x.to(device).requires_grad_() for x in _tensors(shape_q, shape_kv, torch.float32, seed=9))
+    heads, half = shape_q[1], shape_kv[2] // 2
+    sinks = torch.linspace(-0.6, 0.4, heads, device=device).requires_grad_() if with_sinks else None
+    halves = [attention(q, k[:, :, part], v[:, :, part], sinks=sinks if part.start == 0 else None, return_lse=True,
+                        bundle_dir=bundle_dir)
+              for part in (slice(0, half), slice(half, 2 * half))]
     lse = torch.logaddexp(halves[0][1], halves[1][1])
     out = sum(torch.exp(part_lse - lse)[..., None] * part_out for part_out, part_lse in halves)
-    do = 0.5 * torch.randn(out.shape, generator=torch.Generator().manual_seed(1))
+    do = 0.5 * torch.randn(out.shape, generator=torch.Generator().manual_seed(1)).to(device)
     out.backward(do)
     grads = [q.grad, k.grad, v.grad] + ([sinks.grad] if sinks is not None else [])
-    _gate(q, k, v, None, None, _call(q, k, v, sinks=sinks), grads, do, sinks=sinks)
+    runner = backward_runner(device, 0 if device == "cuda" else None, bundle_dir if device == "cuda" else None)
+    _gate(q, k, v, None, None, _call(q, k, v, sinks=sinks), grads, do, runner, (out.detach(), lse.detach()),
+          sinks=sinks)
+
+
+@pytest.mark.parametrize("with_sinks", [False, True], ids=["plain", "sinks"])
+def test_a_ring_merge_over_key_halves_has_the_gradients_of_one_call(with_sinks):
+    _ring_merge_matches_one_call("cpu", with_sinks)
+
+
+@cuda
+@pytest.mark.parametrize("with_sinks", [False, True], ids=["plain", "sinks"])
+def test_cuda_ring_merge_over_key_halves_has_the_gradients_of_one_call(with_sinks, prebuilt_bundles):
+    _ring_merge_matches_one_call("cuda", with_sinks, prebuilt_bundles)
+
+
+def ring_bundle_builds():
+    """(where, what) of the bundles the CUDA ring merge loads: each half with dlse, the first with sinks."""
+    shape_q, shape_kv = RING_SHAPES["cuda"]
+    q = torch.empty(shape_q, device="meta")
+    k = torch.empty(shape_kv[:2] + (shape_kv[2] // 2, shape_kv[3]), device="meta")
+    for sinks in (None, torch.empty(shape_q[1], device="meta")):
+        yield f"ring half, sinks {sinks is not None}", (q, k, k), dict(sinks=sinks, lse_grad=True)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -658,6 +686,70 @@ def test_cuda_gradients_pass_the_gate(name, prebuilt_bundles):
     _gate(q, k, v, bias, slopes, options, grads, do, backward_runner("cuda", 0, prebuilt_bundles), saved)
 
 
+# sinks, the lse's gradient and padded head dims on CUDA
+ROW_CUDA_CASES = {   # name: (dtype, batch, heads_q, heads_kv, Sq, Sk, head dims (q, v), kwargs, sinks, dlse)
+    # sinks: "grad" (they require grad), "fixed" or None; dlse: a gradient flows into the returned lse
+    "bf16-sinks-dlse-bottom-right-gqa": (torch.bfloat16, 2, 8, 2, 256, 256, (64, 64), dict(mask="bottom_right"),
+                                         "grad", True),
+    "f16-sinks-window-bshd": (torch.float16, 1, 4, 4, 200, 328, (128, 128), dict(mask="window:64,0", layout="bshd"),
+                              "grad", False),
+    "bf16-dlse-fixed-sinks": (torch.bfloat16, 1, 4, 4, 192, 192, (64, 64), {}, "fixed", True),
+    "f32-sinks-dlse": (torch.float32, 1, 2, 1, 77, 93, (64, 64), dict(mask="top_left"), "grad", True),
+    "bf16-d40-bottom-right": (torch.bfloat16, 1, 4, 2, 160, 200, (40, 40), dict(mask="bottom_right"), None, False),
+    "f16-d80": (torch.float16, 1, 4, 4, 128, 200, (80, 80), {}, None, False),
+    "bf16-d59-top-left": (torch.bfloat16, 1, 2, 2, 100, 100, (59, 59), dict(mask="top_left"), None, False),
+    "f16-d16-bshd": (torch.float16, 2, 4, 4, 64, 64, (16, 16), dict(layout="bshd"), None, False),
+    "bf16-d192-v128-bottom-right": (torch.bfloat16, 1, 4, 4, 128, 128, (192, 128), dict(mask="bottom_right"),
+                                    None, False),
+}
+
+
+def _row_cuda_case(name, device):
+    """(q, k, v, sinks, attention() kwargs, dlse wanted) of a ROW_CUDA_CASES case (meta: shapes only)."""
+    dtype, b, hq, hkv, sq, sk, (d, dv), kw, sinks, dlse = ROW_CUDA_CASES[name]
+    order = (lambda *s: (s[0], s[2], s[1], s[3])) if kw.get("layout") == "bshd" else (lambda *s: s)
+    q, k, v = (x.to(device) for x in _tensors(order(b, hq, sq, d), order(b, hkv, sk, d), dtype, seed=len(name), dv=dv))
+    sink = None if sinks is None else torch.linspace(-1.0, 1.5, hq, device=device).requires_grad_(sinks == "grad")
+    return q, k, v, sink, kw, dlse
+
+
+def row_cuda_bundle_builds():
+    for name in ROW_CUDA_CASES:
+        q, k, v, sinks, kw, dlse = _row_cuda_case(name, "meta")
+        yield name, (q, k, v), dict(kw, sinks=sinks, lse_grad=dlse)
+
+
+@cuda
+@pytest.mark.parametrize("name", list(ROW_CUDA_CASES))
+def test_cuda_sinks_lse_and_padded_head_dims_pass_the_gate(name, prebuilt_bundles):
+    q, k, v, sinks, kw, wants_dlse = _row_cuda_case(name, "cuda")
+    xs = [x.requires_grad_() for x in (q, k, v)]
+    out, lse = attention(*xs, sinks=sinks, return_lse=True, bundle_dir=prebuilt_bundles, **kw)
+    g = torch.Generator().manual_seed(1)
+    do = (0.5 * torch.randn(out.shape, generator=g)).to("cuda", out.dtype)
+    dlse = torch.randn(lse.shape, generator=g).to("cuda") if wants_dlse else None
+    torch.autograd.backward([out] + [lse] * wants_dlse, [do] + [dlse] * wants_dlse)
+    grads = [x.grad for x in xs] + ([sinks.grad] if sinks is not None and sinks.requires_grad else [])
+    assert all(t is not None and t.is_cuda for t in grads)
+    _gate(q, k, v, None, None, _call(q, k, v, sinks=sinks, return_lse=True, **kw), grads, do,
+          backward_runner("cuda", 0, prebuilt_bundles), (out.detach(), lse.detach()), sinks=sinks, dlse=dlse)
+
+
+@cuda
+def test_cuda_flash_attn_func_passes_the_gate(prebuilt_bundles):
+    from fmha_mlir.torch import flash_attn_func
+
+    q, k, v, _, _, opts = _cuda_case("f16-bottom-right-bshd", "cuda")
+    xs = [x.requires_grad_() for x in (q, k, v)]
+    out, lse, probs = flash_attn_func(*xs, causal=True, return_attn_probs=True,   # bottom-right, as the case
+                                      bundle_dir=prebuilt_bundles)
+    assert probs is None
+    do = 0.5 * torch.randn(out.shape, generator=torch.Generator().manual_seed(1)).to("cuda", out.dtype)
+    out.backward(do)
+    _gate(q, k, v, None, None, _call(q, k, v, return_lse=True, **opts), [x.grad for x in xs], do,
+          backward_runner("cuda", 0, prebuilt_bundles), (out.detach(), lse.detach()))
+
+
 @cuda
 def test_cuda_backward_queues_on_the_current_stream_and_never_waits(prebuilt_bundles):
     q, k, v, _, _, opts = _cuda_case("bf16-causal-gqa-deterministic", "cuda")
@@ -829,6 +921,68 @@ def test_default_scale_is_the_specs_one_over_sqrt_hdim():
 
 
 # ---------------------------------------------------------------------------------------------------
+# transformers: attn_implementation="fmha_mlir" against torch's own (CPU, f32, tiny configs)
+
+TINY = dict(vocab_size=64, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=2,
+            num_key_value_heads=2, max_position_embeddings=64)
+
+
+def _model_grads(model, ids, mask):
+    """(logits on the positions the mask keeps, parameter gradients) of a fixed loss over those positions."""
+    model.zero_grad(set_to_none=True)
+    logits = model(input_ids=ids, attention_mask=mask).logits
+    keep = (torch.ones_like(ids) if mask is None else mask).bool()
+    weights = torch.randn(logits.shape, generator=torch.Generator().manual_seed(3))
+    (logits * weights)[keep].sum().backward()
+    return logits.detach()[keep], [p.grad for p in model.parameters()]
+
+
+def _matches_reference(config_class, model_class, reference, extra, prebuilt_bundles):
+    transformers = pytest.importorskip("transformers")
+    if not hasattr(transformers, model_class):
+        pytest.skip(f"this transformers has no {model_class}")
+    from fmha_mlir.torch.transformers_api import register
+
+    register(bundle_dir=prebuilt_bundles)
+    config = getattr(transformers, config_class)(**TINY, **extra)
+    torch.manual_seed(0)
+    models = {name: getattr(transformers, model_class)._from_config(config, attn_implementation=name)
+              for name in (reference, "fmha_mlir")}
+    models["fmha_mlir"].load_state_dict(models[reference].state_dict())
+    ids = torch.randint(0, 64, (2, 12), generator=torch.Generator().manual_seed(1))
+    right_padded = torch.ones_like(ids)
+    right_padded[1, 9:] = 0   # (right: every query row still sees a key)
+    for mask in (None, right_padded):
+        (want, want_grads), (got, got_grads) = (_model_grads(m, ids, mask) for m in models.values())
+        # f32 end to end: our backward's sums run in other orders than autograd's (~1e-6 relative per
+        # kernel); two layers and a loss over every logit keep it far below 1e-4, while a wrong mask, scale
+        # or sink moves the logits by O(0.1)
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+        for g, w in zip(got_grads, want_grads):
+            torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5)
+
+
+def test_transformers_llama_matches_sdpa(prebuilt_bundles):
+    _matches_reference("LlamaConfig", "LlamaForCausalLM", "sdpa", {}, prebuilt_bundles)
+
+
+def test_transformers_gpt_oss_with_sinks_and_sliding_window_matches_eager(prebuilt_bundles):
+    _matches_reference("GptOssConfig", "GptOssForCausalLM", "eager",
+                       dict(head_dim=32, sliding_window=4, layer_types=["sliding_attention", "full_attention"],
+                            num_local_experts=2, num_experts_per_tok=1), prebuilt_bundles)
+
+
+def transformers_bundle_builds():
+    """(where, what) of the bundles the transformers tests load: f32 head dim 32, causal without a mask
+    tensor, sdpa's boolean mask as a bias; gpt-oss's with sinks."""
+    q = torch.empty((2, 2, 12, 32), device="meta")
+    bias = torch.empty((2, 1, 12, 12), device="meta")
+    for sinks in (None, torch.empty(2, device="meta")):
+        yield f"transformers causal, sinks {sinks is not None}", (q, q, q), dict(mask="top_left", sinks=sinks)
+        yield f"transformers masked, sinks {sinks is not None}", (q, q, q), dict(bias=bias, sinks=sinks)
+
+
+# ---------------------------------------------------------------------------------------------------
 # empty inputs: legal, nothing computed
 
 @pytest.mark.parametrize("b, h, sq, sk", [(1, 2, 0, 5), (1, 2, 5, 0), (1, 2, 0, 0), (0, 2, 4, 4)])
@@ -847,5 +1001,6 @@ if __name__ == "__main__":
         sys.exit(f"usage: {sys.argv[0]} OUTPUT_DIR   (builds the bundles the CUDA tests load; needs MLIR)")
     from fmha_mlir.torch import prebuild
 
-    for name, tensors, kwargs in prebuilt_bundle_builds():
+    for name, tensors, kwargs in [*prebuilt_bundle_builds(), *row_cuda_bundle_builds(), *ring_bundle_builds(),
+                                  *transformers_bundle_builds()]:
         print(name, prebuild(sys.argv[1], *tensors, arch="sm_90", **kwargs))
