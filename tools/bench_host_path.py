@@ -66,7 +66,7 @@ def entry_points(directory: Path) -> dict:
 
     return {
         "AttentionBackward": (lambda: ours(q, k, v, o, do, lse, mask=MASK), False),
-        "backward op": (lambda: ops.attention_backward(do, q, k, v, o, lse, None, None, text), False),
+        "backward op": (lambda: ops.attention_backward(do, q, k, v, o, lse, None, None, None, None, text), False),
         "forward": (lambda: attention(*leaves, mask=MASK, layout="bhsd", bundle_dir=str(directory)), False),
         "step": (step, True),
     }

@@ -9,6 +9,8 @@ Needs torch (pip install 'fmha-mlir[torch]'); the rest of fmha_mlir does not.
 """
 from .attention import attention
 from .backward import prebuild
+from .flash_api import flash_attn_func, flash_attn_kvpacked_func, flash_attn_qkvpacked_func, flash_attn_varlen_func
 from .forwards import FORWARDS
 
-__all__ = ["attention", "prebuild", "FORWARDS"]
+__all__ = ["attention", "prebuild", "FORWARDS", "flash_attn_func", "flash_attn_kvpacked_func",
+           "flash_attn_qkvpacked_func", "flash_attn_varlen_func"]

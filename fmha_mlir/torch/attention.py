@@ -20,15 +20,28 @@ from .call import Call, checked_call
 from .options import describe
 
 
-def attention(q, k, v, *, mask="none", scale=None, bias=None, alibi_slopes=None, softcap=0.0, layout="bhsd",
-              deterministic=False, bundle_dir=None, forward="auto", debug=False):
+def attention(q, k, v, *, mask="none", scale=None, bias=None, alibi_slopes=None, softcap=0.0, sinks=None,
+              return_lse=False, layout="bhsd", deterministic=False, bundle_dir=None, forward="auto", debug=False):
     """softmax(S) V with S = scale Q K^T (C tanh(. / C) with softcap=C) + bias, masked; returns out in
-    the caller's layout, differentiable in q, k, v and a bias or slopes tensor that requires grad.
+    the caller's layout, differentiable in q, k, v and a bias, slopes or sinks tensor that requires grad.
 
     layout: 'bhsd' ([B, H, S, D]) or 'bshd' ([B, S, H, D]); k, v may have fewer heads (GQA / MQA).
     mask: 'none', 'top_left', 'bottom_right', 'window:LEFT,RIGHT' or a Mask.
     bias: a tensor [Sq, Sk], [H, Sq, Sk] or [B, H, Sq, Sk] in q's dtype (size-1 dims broadcast) or
     'alibi' (-slope_h |i + Sk - Sq - j|, the standard slopes or alibi_slopes [H] / [B, H] f32).
+    sinks: learnable attention sinks (gpt-oss), a tensor [Hq] (f32 or q's dtype) of per-head logits in
+    every row's softmax denominator: torch's forward, then lse = logaddexp(lse', sink), O = exp(lse' -
+    lse) O'; the backward gives d(sinks) in the sinks' dtype.
+    return_lse: return (out, lse), lse [B, Hq, Sq] f32 (natural log, the sinks included; +inf for a row
+    that sees no key and has no sink), differentiable: a gradient into it reaches q, k, v and the sinks
+    (ring attention merges partial results through it). An lse no gradient flows into costs nothing
+    (eager; under torch.compile the backward takes a zero dlse).
+    Head dims: any up to 256, q and k's apart from v's. One no body computes (today: not a multiple of
+    32) costs a padded backward: the forward is torch's at the caller's head dims, then the backward
+    copies q, k (to the next head dim a body computes) and v, out, dO (likewise) with zero columns, runs
+    at the padded head dims and copies dq, dk, dv back out: the kernels' work and the copies' bytes grow
+    by padded / given (40 -> 64: 1.6x; 80 -> 96: 1.2x; 59 -> 64: 1.08x; 16 -> 32: 2x), plus the 8 copies.
+    scale stays 1/sqrt(the caller's head dim) unless given.
     forward: 'auto' or a name of fmha_mlir.torch.forwards.FORWARDS; bundle_dir: prebuilt bundles (prebuild).
     debug: on CUDA, our backward NaN-fills every buffer its kernels write before they run, so an element
     none writes shows up as NaN (a device synchronisation and host uploads per call: not for training).
@@ -39,53 +52,60 @@ def attention(q, k, v, *, mask="none", scale=None, bias=None, alibi_slopes=None,
     wanted = torch.is_grad_enabled() and ((bias_tensor is not None and bias_tensor.requires_grad) or (
         isinstance(alibi_slopes, torch.Tensor) and alibi_slopes.requires_grad))
     described = (mask, scale, softcap, None if bias_tensor is not None else bias, wanted, layout, deterministic,
-                 bundle_dir, forward, debug)
+                 bundle_dir, forward, debug, return_lse)
     if torch.compiler.is_compiling():   # traced: no cache (dynamo would trace hash())
-        return ops.attention_forward(q, k, v, bias_tensor, alibi_slopes, describe(*described))[0]
+        out, lse = ops.attention_forward(q, k, v, bias_tensor, alibi_slopes, sinks, describe(*described))
+        return (out, lse) if return_lse is True else out
     try:
         text = _described(*described)
     except TypeError:   # an unhashable argument (a list for the mask): described uncached, then refused
         text = describe(*described)
     if not (isinstance(q, torch.Tensor) and isinstance(k, torch.Tensor) and isinstance(v, torch.Tensor)
-            and (alibi_slopes is None or isinstance(alibi_slopes, torch.Tensor))):
-        _refuse_non_tensors(q, k, v, alibi_slopes)
-    call = checked_call(text, q, k, v, bias_tensor, alibi_slopes)
+            and (alibi_slopes is None or isinstance(alibi_slopes, torch.Tensor))
+            and (sinks is None or isinstance(sinks, torch.Tensor))):
+        _refuse_non_tensors(q, k, v, alibi_slopes, sinks)
+    call = checked_call(text, q, k, v, bias_tensor, alibi_slopes, sinks)
     if torch._C._are_functorch_transforms_active():   # Function.apply's path for them
-        return _Attention.apply(q, k, v, bias_tensor, alibi_slopes, call)
+        return _Attention.apply(q, k, v, bias_tensor, alibi_slopes, sinks, call)
     # Function.apply's eager path without its Python layers: dead functorch wrappers unwrapped, then the
     # C apply (~35% of apply's host time, a dozen Python calls per step)
     unwrap = torch._C._functorch.unwrap_if_dead
     return _APPLY(unwrap(q), unwrap(k), unwrap(v), None if bias_tensor is None else unwrap(bias_tensor),
-                  None if alibi_slopes is None else unwrap(alibi_slopes), call)
+                  None if alibi_slopes is None else unwrap(alibi_slopes), None if sinks is None else unwrap(sinks),
+                  call)
 
 
 # A training loop passes the same keyword arguments at every call; typed: True and 1 are told apart.
 _described = functools.lru_cache(maxsize=256, typed=True)(describe)
 
 
-def _refuse_non_tensors(q, k, v, alibi_slopes) -> None:
-    """SpecError naming the first of q, k, v and the slopes that is not a tensor (the slopes may be None)."""
-    for name, x in (("q", q), ("k", k), ("v", v), ("alibi_slopes", alibi_slopes)):
-        if not (isinstance(x, torch.Tensor) or (x is None and name == "alibi_slopes")):
+def _refuse_non_tensors(q, k, v, alibi_slopes, sinks) -> None:
+    """SpecError naming the first of q, k, v, the slopes and the sinks that is not a tensor (the slopes
+    and sinks may be None)."""
+    for name, x in (("q", q), ("k", k), ("v", v), ("alibi_slopes", alibi_slopes), ("sinks", sinks)):
+        if not (isinstance(x, torch.Tensor) or (x is None and name in ("alibi_slopes", "sinks"))):
             raise SpecError([Reason(name, f"must be a torch tensor (got {type(x).__name__})")])
 
 
 class _Attention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, bias, slopes, call: Call):
+    def forward(ctx, q, k, v, bias, slopes, sinks, call: Call):
         # out in the strides the forward gives (the custom op's contiguous copy is for compile's fake)
-        out, lse = call.run_forward(q, k, v, bias, slopes)
+        out, lse = call.run_forward(q, k, v, bias, slopes, sinks)
         ctx.call = call
-        ctx.save_for_backward(q, k, v, bias, slopes, out, lse)
-        return out
+        ctx.save_for_backward(q, k, v, bias, slopes, sinks, out, lse)
+        if not call.options.return_lse:
+            return out
+        ctx.set_materialize_grads(False)   # an lse no gradient flows into: None, and no dlse
+        return out, lse
 
     @staticmethod
-    def backward(ctx, grad_out):
-        q, k, v, bias, slopes, out, lse = ctx.saved_tensors
-        grads = run_backward(ctx.call, grad_out, q, k, v, out, lse, bias, slopes)
-        if len(grads) == 3:
-            return (*grads, None, None, None)
-        return (*grads[:3], *ops.bias_gradients(grads[3:], bias, slopes), None)
+    def backward(ctx, grad_out, grad_lse=None):
+        q, k, v, bias, slopes, sinks, out, lse = ctx.saved_tensors
+        if grad_out is None:   # only the lse is used
+            grad_out = torch.zeros_like(out)
+        grads = run_backward(ctx.call, grad_out, q, k, v, out, lse, bias, slopes, sinks, grad_lse)
+        return (*ops.split_gradients(grads, bias, slopes, sinks), None)
 
 
 _APPLY = super(torch.autograd.Function, _Attention).apply   # torch._C._FunctionBase.apply, bound to _Attention

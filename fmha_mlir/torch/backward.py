@@ -14,10 +14,8 @@ from ..api import AttentionBackward, bundle_path, compile_bundle
 from ..errors import Reason, SpecError
 from ..runtime.bound_plan import BoundPlans
 from .bound_backward import BoundBackward, stride_key
-from .call import Call, check_capturable, checked_call
+from .call import BACKWARD_ARCH, Call, check_capturable, checked_call
 from .options import caller_layout, describe, logical
-
-INTERPRETED_ARCH = "sm_90"
 
 
 @functools.cache
@@ -25,7 +23,7 @@ def backward_runner(device_type: str, device_index: int | None, bundle_dir: str 
                     debug: bool = False) -> AttentionBackward:
     """The AttentionBackward of one device (it caches compiled bundles, so it lives as long as the process)."""
     if device_type == "cpu":
-        return AttentionBackward(executor="cpu", arch=INTERPRETED_ARCH, bundle_dir=bundle_dir)
+        return AttentionBackward(executor="cpu", arch=BACKWARD_ARCH["cpu"], bundle_dir=bundle_dir)
     if device_type == "cuda":
         return AttentionBackward(executor="cuda", device_index=device_index or 0, bundle_dir=bundle_dir,
                                  debug=debug)
@@ -33,30 +31,51 @@ def backward_runner(device_type: str, device_index: int | None, bundle_dir: str 
                             "move the tensors to 'cuda' or 'cpu'")])
 
 
-def run_backward(call: Call, grad_out, q, k, v, out, lse, bias, slopes) -> list:
+def run_backward(call: Call, grad_out, q, k, v, out, lse, bias, slopes, sinks=None, dlse=None) -> list:
     """[dq, dk, dv] in the caller's layout (contiguous), plus dbias or d(slopes) in their shape when the
-    call's spec has dbias. An empty call computes nothing: its gradients are zeros."""
+    call's spec has dbias, plus dsinks (in the sinks' dtype) with sinks. dlse: the returned lse's gradient,
+    or None when none flows into it (the backward is then built without it). An empty call computes
+    nothing: its gradients are zeros (dsinks too: no key, so D = 0, and dlse's term is the host's).
+    A head dim no body computes runs padded (Call.padding): q and k, then v, out and dO get zero columns
+    up to the spec's head dims (a zero column adds nothing to a score, to O or to D; its gradients are
+    zeros), and dq, dk, dv are sliced back (one copy each)."""
+    pad_q, pad_v = call.padding
+    if not (pad_q or pad_v):
+        return _run_backward(call, grad_out, q, k, v, out, lse, bias, slopes, sinks, dlse)
+    pad = torch.nn.functional.pad   # the head dim is last in either layout
+    grads = _run_backward(call, pad(grad_out, (0, pad_v)), pad(q, (0, pad_q)), pad(k, (0, pad_q)),
+                          pad(v, (0, pad_v)), pad(out, (0, pad_v)), lse, bias, slopes, sinks, dlse)
+    sizes = (call.case.hdim_q, call.case.hdim_q, call.case.hdim_v)
+    return [g[..., :n].contiguous() for g, n in zip(grads[:3], sizes)] + list(grads[3:])
+
+
+def _run_backward(call: Call, grad_out, q, k, v, out, lse, bias, slopes, sinks, dlse) -> list:
     # The kernels read rows of stride 1; out.sum()'s gradient is an expanded tensor (stride 0).
     if grad_out.stride(-1) != 1:
         grad_out = grad_out.contiguous()
+    rows = sinks is not None or dlse is not None
     # A repeat CUDA call (never an empty one, nor in debug mode: neither is bound) runs its bound backward.
-    bound = call.bound.get(stride_key(grad_out, q, k, v, out, lse, bias, slopes))
+    bound = None if rows else call.bound.get(stride_key(grad_out, q, k, v, out, lse, bias, slopes))
     if bound is not None:
         return bound(q, k, v, out, grad_out, lse, bias, slopes)
-    spec, layout = call.spec, call.options.layout
+    spec, layout = call.backward_spec(dlse is not None), call.options.layout
     given = bias if bias is not None else slopes
-    if call.case.empty:
+    if call.case.empty and not rows:
         return [torch.zeros_like(x, memory_format=torch.contiguous_format) for x in (q, k, v)] + (
             [torch.zeros_like(given)] if spec.dbias else [])
     check_capturable(call, q)
     runner = backward_runner(q.device.type, q.device.index, call.options.bundle_dir, call.options.debug)
-    if q.is_cuda and not call.options.debug:
+    if q.is_cuda and not call.options.debug and not rows:
         tensors = (q, k, v, out, grad_out, lse, bias, slopes)
         bound = call.bound.setdefault(stride_key(grad_out, q, k, v, out, lse, bias, slopes),
                                       BoundBackward(_PLANS, runner, call, tensors))
         return bound(*tensors)
     views = [logical(x, layout) for x in (q, k, v, out, grad_out)]
-    grads = runner.run(spec, *views, lse, bias=bias, alibi_slopes=slopes)
+    grads = runner.run(spec, *views, lse, bias=bias, alibi_slopes=slopes,
+                       sinks=None if sinks is None else sinks.float().contiguous(),
+                       dlse=None if dlse is None else dlse.contiguous())
+    if sinks is not None:
+        grads = [*grads[:-1], grads[-1].to(sinks.dtype)]
     # Contiguous in the caller's layout: no copy when the runner wrote them in the inputs' strides.
     return [caller_layout(g, layout).contiguous() for g in grads[:3]] + [g.contiguous() for g in grads[3:]]
 
@@ -66,16 +85,18 @@ _PLANS = BoundPlans()
 
 
 def prebuild(bundle_dir, q, k, v, *, arch: str = "sm_90", mask="none", scale: float | None = None, bias=None,
-             alibi_slopes=None, softcap: float = 0.0, layout: str = "bhsd", deterministic: bool = False) -> Path:
+             alibi_slopes=None, softcap: float = 0.0, sinks=None, lse_grad: bool = False, layout: str = "bhsd",
+             deterministic: bool = False) -> Path:
     """Compile, where MLIR is installed, the bundle attention(q, k, v, ...) will look for under bundle_dir
-    on the GPU machine; returns its path. q, k, v (and bias, alibi_slopes) may be meta tensors
+    on the GPU machine; returns its path. q, k, v (and bias, alibi_slopes, sinks) may be meta tensors
     (torch.empty(shape, dtype=..., device="meta")); a bias or slopes tensor with requires_grad=True
-    asks for the bundle that also computes its gradient, as attention() would."""
+    asks for the bundle that also computes its gradient, as attention() would; lse_grad: the bundle of a
+    backward a gradient into the returned lse flows to (return_lse=True)."""
     bias_tensor = bias if isinstance(bias, torch.Tensor) else None
     text = describe(mask, scale, softcap, None if bias_tensor is not None else bias,
                     any(t is not None and t.requires_grad for t in (bias_tensor, alibi_slopes)), layout,
-                    deterministic, str(bundle_dir), "auto", False)
-    spec = checked_call(text, q, k, v, bias_tensor, alibi_slopes).spec
+                    deterministic, str(bundle_dir), "auto", False, lse_grad)
+    spec = checked_call(text, q, k, v, bias_tensor, alibi_slopes, sinks, arch=arch).backward_spec(lse_grad)
     path = bundle_path(bundle_dir, spec, arch)
     compile_bundle(spec, arch).save(path)
     return path

@@ -8,19 +8,29 @@ device of q, k, v, the bias and the slopes): a repeat call costs one dictionary 
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
+import itertools
 from dataclasses import dataclass, field
 from typing import Callable, NamedTuple
 
 import torch
 
+from ..api import GPU_ARCH_OF_EXECUTOR
+from ..bodies import choose_config
 from ..errors import Reason, SpecError
 from ..spec import AttentionBwdSpec
+from ..target import get_target
 from ..torch_in_place import torch_dtype_names
 from .forwards import Forward, ForwardCase, choose_forward, run_forward
 from .options import AttentionOptions, parse
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+# The widest head dim the op pads to (FlashAttention's and the bodies' limit)
+MAX_HEAD_DIM = 256
+# The target our backward compiles for, per device type: CUDA tensors launch the sm_90 bundle, CPU
+# tensors run the same bundle in the interpreter (wave32 also takes head dims gfx942's wave64 bodies do not).
+BACKWARD_ARCH = {"cpu": "sm_90", "cuda": GPU_ARCH_OF_EXECUTOR["cuda"]}
 
 
 @dataclass(frozen=True)
@@ -31,12 +41,26 @@ class Call:
     forward: Forward
     # The backward's runs bound per the tensors' strides (backward.py; CUDA only)
     bound: dict = field(default_factory=dict, compare=False, repr=False)
-    # (q, k, v, bias, slopes) in the caller's layout -> (out in the caller's layout, in the strides the
-    # forward gives it; lse [B, Hq, Sq] f32 in our convention): _forward_in_layout's
+    # (q, k, v, bias, slopes, sinks) in the caller's layout -> (out in the caller's layout, in the strides
+    # the forward gives it; lse [B, Hq, Sq] f32 in our convention, the sinks in it): _forward_in_layout's
     run_forward: Callable = field(init=False, compare=False, repr=False)
 
     def __post_init__(self):
         object.__setattr__(self, "run_forward", _forward_in_layout(self))
+
+    @functools.cached_property
+    def padding(self) -> tuple[int, int]:
+        """The zero columns the backward adds to q and k's head dim, and to v's (backward.run_backward):
+        (0, 0) unless no body computes the call's head dims (call._computed_spec)."""
+        return self.spec.hdim_q - self.case.hdim_q, self.spec.hdim_v - self.case.hdim_v
+
+    def backward_spec(self, dlse: bool) -> AttentionBwdSpec:
+        """The spec the backward compiles: with lse_grad when a gradient flows into the returned lse."""
+        return self.spec_with_dlse if dlse else self.spec
+
+    @functools.cached_property
+    def spec_with_dlse(self) -> AttentionBwdSpec:
+        return dataclasses.replace(self.spec, lse_grad=True)
 
 
 class Signature(NamedTuple):
@@ -47,37 +71,73 @@ class Signature(NamedTuple):
     device: torch.device
 
 
-def checked_call(text: str, q, k, v, bias, slopes) -> Call:
-    """The Call of these arguments (the caller's layout; tensors, or None for the bias and slopes), or
-    SpecError with every reason it is refused."""
-    return _checked(text, q.shape, q.dtype, q.device, k.shape, k.dtype, k.device, v.shape, v.dtype, v.device,
-                    None if bias is None else (bias.shape, bias.dtype, bias.device),
-                    None if slopes is None else (slopes.shape, slopes.dtype, slopes.device))
+def checked_call(text: str, q, k, v, bias, slopes, sinks=None, *, arch: str | None = None) -> Call:
+    """The Call of these arguments (the caller's layout; tensors, or None for the bias, slopes and
+    sinks), or SpecError with every reason it is refused. arch: the target the backward compiles for
+    (None: the one of the tensors' device, BACKWARD_ARCH; prebuild names it for meta tensors)."""
+    return _checked(text, arch, q.shape, q.dtype, q.device, k.shape, k.dtype, k.device, v.shape, v.dtype,
+                    v.device, *[None if x is None else (x.shape, x.dtype, x.device) for x in (bias, slopes, sinks)])
 
 
 @functools.lru_cache(maxsize=256)
-def _checked(text: str, *key) -> Call:
+def _checked(text: str, arch: str | None, *key) -> Call:
     q, k, v = (Signature(tuple(key[i]), *key[i + 1:i + 3]) for i in (0, 3, 6))
-    bias, slopes = (None if x is None else Signature(tuple(x[0]), *x[1:]) for x in key[9:])
+    bias, slopes, sinks = (None if x is None else Signature(tuple(x[0]), *x[1:]) for x in key[9:])
     options = parse(text)
-    views = _tensor_reasons(q, k, v, bias, slopes, options)
-    spec = backward_spec(*views, bias is not None, slopes is not None, options)
+    views = _tensor_reasons(q, k, v, bias, slopes, sinks, options)
+    spec = backward_spec(*views, bias is not None, slopes is not None, options, sinks is not None)
     reasons = spec.reasons()
     if reasons:
         raise SpecError(reasons)
-    case = ForwardCase.of(*views, spec, options.forward)
+    target = get_target(arch or _device_arch(q.device))
+    case = ForwardCase.of(*views, spec, options.forward)   # (the forward runs at the caller's head dims)
+    spec = _computed_spec(spec, target)
+    if options.return_lse:
+        choose_config(dataclasses.replace(spec, lse_grad=True), target)
     return Call(options, spec, case, choose_forward(case))
 
 
-def backward_spec(q, k, v, has_bias: bool, has_slopes: bool, options: AttentionOptions) -> AttentionBwdSpec:
+def _computed_spec(spec: AttentionBwdSpec, target) -> AttentionBwdSpec:
+    """`spec` when a body computes it on `target`; else `spec` with its head dims zero-padded to the
+    narrowest pair a body computes (its scale stays the caller's: 1/sqrt(the head dim) unless given),
+    or SpecError with what the bodies refuse of `spec` itself, before any forward runs."""
+    try:
+        choose_config(spec, target)
+        return spec
+    except SpecError as refused:
+        pairs = itertools.product(_wider(spec.hdim_q), _wider(spec.hdim_v))
+        for hdim_q, hdim_v in sorted(pairs, key=sum)[1:]:   # (the first is spec's own)
+            padded = dataclasses.replace(spec, hdim_q=hdim_q, hdim_v=hdim_v)
+            try:
+                choose_config(padded, target)
+                return padded
+            except SpecError:
+                continue
+        raise refused
+
+
+def _wider(hdim: int) -> list[int]:
+    """hdim, then the multiples of 8 above it up to MAX_HEAD_DIM (the head dims a body may compute)."""
+    return [hdim] + list(range(hdim - hdim % 8 + 8, MAX_HEAD_DIM + 1, 8))
+
+
+def _device_arch(device: torch.device) -> str:
+    if device.type not in BACKWARD_ARCH:
+        raise SpecError([Reason("device", f"our backward runs on CPU and CUDA tensors, not {device.type!r} ones",
+                                "move the tensors to 'cuda' or 'cpu'")])
+    return BACKWARD_ARCH[device.type]
+
+
+def backward_spec(q, k, v, has_bias: bool, has_slopes: bool, options: AttentionOptions,
+                  has_sinks: bool = False) -> AttentionBwdSpec:
     """The spec our backward compiles for logical [B, H, S, D] q, k, v (tensors or signatures) and these
-    options (scale None: the spec's default, 1/sqrt(head dim))."""
+    options (scale None: the spec's default, 1/sqrt(head dim)), without an lse gradient."""
     bias = "elementwise" if has_bias else "alibi" if has_slopes or options.bias == "alibi" else "none"
     return AttentionBwdSpec(
         dtype=torch_dtype_names()[q.dtype], hdim_q=q.shape[3], hdim_v=v.shape[3],
         gqa_ratio=q.shape[1] // k.shape[1], mask=options.mask, scale=0.0 if options.scale is None else options.scale,
         softcap=options.softcap, bias=bias, dbias=options.dbias, alibi_slopes=has_slopes,
-        deterministic=options.deterministic)
+        deterministic=options.deterministic, sinks=has_sinks)
 
 
 def check_capturable(call: Call, q) -> None:
@@ -96,15 +156,26 @@ def _forward_in_layout(call: Call) -> Callable:
     if case.empty or not forward.lse_is_ours or case.has_empty_rows:
         run = functools.partial(run_forward, forward)
 
-    def forward_in_layout(q, k, v, bias, slopes):
+    def forward_in_layout(q, k, v, bias, slopes, sinks=None):
         if debug:
             check_capturable(call, q)
         if bshd:
             q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
         out, lse = run(q, k, v, bias, slopes, case)
+        if sinks is not None:
+            out, lse = with_sinks(out, lse, sinks)
         return (out.transpose(1, 2) if bshd else out), lse
 
     return forward_in_layout
+
+
+def with_sinks(out, lse, sinks):
+    """(O, lse) of the softmax with sink logit s_h in each row's denominator, from a forward's without it
+    (docs/ir.md): lse = logaddexp(lse', s_h), O = exp(lse' - lse) O'. A row without keys (lse' +inf in
+    our convention, O' = 0) sees the sink alone: lse = s_h, O = 0."""
+    without = torch.where(torch.isposinf(lse), float("-inf"), lse)
+    lse = torch.logaddexp(without, sinks.to(lse.dtype)[:, None])
+    return (out * torch.exp(without - lse)[..., None]).to(out.dtype), lse
 
 
 def _logical(x: Signature, layout: str) -> Signature:
@@ -112,9 +183,9 @@ def _logical(x: Signature, layout: str) -> Signature:
     return x._replace(shape=(s[0], s[2], s[1], s[3])) if layout == "bshd" else x
 
 
-def _tensor_reasons(q, k, v, bias, slopes, options: AttentionOptions) -> tuple:
-    """Every reason q, k, v, the bias and the slopes (signatures) do not fit together, with the fix; the
-    logical [B, H, S, D] signatures of q, k, v when they do."""
+def _tensor_reasons(q, k, v, bias, slopes, sinks, options: AttentionOptions) -> tuple:
+    """Every reason q, k, v, the bias, the slopes and the sinks (signatures) do not fit together, with the
+    fix; the logical [B, H, S, D] signatures of q, k, v when they do."""
     order = "[batch, seq, heads, dim]" if options.layout == "bshd" else "[batch, heads, seq, dim]"
     reasons = [Reason(name, f"must be a rank-4 tensor {order} (got {_describe(x)})")
                for name, x in (("q", q), ("k", k), ("v", v)) if len(x.shape) != 4]
@@ -147,6 +218,9 @@ def _tensor_reasons(q, k, v, bias, slopes, options: AttentionOptions) -> tuple:
                                    and tuple(slopes.shape) in ((hq,), (b, hq), (1, hq))):
         reasons.append(Reason("alibi_slopes", f"got {_describe(slopes)}",
                               f"pass float32 [H] or [B, H] = [{hq}] or [{b}, {hq}] on {q.device}"))
+    if sinks is not None and not (sinks.dtype in DTYPES and sinks.device == q.device and tuple(sinks.shape) == (hq,)):
+        reasons.append(Reason("sinks", f"got {_describe(sinks)}",
+                              f"pass one logit per query head: [{hq}] (float32, or q's dtype) on {q.device}"))
     if slopes is not None and bias is not None:
         reasons.append(Reason("alibi_slopes", "given with a bias tensor", "give one of them"))
     if reasons:
@@ -158,16 +232,17 @@ def _describe(x) -> str:
     return f"{x.dtype} {tuple(x.shape)} on {x.device}"
 
 
-def check_saved(call: Call, q, out, grad_out, lse) -> None:
+def check_saved(call: Call, q, out, grad_out, lse, dlse=None) -> None:
     """What the backward op takes besides the Call's own tensors must be the forward's: out and dO of q's
-    shape with v's head dim, in q's dtype, lse [B, Hq, Sq] f32, all on q's device (the op's backward is
-    bound to these shapes; a call of the public op may pass anything)."""
+    shape with v's head dim, in q's dtype, lse (and dlse, when given) [B, Hq, Sq] f32, all on q's device
+    (the op's backward is bound to these shapes; a call of the public op may pass anything)."""
     case = call.case
+    rows = ((case.batch, case.heads_q, case.seqlen_q), torch.float32)
     expected = {"out": (tuple(q.shape[:-1]) + (case.hdim_v,), q.dtype), "grad_out": (tuple(q.shape[:-1]) +
-                (case.hdim_v,), q.dtype), "lse": ((case.batch, case.heads_q, case.seqlen_q), torch.float32)}
+                (case.hdim_v,), q.dtype), "lse": rows, "dlse": rows}
     reasons = [Reason(name, f"is {x.dtype} {tuple(x.shape)} on {x.device}",
                       f"pass the forward's: {dtype} {shape} on {q.device}")
-               for (name, (shape, dtype)), x in zip(expected.items(), (out, grad_out, lse))
-               if tuple(x.shape) != shape or x.dtype != dtype or x.device != q.device]
+               for (name, (shape, dtype)), x in zip(expected.items(), (out, grad_out, lse, dlse))
+               if x is not None and (tuple(x.shape) != shape or x.dtype != dtype or x.device != q.device)]
     if reasons:
         raise SpecError(reasons)

@@ -20,21 +20,22 @@ from .call import Call, check_saved, checked_call
 from .options import logical, parse
 
 
-def forward(call: Call, q, k, v, bias, slopes) -> tuple:
-    """(out in the caller's layout, contiguous; lse [B, Hq, Sq] f32 in our convention)."""
-    out, lse = call.run_forward(q, k, v, bias, slopes)
+def forward(call: Call, q, k, v, bias, slopes, sinks=None) -> tuple:
+    """(out in the caller's layout, contiguous; lse [B, Hq, Sq] f32 in our convention, the sinks in it)."""
+    out, lse = call.run_forward(q, k, v, bias, slopes, sinks)
     return out.contiguous(), lse
 
 
 @torch.library.custom_op("fmha_mlir::attention_forward", mutates_args=())
 def attention_forward(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], alibi_slopes: Optional[Tensor],
-                      options: str) -> tuple[Tensor, Tensor]:
-    """(out in the caller's layout, lse [B, Hq, Sq] f32 in our convention)."""
-    return forward(checked_call(options, q, k, v, bias, alibi_slopes), q, k, v, bias, alibi_slopes)
+                      sinks: Optional[Tensor], options: str) -> tuple[Tensor, Tensor]:
+    """(out in the caller's layout, lse [B, Hq, Sq] f32 in our convention); the lse has a gradient when
+    the options say return_lse."""
+    return forward(checked_call(options, q, k, v, bias, alibi_slopes, sinks), q, k, v, bias, alibi_slopes, sinks)
 
 
 @attention_forward.register_fake
-def _attention_forward_fake(q, k, v, bias, alibi_slopes, options):
+def _attention_forward_fake(q, k, v, bias, alibi_slopes, sinks, options):
     try:
         layout = parse(options).layout
     except SpecError:   # refused when it runs
@@ -45,42 +46,57 @@ def _attention_forward_fake(q, k, v, bias, alibi_slopes, options):
 
 @torch.library.custom_op("fmha_mlir::attention_backward", mutates_args=())
 def attention_backward(grad_out: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor,
-                       bias: Optional[Tensor], alibi_slopes: Optional[Tensor], options: str) -> list[Tensor]:
-    """[dq, dk, dv] in the caller's layout, plus dbias or d(slopes) in their shape when options.dbias."""
-    call = checked_call(options, q, k, v, bias, alibi_slopes)
-    check_saved(call, q, out, grad_out, lse)
-    return run_backward(call, grad_out, q, k, v, out, lse, bias, alibi_slopes)
+                       bias: Optional[Tensor], alibi_slopes: Optional[Tensor], sinks: Optional[Tensor],
+                       dlse: Optional[Tensor], options: str) -> list[Tensor]:
+    """[dq, dk, dv] in the caller's layout, plus dbias or d(slopes) in their shape when options.dbias, plus
+    dsinks with sinks; dlse: the lse's gradient, or None."""
+    call = checked_call(options, q, k, v, bias, alibi_slopes, sinks)
+    check_saved(call, q, out, grad_out, lse, dlse)
+    return run_backward(call, grad_out, q, k, v, out, lse, bias, alibi_slopes, sinks, dlse)
 
 
 @attention_backward.register_fake
-def _attention_backward_fake(grad_out, q, k, v, out, lse, bias, alibi_slopes, options):
+def _attention_backward_fake(grad_out, q, k, v, out, lse, bias, alibi_slopes, sinks, dlse, options):
     grads = [torch.empty_like(x, memory_format=torch.contiguous_format) for x in (q, k, v)]
     given = bias if bias is not None else alibi_slopes
     try:
         dbias = parse(options).dbias and given is not None
     except SpecError:   # refused when it runs
         dbias = False
-    return grads + ([torch.empty_like(given, memory_format=torch.contiguous_format)] if dbias else [])
+    extra = ([given] if dbias else []) + ([sinks] if sinks is not None else [])
+    return grads + [torch.empty_like(x, memory_format=torch.contiguous_format) for x in extra]
 
 
-_TENSOR_INPUTS = 5   # q, k, v, bias, alibi_slopes; the options string follows
+_TENSOR_INPUTS = 6   # q, k, v, bias, alibi_slopes, sinks; the options string follows
 
 
 def _setup_context(ctx, inputs, output):
     ctx.options = inputs[_TENSOR_INPUTS]
     ctx.save_for_backward(*inputs[:_TENSOR_INPUTS], *output)
-    ctx.mark_non_differentiable(output[1])
+    if not _returns_lse(ctx.options):   # no lse gradient, and no dlse in the backward
+        ctx.mark_non_differentiable(output[1])
+
+
+def _returns_lse(options: str) -> bool:
+    try:
+        return parse(options).return_lse
+    except SpecError:   # (while torch.compile traces) refused when the op runs
+        return False
 
 
 def _backward(ctx, grad_out, grad_lse):
-    q, k, v, bias, slopes, out, lse = ctx.saved_tensors
-    grads = attention_backward(grad_out, q, k, v, out, lse, bias, slopes, ctx.options)
-    return (*grads[:3], *bias_gradients(grads[3:], bias, slopes), None)
+    q, k, v, bias, slopes, sinks, out, lse = ctx.saved_tensors
+    dlse = grad_lse if _returns_lse(ctx.options) else None
+    grads = attention_backward(grad_out, q, k, v, out, lse, bias, slopes, sinks, dlse, ctx.options)
+    return (*split_gradients(grads, bias, slopes, sinks), None)
 
 
-def bias_gradients(extra: list, bias, slopes) -> tuple:
-    """(dbias, d(slopes)) from the backward's gradients past dq, dk, dv (at most one)."""
-    return (extra[0] if extra and bias is not None else None, extra[0] if extra and slopes is not None else None)
+def split_gradients(grads: list, bias, slopes, sinks) -> tuple:
+    """(dq, dk, dv, dbias, d(slopes), dsinks) from the backward's gradients (None for those it has not)."""
+    dsinks = grads[-1] if sinks is not None else None
+    extra = grads[3:len(grads) - (sinks is not None)]
+    return (*grads[:3], extra[0] if extra and bias is not None else None,
+            extra[0] if extra and slopes is not None else None, dsinks)
 
 
 attention_forward.register_autograd(_backward, setup_context=_setup_context)

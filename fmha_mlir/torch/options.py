@@ -20,7 +20,8 @@ from ..spec import Mask
 
 LAYOUTS = ("bhsd", "bshd")
 # The string's fields, in order.
-FIELDS = ("mask", "scale", "softcap", "bias", "dbias", "layout", "deterministic", "bundle_dir", "forward", "debug")
+FIELDS = ("mask", "scale", "softcap", "bias", "dbias", "layout", "deterministic", "bundle_dir", "forward", "debug",
+          "return_lse")
 _LITERALS = (str, int, float, bool, type(None))
 
 
@@ -30,7 +31,8 @@ class AttentionOptions:
     dim)); softcap: 0 or C of C tanh(s / C); bias: None or 'alibi' (a bias or slopes tensor travels as a
     tensor argument); dbias: the bias's or slopes' gradient is wanted; layout: the caller's storage order
     of q, k, v and out; forward: a name of forwards.FORWARDS or 'auto'; debug: our backward NaN-fills
-    every buffer its kernels write first (AttentionBackward.debug; slow)."""
+    every buffer its kernels write first (AttentionBackward.debug; slow); return_lse: the lse is an output
+    with a gradient (the backward then takes dlse)."""
 
     mask: Mask = field(default_factory=Mask)
     scale: float | None = None
@@ -42,17 +44,20 @@ class AttentionOptions:
     bundle_dir: str | None = None
     forward: str = "auto"
     debug: bool = False
+    return_lse: bool = False
 
     def text(self) -> str:
         """The options as the ops take them (parse(text()) == self)."""
         return repr(tuple([str(v) if isinstance(v, Mask) else v for v in (getattr(self, n) for n in FIELDS)]))
 
 
-def describe(mask, scale, softcap, bias, dbias, layout, deterministic, bundle_dir, forward, debug) -> str:
+def describe(mask, scale, softcap, bias, dbias, layout, deterministic, bundle_dir, forward, debug,
+             return_lse=False) -> str:
     """attention()'s keyword arguments as the ops' string, judged by nobody yet: a value that is no Python
     literal is written as '<its type>', which parse then refuses by name. (bias: anything but a tensor.)"""
     values = (str(mask) if isinstance(mask, Mask) else mask, scale, softcap, bias, dbias, layout, deterministic,
-              bundle_dir if bundle_dir is None or isinstance(bundle_dir, str) else _path(bundle_dir), forward, debug)
+              bundle_dir if bundle_dir is None or isinstance(bundle_dir, str) else _path(bundle_dir), forward, debug,
+              return_lse)
     # float(): a float subclass (NumPy's float64) has a repr literal_eval cannot read
     return repr(tuple([float(v) if isinstance(v, float) else v if isinstance(v, _LITERALS) else
                        f"<{type(v).__name__}>" for v in values]))
@@ -104,7 +109,7 @@ def _reasons(given: dict) -> list[Reason]:
     if given["bias"] not in (None, "alibi"):
         out.append(Reason("bias", f"unknown bias {given['bias']!r}",
                           "pass a tensor ([Sq, Sk], [H, Sq, Sk] or [B, H, Sq, Sk]) or 'alibi'"))
-    for name in ("dbias", "deterministic", "debug"):
+    for name in ("dbias", "deterministic", "debug", "return_lse"):
         if not isinstance(given[name], bool):
             out.append(Reason(name, f"must be True or False (got {given[name]!r})"))
     if given["bundle_dir"] is not None and not isinstance(given["bundle_dir"], str):

@@ -277,7 +277,7 @@ def test_the_ops_cuda_backward_runs_its_own_bound_call_on_this_calls_tensors(bui
             tensors = _fused_qkv(seed) if storage == "qkv" else _tensors(seed, bshd=layout == "bshd")
             q, k, v, o, do, lse = (t.transpose(1, 2) if layout == "bshd" and t.dim() == 4 else t for t in tensors)
             with cuda_stand_in.every_tensor_on_cuda():   # the op's views of stand-ins are plain tensors
-                grads = ops.attention_backward(do, q, k, v, o, lse, None, None, text)
+                grads = ops.attention_backward(do, q, k, v, o, lse, None, None, None, None, text)
                 # bound once, then reused (the fused views: the bhsd Call's second strides)
                 assert len(checked_call(text, q, k, v, None, None).bound) == (2 if storage == "qkv" else 1)
             assert all(g.is_contiguous() for g in grads) and q.is_contiguous() == (storage != "qkv")

@@ -25,8 +25,8 @@ from fmha_mlir.tolerance import check_gradients  # noqa: E402
 from fmha_mlir.torch import attention  # noqa: E402
 from fmha_mlir.torch import ops  # noqa: E402
 from fmha_mlir.torch.backward import backward_runner  # noqa: E402
-from fmha_mlir.torch.call import checked_call  # noqa: E402
-from fmha_mlir.torch.forwards import FORWARDS, run_forward  # noqa: E402
+from fmha_mlir.torch.call import checked_call, with_sinks  # noqa: E402
+from fmha_mlir.torch.forwards import FORWARDS, math_forward, run_forward  # noqa: E402
 from fmha_mlir.torch.options import AttentionOptions, describe, parse  # noqa: E402
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -47,16 +47,16 @@ def _values(t):
 def _text(bias=None, alibi_slopes=None, **kw) -> str:
     """attention()'s options string for its keyword arguments (bias, alibi_slopes: tensors or not)."""
     o = dict(dict(mask="none", scale=None, softcap=0.0, layout="bhsd", deterministic=False, bundle_dir=None,
-                  forward="auto", debug=False), **kw)
+                  forward="auto", debug=False, return_lse=False), **kw)
     dbias = any(isinstance(t, torch.Tensor) and t.requires_grad for t in (bias, alibi_slopes))
     return describe(o["mask"], o["scale"], o["softcap"], None if isinstance(bias, torch.Tensor) else bias, dbias,
-                    o["layout"], o["deterministic"], o["bundle_dir"], o["forward"], o["debug"])
+                    o["layout"], o["deterministic"], o["bundle_dir"], o["forward"], o["debug"], o["return_lse"])
 
 
-def _call(q, k, v, bias=None, alibi_slopes=None, **kw):
-    """The checked Call attention(q, k, v, bias=bias, alibi_slopes=alibi_slopes, **kw) makes."""
+def _call(q, k, v, bias=None, alibi_slopes=None, sinks=None, **kw):
+    """The checked Call attention(q, k, v, bias=bias, alibi_slopes=alibi_slopes, sinks=sinks, **kw) makes."""
     tensor = bias if isinstance(bias, torch.Tensor) else None
-    return checked_call(_text(bias, alibi_slopes, **kw), q, k, v, tensor, alibi_slopes)
+    return checked_call(_text(bias, alibi_slopes, **kw), q, k, v, tensor, alibi_slopes, sinks)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -135,16 +135,18 @@ def test_auto_picks_by_device_and_options():
 # ---------------------------------------------------------------------------------------------------
 # our backward under the gate (CPU tensors through the interpreter)
 
-def _gate(q, k, v, bias, slopes, call, grads, do, runner=None, saved=None):
+def _gate(q, k, v, bias, slopes, call, grads, do, runner=None, saved=None, sinks=None, dlse=None):
     """The gate for the op's gradients, with the oracle fed the out and lse the backward saw: `saved`,
     or the op's forward run again (deterministic on the CPU; on CUDA a forward may not repeat bitwise, e.g.
     flex once recompiled, and d(slopes) sums enough terms to notice). `runner`: the AttentionBackward that
-    ran them (its bundle's numerics model the rounding)."""
+    ran them (its bundle's numerics model the rounding). sinks, dlse: the call's sinks and the lse's
+    gradient, when it has them (grads then end with dsinks when the sinks require grad)."""
     with torch.no_grad():
-        out, lse = saved or ops.forward(call, q, k, v, bias, slopes)
-    layout, spec = call.options.layout, call.spec
+        out, lse = saved or ops.forward(call, q, k, v, bias, slopes, sinks)
+    layout, spec = call.options.layout, call.backward_spec(dlse is not None)
     names = ("dq", "dk", "dv") + (("dbias",) if bias is not None and bias.requires_grad else ()) + (
-        ("dalibi_slopes",) if slopes is not None and slopes.requires_grad else ())
+        ("dalibi_slopes",) if slopes is not None and slopes.requires_grad else ()) + (
+        ("dsinks",) if sinks is not None and sinks.requires_grad else ())
     views = [x.detach().transpose(1, 2) if layout == "bshd" else x.detach() for x in (q, k, v, out, do)]
     grads = [g.transpose(1, 2) if layout == "bshd" and i < 3 else g for i, g in enumerate(grads)]
     extra = dict(mask=spec.mask, scale=spec.scale, gqa_ratio=views[0].shape[1] // views[1].shape[1],
@@ -156,9 +158,13 @@ def _gate(q, k, v, bias, slopes, call, grads, do, runner=None, saved=None):
                                           views[0].shape[2], views[1].shape[2])
     if slopes is not None:
         extra["alibi_slopes"] = _values(slopes)
+    if sinks is not None:
+        extra["sinks"] = _values(sinks)
+    if dlse is not None:
+        extra["dlse"] = _values(dlse)
     inputs = [_values(x) for x in views[:3]] + [_values(views[3]), _values(views[4]), _values(lse)]
     runner = runner or backward_runner("cpu", None, None)
-    assert spec.dbias == (len(names) > 3)
+    assert spec.dbias == (len(set(names) - {"dq", "dk", "dv", "dsinks"}) > 0)
     dtype = torch_dtype_names()[q.dtype]
     checks = check_gradients({n: _values(g) for n, g in zip(names, grads)}, oracle.backward(*inputs, **extra),
                              oracle.lowp_backward(*inputs, dtype=dtype, numerics=runner.bundle(spec).numerics, **extra),
@@ -196,6 +202,165 @@ def test_eager_gradients_pass_the_gate(name):
     assert all(g is not None for g in grads)
     tensor_bias = bias if isinstance(bias, torch.Tensor) else None
     _gate(q, k, v, tensor_bias, slopes, _call(q, k, v, bias=bias, alibi_slopes=slopes, **opts), grads, do)
+
+
+# ---------------------------------------------------------------------------------------------------
+# attention sinks and the lse's gradient
+
+SINK_CASES = {   # name: (dtype, Sq, Sk, heads_kv, kwargs, sinks require grad, return_lse)
+    "bf16-sinks-bottom-right-empty-rows": (torch.bfloat16, 20, 12, 2, dict(mask="bottom_right"), True, False),
+    "f32-sinks-window-gqa-lse": (torch.float32, 13, 19, 1, dict(mask="window:4,2"), True, True),
+    "f16-lse-only": (torch.float16, 11, 17, 2, {}, None, True),
+    "bf16-fixed-sinks-lse-bshd": (torch.bfloat16, 9, 14, 2, dict(layout="bshd"), False, True),
+}
+
+
+def _sink_case(name, seed=7):
+    """(q, k, v requiring grad, sinks or None, attention() kwargs) of a SINK_CASES case."""
+    dtype, sq, sk, hkv, kw, grad_sinks, return_lse = SINK_CASES[name]
+    shape = (lambda h, n: (1, n, h, 32)) if kw.get("layout") == "bshd" else (lambda h, n: (1, h, n, 32))
+    q, k, v = (x.requires_grad_() for x in _tensors(shape(2, sq), shape(hkv, sk), dtype, seed=seed))
+    sinks = None if grad_sinks is None else torch.tensor([0.7, -1.3]).requires_grad_(grad_sinks)
+    return q, k, v, sinks, dict(kw, return_lse=return_lse)
+
+
+@pytest.mark.parametrize("name", list(SINK_CASES))
+def test_sinks_and_the_lse_gradient_pass_the_gate(name):
+    q, k, v, sinks, kw = _sink_case(name)
+    result = attention(q, k, v, sinks=sinks, **kw)
+    out, lse = result if kw["return_lse"] else (result, None)
+    g = torch.Generator().manual_seed(1)
+    do = (0.5 * torch.randn(out.shape, generator=g)).to(out.dtype)
+    dlse = None if lse is None else torch.randn(lse.shape, generator=g)
+    torch.autograd.backward([out] + ([lse] if lse is not None else []), [do] + ([dlse] if dlse is not None else []))
+    grads = [q.grad, k.grad, v.grad] + ([sinks.grad] if sinks is not None and sinks.requires_grad else [])
+    assert all(x is not None for x in grads) and (sinks is None or sinks.requires_grad or sinks.grad is None)
+    _gate(q, k, v, None, None, _call(q, k, v, sinks=sinks, **kw), grads, do, sinks=sinks, dlse=dlse)
+
+
+def test_the_forward_with_sinks_is_the_oracles():
+    q, k, v = _tensors((2, 2, 13, 32), (2, 2, 7, 32), torch.float32, seed=4)
+    sinks = torch.tensor([0.5, -2.0])
+    out, lse = attention(q, k, v, sinks=sinks, mask="bottom_right", return_lse=True)   # rows 0-5 see no key
+    ref = oracle.forward(_values(q), _values(k), _values(v), mask=_call(q, k, v, mask="bottom_right").spec.mask,
+                         scale=32 ** -0.5, gqa_ratio=1, sinks=_values(sinks))
+    # f32 forwards against the float64 oracle (as test_cpu_forwards_lse_is_ours): a sink left out or added
+    # twice moves lse by O(0.1)
+    torch.testing.assert_close(lse.double(), torch.from_numpy(ref.lse), atol=1e-5, rtol=0)
+    torch.testing.assert_close(out.double(), torch.from_numpy(ref.o), atol=1e-5, rtol=0)
+    assert torch.equal(lse[:, :, :6], sinks[None, :, None].expand(2, 2, 6)) and not out[:, :, :6].any()
+
+
+def test_an_unused_lse_builds_no_lse_gradient(monkeypatch):
+    seen = []
+    run = AttentionBackward.run
+    monkeypatch.setattr(AttentionBackward, "run", lambda self, spec, *a, **kw: (
+        seen.append((spec.lse_grad, kw["dlse"] is not None)), run(self, spec, *a, **kw))[1])
+    q, k, v, sinks, kw = _sink_case("f16-lse-only")
+    attention(q, k, v, **kw)[0].sum().backward()
+    attention(q, k, v, **kw)[1].sum().backward()   # only the lse: dO is zeros
+    assert seen == [(False, False), (True, True)] and torch.isfinite(q.grad).all()
+
+
+def test_sinks_and_the_lse_gradient_match_central_differences():
+    q, k, v = _tensors((1, 2, 10, 32), (1, 1, 15, 32), torch.float32, seed=12)
+    sinks = torch.tensor([0.3, -0.8])
+    kw = dict(mask="window:5,1")
+    xs = [x.clone().requires_grad_() for x in (q, k, v, sinks)]
+    out, lse = attention(*xs[:3], sinks=xs[3], return_lse=True, **kw)
+    g = torch.Generator().manual_seed(2)
+    d_out, d_lse = torch.randn(out.shape, generator=g), torch.randn(lse.shape, generator=g)
+    torch.autograd.backward([out, lse], [d_out, d_lse])
+    dirs = [torch.randn(x.shape, generator=g, dtype=torch.float64) for x in xs]
+    analytic = sum(float((x.grad.double() * d).sum()) for x, d in zip(xs, dirs))
+    case = _call(q, k, v, **kw).case   # the math forward on float64 tensors (its float64 lse), then the sinks
+
+    def loss(t):
+        moved = [x.detach().double() + t * d for x, d in zip(xs, dirs)]
+        o, l = with_sinks(*math_forward(*moved[:3], None, None, case), moved[3])
+        return float((o * d_out.double()).sum() + (l * d_lse.double()).sum())
+
+    eps = 1e-4
+    numeric = (loss(eps) - loss(-eps)) / (2 * eps)
+    # The bound of test_one_backward_call_matches_central_differences_of_the_float64_forward: 1e-6 of
+    # sum |grad_i dir_i| (f32 gradients, a float64 central difference).
+    scale = sum(float((x.grad.double() * d).abs().sum()) for x, d in zip(xs, dirs))
+    assert abs(analytic - numeric) <= 1e-6 * scale, (analytic, numeric, scale)
+
+
+RING_SHAPES = {"cpu": ((1, 2, 12, 32), (1, 2, 22, 32)), "cuda": ((2, 4, 128, 64), (2, 4, 256, 64))}
+
+
+def _ring_merge_matches_one_call(device, with_sinks, bundle_dir=None):
+    """Ring / context-parallel attention: each chunk of keys gives (out_c, lse_c); the merge weighs them by
+    exp(lse_c - lse), lse = logaddexp over the chunks. Its gradients reach q, k, v (and the sinks) through
+    both the outs and the lse's, and must be the single call's: against the oracle under the gate (f32:
+    the merge rounds in f32, below the gate's model of the kernels' own rounding)."""
+    shape_q, shape_kv = RING_SHAPES[device]
+    q, k, v = (x.to(device).requires_grad_() for x in _tensors(shape_q, shape_kv, torch.float32, seed=9))
+    heads, half = shape_q[1], shape_kv[2] // 2
+    sinks = torch.linspace(-0.6, 0.4, heads, device=device).requires_grad_() if with_sinks else None
+    halves = [attention(q, k[:, :, part], v[:, :, part], sinks=sinks if part.start == 0 else None, return_lse=True,
+                        bundle_dir=bundle_dir)
+              for part in (slice(0, half), slice(half, 2 * half))]
+    lse = torch.logaddexp(halves[0][1], halves[1][1])
+    out = sum(torch.exp(part_lse - lse)[..., None] * part_out for part_out, part_lse in halves)
+    do = 0.5 * torch.randn(out.shape, generator=torch.Generator().manual_seed(1)).to(device)
+    out.backward(do)
+    grads = [q.grad, k.grad, v.grad] + ([sinks.grad] if sinks is not None else [])
+    runner = backward_runner(device, 0 if device == "cuda" else None, bundle_dir if device == "cuda" else None)
+    _gate(q, k, v, None, None, _call(q, k, v, sinks=sinks), grads, do, runner, (out.detach(), lse.detach()),
+          sinks=sinks)
+
+
+@pytest.mark.parametrize("with_sinks", [False, True], ids=["plain", "sinks"])
+def test_a_ring_merge_over_key_halves_has_the_gradients_of_one_call(with_sinks):
+    _ring_merge_matches_one_call("cpu", with_sinks)
+
+
+@cuda
+@pytest.mark.parametrize("with_sinks", [False, True], ids=["plain", "sinks"])
+def test_cuda_ring_merge_over_key_halves_has_the_gradients_of_one_call(with_sinks, prebuilt_bundles):
+    _ring_merge_matches_one_call("cuda", with_sinks, prebuilt_bundles)
+
+
+def ring_bundle_builds():
+    """(where, what) of the bundles the CUDA ring merge loads: each half with dlse, the first with sinks;
+    and the single call's, whose numerics the gate models."""
+    shape_q, shape_kv = RING_SHAPES["cuda"]
+    q, k = torch.empty(shape_q, device="meta"), torch.empty(shape_kv, device="meta")
+    half = torch.empty(shape_kv[:2] + (shape_kv[2] // 2, shape_kv[3]), device="meta")
+    for sinks in (None, torch.empty(shape_q[1], device="meta")):
+        yield f"ring half, sinks {sinks is not None}", (q, half, half), dict(sinks=sinks, lse_grad=True)
+        yield f"ring's single call, sinks {sinks is not None}", (q, k, k), dict(sinks=sinks)
+
+
+# ---------------------------------------------------------------------------------------------------
+# head dims no body computes: the op pads them
+
+PADDED_CASES = {   # name: (dtype, head dim of q and k, of v, padded to, kwargs)
+    "f16-d16": (torch.float16, 16, 16, (32, 32), {}),
+    "bf16-d40-causal": (torch.bfloat16, 40, 40, (64, 64), dict(mask="bottom_right")),
+    "f16-d59-causal-bshd": (torch.float16, 59, 59, (64, 64), dict(mask="top_left", layout="bshd")),
+    "bf16-d80": (torch.bfloat16, 80, 80, (96, 96), {}),
+    "bf16-d40-v24-causal": (torch.bfloat16, 40, 24, (64, 32), dict(mask="bottom_right")),
+    "f32-d40": (torch.float32, 40, 40, (64, 64), {}),
+}
+
+
+@pytest.mark.parametrize("name", list(PADDED_CASES))
+def test_padded_head_dims_pass_the_gate(name):
+    dtype, d, dv, padded, kw = PADDED_CASES[name]
+    shape = (lambda h, n, e: (1, n, h, e)) if kw.get("layout") == "bshd" else (lambda h, n, e: (1, h, n, e))
+    q, k, v = (x.requires_grad_() for x in _tensors(shape(2, 11, d), shape(2, 14, d), dtype, seed=3, dv=dv))
+    call = _call(q, k, v, **kw)
+    assert (call.spec.hdim_q, call.spec.hdim_v) == padded and call.spec.scale == 1 / d ** 0.5
+    out = attention(q, k, v, **kw)
+    assert out.shape == q.shape[:-1] + (dv,)
+    do = (0.5 * torch.randn(out.shape, generator=torch.Generator().manual_seed(1))).to(dtype)
+    out.backward(do)
+    assert [x.grad.shape for x in (q, k, v)] == [x.shape for x in (q, k, v)]
+    _gate(q, k, v, None, None, call, [q.grad, k.grad, v.grad], do)
 
 
 def test_bshd_equals_bhsd_with_the_callers_strides_and_no_copies(monkeypatch):
@@ -378,14 +543,41 @@ def test_opcheck_of_both_ops(layout):
         q, k, v = (x.transpose(1, 2).contiguous() for x in (q, k, v))
     q, k, v, bias = (x.requires_grad_() for x in (q, k, v, 0.3 * torch.randn(9, 12)))
     text = _text(bias, mask="bottom_right", layout=layout)
-    torch.library.opcheck(ops.attention_forward, (q, k, v, bias, None, text))
-    out, lse = ops.attention_forward(q, k, v, bias, None, text)
+    torch.library.opcheck(ops.attention_forward, (q, k, v, bias, None, None, text))
+    out, lse = ops.attention_forward(q, k, v, bias, None, None, text)
     grad = torch.randn_like(out)
     # The backward has no autograd formula of its own (no double backward): its schema and fake only.
-    torch.library.opcheck(ops.attention_backward, (grad, q, k, v, out, lse, bias, None, text),
+    torch.library.opcheck(ops.attention_backward, (grad, q, k, v, out, lse, bias, None, None, None, text),
                           test_utils=("test_schema", "test_faketensor"))
-    assert [g.shape for g in ops.attention_backward(grad, q, k, v, out, lse, bias, None, text)] == [
+    assert [g.shape for g in ops.attention_backward(grad, q, k, v, out, lse, bias, None, None, None, text)] == [
         q.shape, k.shape, v.shape, bias.shape]
+
+
+def test_opcheck_with_sinks_and_the_lse_gradient():
+    q, k, v, sinks, kw = _sink_case("f32-sinks-window-gqa-lse")
+    text = _text(**kw)
+    torch.library.opcheck(ops.attention_forward, (q, k, v, None, None, sinks, text))
+    out, lse = ops.attention_forward(q, k, v, None, None, sinks, text)
+    grad, dlse = torch.randn_like(out), torch.randn_like(lse)
+    torch.library.opcheck(ops.attention_backward, (grad, q, k, v, out, lse, None, None, sinks, dlse, text),
+                          test_utils=("test_schema", "test_faketensor"))
+    grads = ops.attention_backward(grad, q, k, v, out, lse, None, None, sinks, dlse, text)
+    assert [g.shape for g in grads] == [q.shape, k.shape, v.shape, sinks.shape]
+
+
+def test_torch_compile_fullgraph_with_sinks_and_the_lse_matches_eager(prebuilt_bundles):
+    q, k, v, sinks, kw = _sink_case("f32-sinks-window-gqa-lse")
+
+    def step(*xs):
+        out, lse = attention(*xs[:3], sinks=xs[3], bundle_dir=prebuilt_bundles, **kw)
+        return out.square().sum() + lse.sum()
+
+    xs = (q, k, v, sinks)
+    eager = torch.autograd.grad(step(*xs), xs)
+    torch._dynamo.reset()
+    compiled = torch.autograd.grad(torch.compile(step, backend="aot_eager", fullgraph=True)(*xs), xs)
+    for got, want in zip(compiled, eager):
+        torch.testing.assert_close(got, want, rtol=0, atol=0)   # the same forward and kernels
 
 
 def test_one_backward_call_matches_central_differences_of_the_float64_forward():
@@ -458,6 +650,9 @@ def prebuilt_bundle_builds():
     for dtype in (torch.bfloat16, torch.float32):   # the CUDA (inductor) and CPU (aot_eager) compile tests
         meta = torch.empty((b, s, 2, w // 2), dtype=dtype, device="meta")
         yield f"_Block {dtype}", (meta, meta, meta), dict(mask="top_left", layout="bshd")
+    q, k, v, sinks, kw = _sink_case("f32-sinks-window-gqa-lse")   # the CPU compile test with sinks and dlse
+    yield "sinks and dlse", tuple(x.to("meta") for x in (q, k, v)), dict(
+        mask=kw["mask"], sinks=sinks.to("meta"), lse_grad=True)
 
 
 @pytest.fixture
@@ -477,7 +672,7 @@ def _cuda_backward(name, bundle_dir):
         x.requires_grad_()
     tensor_bias = bias if isinstance(bias, torch.Tensor) else None
     text = _text(bias, slopes, bundle_dir=bundle_dir, **opts)
-    out, lse = ops.attention_forward(q, k, v, tensor_bias, slopes, text)   # as attention() does under compile
+    out, lse = ops.attention_forward(q, k, v, tensor_bias, slopes, None, text)   # as attention() does under compile
     do = 0.5 * torch.randn(out.shape, generator=torch.Generator().manual_seed(1)).to("cuda", out.dtype)
     out.backward(do)
     call = checked_call(text, q, k, v, tensor_bias, slopes)
@@ -491,6 +686,72 @@ def test_cuda_gradients_pass_the_gate(name, prebuilt_bundles):
     grads = [q.grad, k.grad, v.grad] + [t.grad for t in (bias, slopes) if t is not None]
     assert all(g is not None and g.is_cuda for g in grads)
     _gate(q, k, v, bias, slopes, options, grads, do, backward_runner("cuda", 0, prebuilt_bundles), saved)
+
+
+# sinks, the lse's gradient and padded head dims on CUDA
+ROW_CUDA_CASES = {   # name: (dtype, batch, heads_q, heads_kv, Sq, Sk, head dims (q, v), kwargs, sinks, dlse)
+    # sinks: "grad" (they require grad), "fixed" or None; dlse: a gradient flows into the returned lse
+    "bf16-sinks-dlse-bottom-right-gqa": (torch.bfloat16, 2, 8, 2, 256, 256, (64, 64), dict(mask="bottom_right"),
+                                         "grad", True),
+    "f16-sinks-window-bshd": (torch.float16, 1, 4, 4, 200, 328, (128, 128), dict(mask="window:64,0", layout="bshd"),
+                              "grad", False),
+    "bf16-dlse-fixed-sinks": (torch.bfloat16, 1, 4, 4, 192, 192, (64, 64), {}, "fixed", True),
+    # (forward math: 'auto' picks flex for f32 with GQA and a mask, which the H200's inductor fails to compile)
+    "f32-sinks-dlse": (torch.float32, 1, 2, 1, 77, 93, (64, 64), dict(mask="top_left", forward="math"), "grad", True),
+    "bf16-d40-bottom-right": (torch.bfloat16, 1, 4, 2, 160, 200, (40, 40), dict(mask="bottom_right"), None, False),
+    "f16-d80": (torch.float16, 1, 4, 4, 128, 200, (80, 80), {}, None, False),
+    "bf16-d59-top-left": (torch.bfloat16, 1, 2, 2, 100, 100, (59, 59), dict(mask="top_left"), None, False),
+    "f16-d16-bshd": (torch.float16, 2, 4, 4, 64, 64, (16, 16), dict(layout="bshd"), None, False),
+    "bf16-d192-v128-bottom-right": (torch.bfloat16, 1, 4, 4, 128, 128, (192, 128), dict(mask="bottom_right"),
+                                    None, False),
+}
+
+
+def _row_cuda_case(name, device):
+    """(q, k, v, sinks, attention() kwargs, dlse wanted) of a ROW_CUDA_CASES case (meta: shapes only)."""
+    dtype, b, hq, hkv, sq, sk, (d, dv), kw, sinks, dlse = ROW_CUDA_CASES[name]
+    order = (lambda *s: (s[0], s[2], s[1], s[3])) if kw.get("layout") == "bshd" else (lambda *s: s)
+    q, k, v = (x.to(device) for x in _tensors(order(b, hq, sq, d), order(b, hkv, sk, d), dtype, seed=len(name), dv=dv))
+    sink = None if sinks is None else torch.linspace(-1.0, 1.5, hq, device=device).requires_grad_(sinks == "grad")
+    return q, k, v, sink, kw, dlse
+
+
+def row_cuda_bundle_builds():
+    for name in ROW_CUDA_CASES:
+        q, k, v, sinks, kw, dlse = _row_cuda_case(name, "meta")
+        options = {n: value for n, value in kw.items() if n != "forward"}   # (the forward is no bundle's)
+        yield name, (q, k, v), dict(options, sinks=sinks, lse_grad=dlse)
+
+
+@cuda
+@pytest.mark.parametrize("name", list(ROW_CUDA_CASES))
+def test_cuda_sinks_lse_and_padded_head_dims_pass_the_gate(name, prebuilt_bundles):
+    q, k, v, sinks, kw, wants_dlse = _row_cuda_case(name, "cuda")
+    xs = [x.requires_grad_() for x in (q, k, v)]
+    out, lse = attention(*xs, sinks=sinks, return_lse=True, bundle_dir=prebuilt_bundles, **kw)
+    g = torch.Generator().manual_seed(1)
+    do = (0.5 * torch.randn(out.shape, generator=g)).to("cuda", out.dtype)
+    dlse = torch.randn(lse.shape, generator=g).to("cuda") if wants_dlse else None
+    torch.autograd.backward([out] + [lse] * wants_dlse, [do] + [dlse] * wants_dlse)
+    grads = [x.grad for x in xs] + ([sinks.grad] if sinks is not None and sinks.requires_grad else [])
+    assert all(t is not None and t.is_cuda for t in grads)
+    _gate(q, k, v, None, None, _call(q, k, v, sinks=sinks, return_lse=True, **kw), grads, do,
+          backward_runner("cuda", 0, prebuilt_bundles), (out.detach(), lse.detach()), sinks=sinks, dlse=dlse)
+
+
+@cuda
+def test_cuda_flash_attn_func_passes_the_gate(prebuilt_bundles):
+    from fmha_mlir.torch import flash_attn_func
+
+    q, k, v, _, _, opts = _cuda_case("f16-bottom-right-bshd", "cuda")
+    xs = [x.requires_grad_() for x in (q, k, v)]
+    out, lse, probs = flash_attn_func(*xs, causal=True, return_attn_probs=True,   # bottom-right, as the case
+                                      bundle_dir=prebuilt_bundles)
+    assert probs is None
+    do = 0.5 * torch.randn(out.shape, generator=torch.Generator().manual_seed(1)).to("cuda", out.dtype)
+    out.backward(do)
+    _gate(q, k, v, None, None, _call(q, k, v, return_lse=True, **opts), [x.grad for x in xs], do,
+          backward_runner("cuda", 0, prebuilt_bundles), (out.detach(), lse.detach()))
 
 
 @cuda
@@ -568,11 +829,26 @@ def test_cuda_debug_mode_poisons_what_the_kernels_write(prebuilt_bundles, monkey
 ])
 def test_bad_options_are_refused_before_the_forward_runs(kwargs, match, monkeypatch):
     q, k, v = (x.requires_grad_() for x in _tensors((1, 2, 8, 32), (1, 2, 8, 32), torch.float32))
+    _refused_before_the_forward(q, k, v, kwargs, match, monkeypatch)
+
+
+def _refused_before_the_forward(q, k, v, kwargs, match, monkeypatch):
     for name, forward in FORWARDS.items():   # (a Call is made for a call that passes its checks)
         monkeypatch.setitem(FORWARDS, name, dataclasses.replace(forward, run=lambda *a: pytest.fail("the forward ran")))
     for _ in range(2):   # the second time from a warm cache: refusals are never cached
         with pytest.raises(SpecError, match=match):
             attention(q, k, v, **kwargs)
+
+
+@pytest.mark.parametrize("dtype, hdim, device, kwargs, match", [
+    # f32 runs on the warp body, which sums dK and dV by atomics
+    (torch.float32, 32, "cpu", dict(deterministic=True), "deterministic: the warp body sums dK and dV"),
+    (torch.bfloat16, 288, "cpu", {}, "hdim_q: 288 is not supported by the tiled body"),
+    (torch.bfloat16, 32, "meta", {}, "device: our backward runs on CPU and CUDA tensors, not 'meta' ones"),
+])
+def test_what_no_body_computes_is_refused_before_the_forward_runs(dtype, hdim, device, kwargs, match, monkeypatch):
+    q, k, v = (x.requires_grad_() for x in _tensors((1, 2, 8, hdim), (1, 2, 8, hdim), dtype, device))
+    _refused_before_the_forward(q, k, v, kwargs, match, monkeypatch)
 
 
 def test_fullgraph_compile_refuses_bad_options_with_the_eager_error():
@@ -591,34 +867,36 @@ def test_fullgraph_compile_refuses_bad_options_with_the_eager_error():
     ("((", "options: cannot read the options string"),
     ("__import__('os')", "options: cannot read the options string"),
     ("('none', None)", "options: cannot read the options string"),
-    ("('none', None, 0.0, None, False, 'xyz', False, None, 'auto', False)", "layout: unknown layout 'xyz'"),
-    ("('none', None, 0.0, 'relative', False, 'bhsd', False, None, 'auto', False)", "bias: unknown bias 'relative'"),
-    ("('none', None, 0.0, None, 'yes', 'bhsd', False, None, 'auto', False)", "dbias: must be True or False"),
-    ("('none', None, 1e-40, None, False, 'bhsd', False, None, 'auto', False)", "softcap: must be 0"),
+    ("('none', None, 0.0, None, False, 'xyz', False, None, 'auto', False, False)", "layout: unknown layout 'xyz'"),
+    ("('none', None, 0.0, 'relative', False, 'bhsd', False, None, 'auto', False, False)",
+     "bias: unknown bias 'relative'"),
+    ("('none', None, 0.0, None, 'yes', 'bhsd', False, None, 'auto', False, False)", "dbias: must be True or False"),
+    ("('none', None, 1e-40, None, False, 'bhsd', False, None, 'auto', False, False)", "softcap: must be 0"),
 ])
 def test_the_ops_refuse_a_forged_options_string(text, match):
     q, k, v = _tensors((1, 2, 8, 32), (1, 2, 8, 32), torch.float32)
     with pytest.raises(SpecError, match=match):
-        ops.attention_forward(q, k, v, None, None, text)
+        ops.attention_forward(q, k, v, None, None, None, text)
     with pytest.raises(SpecError, match=match):
-        ops.attention_backward(q, q, k, v, q, q[..., 0], None, None, text)
+        ops.attention_backward(q, q, k, v, q, q[..., 0], None, None, None, None, text)
 
 
 def test_the_backward_op_refuses_out_dout_and_lse_that_are_not_the_forwards():
     q, k, v = _tensors((2, 2, 8, 32), (2, 2, 8, 32), torch.float32)
     text = _text()
-    out, lse = ops.attention_forward(q, k, v, None, None, text)
-    ops.attention_backward(out, q, k, v, out, lse, None, None, text)
-    for args, match in (((out, out, lse[:1]), r"lse: is torch.float32 \(1, 2, 8\)"),
-                        ((out, out, lse.half()), "lse: is torch.float16"),
-                        ((out[:, :, :4], out, lse), r"grad_out: is torch.float32 \(2, 2, 4, 32\)")):
-        grad_out, saved_out, saved_lse = args
+    out, lse = ops.attention_forward(q, k, v, None, None, None, text)
+    ops.attention_backward(out, q, k, v, out, lse, None, None, None, None, text)
+    for args, match in (((out, out, lse[:1], None), r"lse: is torch.float32 \(1, 2, 8\)"),
+                        ((out, out, lse.half(), None), "lse: is torch.float16"),
+                        ((out, out, lse, lse[..., :3]), r"dlse: is torch.float32 \(2, 2, 3\)"),
+                        ((out[:, :, :4], out, lse, None), r"grad_out: is torch.float32 \(2, 2, 4, 32\)")):
+        grad_out, saved_out, saved_lse, dlse = args
         with pytest.raises(SpecError, match=match):
-            ops.attention_backward(grad_out, q, k, v, saved_out, saved_lse, None, None, text)
+            ops.attention_backward(grad_out, q, k, v, saved_out, saved_lse, None, None, None, dlse, text)
 
 
 def test_checks_are_cached_per_kind_of_call_and_told_apart_by_type():
-    q, k, v = _tensors((1, 2, 8, 32), (1, 2, 8, 32), torch.float32)
+    q, k, v = _tensors((1, 2, 8, 32), (1, 2, 8, 32), torch.bfloat16)   # (f32's warp body has no deterministic mode)
     assert _call(q, k, v, deterministic=True) is _call(q, k, v.clone(), deterministic=True)
     assert _call(q, k, v, scale=0.5) is not _call(q[:, :, :4], k, v, scale=0.5)
     assert parse(_text()) is parse(_text())
@@ -648,6 +926,68 @@ def test_default_scale_is_the_specs_one_over_sqrt_hdim():
 
 
 # ---------------------------------------------------------------------------------------------------
+# transformers: attn_implementation="fmha_mlir" against torch's own (CPU, f32, tiny configs)
+
+TINY = dict(vocab_size=64, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=2,
+            num_key_value_heads=2, max_position_embeddings=64)
+
+
+def _model_grads(model, ids, mask):
+    """(logits on the positions the mask keeps, parameter gradients) of a fixed loss over those positions."""
+    model.zero_grad(set_to_none=True)
+    logits = model(input_ids=ids, attention_mask=mask).logits
+    keep = (torch.ones_like(ids) if mask is None else mask).bool()
+    weights = torch.randn(logits.shape, generator=torch.Generator().manual_seed(3))
+    (logits * weights)[keep].sum().backward()
+    return logits.detach()[keep], [p.grad for p in model.parameters()]
+
+
+def _matches_reference(config_class, model_class, reference, extra, prebuilt_bundles):
+    transformers = pytest.importorskip("transformers")
+    if not hasattr(transformers, model_class):
+        pytest.skip(f"this transformers has no {model_class}")
+    from fmha_mlir.torch.transformers_api import register
+
+    register(bundle_dir=prebuilt_bundles)
+    config = getattr(transformers, config_class)(**TINY, **extra)
+    torch.manual_seed(0)
+    models = {name: getattr(transformers, model_class)._from_config(config, attn_implementation=name)
+              for name in (reference, "fmha_mlir")}
+    models["fmha_mlir"].load_state_dict(models[reference].state_dict())
+    ids = torch.randint(0, 64, (2, 12), generator=torch.Generator().manual_seed(1))
+    right_padded = torch.ones_like(ids)
+    right_padded[1, 9:] = 0   # (right: every query row still sees a key)
+    for mask in (None, right_padded):
+        (want, want_grads), (got, got_grads) = (_model_grads(m, ids, mask) for m in models.values())
+        # f32 end to end: our backward's sums run in other orders than autograd's (~1e-6 relative per
+        # kernel); two layers and a loss over every logit keep it far below 1e-4, while a wrong mask, scale
+        # or sink moves the logits by O(0.1)
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+        for g, w in zip(got_grads, want_grads):
+            torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5)
+
+
+def test_transformers_llama_matches_sdpa(prebuilt_bundles):
+    _matches_reference("LlamaConfig", "LlamaForCausalLM", "sdpa", {}, prebuilt_bundles)
+
+
+def test_transformers_gpt_oss_with_sinks_and_sliding_window_matches_eager(prebuilt_bundles):
+    _matches_reference("GptOssConfig", "GptOssForCausalLM", "eager",
+                       dict(head_dim=32, sliding_window=4, layer_types=["sliding_attention", "full_attention"],
+                            num_local_experts=2, num_experts_per_tok=1), prebuilt_bundles)
+
+
+def transformers_bundle_builds():
+    """(where, what) of the bundles the transformers tests load: f32 head dim 32, causal without a mask
+    tensor, sdpa's boolean mask as a bias; gpt-oss's with sinks."""
+    q = torch.empty((2, 2, 12, 32), device="meta")
+    bias = torch.empty((2, 1, 12, 12), device="meta")
+    for sinks in (None, torch.empty(2, device="meta")):
+        yield f"transformers causal, sinks {sinks is not None}", (q, q, q), dict(mask="top_left", sinks=sinks)
+        yield f"transformers masked, sinks {sinks is not None}", (q, q, q), dict(bias=bias, sinks=sinks)
+
+
+# ---------------------------------------------------------------------------------------------------
 # empty inputs: legal, nothing computed
 
 @pytest.mark.parametrize("b, h, sq, sk", [(1, 2, 0, 5), (1, 2, 5, 0), (1, 2, 0, 0), (0, 2, 4, 4)])
@@ -666,5 +1006,6 @@ if __name__ == "__main__":
         sys.exit(f"usage: {sys.argv[0]} OUTPUT_DIR   (builds the bundles the CUDA tests load; needs MLIR)")
     from fmha_mlir.torch import prebuild
 
-    for name, tensors, kwargs in prebuilt_bundle_builds():
+    for name, tensors, kwargs in [*prebuilt_bundle_builds(), *row_cuda_bundle_builds(), *ring_bundle_builds(),
+                                  *transformers_bundle_builds()]:
         print(name, prebuild(sys.argv[1], *tensors, arch="sm_90", **kwargs))
