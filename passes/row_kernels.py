@@ -5,7 +5,7 @@ A row is shared by L lanes (fmha_mlir.bodies.row_lanes: 16 bytes per lane where 
 lane t owning head-dim elements [t * E, (t + 1) * E), E = hdim / L, computing in f32. Work-group
 (x, y, z) of ROW_KERNEL_WAVES waves takes consecutive rows of head y, batch z: hundreds of thousands of
 one-wave work-groups with 8-byte loads left the GPU scheduling blocks and waiting on latency instead
-of moving bytes (measured: tools/reports/bench_notes.md). The warp body's dq_dk_dv keeps one wave per
+of moving bytes (measured: reports/bench_notes.md). The warp body's dq_dk_dv keeps one wave per
 row and work-group.
 """
 from __future__ import annotations

@@ -42,7 +42,7 @@ def natural_units(spec: AttentionBwdSpec) -> bool:
     fast form 2^(dot scale log2 e - lse log2 e). The fast form rounds dot scale log2 e and lse log2 e
     apart, and s = core + bias would round at |s|: an ALiBi score of -300 then carries ~2e-5 in every
     P of its row. That is invisible in dQ / dK / dV (rounded to T) but not in f32 d(slopes), where
-    sum_k dS = 0 cancels 1000-fold (H200: 3.3x the gate's bound, tools/reports/bench_notes.md). bias -
+    sum_k dS = 0 cancels 1000-fold (H200: 3.3x the gate's bound, reports/bench_notes.md). bias -
     lse of two close values rounds at the size of their difference (ALiBi's is one fma)."""
     return bool(spec.softcap) or spec.bias != "none"
 
@@ -226,7 +226,7 @@ def _tanh(dot: "ir.Value", spec: AttentionBwdSpec, slope: bool = False):
     fails it (2.3-3.5x the bound in the interpreter's f32 matrix at cap 30). So f32 takes, below
     TANH_SERIES_BELOW, the odd series, and above it the exponential form of |y| (r <= 0.46: an ulp or two
     of t) with the sign restored, an IEEE division, and 1 - t^2 as r (2 - r) (no cancellation near
-    |t| = 1): ~2.8 f32 ulps at most with ex2.approx's error (NumPy sweep, tools/reports/bench_notes.md).
+    |t| = 1): ~2.8 f32 ulps at most with ex2.approx's error (NumPy sweep, reports/bench_notes.md).
     Both forms are computed and one selected: no divergence in a wave. f16 / bf16 keep the exponential
     form with the approximate reciprocal (div.approx.f32 / v_rcp_f32; IEEE division cost the softcap 31%
     of the time on the H200, this 13%): its error is far below their P and dS rounding and they pass the

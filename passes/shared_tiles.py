@@ -3,7 +3,7 @@
 A tile is row-major [rows x cols] of 2-byte elements (or [1 x n] f32 rows of per-query values). With the
 "xor" swizzle a row's 16-byte chunk is stored where matrix_layouts.swizzled_chunk puts it, so that the 8
 rows one ldmatrix (or one wave of cp.async) touches at the same logical chunk sit in 8 different 16-byte
-bank groups. ncu still counts some conflicted shared wavefronts at d128 (tools/reports/bench_notes.md):
+bank groups. ncu still counts some conflicted shared wavefronts at d128 (reports/bench_notes.md):
 not every access is an 8-row chunk read.
 
 Addresses are built so that the loop pays one add per access: every access reads rows r0 + lane_row

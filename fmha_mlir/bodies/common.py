@@ -22,7 +22,7 @@ LSE_BYTES = 4
 TILE_ALIGN = 128     # shared tiles start on a 128-byte boundary: the swizzle's bank arithmetic needs it
 COPY_ELEMENTS = 8    # one 16-byte cp.async of f16/bf16
 # Waves per work-group of the row kernels: one-wave work-groups by the hundred thousand cost more to
-# schedule than their bytes take to move (measured on the H200: tools/reports/bench_notes.md).
+# schedule than their bytes take to move (measured on the H200: reports/bench_notes.md).
 ROW_KERNEL_WAVES = 8
 ROW_BYTES = 16       # what one lane of a row kernel loads at once
 # The stages a plan launches: the row kernels, the body's kernel, a convert per accumulated gradient.

@@ -7,7 +7,7 @@ from ..kernel_config import TiledConfig
 from ..matrix_layouts import MFMA_SHAPES
 
 # No AMD GPU is lent, so these rows are chosen from the code objects (tools/amd_static_report.py,
-# tools/reports/amd_static.md), by three rules:
+# reports/amd_static.md), by three rules:
 #   - occupancy >= 2 waves per SIMD: 8 waves per CU (4 SIMDs), i.e. one 8-wave work-group whose LDS
 #     (K, V, Q, dO, P^T, dS^T, LSE, D: TiledBody.shared_layout) fits the CU's 64 KB (gfx942) / 160 KB
 #     (gfx950); registers are not the limit (the report shows < 128 VGPRs + AGPRs per lane);

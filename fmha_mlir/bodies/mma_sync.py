@@ -6,7 +6,7 @@ from ..errors import Reason
 from ..kernel_config import MMA_SYNC, TiledConfig
 
 # Rows by head-dim bucket (the larger head dim, next bucket up), chosen by measurement on the H200
-# (tools/reports/bench_notes.md says which run picked each row and what it beat).
+# (reports/bench_notes.md says which run picked each row and what it beat).
 _SM90 = dict(wave_size=32, warps=8, instruction=MMA_SYNC, swizzle="xor")
 TILED_TABLE: dict[int, TiledConfig] = {
     64: TiledConfig(**_SM90, block_m=128, block_n=128, stages=2, sdp_warps=(4, 2), dkv_warps=(4, 2),

@@ -5,7 +5,7 @@ f32, +inf for a row that sees no key (O = 0 there). Every forward below returns 
 conversions are the padding the mem-efficient op adds (sliced off), the dtype, and the empty rows, which
 the forwards mark differently (FlexAttention -inf, the CPU flash op 0): they are set from the mask.
 
-The table (README "PyTorch" says the same): 'auto' takes the first forward of AUTO_ORDER[device] that
+The table (docs/user-guide.md, "PyTorch", says the same): 'auto' takes the first forward of AUTO_ORDER[device] that
 serves the call; forward=NAME forces one and refuses, with the reason, a call it cannot serve.
 """
 from __future__ import annotations
@@ -65,7 +65,7 @@ class ForwardCase:
 @dataclass(frozen=True)
 class Forward:
     name: str
-    serves: str   # what it serves, for the README table and the errors
+    serves: str   # what it serves, for the user guide's table and the errors
     why_not: Callable[[ForwardCase], str | None]
     # (q, k, v, bias, slopes, case) -> (out [B, Hq, Sq, Dv] in q's dtype, natural-log lse [B, Hq, >= Sq])
     run: Callable[..., tuple[torch.Tensor, torch.Tensor]]
