@@ -23,6 +23,7 @@ def test_rows_are_the_issue_rows_then_the_long_ones_bf16_first():
                           "bf16 B2 H16 S8192 D128 causal", "bf16 B1 H16 S16384 D128",
                           "bf16 B1 H16 S16384 D128 causal"]
     assert labels[9:] == [label.replace("bf16", "f16") for label in labels[:9]]
+    assert [r.label for r in bench_bwd.ROWS[:9] if r.long] == labels[5:9]
 
 
 def test_flops_count_the_backward_as_2_5_forwards_halved_for_causal():
@@ -42,19 +43,21 @@ def _measured(tflops, host_us=300.0, ahead=True, passed=True, ratio=0.4):
 
 
 def test_table_ratios_marks_and_long_rows():
-    entry = {"row": "bf16 B1 H16 S16384 D128 causal", "flops": 1.0, "causal": True, "hdim": 128, "seqlen": 16384,
+    entry = {"row": "bf16 B1 H16 S16384 D128 causal", "flops": 1.0, "causal": True, "long": True,
              "ours": {"tag": {**_measured(300.0, host_us=40), "body": "tiled"}},
              "peers": {"FLASH_ATTENTION": _measured(200.0, ahead=False), "CUDNN_ATTENTION": _measured(600.0),
                        "FLEX": _measured(None)}}
-    failing = {"row": "f16 B4 H16 S2048 D64", "flops": 1.0, "causal": False, "hdim": 64, "seqlen": 2048,
+    gqa = {"row": "bf16 B1 H32 Hkv8 S8192 D128 causal", "flops": 1.0, "causal": True, "long": False,
+           "ours": {"tag": {**_measured(290.0), "body": "tiled"}}, "peers": {"CUDNN_ATTENTION": _measured(520.0)}}
+    failing = {"row": "f16 B4 H16 S2048 D64", "flops": 1.0, "causal": False, "long": False,
                "ours": {"tag": {**_measured(250.0, passed=False, ratio=1.5), "body": "tiled"}}, "peers": {}}
-    text = "\n".join(bench_bwd.table_lines([entry, failing]))
+    text = "\n".join(bench_bwd.table_lines([entry, gqa, failing]))
     assert "| bf16 B1 H16 S16384 D128 causal | 300.0 | 200.0! | 600.0 | n/a | 1.50x | 0.50x | n/a |" in text
     assert "| f16 B4 H16 S2048 D64 | 250.0 (gate FAIL) | n/a | n/a | n/a | n/a | n/a | n/a |" in text
     assert "| bf16 B1 H16 S16384 D128 causal | 40 / 3 | 300 / 5 | 300 / 2 | n/a |" in text
     assert "| f16 B4 H16 S2048 D64 | 1.50 | n/a | n/a | n/a |" in text
     assert "| bf16 B1 H16 S16384 D128 causal | 300.0 | 600.0 | 581 | 0.52x |" in text   # the causal record
-    assert "f16 B4 H16 S2048 D64 | 250.0 (gate FAIL) | 600" not in text          # f16 rows are not in that table
+    assert text.count("| 581 |") == 1   # neither the GQA row nor an f16 row is in the long rows' table
 
 
 def test_timing_summary_takes_medians_and_needs_every_round_ahead():
