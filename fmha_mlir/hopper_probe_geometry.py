@@ -14,6 +14,10 @@ The rungs, one piece more each:
     pipeline   the full probe (TMA 2-stage pipeline, SS, RS)
     roles      the full probe warp-specialised: a producer warpgroup (setmaxnreg 24) issues every load
                after waiting for a free stage, a consumer warpgroup (setmaxnreg 240) computes
+    dq_reduce  the dQ writer's piece: each of several work-groups writes an f32 partial tile to shared
+               memory by ordinary stores (a host-made image, 128-byte swizzled), fences, and one thread
+               reduce-adds it as one TMA box into the same rows of a dq tensor, partly past its end
+               (dropped), commits and waits for the group's reads; then the tile's memory is reused
 """
 from __future__ import annotations
 
@@ -55,7 +59,7 @@ class ProbeShape:
     def boxes(self) -> dict[str, tuple[int, int]]:
         """The TMA box of each tensor map parameter (outer, contiguous): the host encodes the maps with
         these, the kernel's expect-tx byte counts assume them."""
-        return {"a": self.a_tile.box, "b": self.b_tile.box, "v": self.v_tile.box}
+        return {"a": self.a_tile.box, "b": self.b_tile.box, "v": self.v_tile.box, "dq": DqReduceRung().box}
 
     @property
     def stage_bytes(self) -> int:
@@ -70,7 +74,31 @@ class ProbeShape:
         return (self.m // M, 1, 1)
 
 
-RUNGS = ("mbarrier", "tma", "ss", "rs", "pipeline", "roles")
+RUNGS = ("mbarrier", "tma", "ss", "rs", "pipeline", "roles", "dq_reduce")
+
+
+@dataclass(frozen=True)
+class DqReduceRung:
+    """The dq_reduce rung: `groups` work-groups each add a rows x inner f32 box at row `row` of a dq
+    tensor of dq_rows x inner (the rows past dq_rows are dropped)."""
+
+    rows: int = 64
+    inner: int = 32       # 128-byte rows: the 128-byte swizzle
+    dq_rows: int = 80
+    row: int = 48
+    groups: int = 4
+
+    @property
+    def box(self) -> tuple[int, int]:
+        return (self.rows, self.inner)
+
+    @property
+    def nbytes(self) -> int:
+        return self.rows * self.inner * 4
+
+    @property
+    def words(self) -> int:
+        return self.nbytes // 4
 
 
 @dataclass(frozen=True)
@@ -119,4 +147,5 @@ def rung(name: str, shape: ProbeShape) -> Rung:
         "rs": Rung(name, "probe_rs", one, image_layout(shape)["end"], ()),
         "pipeline": Rung(name, KERNEL, shape.grid, shape.shared_bytes, ("a", "b", "v")),
         "roles": Rung(name, KERNEL, shape.grid, shape.shared_bytes, ("a", "b", "v"), ROLE_THREADS),
+        "dq_reduce": Rung(name, "probe_dq_reduce", (DqReduceRung().groups, 1, 1), DqReduceRung().nbytes, ("dq",)),
     }[name]

@@ -7,7 +7,8 @@ module (kernel `probe_<rung>`, the full probe's name for `pipeline` and its warp
 from __future__ import annotations
 
 from fmha_mlir.mlir import arith, gpu, ir, memref, scf
-from fmha_mlir.hopper_probe_geometry import BLOCK_K, THREADS, ProbeShape, TmaRung, image_layout, rung
+from fmha_mlir.hopper_probe_geometry import (BLOCK_K, THREADS, DqReduceRung, ProbeShape, TmaRung, image_layout,
+                                             rung)
 from fmha_mlir.wgmma_layouts import M
 
 from . import hopper_probe, wgmma_atom
@@ -15,7 +16,7 @@ from .hopper_probe import if_then
 from .hopper_sync import MbarrierGroup, fence_proxy_async
 from .ir_builders import index
 from .ix import Ix
-from .tma_copy import TmaCopy, tensor_map_params
+from .tma_copy import TmaCopy, TmaReduce, bulk_commit, bulk_wait, tensor_map_params
 from .wgmma_atom import WgmmaAtom
 
 WORD = 4
@@ -35,6 +36,8 @@ def rung_module_text(name: str, shape: ProbeShape) -> str:
         "ss": (f"%image: memref<{layout['v'] // WORD}xi32>, %c: memref<{M}x{shape.n}xf32>", [], _ss_body),
         "rs": (f"%image: memref<{layout['end'] // WORD}xi32>, %c: memref<{M}x{shape.n}xf32>, "
                f"%c2: memref<{M}x{shape.n2}xf32>", [], _ss_body),
+        "dq_reduce": (f"%dq: !llvm.ptr, %images: memref<{DqReduceRung().groups * DqReduceRung().words}xi32>", [0],
+                      _dq_reduce_body),
     }[name]
     ctx = make_context()
     with ctx, ir.Location.unknown():
@@ -143,3 +146,23 @@ def _ss_body(shape, image, c, c2=None) -> None:
     for out, product, results in outputs:
         for value, row, col in product.elements(results):
             memref.store(value, out, [row.value, index(col) if isinstance(col, int) else col.value])
+
+
+def _dq_reduce_body(shape, dq_map, images) -> None:
+    """Stage this work-group's partial tile (its image's words) by ordinary stores, fence, reduce-add it
+    into dq as one box (thread 0), commit, wait for the group's reads; then reuse the tile's memory."""
+    plan = DqReduceRung()
+    thread = gpu.thread_id(gpu.Dimension.x)
+    first = Ix(gpu.block_id(gpu.Dimension.x)) * plan.words
+    smem = _shared()
+    words = _words(smem, plan.words)
+    _each_word(thread, plan.words, lambda i: memref.store(memref.load(images, [(first + Ix(i)).value]), words, [i]))
+    fence_proxy_async()
+    gpu.barrier()
+    with if_then((Ix(thread) == 0).value):
+        TmaReduce(dq_map, plan.rows, plan.inner, 128).reduce_add(smem, 0, [0, plan.row])
+        bulk_commit()
+        bulk_wait(0, read=True)
+    gpu.barrier()
+    zero = arith.constant(ir.IntegerType.get_signless(32), 0)
+    _each_word(thread, plan.words, lambda i: memref.store(zero, words, [i]))

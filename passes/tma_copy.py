@@ -1,5 +1,6 @@
 """The TMA copy atom (sm_90): box loads from a tensor map into swizzled shared memory, completing on an
-mbarrier, as IR builders; and the kernel-parameter side of tensor maps.
+mbarrier, and box reduce-adds from shared memory into the tensor (the dQ writer's), as IR builders; and the
+kernel-parameter side of tensor maps.
 
 A tensor map (the 128-byte CUtensorMap the CUDA executor encodes: global address, sizes, strides, box,
 swizzle, out-of-bounds zero fill) is a kernel parameter of type !llvm.ptr marked with `fmha.tensor_map`
@@ -8,18 +9,31 @@ parameter after lowering. Inside the kernel it is cast to the !nvgpu.tensormap.d
 `tensor` is the box. A box load writes rows x (swizzle bytes) of consecutive elements, swizzled as
 fmha_mlir.wgmma_layouts.swizzle says, and zero-fills what lies outside the tensor; its bytes count
 towards the barrier's transaction (commit the stage with `tile_bytes`).
+
+A box reduce-add (TmaReduce) reads a box from shared memory, laid out as a load through the same map
+would leave it, and adds it element-wise into the tensor, atomically per element, dropping what lies
+outside the tensor. It reads shared memory through the async proxy and completes in bulk groups, not on an
+mbarrier: ordinary stores to the box need fence_proxy_async by their threads before it; the issuing thread
+commits its reduces as a group (bulk_commit) and waits for groups (bulk_wait) before the box is written
+again (read=True) and before the kernel ends.
 """
 from __future__ import annotations
 
-from fmha_mlir.mlir import ir, memref
+from fmha_mlir.mlir import arith, ir, memref
 from fmha_mlir.wgmma_layouts import OperandTile
-
 
 from .ix import as_value
 
 TENSOR_MAP_ATTRIBUTE = "fmha.tensor_map_params"   # on the gpu.func: lowered indices of its tensor-map params
 SWIZZLE_NAMES = {0: "none", 32: "swizzle_32b", 64: "swizzle_64b", 128: "swizzle_128b"}
 ELEMENT_NAMES = {"bf16": "bf16", "f16": "f16", "f32": "f32"}
+ELEMENT_BYTES = {"bf16": 2, "f16": 2, "f32": 4}
+
+
+def _check_box(inner: int, element: str, swizzle: int) -> None:
+    if swizzle and inner * ELEMENT_BYTES[element] != swizzle:
+        raise ValueError(f"a {swizzle}-byte swizzled box has rows of {swizzle} bytes, not {inner} x "
+                         f"{ELEMENT_BYTES[element]}")
 
 
 def tensor_map_params(function: "ir.Operation", positions: list[int]) -> None:
@@ -41,11 +55,9 @@ class TmaCopy:
     `swizzle` bytes (inner x element bytes == swizzle for swizzled boxes)."""
 
     def __init__(self, tensor_map: "ir.Value", rows: int, inner: int, element: str, swizzle: int):
+        _check_box(inner, element, swizzle)
         self.rows, self.inner, self.element, self.swizzle = rows, inner, element, swizzle
-        self.element_bytes = {"bf16": 2, "f16": 2, "f32": 4}[element]
-        if swizzle and inner * self.element_bytes != swizzle:
-            raise ValueError(f"a {swizzle}-byte swizzled box has rows of {swizzle} bytes, not {inner} x "
-                             f"{self.element_bytes}")
+        self.element_bytes = ELEMENT_BYTES[element]
         self.box_type = ir.Type.parse(f"memref<{rows}x{inner}x{ELEMENT_NAMES[element]}, 3>")
         self.descriptor_type = ir.Type.parse(
             f"!nvgpu.tensormap.descriptor<tensor = memref<{rows}x{inner}x{ELEMENT_NAMES[element]}, 3>, "
@@ -80,6 +92,48 @@ class TmaCopy:
         tensor's outer dimension, column along its contiguous one)."""
         for offset, first, _ in tile.boxes():
             self.load(shared, byte_offset + offset, [column + first if first else column, row], barriers, barrier)
+
+
+class TmaReduce:
+    """Box reduce-adds through one tensor map of f32 elements whose box is `rows` x `inner`, swizzled by
+    `swizzle` bytes (the module's docstring says what orders them)."""
+
+    def __init__(self, tensor_map: "ir.Value", rows: int, inner: int, swizzle: int, element: str = "f32"):
+        if element != "f32":
+            raise ValueError(f"the reduce-add here takes f32 tensors (the dQ accumulator), not {element}")
+        _check_box(inner, element, swizzle)
+        self.tensor_map, self.rows, self.inner, self.swizzle = tensor_map, rows, inner, swizzle
+
+    @property
+    def box_bytes(self) -> int:
+        return self.rows * self.inner * ELEMENT_BYTES["f32"]
+
+    def reduce_add(self, shared: "ir.Value", byte_offset, coordinates) -> None:
+        """tensor[box at `coordinates`] += the box at `byte_offset` of the dynamic shared buffer `shared`
+        (i8; a multiple of the swizzle period, of 128 bytes without one); coordinates innermost first."""
+        address = arith.addi(memref.extract_aligned_pointer_as_index(shared), as_value(byte_offset))
+        pointer = ir.Operation.create("llvm.inttoptr", results=[ir.Type.parse("!llvm.ptr<3>")], operands=[
+            arith.index_cast(ir.IntegerType.get_signless(64), address)]).result
+        coords = [arith.index_cast(ir.IntegerType.get_signless(32), as_value(c)) for c in coordinates]
+        ir.Operation.create("nvvm.cp.async.bulk.tensor.reduce", results=[], operands=[
+            self.tensor_map, pointer, *coords],
+            attributes={"redKind": ir.Attribute.parse("#nvvm.tma_redux_kind<add>"),
+                        "mode": ir.Attribute.parse("#nvvm.tma_store_mode<tile>"),
+                        "operandSegmentSizes": ir.DenseI32ArrayAttr.get([1, 1, len(coords), 0])})
+
+
+def bulk_commit() -> None:
+    """Close this thread's bulk reduces issued since the last commit into one bulk group."""
+    ir.Operation.create("nvvm.cp.async.bulk.commit.group", results=[], operands=[])
+
+
+def bulk_wait(pending: int, read: bool) -> None:
+    """Wait until at most `pending` of this thread's bulk groups are outstanding: with `read`, until the
+    others have read their shared memory (it may be written again); without, until they have completed."""
+    attributes = {"group": ir.IntegerAttr.get(ir.IntegerType.get_signless(32), pending)}
+    if read:
+        attributes["read"] = ir.UnitAttr.get()
+    ir.Operation.create("nvvm.cp.async.bulk.wait_group", results=[], operands=[], attributes=attributes)
 
 
 def tile_bytes(tile: OperandTile) -> int:

@@ -1,18 +1,25 @@
-"""Time the attention backward on an NVIDIA GPU: our bodies against torch SDPA's flash, cuDNN and
-mem-efficient backends and FlexAttention, on the same inputs.
+"""Time the attention backward on an NVIDIA GPU: our bodies against torch SDPA's flash and cuDNN backends
+and compiled FlexAttention, in one process, on the same inputs, each timed the same way.
 
-    python tools/bench_bwd.py build DIR [--sweep]           # where MLIR is: bundles, compile times, ptxas -v
-    python tools/bench_bwd.py run DIR --report FILE         # on the GPU: numpy, cuda-bindings, torch
+    python tools/bench_bwd.py build DIR [--sweep] [--ptxas PTXAS]   # where MLIR is: bundles, compile times, ptxas -v
+    python tools/bench_bwd.py run DIR --report FILE                # on the GPU: numpy, cuda-bindings, torch
 
-Rows: bf16 and f16 x {B4 H16 S2048 D64, B4 H16 S2048 D128, B2 H16 S4096 D128, B2 H8 S2048 D256,
-B1 H32 Hkv8 S8192 D128 (GQA)} x {no mask, causal}. Before timing, our gradients are checked under the
-gate (fmha_mlir.tolerance, with the bundle's numerics) against the float64 oracle on a slice of the
-problem (batch 0, the first kv head's query heads: the kernels are the same for every slice), and
-against torch's flash gradients. Timing: CUDA events around each backward, warm-up first, the median
-of many, three input sets rotated so that no run finds its inputs in L2. Ours is the whole launch plan
-(D = rowsum(dO * O), zero fill, dq_dk_dv, converts) on buffers already on the device; torch's is
-autograd.grad of scaled_dot_product_attention restricted to one backend (its forward is not timed).
-TFLOP/s counts the backward as 2.5 x the forward's 4 B Hq Sq Sk D, halved for causal masks.
+Rows (bf16, then f16): B4 H16 S2048 D64; B4 H16 S2048 D128 causal; B2 H16 S4096 D128; B2 H8 S2048 D256;
+B1 H32 Hkv8 S8192 D128 causal (GQA); and d128 at long sequences, 16k tokens of 16 heads (B2 S8192, B1
+S16384), with and without the causal mask, against cuDNN's published H200 figures.
+
+Before a contender is timed on a row, its gradients of the first input set are judged by the gate
+(fmha_mlir.tolerance, the lowp model with our bundle's numerics) against the float64 oracle on two cuts
+of batch 0's first kv head group (tools/bench_gate.py: dQ of the last query rows, dK and dV of the first
+keys); a failure of ours makes the run's status 1, a peer's is marked in the report.
+
+Timing (tools/bench_timing.py): backward only, the GPU kept fed: each round queues a sleep, then many
+calls between two CUDA events, issued while the GPU still sleeps (checked per round: `ahead`), so the
+events hold GPU time only; the host time to issue a call is reported beside it. Three input sets are
+rotated so that no call finds its inputs in L2. Ours is the whole launch plan (D = rowsum(dO * O), zero
+fill, dq_dk_dv, converts) on buffers already on the device; a peer's call is torch.autograd.grad of its
+forward's output (retain_graph: the forward is run once, outside the timing). TFLOP/s counts the
+backward as 2.5 x the forward's 4 B Hq Sq Sk D, halved for causal masks.
 
 --softcap C and --bias elementwise elementwise+dbias alibi alibi+dslopes add each row with that score feature (only
 ours is timed: torch's fused backwards have none of them; the forward that makes O and the LSE is
@@ -29,6 +36,7 @@ them all; the table in fmha_mlir/bodies/mma_sync.py is chosen from that run (rep
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import platform
 import re
@@ -46,7 +54,9 @@ from fmha_mlir.bodies import BODIES, TILED_TABLE, choose_config
 from fmha_mlir.kernel_config import KernelConfig, TiledConfig, WarpConfig
 from fmha_mlir.spec import AttentionBwdSpec, Mask
 from fmha_mlir.target import get_target
-from build_run import build_run_parser, write_report_files  # run as a script: tools/ is on sys.path
+import bench_gate  # run as a script: tools/ is on sys.path
+import bench_timing
+from build_run import build_run_parser, write_report_files
 
 ARCH = "sm_90"
 
@@ -90,14 +100,25 @@ class Row:
             f" grad-accum {self.grad_accum}" if self.grad_accum != "f32" else "")
 
     @property
+    def long(self) -> bool:
+        """One of the d128 long-sequence rows that compare with cuDNN's published record."""
+        return (self.batch, self.heads_q, self.heads_kv, self.seqlen, self.hdim, self.causal) in LONG_SHAPES
+
+    @property
     def flops(self) -> float:
         forward = 4 * self.batch * self.heads_q * self.seqlen * self.seqlen * self.hdim
         return 2.5 * forward / (2 if self.causal else 1)
 
 
-SHAPES = [(4, 16, 16, 2048, 64), (4, 16, 16, 2048, 128), (2, 16, 16, 4096, 128), (2, 8, 8, 2048, 256),
-          (1, 32, 8, 8192, 128)]
-ROWS = [Row(*shape, causal, dtype) for dtype in ("bf16", "f16") for shape in SHAPES for causal in (False, True)]
+# (batch, heads_q, heads_kv, seqlen, hdim, causal): the rows of the Hopper body's issue, then d128 at 16k
+# tokens of 16 heads (the long-sequence shape of FlashAttention-3's and cuDNN's published H200 figures).
+SHAPES = [(4, 16, 16, 2048, 64, False), (4, 16, 16, 2048, 128, True), (2, 16, 16, 4096, 128, False),
+          (2, 8, 8, 2048, 256, False), (1, 32, 8, 8192, 128, True)]
+LONG_SHAPES = [(2, 16, 16, 8192, 128, False), (2, 16, 16, 8192, 128, True), (1, 16, 16, 16384, 128, False),
+               (1, 16, 16, 16384, 128, True)]
+ROWS = [Row(*shape, dtype) for dtype in ("bf16", "f16") for shape in SHAPES + LONG_SHAPES]
+# cuDNN 9.19 on an H200, d128 backward at long sequences (TFLOP/s as counted here): the record to compare with.
+CUDNN_PUBLISHED = {False: 612, True: 581}
 
 WARP = WarpConfig(wave_size=32)
 # Candidate tiled configs per head dim, measured by `build --sweep` + `run`.
@@ -118,17 +139,19 @@ def bundle_dir(directory: Path, row: Row, config: KernelConfig) -> Path:
     return bundle_path(directory, row.spec, ARCH, config=config)
 
 
-def row_configs(row: Row, sweep: bool) -> list[KernelConfig]:
+def row_configs(row: Row, sweep: bool, warp: bool = False) -> list[KernelConfig]:
+    """The default tiled config first, then the sweep's candidates, then the scalar warp body (where it
+    takes the spec: not in deterministic mode)."""
     default = choose_config(row.spec, get_target(ARCH), "tiled")
     extra = SWEEP.get(row.hdim, []) if sweep else []
-    warp = [] if BODIES["warp"].spec_reasons(row.spec, WARP) else [WARP]   # e.g. deterministic mode: no warp body
-    return list(dict.fromkeys([default, *extra, *warp]))
+    scalar = [WARP] if warp and not BODIES["warp"].spec_reasons(row.spec, WARP) else []
+    return list(dict.fromkeys([default, *extra, *scalar]))
 
 
 # -- build (here) -------------------------------------------------------------------------------------
 
 
-def build(directory: Path, sweep: bool, ptxas: str | None, rows: list[Row]) -> None:
+def build(directory: Path, sweep: bool, warp: bool, ptxas: str | None, rows: list[Row]) -> None:
     from fmha_mlir.compiler import Compiler
     from fmha_mlir.runtime.bundle import Bundle
 
@@ -136,7 +159,7 @@ def build(directory: Path, sweep: bool, ptxas: str | None, rows: list[Row]) -> N
     compiler = Compiler(ptxas=ptxas)   # a cubin when ptxas sits in a CUDA toolkit: no JIT on the GPU
     facts = {}
     for row in rows:
-        for config in row_configs(row, sweep):
+        for config in row_configs(row, sweep, warp):
             out = bundle_dir(directory, row, config)
             if out.is_dir():
                 continue
@@ -223,91 +246,115 @@ def _forward(torch, row: Row, q, k, v, bias=None):
     k, v = (t.repeat_interleave(row.heads_q // row.heads_kv, 1) for t in (k, v))
     if row.bias == "none":
         out = torch.ops.aten._scaled_dot_product_flash_attention(q, k, v, is_causal=row.causal)
-        return out[0], out[1][..., :row.seqlen]
+        return out[0], out[1][..., :row.seqlen].contiguous()
     added = bias if row.bias == "elementwise" else _alibi(torch, row, q.dtype)
     out = torch.ops.aten._scaled_dot_product_efficient_attention(
         q, k, v, added.expand(row.batch, -1, -1, -1), True, is_causal=row.causal)
-    return out[0], out[1][..., :row.seqlen]
+    return out[0], out[1][..., :row.seqlen].contiguous()
 
 
-def _time(torch, fn, repeats: int) -> float:
-    """Median seconds of fn() over `repeats` runs, each between two CUDA events (after a warm-up)."""
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(repeats):
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        stop.record()
-        stop.synchronize()
-        times.append(start.elapsed_time(stop) / 1e3)
-    return float(np.median(times))
+@dataclasses.dataclass(frozen=True)
+class TimingOptions:
+    calls: int              # calls queued between the two events of a round
+    rounds: int             # rounds per contender (the medians are reported)
+    sleep_rate: float       # torch.cuda._sleep cycles per second on this GPU
+
+    def time(self, torch, call, rounds: int | None = None) -> bench_timing.Timing:
+        return bench_timing.queued(torch, call, calls=self.calls, rounds=rounds or self.rounds, rate=self.sleep_rate)
 
 
-def _torch_backend(torch, row: Row, backend: str, sets, repeats: int):
-    from torch.nn.attention import SDPBackend, sdpa_kernel
+def _group(tensor, heads: int) -> np.ndarray:
+    """Batch 0's first `heads` heads as float64 on the host ([1, heads, S, ...]): the cut the gate judges."""
+    return tensor[0:1, :heads].double().cpu().numpy()
 
+
+def _problem(row: Row, inputs, o, lse, numerics) -> bench_gate.Problem:
+    """The gate's problem: batch 0's first kv head and its query heads, with the O and LSE the backward takes."""
+    q, k, v, do, bias = inputs
+    g = row.heads_q // row.heads_kv
+    spec = row.spec
+    host_bias = None
+    if row.bias == "elementwise":
+        host_bias = bias[:, :g].double().cpu().numpy()
+    elif row.bias == "alibi":
+        from fmha_mlir import oracle
+
+        host_bias = oracle.alibi_bias(oracle.alibi_slopes(row.heads_q)[:g].astype(np.float32), row.seqlen,
+                                      row.seqlen)[None]
+    return bench_gate.Problem(_group(q, g), _group(k, 1), _group(v, 1), _group(o, g), _group(do, g), _group(lse, g),
+                              spec.mask, spec.scale, g, spec.dtype, numerics, spec.softcap, host_bias)
+
+
+def _gate_grads(row: Row, refs: bench_gate.References, grads: dict) -> dict:
+    g = row.heads_q // row.heads_kv
+    host = {n: _group(grads[n], g if n == "dq" else 1) for n in ("dq", "dk", "dv")}
+    return bench_gate.gate(refs, host, row.dtype, row.hdim)
+
+
+def _measured(row: Row, timing: bench_timing.Timing | None, gate: dict | None, why: str | None = None) -> dict:
+    return {"timing": timing.to_json() if timing else None,
+            "tflops": row.flops / timing.gpu_s / 1e12 if timing else None,
+            "gate": gate, "passed": all(c["passed"] for c in gate.values()) if gate else None, "why": why}
+
+
+def _peer(torch, row: Row, sets, refs, options: TimingOptions, forward) -> dict:
+    """Gate, then time, torch.autograd.grad of `forward(q, k, v)`'s output, one prepared graph per input set."""
     prepared = []
     for q, k, v, do, _ in sets:
         q, k, v = (t.detach().requires_grad_() for t in (q, k, v))
-        try:
-            with sdpa_kernel([getattr(SDPBackend, backend)]):
-                out = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=row.causal,
-                                                                      enable_gqa=row.heads_q != row.heads_kv)
-        except RuntimeError as exc:
-            return None, str(exc).splitlines()[0]
-        prepared.append((out, (q, k, v), do))
-    index = [0]
+        prepared.append((forward(q, k, v), (q, k, v), do))
+    turn = itertools.cycle(prepared)
 
     def once():
-        out, inputs, do = prepared[index[0] % len(prepared)]
-        index[0] += 1
+        out, inputs, do = next(turn)
+        return torch.autograd.grad(out, inputs, do, retain_graph=True)
+
+    out, inputs, do = prepared[0]
+    first = torch.autograd.grad(out, inputs, do, retain_graph=True)
+    gate = _gate_grads(row, refs, dict(zip(("dq", "dk", "dv"), first)))
+    del first
+    return _measured(row, options.time(torch, once), gate)
+
+
+def _sdpa_peer(torch, row: Row, backend: str, sets, refs, options: TimingOptions) -> dict:
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    def forward(q, k, v):
         with sdpa_kernel([getattr(SDPBackend, backend)]):
-            torch.autograd.grad(out, inputs, do, retain_graph=True)
+            return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=row.causal,
+                                                                    enable_gqa=row.heads_q != row.heads_kv)
 
     try:
-        return _time(torch, once, repeats), None
+        return _peer(torch, row, sets, refs, options, forward)
     except RuntimeError as exc:
-        return None, str(exc).splitlines()[0]
+        return _measured(row, None, None, str(exc).splitlines()[0])
 
 
-def _flex(torch, row: Row, sets, repeats: int):
+def _flex_peer(torch, row: Row, sets, refs, options: TimingOptions) -> dict:
     try:
         from torch.nn.attention.flex_attention import create_block_mask, flex_attention
     except ImportError as exc:
-        return None, str(exc)
+        return _measured(row, None, None, str(exc))
+    torch._dynamo.reset()   # each row compiles anew: past dynamo's recompile limit flex would run eagerly (S^2 scores)
     compiled = torch.compile(flex_attention, dynamic=False)
     mask = None
     if row.causal:
         mask = create_block_mask(lambda b, h, q, k: q >= k, None, None, row.seqlen, row.seqlen, device="cuda")
-    prepared = []
-    for q, k, v, do, _ in sets:
-        q, k, v = (t.detach().requires_grad_() for t in (q, k, v))
-        out = compiled(q, k, v, block_mask=mask, enable_gqa=row.heads_q != row.heads_kv)
-        prepared.append((out, (q, k, v), do))
-    index = [0]
-
-    def once():
-        out, inputs, do = prepared[index[0] % len(prepared)]
-        index[0] += 1
-        torch.autograd.grad(out, inputs, do, retain_graph=True)
-
     try:
-        return _time(torch, once, repeats), None
+        return _peer(torch, row, sets, refs, options,
+                     lambda q, k, v: compiled(q, k, v, block_mask=mask, enable_gqa=row.heads_q != row.heads_kv))
     except Exception as exc:  # noqa: BLE001 - any compile failure is reported as n/a
-        return None, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        return _measured(row, None, None, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
 
 
-def _ours(torch, bundle, device, row: Row, sets, repeats: int):
-    """(median seconds, the gradients of the first set) for one bundle on device-resident tensors."""
+def _prepared_runs(torch, bundle, device, row: Row, sets, forwards):
+    """One PreparedRun per input set on torch's current stream, with its tensors."""
     from fmha_mlir.runtime.runner import PreparedRun
 
+    stream = torch.cuda.current_stream().cuda_stream
     runs = []
-    for q, k, v, do, bias in sets:
-        o, lse = _forward(torch, row, q, k, v, bias)
-        tensors = {"q": q, "k": k, "v": v, "o": o, "do": do, "lse": lse.contiguous(),
+    for (q, k, v, do, bias), (o, lse) in zip(sets, forwards):
+        tensors = {"q": q, "k": k, "v": v, "o": o, "do": do, "lse": lse,
                    "dq": torch.empty_like(q), "dk": torch.empty_like(k), "dv": torch.empty_like(v)}
         if bias is not None:
             tensors["bias"] = bias
@@ -316,110 +363,84 @@ def _ours(torch, bundle, device, row: Row, sets, repeats: int):
         elif row.spec.alibi_slopes:   # the standard slopes as a tensor, and their gradient
             tensors["alibi_slopes"] = _standard_slopes(torch, row)
             tensors["dalibi_slopes"] = torch.empty_like(tensors["alibi_slopes"])
-        runs.append((PreparedRun(bundle, device, {n: torch_device_array(t) for n, t in tensors.items()}), tensors))
-    index = [0]
+        arrays = {n: torch_device_array(t) for n, t in tensors.items()}
+        runs.append((PreparedRun(bundle, device, arrays, stream=stream), tensors))
+    return runs
 
-    def once():
-        runs[index[0] % len(runs)][0].launch()
-        index[0] += 1
 
+def _ours(torch, bundle, device, row: Row, sets, forwards, refs, options: TimingOptions, steps: bool) -> dict:
+    """Gate (when `refs`), then time, one bundle's launch plan on device-resident tensors; with `steps`
+    also each step of the plan alone (where the time goes), timed the same way."""
+    runs = _prepared_runs(torch, bundle, device, row, sets, forwards)
     try:
-        seconds = _time(torch, once, repeats)
-        steps = _time_steps(torch, runs[0][0], repeats)
         runs[0][0].launch()
         torch.cuda.synchronize()
-        return seconds, runs[0][1], steps
+        gate = _gate_grads(row, refs, runs[0][1]) if refs else None
+        turn = itertools.cycle([run for run, _ in runs])
+        entry = _measured(row, options.time(torch, lambda: next(turn).launch()), gate)
+        entry["steps"] = _time_steps(torch, runs[0][0], options) if steps else {}
+        return entry
     finally:
         for run, _ in runs:
             run.close()
 
 
-def _time_steps(torch, run, repeats: int) -> dict[str, float]:
-    """Median seconds of each step of the plan alone (where the time of a backward goes)."""
-    run.launch()   # binds and packs every step
+def _time_steps(torch, run, options: TimingOptions) -> dict[str, dict]:
+    """Each step of the plan alone, queued as the whole plan is (GPU and host time per call)."""
     out = {}
     for index, (step, prepared) in enumerate(zip(run.bundle.steps, run._prepared)):
         label = step["buffer"] if step["op"] == "zero" else step["kernel"].rsplit("_", 2)[-2] + "_" + \
             step["kernel"].rsplit("_", 1)[-1]
-        out[f"{index}:{step['op']}:{label}"] = _time(torch, prepared, repeats)
+        out[f"{index}:{step['op']}:{label}"] = options.time(torch, prepared, rounds=3).to_json()
     return out
 
 
-def _check(row: Row, bundle, tensors) -> dict:
-    """The gate on a slice (batch 0, the first kv head and its query heads) against the float64 oracle,
-    and the largest difference from torch's flash gradients relative to their largest value."""
-    import torch
-
-    from fmha_mlir import oracle
-    from fmha_mlir.tolerance import check_gradients
-
-    g = row.heads_q // row.heads_kv
-    cut = {"q": (0, slice(0, g)), "k": (0, slice(0, 1)), "v": (0, slice(0, 1)), "o": (0, slice(0, g)),
-           "do": (0, slice(0, g)), "lse": (0, slice(0, g)), "dq": (0, slice(0, g)), "dk": (0, slice(0, 1)),
-           "dv": (0, slice(0, 1))}
-    host = {n: tensors[n][cut[n]].unsqueeze(0).float().cpu().numpy().astype(np.float64) for n in cut}
-    spec = bundle.spec
-    bias = None   # dbias sums over the batch: the gate on it is the variant matrix's (tools/gpu_matrix.py)
-    if row.bias == "elementwise":
-        bias = tensors["bias"][:, :g].float().cpu().numpy().astype(np.float64)
-    elif row.bias == "alibi":
-        bias = oracle.alibi_bias(oracle.alibi_slopes(row.heads_q)[:g].astype(np.float32), row.seqlen, row.seqlen)
-    args = dict(mask=spec.mask, scale=spec.scale, gqa_ratio=g, softcap=spec.softcap, bias=bias)
-    exact = oracle.backward(*(host[n] for n in ("q", "k", "v", "o", "do", "lse")), **args)
-    lowp = oracle.lowp_backward(*(host[n] for n in ("q", "k", "v", "o", "do", "lse")), dtype=spec.dtype,
-                                numerics=bundle.numerics, **args)
-    checks = check_gradients({n: host[n] for n in ("dq", "dk", "dv")}, exact, lowp, spec.dtype, spec.hdim_q)
-    gate = {c.name: {"ratio": c.ratio, "passed": c.passed} for c in checks}
-    if row.score_features:   # torch's flash backward has no softcap or bias to compare with
-        return {"gate": gate, "vs_torch_flash": None}
-    q, k, v, do = (tensors[n].detach().requires_grad_() for n in ("q", "k", "v", "do"))
-    with torch.nn.attention.sdpa_kernel([torch.nn.attention.SDPBackend.FLASH_ATTENTION]):
-        out = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=row.causal,
-                                                              enable_gqa=row.heads_q != row.heads_kv)
-        ref = torch.autograd.grad(out, (q, k, v), do)
-    vs_torch = {n: float((tensors[n].float() - r.float()).abs().max() / r.float().abs().max())
-                for n, r in zip(("dq", "dk", "dv"), ref)}
-    return {"gate": gate, "vs_torch_flash": vs_torch}
-
-
-def run(directory: Path, report: Path, repeats: int, sweep: bool, rows: list[Row], flex: bool) -> int:
+def run(directory: Path, report: Path, options: TimingOptions, sweep: bool, rows: list[Row], flex: str,
+        warp: bool, budget_s: float) -> int:
+    """Every row (until `budget_s` seconds have passed: the rows after it are listed as not run)."""
     import torch
 
     from fmha_mlir.runtime.executor import get_executor
 
     device = get_executor("cuda")
-    results, failures = [], 0
+    options = dataclasses.replace(options, sleep_rate=bench_timing.sleep_rate(torch))
+    results, skipped, failures, began = [], [], 0, time.perf_counter()
     for row in rows:
+        if budget_s and time.perf_counter() - began > budget_s:
+            skipped.append(row.label)
+            continue
+        default = row_configs(row, False)[0]
+        if not bundle_dir(directory, row, default).is_dir():
+            raise SystemExit(f"no bundle for {row.label} under {directory}: run `bench_bwd.py build` first")
         sets = [_inputs(torch, row, seed) for seed in range(3)]
-        entry = {"row": row.label, "flops": row.flops, "ours": {}, "peers": {}}
-        for config in row_configs(row, sweep):
-            path = bundle_dir(directory, row, config)
-            if not path.is_dir():
+        forwards = [_forward(torch, row, q, k, v, bias) for q, k, v, _, bias in sets]
+        numerics = load_bundle(directory, row.spec, ARCH, default).numerics
+        refs = bench_gate.references(_problem(row, sets[0], *forwards[0], numerics))
+        entry = {"row": row.label, "flops": row.flops, "causal": row.causal, "long": row.long, "ours": {}, "peers": {}}
+        for config in row_configs(row, sweep, warp):
+            if not bundle_dir(directory, row, config).is_dir():
                 continue
-            bundle = load_bundle(directory, row.spec, ARCH, config)
-            count = repeats if config.body == "tiled" else 2
             if config.body == "warp" and row.seqlen * row.heads_q * row.batch > 16 * 2048 * 4:
                 continue  # the scalar body would take minutes here: it is timed on the smaller rows only
-            seconds, grads, steps = _ours(torch, bundle, device, row, sets[:1] if config.body == "warp" else sets, count)
-            check = _check(row, bundle, grads) if config == row_configs(row, False)[0] else None
-            if check and not all(c["passed"] for c in check["gate"].values()):
+            bundle = load_bundle(directory, row.spec, ARCH, config)
+            scalar = config.body == "warp"
+            measured = _ours(torch, bundle, device, row, sets[:1] if scalar else sets, forwards,
+                             refs if config == default else None,
+                             dataclasses.replace(options, calls=1, rounds=1) if scalar else options, not scalar)
+            if config == default and not measured["passed"]:
                 failures += 1
-            entry["ours"][config.tag] = {"seconds": seconds, "tflops": row.flops / seconds / 1e12, "check": check,
-                                         "body": config.body, "steps": steps}
-            del grads
-        for backend in ("FLASH_ATTENTION", "CUDNN_ATTENTION", "EFFICIENT_ATTENTION") if not row.score_features else ():
-            seconds, why = _torch_backend(torch, row, backend, sets, repeats)
-            entry["peers"][backend] = {"seconds": seconds, "tflops": row.flops / seconds / 1e12 if seconds else None,
-                                       "why": why}
-        if flex and not row.score_features:
-            seconds, why = _flex(torch, row, sets, repeats)
-            entry["peers"]["FLEX"] = {"seconds": seconds, "tflops": row.flops / seconds / 1e12 if seconds else None,
-                                      "why": why}
+            entry["ours"][config.tag] = {**measured, "body": config.body}
+        if not row.score_features:
+            for backend in ("FLASH_ATTENTION", "CUDNN_ATTENTION"):
+                entry["peers"][backend] = _sdpa_peer(torch, row, backend, sets, refs, options)
+            if flex == "all" or flex == row.dtype:
+                entry["peers"]["FLEX"] = _flex_peer(torch, row, sets, refs, options)
         results.append(entry)
         print(_line(entry), flush=True)
-        _write(report, results, torch)  # after every row: a run cut short keeps what it measured
-        del sets
+        _write(report, results, skipped, torch)  # after every row: a run cut short keeps what it measured
+        del sets, forwards
         torch.cuda.empty_cache()
+    _write(report, results, skipped, torch)
     return 1 if failures else 0
 
 
@@ -429,59 +450,134 @@ def once(directory: Path, row: Row, tag: str) -> int:
 
     from fmha_mlir.runtime.executor import get_executor
 
-    config = next((c for c in row_configs(row, True) if c.tag == tag), row_configs(row, False)[0])
+    config = next((c for c in row_configs(row, True, True) if c.tag == tag), row_configs(row, False)[0])
     bundle = load_bundle(directory, row.spec, ARCH, config)
-    _ours(torch, bundle, get_executor("cuda"), row, [_inputs(torch, row, 0)], 1)
+    inputs = _inputs(torch, row, 0)
+    runs = _prepared_runs(torch, bundle, get_executor("cuda"), row, [inputs], [_forward(torch, row, *inputs[:3],
+                                                                                       inputs[4])])
+    try:
+        for _ in range(2):
+            runs[0][0].launch()
+        torch.cuda.synchronize()
+    finally:
+        runs[0][0].close()
     print(f"{row.label} {config.tag}: done")
     return 0
 
 
+CONTENDERS = (("ours", None), ("flash", "FLASH_ATTENTION"), ("cuDNN", "CUDNN_ATTENTION"), ("flex", "FLEX"))
+
+
+def contenders(entry: dict) -> dict[str, dict | None]:
+    """A row's measured entry per contender name: ours is its default (first) config."""
+    ours = next(iter(entry["ours"].values()), None)
+    return {name: ours if key is None else entry["peers"].get(key) for name, key in CONTENDERS}
+
+
+def tflops_cell(measured: dict | None) -> str:
+    """TFLOP/s, marked `!` where a round did not keep the host ahead and `(gate FAIL)` where the gate failed."""
+    if not measured or not measured["tflops"]:
+        return "n/a"
+    mark = "" if measured["timing"]["ahead"] else "!"
+    fail = " (gate FAIL)" if measured["passed"] is False else ""
+    return f"{measured['tflops']:.1f}{mark}{fail}"
+
+
+def ratio_cell(ours: dict | None, other: dict | None) -> str:
+    if not ours or not other or not ours["tflops"] or not other["tflops"]:
+        return "n/a"
+    return f"{ours['tflops'] / other['tflops']:.2f}x"
+
+
+def host_cell(measured: dict | None) -> str:
+    """Host us per call / GPU us per call."""
+    if not measured or not measured["timing"]:
+        return "n/a"
+    t = measured["timing"]
+    return f"{1e6 * t['host_s']:.0f} / {1e6 * t['gpu_s']:.0f}"
+
+
+def gate_cell(measured: dict | None) -> str:
+    """The largest of dQ's, dK's and dV's ratio to the gate's bound (> 1 fails)."""
+    if not measured or not measured["gate"]:
+        return "n/a"
+    return f"{max(c['ratio'] for c in measured['gate'].values()):.2f}"
+
+
+def table_lines(results: list[dict]) -> list[str]:
+    """The report's tables: TFLOP/s and ratios; host and GPU us per call; the gate per contender."""
+    names = [name for name, _ in CONTENDERS]
+    lines = ["| row | " + " | ".join(names) + " | ours / flash | ours / cuDNN | ours / flex |",
+             "| --- |" + " --- |" * (len(names) + 3)]
+    for entry in results:
+        c = contenders(entry)
+        lines.append(f"| {entry['row']} | " + " | ".join(tflops_cell(c[n]) for n in names) + " | "
+                     + " | ".join(ratio_cell(c["ours"], c[n]) for n in ("flash", "cuDNN", "flex")) + " |")
+        tiled = [v for v in entry["ours"].values() if v["body"] == "tiled" and v["tflops"]]
+        best = max(tiled, key=lambda v: v["tflops"]) if tiled else None
+        if best and best is not c["ours"]:
+            lines.append(f"|  (best swept config: {best['tflops']:.1f}) |" + " |" * (len(names) + 3))
+    lines += ["", "Host us to issue one call / GPU us per call:", "",
+              "| row | " + " | ".join(names) + " |", "| --- |" + " --- |" * len(names)]
+    lines += [f"| {e['row']} | " + " | ".join(host_cell(contenders(e)[n]) for n in names) + " |" for e in results]
+    lines += ["", "Gate: the largest of dQ's, dK's, dV's ratio to the bound (> 1 fails):", "",
+              "| row | " + " | ".join(names) + " |", "| --- |" + " --- |" * len(names)]
+    lines += [f"| {e['row']} | " + " | ".join(gate_cell(contenders(e)[n]) for n in names) + " |" for e in results]
+    long_rows = [e for e in results if e["long"] and e["row"].startswith("bf16")]
+    if long_rows:
+        lines += ["", "d128 at long sequences against cuDNN's published H200 record "
+                  f"({CUDNN_PUBLISHED[False]} non-causal / {CUDNN_PUBLISHED[True]} causal TFLOP/s):", "",
+                  "| row | ours | cuDNN here | published | ours / published |", "| --- | --- | --- | --- | --- |"]
+        for e in long_rows:
+            c, published = contenders(e), CUDNN_PUBLISHED[e["causal"]]
+            ours = c["ours"]["tflops"] if c["ours"] and c["ours"]["tflops"] else None
+            lines.append(f"| {e['row']} | {tflops_cell(c['ours'])} | {tflops_cell(c['cuDNN'])} | {published} | "
+                         + (f"{ours / published:.2f}x" if ours else "n/a") + " |")
+    return lines
+
+
 def _line(entry: dict) -> str:
-    ours = " ".join(f"{tag}={v['tflops']:.1f} [" + " ".join(f"{k.split(':')[-1]}={1e6 * t:.0f}us"
-                                                         for k, t in v["steps"].items()) + "]"
-                    for tag, v in entry["ours"].items())
-    peers = " ".join(f"{name}={v['tflops']:.1f}" if v["tflops"] else f"{name}=n/a"
-                     for name, v in entry["peers"].items())
-    return f"{entry['row']}: ours {ours} | {peers}"
+    parts = []
+    for name, measured in contenders(entry).items():
+        if measured:
+            parts.append(f"{name}={tflops_cell(measured)} [{host_cell(measured)} us, gate {gate_cell(measured)}]")
+    return f"{entry['row']}: " + " ".join(parts)
 
 
-def _write(report: Path, results: list[dict], torch) -> None:
+def _write(report: Path, results: list[dict], skipped: list[str], torch) -> None:
     props = torch.cuda.get_device_properties(0)
     driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
                             capture_output=True, text=True).stdout.strip()
+    command = "python " + " ".join(sys.argv)
     lines = [f"# Attention backward on {props.name} ({platform.node()})", "",
-             f"Driver {driver}, torch {torch.__version__} (CUDA {torch.version.cuda}), cuDNN "
-             f"{torch.backends.cudnn.version()}, Python {platform.python_version()}. TFLOP/s = 2.5 x 4 B Hq S S D "
-             "/ time (halved for causal); median of CUDA-event timings, 3 input sets rotated (torch.Generator seeds 0, 1, 2 on the GPU; the gate check uses seed 0).", "",
-             "| row | ours (tiled) | ours (warp) | flash | cuDNN | mem-efficient | flex | ours / flash | ours / cuDNN | gate (dQ dK dV ratio) |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-    for entry in results:
-        tiled = [v for v in entry["ours"].values() if v["body"] == "tiled"]
-        best = max(tiled, key=lambda v: v["tflops"]) if tiled else None
-        default = tiled[0] if tiled else None
-        warp = next((v for v in entry["ours"].values() if v["body"] == "warp"), None)
-        peer = lambda name: entry["peers"].get(name, {}).get("tflops")  # noqa: E731
-        cell = lambda x: f"{x:.1f}" if x else "n/a"  # noqa: E731
-        flash, cudnn = peer("FLASH_ATTENTION"), peer("CUDNN_ATTENTION")
-        ratio = lambda other: f"{default['tflops'] / other:.2f}x" if default and other else "n/a"  # noqa: E731
-        gate = default["check"]["gate"] if default and default["check"] else {}
-        gate_cell = " ".join(f"{gate[g]['ratio']:.2f}" for g in ("dq", "dk", "dv")) if gate else "n/a"
-        lines.append(f"| {entry['row']} | {cell(default['tflops'] if default else None)} | "
-                     f"{cell(warp['tflops'] if warp else None)} | {cell(flash)} | {cell(cudnn)} | "
-                     f"{cell(peer('EFFICIENT_ATTENTION'))} | {cell(peer('FLEX'))} | {ratio(flash)} | {ratio(cudnn)} | "
-                     f"{gate_cell} |")
-        if best is not default and best:
-            lines.append(f"|  (best swept config: {best['tflops']:.1f}) | | | | | | | | | |")
-    write_report_files(report, lines, results)
+             f"Command: `{command}`. Driver {driver}, torch {torch.__version__} (CUDA {torch.version.cuda}), cuDNN "
+             f"{torch.backends.cudnn.version()}, Python {platform.python_version()}.", "",
+             "TFLOP/s = 2.5 x 4 B Hq S S D / GPU time per backward (halved for causal). GPU time: the median over "
+             "rounds of many calls queued between two CUDA events behind a sleep kernel, every call issued "
+             "before the GPU reached the first (`!` marks a row where a round did not manage that); 3 input sets "
+             "rotated (torch.Generator seeds 0, 1, 2 on the GPU). Ours: the prepared launch plan; peers: "
+             "torch.autograd.grad of a forward run once. Every contender's gradients of seed 0 judged by the gate "
+             "first (tools/bench_gate.py).", ""]
+    lines += table_lines(results)
+    if skipped:
+        lines += ["", "Not run (past the run's time budget): " + "; ".join(skipped) + "."]
+    meta = {"command": command, "device": props.name, "driver": driver, "torch": torch.__version__,
+            "cudnn": torch.backends.cudnn.version(), "skipped": skipped}
+    write_report_files(report, lines, {"meta": meta, "rows": results})
 
 
 def main(argv=None) -> int:
     p = build_run_parser(__doc__, "bench_report.md", ("build", "run", "once"),
                          "once: one backward of the first matching row with config --tag (for a profiler)")
-    p.add_argument("--repeats", type=int, default=20)
+    p.add_argument("--calls", type=int, default=10, help="run: calls queued between the events of a round")
+    p.add_argument("--rounds", type=int, default=5, help="run: rounds per contender (medians reported)")
+    p.add_argument("--budget-s", type=float, default=0.0,
+                   help="run: start no row after this many seconds (0: no limit); the rest are listed as not run")
     p.add_argument("--sweep", action="store_true", help="also the candidate configs of SWEEP")
+    p.add_argument("--warp", action="store_true", help="also the scalar warp body (the smaller rows only)")
     p.add_argument("--rows", default="", help="only rows whose label contains this text")
-    p.add_argument("--flex", action="store_true", help="also FlexAttention (torch.compile: slow to start)")
+    p.add_argument("--flex", choices=("bf16", "f16", "all", "none"), default="bf16",
+                   help="rows on which compiled FlexAttention is timed (its torch.compile takes tens of seconds a row)")
     p.add_argument("--ptxas", help="build: ptxas of a CUDA toolkit, for cubins and register counts")
     p.add_argument("--tag", default="", help="once: the config tag (default: the body's table entry)")
     p.add_argument("--softcap", type=float, default=0.0, help="also each row with this softcap (its speed cost)")
@@ -501,11 +597,12 @@ def main(argv=None) -> int:
         rows = [v for r in rows for v in (r, *([dataclasses.replace(r, grad_accum=args.grad_accum)]
                                                if r.dtype == "bf16" and not r.deterministic else []))]
     if args.action == "build":
-        build(args.directory, args.sweep, args.ptxas, rows)
+        build(args.directory, args.sweep, args.warp, args.ptxas, rows)
         return 0
     if args.action == "once":
         return once(args.directory, rows[0], args.tag)
-    return run(args.directory, args.report, args.repeats, args.sweep, rows, args.flex)
+    options = TimingOptions(calls=args.calls, rounds=args.rounds, sleep_rate=0.0)
+    return run(args.directory, args.report, options, args.sweep, rows, args.flex, args.warp, args.budget_s)
 
 
 if __name__ == "__main__":

@@ -1,14 +1,15 @@
 """The Hopper pieces on the H200: build the wgmma probe (passes/hopper_probe.py: TMA with a 128-byte
 swizzle and zero fill through a 2-stage mbarrier pipeline, wgmma SS, then wgmma RS with an MN-major B) and
 the ladder of smaller kernels made of the same pieces (passes/hopper_probe_ladder.py: mbarrier, tma, ss,
-rs, pipeline, and roles: the probe warp-specialised) here as sm_90a cubins with their ptxas reports; run
+rs, pipeline, roles: the probe warp-specialised, and dq_reduce: the dQ writer's TMA reduce-add) here as
+sm_90a cubins with their ptxas reports; run
 them there through the CUDA executor (tensor maps encoded per launch as __grid_constant__ parameters),
 each rung in a child process under a watchdog, and report each as pass / wrong / hang / error; or run the
 probe and its warp-specialised variant here in the CPU interpreter under the same gate.
 
     python -m tools.hopper_probe build DIR       # here: needs MLIR and ptxas
     python -m tools.hopper_probe run DIR        # on the H200: NumPy and cuda-bindings
-    python -m tools.hopper_probe interp DIR     # here: both probes in the CPU interpreter (MLIR)
+    python -m tools.hopper_probe interp DIR     # here: both probes and dq_reduce in the CPU interpreter (MLIR)
 """
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from .build_run import build_run_parser, write_report_files
 PTXAS = "/usr/local/cuda-13.0/bin/ptxas"
 SEED = 7
 WATCHDOG_S = 20          # a rung's child process (CUDA start, two launches, checks) takes a few seconds
+LAUNCHES = 2             # run_rung launches each rung twice (the second reuses the cached tensor maps)
 
 
 def build(directory: Path) -> None:
@@ -59,6 +61,35 @@ def probe_inputs(shape) -> dict:
     rng = np.random.default_rng(SEED)
     return {name: to_storage(rng.standard_normal(s).astype(np.float32), "bf16")
             for name, s in (("a", (shape.m, shape.k)), ("b", (shape.n, shape.k)), ("v", (shape.n, shape.n2)))}
+
+
+def dq_reduce_inputs() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The dq_reduce rung's dq [dq_rows, inner] and partial tiles [groups, rows, inner], f32 multiples of
+    1/4 in [-4, 4] (every sum of them is exact in f32, in any order), and the work-groups' shared images:
+    each partial as a 128-byte-swizzled box lies in shared memory, as i32 words."""
+    from fmha_mlir.hopper_probe_geometry import DqReduceRung
+    from fmha_mlir.runtime.interp import hopper
+
+    plan, rng = DqReduceRung(), np.random.default_rng(SEED)
+    dq = rng.integers(-16, 17, (plan.dq_rows, plan.inner)).astype(np.float32) / 4
+    partials = rng.integers(-16, 17, (plan.groups, plan.rows, plan.inner)).astype(np.float32) / 4
+    images = np.zeros((plan.groups, plan.nbytes), np.uint8)
+    for image, partial in zip(images, partials):
+        hopper.place_box(image, 0, partial, 128)
+    return dq, partials, images.view(np.int32).reshape(-1)
+
+
+def dq_reduce_check(before: np.ndarray, partials: np.ndarray, after: np.ndarray, launches: int) -> dict:
+    """Exact: dq + launches x the partials' sum on the rows from `row` inside dq, the others untouched."""
+    from fmha_mlir.hopper_probe_geometry import DqReduceRung
+
+    plan = DqReduceRung()
+    want = before.copy()
+    want[plan.row:] += launches * partials[:, :plan.dq_rows - plan.row].sum(axis=0)
+    bad = int(np.count_nonzero(after != want))
+    return {"verdict": "wrong" if bad else "pass",
+            "detail": f"{bad} of {after.size} dq elements differ from dq + {launches} x the sum of {plan.groups} "
+                      f"work-groups' boxes at row {plan.row} (rows past {plan.dq_rows} dropped)"}
 
 
 def _tile_image(shared: np.ndarray, offset: int, tile, tensor: np.ndarray, row: int, column: int) -> None:
@@ -132,15 +163,20 @@ def run_rung(directory: Path, name: str) -> dict:
     shape = ProbeShape(**meta["shape"])
     rung = meta["rungs"][name]
     inputs = probe_inputs(shape)
+    if name == "dq_reduce":
+        dq, partials, images = dq_reduce_inputs()
+        inputs = {"dq": dq.copy()}
     layout = image_layout(shape)
     outputs = {"mbarrier": {"out": np.zeros(rung["threads"], np.int32)},
                "tma": {"out": np.zeros(TmaRung(shape).nbytes // 4, np.int32)},
                "ss": {"c": np.zeros((64, shape.n), np.float32)},
                "rs": {"c": np.zeros((64, shape.n), np.float32), "c2": np.zeros((64, shape.n2), np.float32)},
                "pipeline": {"c": np.zeros((shape.m, shape.n), np.float32),
-                            "c2": np.zeros((shape.m, shape.n2), np.float32)}}["pipeline" if name == "roles" else name]
+                            "c2": np.zeros((shape.m, shape.n2), np.float32)},
+               "dq_reduce": {}}["pipeline" if name == "roles" else name]
     sources = {"ss": {"image": _image(shape, inputs, layout["v"])},
-               "rs": {"image": _image(shape, inputs, layout["end"])}}.get(name, {})
+               "rs": {"image": _image(shape, inputs, layout["end"])},
+               "dq_reduce": {"images": images} if name == "dq_reduce" else {}}.get(name, {})
     dtypes = {np.dtype(np.int32): "i32", np.dtype(np.float32): "f32", np.dtype(np.uint16): "bf16"}
     with CudaExecutor() as device:
         with device.current():
@@ -155,11 +191,13 @@ def run_rung(directory: Path, name: str) -> dict:
             buffers[key] = DeviceBuffer(key, dtypes[host.dtype], host.shape, strides, allocation.address, allocation)
         args = [TensorMapArg(f"{m}_map", buffers[m], tuple(meta["boxes"][m]), 128) for m in rung["maps"]]
         args += [buffers[key] for key in (*sources, *outputs)]
-        for _ in range(2):
+        for _ in range(LAUNCHES):
             kernels.launch(rung["kernel"], rung["grid"], (rung["threads"], 1, 1), args, rung["shared_bytes"])
             device.synchronize()
-        for key, host in outputs.items():
+        for key, host in {**outputs, **({"dq": inputs["dq"]} if name == "dq_reduce" else {})}.items():
             device.download(buffers[key].allocation, host)
+    if name == "dq_reduce":
+        return dq_reduce_check(dq, partials, inputs["dq"], LAUNCHES)
     if name == "mbarrier":
         bad = int(np.count_nonzero(outputs["out"] != np.arange(1, rung["threads"] + 1)))
         return {"verdict": "wrong" if bad else "pass", "detail": f"{bad} of {rung['threads']} threads wrong"}
@@ -237,9 +275,26 @@ def run_interpreted(text: str, shape, inputs, swizzle: int = 128, roles: bool = 
     return c, c2
 
 
+def run_dq_reduce_interpreted(text: str) -> dict:
+    """The dq_reduce rung's kernel-stage IR `text` run by the CPU interpreter, launched LAUNCHES times as
+    `run` does, and checked as there."""
+    from fmha_mlir.hopper_probe_geometry import DqReduceRung, ProbeShape, rung
+    from fmha_mlir.runtime.interp import Interpreter
+    from fmha_mlir.runtime.interp.hopper import TensorMap
+
+    r = rung("dq_reduce", ProbeShape())
+    dq, partials, images = dq_reduce_inputs()
+    out = dq.copy()
+    interpreter = Interpreter(text, 32)
+    for _ in range(LAUNCHES):
+        interpreter.run_kernel(r.kernel, [TensorMap(out, DqReduceRung().box, 128, "f32"), images], r.grid,
+                               (r.threads, 1, 1), r.shared_bytes)
+    return dq_reduce_check(dq, partials, out, LAUNCHES)
+
+
 def interp(directory: Path) -> bool:
-    """The probe and its warp-specialised variant in the interpreter, under the gate (no GPU), compiled
-    here to their kernel-stage IR."""
+    """The probe and its warp-specialised variant in the interpreter, under the gate (no GPU), and the
+    dq_reduce rung, compiled here to their kernel-stage IR."""
     from fmha_mlir.compiler import Compiler
     from fmha_mlir.hopper_probe_geometry import ProbeShape
     from fmha_mlir.passes.hopper_probe import probe_module_text
@@ -254,7 +309,13 @@ def interp(directory: Path) -> bool:
         checks = judge_products(shape, inputs, *run_interpreted(text, shape, inputs, roles=roles))
         print(f"{'warp-specialised' if roles else 'one warpgroup'}:\n" + "\n".join(f"- {c}" for c in checks))
         passed &= all(c.passed for c in checks)
-    return passed
+    from fmha_mlir.passes.hopper_probe_ladder import rung_module_text
+
+    text = Compiler().compile_module(rung_module_text("dq_reduce", shape), "gpu", "sm_90a").interp_ir
+    (directory / "dq_reduce.interp.mlir").write_text(text)
+    result = run_dq_reduce_interpreted(text)
+    print(f"dq_reduce: {result['verdict']}: {result['detail']}")
+    return passed and result["verdict"] == "pass"
 
 
 def _sass(cubin: Path) -> str:

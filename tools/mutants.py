@@ -39,14 +39,14 @@ PACKAGE_DIRS = {"fmha_mlir": "fmha_mlir", "dialects": "fmha_mlir/dialects", "pas
 # kv heads and the gpu stage (pipeline tests), multi-tile tiled problems, the lowered mask semantics,
 # the mask geometry against brute force and the rule written out, the NaN classes on the sm_90 tiled
 # body, the matrix layouts against the vendors' figures, the Hopper probe and its warp-specialised variant
-# in the interpreter, the wgmma descriptor the H200 verified. One pytest process: the kernels compile once
+# in the interpreter, the wgmma descriptor the H200 verified, the dq_reduce rung in the interpreter. One pytest process: the kernels compile once
 # per mutant.
 SUBSET_FILES = ("test/python/test_interp_matrix.py", "test/python/test_interp_pipeline.py",
                 "test/python/test_interp_fmha_ops.py", "test/python/test_lowering.py", "test/python/test_interp_mfma.py",
                 "test/python/test_mfma_atom.py", "test/python/test_deterministic.py", "test/python/test_mask_geometry.py",
                 "test/python/test_nan_classes.py", "test/python/test_interp_nvgpu.py",
                 "test/python/test_interp_hopper_ops.py", "test/python/test_wgmma_layouts.py",
-                "test/python/test_sinks.py")
+                "test/python/test_sinks.py", "test/python/test_hopper_probe_ladder.py")
 SUBSET_SELECTION = ("(test_interp_matrix and (d64 and g4 or (softcap or alibi or bias) and bf16 and none))"
                     " or test_interp_pipeline"
                     " or (test_interp_fmha_ops and lowered)"
@@ -55,6 +55,7 @@ SUBSET_SELECTION = ("(test_interp_matrix and (d64 and g4 or (softcap or alibi or
                     " or test_mask_geometry or (test_nan_classes and sm_90 and tiled)"
                     " or (test_interp_nvgpu and follow_the_ptx_isa)"
                     " or (test_interp_hopper_ops and runs) or (test_wgmma_layouts and h200_verified)"
+                    " or (test_hopper_probe_ladder and dq_reduce_in_the_interpreter)"
                     " or (test_sinks and (kernel_matches and bf16 or deterministic or stay_finite and sm_90))")
 TIMEOUT_S = 900
 RESULTS = ROOT / "reports" / "mutants.json"
@@ -270,6 +271,10 @@ MUTANTS: list[Mutant] = [
     Mutant("hopper: the producer refills a stage before the consumers release it", "passes/hopper_probe.py",
            "                    probe.pipeline.acquire(kb % STAGES, (kb // STAGES - 1) % 2)\n",
            "                    pass\n"),
+    Mutant("hopper: the dQ writer reuses its tile before the reduce-add's reads are waited for",
+           "passes/hopper_probe_ladder.py", "        bulk_wait(0, read=True)\n", ""),
+    Mutant("hopper: the dQ writer's reduce-add swaps its coordinates", "passes/hopper_probe_ladder.py",
+           ".reduce_add(smem, 0, [0, plan.row])", ".reduce_add(smem, 0, [plan.row, 0])"),
 ]
 
 

@@ -61,10 +61,16 @@ class CudaExecutor(Executor):
         self.device_index = device_index
         self._device = check_status(self._cu.cuDeviceGet(device_index), f"cuDeviceGet({device_index})")
         self._context = check_status(self._cu.cuDevicePrimaryCtxRetain(self._device), "cuDevicePrimaryCtxRetain")
-        from .tensor_maps import TensorMapCache, encode_tiled
+        from .tensor_maps import TensorMapCache
 
-        self.tensor_maps = TensorMapCache(lambda encoding: encode_tiled(self._cu, encoding))
+        self.tensor_maps = TensorMapCache(self._encode_tiled)
         self._current = _PrimaryContext(self._cu, self._context)
+
+    def _encode_tiled(self, encoding) -> bytes:
+        from .tensor_maps import encode_tiled
+
+        with self.current():   # cuTensorMapEncodeTiled fails with CUDA_ERROR_INVALID_CONTEXT where none is current
+            return encode_tiled(self._cu, encoding)
 
     def current(self) -> "_PrimaryContext":
         """The primary context current for the calls inside (pushed only where another one is). Nested

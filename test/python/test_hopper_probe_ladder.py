@@ -4,7 +4,8 @@ mbarrier expects equal the bytes the TMA boxes that complete on it deliver, with
 encodes its tensor maps with (a mismatch never completes the phase: the probe hung on the H200 when B's
 map had a 64-row box under a 128-row tile); the host-made shared images run through the interpreter's
 wgmma emulation to the gated products; the run side imports no MLIR; a child that outlives the watchdog
-is reported as a hang."""
+is reported as a hang; the dq_reduce rung (TMA reduce-add) in the interpreter, exact, and its planted
+mutants (no proxy fence, no commit, no wait before the tile is reused or the kernel ends) reported."""
 from __future__ import annotations
 
 import json
@@ -19,6 +20,7 @@ import pytest
 from fmha_mlir.dtypes import from_storage, to_storage
 from fmha_mlir.hopper_probe_geometry import BLOCK_K, RUNGS, ProbeShape, image_layout, rung
 from fmha_mlir.runtime.interp import hopper
+from fmha_mlir.runtime.interp.errors import InterpreterError
 from fmha_mlir.tools import hopper_probe as tool
 
 SHAPE = ProbeShape()
@@ -144,7 +146,8 @@ def test_the_run_side_imports_no_mlir():
             "import tools.hopper_probe as t\n"
             "from fmha_mlir.hopper_probe_geometry import ProbeShape, image_layout\n"
             "s = ProbeShape(); i = t.probe_inputs(s); t._image(s, i, image_layout(s)['end']); t._expected_tma(s, i)\n"
-            "t.product_checks(s, i, 64, 64)\n")
+            "t.product_checks(s, i, 64, 64)\n"
+            "dq, p, im = t.dq_reduce_inputs(); t.dq_reduce_check(dq, p, dq, 0)\n")
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True)
 
 
@@ -157,3 +160,62 @@ def test_a_child_past_the_watchdog_is_a_hang(tmp_path, monkeypatch):
     assert not tool.run(tmp_path, tmp_path / "report.md")
     rows = json.loads((tmp_path / "report.json").read_text())["rungs"]
     assert [r["verdict"] for r in rows] == ["hang"] * len(RUNGS)
+
+
+def test_dq_reduce_ptx_orders_stores_fence_barrier_reduce_commit_wait(ptx):
+    text = ptx["dq_reduce"]
+    order = ["st.shared", "fence.proxy.async.shared::cta", "bar.sync",
+             "cp.reduce.async.bulk.tensor.2d.global.shared::cta.add.tile.bulk_group [%rd", "cp.async.bulk.commit_group",
+             "cp.async.bulk.wait_group.read"]
+    places = [text.index(piece) for piece in order]
+    assert places == sorted(places)
+
+
+def test_a_reduce_box_reads_back_what_a_load_placed_and_drops_what_lies_outside():
+    box = np.arange(64 * 32, dtype=np.float32).reshape(64, 32)
+    image = np.zeros(box.nbytes, np.uint8)
+    hopper.place_box(image, 0, box, 128)
+    assert np.array_equal(hopper.take_box(image, 0, box.shape, np.float32, 128), box)
+    assert not np.array_equal(hopper.take_box(image, 0, box.shape, np.float32, 0), box)
+    tensor = np.ones((80, 32), np.float32)
+    hopper.add_box(tensor, (48, 0), box)
+    assert np.array_equal(tensor[48:], 1 + box[:32]) and np.array_equal(tensor[:48], np.ones((48, 32)))
+
+
+@pytest.fixture(scope="module")
+def dq_reduce_ir() -> str:
+    from fmha_mlir.compiler import Compiler
+    from fmha_mlir.passes.hopper_probe_ladder import rung_module_text
+
+    return Compiler().compile_module(rung_module_text("dq_reduce", SHAPE), "gpu", "sm_90a").interp_ir
+
+
+def test_dq_reduce_in_the_interpreter_adds_each_work_groups_box_once_per_launch(dq_reduce_ir):
+    result = tool.run_dq_reduce_interpreted(dq_reduce_ir)
+    assert result["verdict"] == "pass", result
+    dq, partials, _ = tool.dq_reduce_inputs()
+    assert tool.dq_reduce_check(dq, partials, dq + 0.25, 2)["verdict"] == "wrong"
+
+
+def _without(text: str, *pieces: str) -> str:
+    lines = text.splitlines()
+    kept = [line for line in lines if not any(piece in line for piece in pieces)]
+    assert len(kept) < len(lines)
+    return "\n".join(kept)
+
+
+def _without_reuse(text: str) -> str:
+    """The rung without what follows its last work-group barrier (the tile's reuse)."""
+    cut = text.rindex('"gpu.barrier"')
+    return text[:cut] + text[text.index('"gpu.return"', cut):]
+
+
+@pytest.mark.parametrize("mutant, message", [
+    (lambda t: _without(t, '"nvvm.fence.proxy"'), "no fence.proxy.async since"),
+    (lambda t: _without(t, '"nvvm.cp.async.bulk.wait_group"'), "may still be reading"),
+    (lambda t: _without(t, '"nvvm.cp.async.bulk.commit.group"'), "may still be reading"),
+    (lambda t: _without_reuse(_without(t, '"nvvm.cp.async.bulk.wait_group"')), "ends with bulk reduces"),
+])
+def test_dq_reduce_mutants_are_reported(dq_reduce_ir, mutant, message):
+    with pytest.raises(InterpreterError, match=message):
+        tool.run_dq_reduce_interpreted(mutant(dq_reduce_ir))

@@ -856,6 +856,24 @@ def test_cuda_calls_inside_one_current_block_ask_the_driver_once(monkeypatch):
     assert fake.calls[-4:] == ["cuCtxGetCurrent", "cuCtxPushCurrent", "cuMemsetD32Async", "cuCtxPopCurrent"]
 
 
+def test_cuda_tensor_maps_are_encoded_with_the_context_current_once_per_geometry(monkeypatch):
+    from fmha_mlir.runtime import tensor_maps
+    from fmha_mlir.runtime.args import TensorMapArg
+
+    fake = FakeCuda()
+    monkeypatch.setattr(cuda_executor, "_driver", lambda: fake)
+    monkeypatch.setattr(tensor_maps, "encode_tiled", lambda cu, e: fake.calls.append("encode") or bytes(128))
+    executor = cuda_executor.CudaExecutor()
+    arg = TensorMapArg("a_map", DeviceBuffer("a", "bf16", (128, 64), (64, 1), 0x10000), (64, 64), 128)
+    del fake.calls[:]
+    assert executor.encode_tensor_map(arg, 0x10000) == bytes(128)
+    # a process with no current context (no torch): the driver refuses the encoding unless ours is pushed
+    assert fake.calls == ["cuCtxGetCurrent", "cuCtxPushCurrent", "encode", "cuCtxPopCurrent"]
+    executor.encode_tensor_map(arg, 0x10000)
+    assert fake.calls.count("encode") == 1   # cached: no driver call, no context switch
+    assert len(fake.calls) == 4
+
+
 def test_cuda_launch_passes_a_pointer_to_each_packed_field_on_the_given_stream(monkeypatch):
     seen = []
 

@@ -1,9 +1,10 @@
 """NumPy emulation of the Hopper data movement and products, from what the hardware reads: TMA box loads
-(swizzled placement, out-of-bounds zero fill) into a shared-memory byte image, and wgmma operands read
-back through their 64-bit descriptors (address, LBO, SBO, swizzle mode) in either major order.
+(swizzled placement, out-of-bounds zero fill) into a shared-memory byte image, TMA box reduce-adds out
+of it (out-of-bounds elements dropped), and wgmma operands read back through their 64-bit descriptors
+(address, LBO, SBO, swizzle mode) in either major order.
 
-These are the semantics the interpreter's handlers for nvgpu.tma.async.load and nvvm.wgmma.mma_async
-(ops_hopper.py) apply; a wrong swizzle mode, LBO or SBO in a descriptor reads a different matrix here,
+These are the semantics the interpreter's handlers for nvgpu.tma.async.load,
+nvvm.cp.async.bulk.tensor.reduce and nvvm.wgmma.mma_async (ops_hopper.py) apply; a wrong swizzle mode, LBO or SBO in a descriptor reads a different matrix here,
 as on the GPU.
 """
 from __future__ import annotations
@@ -47,16 +48,44 @@ def box_of(tensor: np.ndarray, start, box) -> np.ndarray:
     return out
 
 
+def box_offsets(byte_offset: int, shape, element_bytes: int, swizzle_bytes: int) -> np.ndarray:
+    """The physical byte offset of each element of a box of `shape` (elements row-major, rows of its
+    innermost dimension) placed at `byte_offset` as TMA lays it out in shared memory."""
+    inner = shape[-1]
+    rows = int(np.prod(shape[:-1], dtype=np.int64))
+    r, c = np.meshgrid(np.arange(rows), np.arange(inner), indexing="ij")
+    return swizzle(byte_offset + (r * inner + c) * element_bytes, swizzle_bytes).reshape(shape)
+
+
 def place_box(shared: np.ndarray, byte_offset: int, box: np.ndarray, swizzle_bytes: int) -> np.ndarray:
     """Write `box` (its elements row-major, rows of its innermost dimension) into `shared` at
     `byte_offset`, swizzled as TMA does; returns the physical byte offsets written."""
     eb = box.itemsize
     inner = box.shape[-1]
     flat = np.ascontiguousarray(box).reshape(-1, inner)
-    r, c = np.meshgrid(np.arange(flat.shape[0]), np.arange(inner), indexing="ij")
-    physical = swizzle(byte_offset + (r * inner + c) * eb, swizzle_bytes)
+    physical = box_offsets(byte_offset, flat.shape, eb, swizzle_bytes)
     shared[physical[..., None] + np.arange(eb)] = flat.view(np.uint8).reshape(*flat.shape, eb)
     return physical
+
+
+def take_box(shared: np.ndarray, byte_offset: int, shape, dtype, swizzle_bytes: int) -> np.ndarray:
+    """The box of `shape` that place_box would have placed at `byte_offset` (what a TMA store or
+    reduce reads from shared memory)."""
+    eb = np.dtype(dtype).itemsize
+    physical = box_offsets(byte_offset, shape, eb, swizzle_bytes)
+    return np.ascontiguousarray(shared[physical[..., None] + np.arange(eb)]).view(dtype).reshape(shape)
+
+
+def add_box(tensor: np.ndarray, start, values: np.ndarray) -> None:
+    """tensor[box from `start`] += values, dropping the elements outside the tensor (a TMA reduce-add)."""
+    src, dst = [], []
+    for first, n, size in zip(start, values.shape, tensor.shape):
+        lo, hi = max(first, 0), min(first + n, size)
+        if hi <= lo:
+            return
+        dst.append(slice(lo, hi))
+        src.append(slice(lo - first, hi - first))
+    tensor[tuple(dst)] += values[tuple(src)]
 
 
 def operand_offsets(descriptor: int, mn: int, major: str, element_bytes: int) -> np.ndarray:

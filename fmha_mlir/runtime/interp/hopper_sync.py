@@ -17,6 +17,12 @@ Proxies. Shared memory written by ordinary stores (the generic proxy) and then r
 (the async proxy) needs a fence.proxy.async by the writing thread in between; each 2-byte unit keeps
 its last generic writer until that lane fences, and an async read of a unit with a writer is an error.
 
+Bulk groups. A TMA reduce-add reads its shared-memory box through the async proxy (so the proxy rule
+applies) and keeps reading it until its bulk group is waited for: each unit it reads keeps the issuing
+lane until that lane's wait_group retires the group. An ordinary store to such a unit is an error (the
+box is overwritten while the reduce may still read it), and so is a work-group that ends with reduces
+not waited for (its shared memory is handed to the next work-group).
+
 Register budgets. setmaxnreg moves a warpgroup's per-thread budget (24..256, multiples of 8); the
 warpgroups of a work-group share the SM's 64K registers, so their budgets may not sum past that.
 """
@@ -63,6 +69,7 @@ class _Shadow:
         self.tma_phase = np.zeros(units, np.int64)
         self.generic_writer = np.full(units, NONE, np.int64)
         self.written = np.zeros(units, bool)     # by anything, ever: an async read of others reads garbage
+        self.bulk_reader = np.full(units, NONE, np.int64)   # the lane whose bulk reduce may still read it
 
 
 class HopperSync:
@@ -76,6 +83,10 @@ class HopperSync:
         self._group_of: list[tuple[MbarrierGroup, int]] = []  # barrier id -> (group, index)
         warpgroups = -(-grid.group_threads // WARPGROUP)
         self.budgets = np.zeros((grid.groups, warpgroups), np.int64)   # 0: not set by setmaxnreg
+        # per lane: its bulk reduces since its last commit, and its committed groups not yet waited for,
+        # each a list of (buffer key, units read)
+        self._bulk_open: dict[int, list] = {}
+        self._bulk_groups: dict[int, list[list]] = {}
 
     # --- mbarriers ---------------------------------------------------------------------------------
 
@@ -143,6 +154,12 @@ class HopperSync:
                                    f"it {verb} them without waiting for that phase (nvgpu.mbarrier.try_wait.parity)")
         if kind != "read":
             shadow = self._shadow(buffer)
+            readers = shadow.bulk_reader[units]
+            if (readers != NONE).any():
+                spot = tuple(int(i) for i in np.unravel_index(int(np.argmax(readers != NONE)), units.shape))
+                return spot, (f"which a bulk reduce issued by {self.grid.describe(int(readers[spot]))} may still be "
+                              "reading: that thread has not waited for its group (nvvm.cp.async.bulk.wait_group "
+                              "with read)")
             shadow.generic_writer[units] = np.broadcast_to(lanes[:, None], units.shape)
             shadow.tma_barrier[units] = NONE
             shadow.written[units] = True
@@ -161,6 +178,39 @@ class HopperSync:
         """fence.proxy.async by `lanes`: their generic writes are ordered before later async accesses."""
         for shadow in self._shadows.values():
             shadow.generic_writer[np.isin(shadow.generic_writer, lanes)] = NONE
+
+    # --- bulk groups ---------------------------------------------------------------------------------
+
+    def bulk_read(self, buffer, units: np.ndarray, lane: int) -> None:
+        """A bulk reduce issued by `lane` reads `units` (global units of buffer.data) until its group is waited for."""
+        self._shadow(buffer).bulk_reader[units] = lane
+        self._bulk_open.setdefault(lane, []).append((id(buffer), units))
+
+    def bulk_commit(self, lanes: np.ndarray) -> None:
+        """cp.async.bulk.commit_group by `lanes`: each one's reduces since its last commit become a group."""
+        for lane in lanes.tolist():
+            reads = self._bulk_open.pop(lane, [])
+            if reads:
+                self._bulk_groups.setdefault(lane, []).append(reads)
+
+    def bulk_wait(self, lanes: np.ndarray, pending: int) -> None:
+        """cp.async.bulk.wait_group `pending` by `lanes`: all but each one's `pending` latest groups are done."""
+        for lane in lanes.tolist():
+            groups = self._bulk_groups.get(lane, [])
+            done, self._bulk_groups[lane] = groups[:max(len(groups) - pending, 0)], groups[max(len(groups) - pending, 0):]
+            for reads in done:
+                for key, units in reads:
+                    shadow = self._shadows[key]
+                    mine = units[shadow.bulk_reader[units] == lane]
+                    shadow.bulk_reader[mine] = NONE
+
+    def finish(self, what: str) -> None:
+        """The end of the chunk's work-groups: an error if a lane left bulk reduces not waited for."""
+        for lane, left in [*self._bulk_open.items(), *self._bulk_groups.items()]:
+            if left:
+                raise InterpreterError(f"{what}: {self.grid.describe(lane)} ends with bulk reduces it has not "
+                                       "committed and waited for (nvvm.cp.async.bulk.commit.group, wait_group with "
+                                       "read): they may still read shared memory the next work-group is given")
 
     # --- register budgets --------------------------------------------------------------------------
 

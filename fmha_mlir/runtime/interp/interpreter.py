@@ -112,6 +112,8 @@ class Interpreter:
                 else:
                     scheduler = RoleScheduler(lanes, kernel.roles, f"kernel {name}")
                     scheduler.run(lambda role, mask: run_role(role, mask, scheduler))
+                if workgroup.hopper is not None:
+                    workgroup.hopper.finish(f"kernel {name}")
 
     def _compile(self, name: str) -> CompiledKernel:
         if name not in self._compiled:

@@ -1,12 +1,14 @@
 """Hopper (sm_90a) ops as the atoms of passes/wgmma_atom.py, tma_copy.py and hopper_sync.py emit them:
-mbarriers (create / init / arrive / arrive.expect_tx / try_wait.parity), TMA box loads, wgmma SS
+mbarriers (create / init / arrive / arrive.expect_tx / try_wait.parity), TMA box loads, TMA box
+reduce-adds with their bulk groups (commit / wait_group) and the shared-memory pointer they take, wgmma SS
 (nvvm.wgmma.mma_async) and RS (its inline PTX), wgmma fence / commit / wait, named barriers,
 fence.proxy.async and setmaxnreg, plus the llvm ops around an accumulator (!llvm.struct of f32: a
 [lanes, N/2] array here).
 
 The data path is hopper.py's (swizzled boxes with zero fill, operands read through their descriptors
 from the work-group's dynamic shared memory); the happens-before rules are hopper_sync.py's. A TMA box
-lands at once; its bytes count against the barrier's transaction bytes and are marked until a wait.
+lands at once; its bytes count against the barrier's transaction bytes and are marked until a wait. A
+reduce-add lands at once too; its source box stays marked as read until its bulk group is waited for.
 Under lockstep execution a wait that cannot pass can never pass (no other lane runs meanwhile), so it
 is reported as a deadlock naming the barrier, its pending arrivals and transaction bytes: how a wrong
 expect-tx byte count shows. wgmma products complete at issue; fence / commit / wait check that whole
@@ -22,7 +24,7 @@ from ...dtypes import bf16_bits, from_storage
 from ... import wgmma_layouts as layouts
 from .compiler import KernelCompiler
 from .errors import InterpreterError
-from .hopper import TensorMap, box_of, operand_offsets, place_box, wgmma
+from .hopper import TensorMap, add_box, box_of, box_offsets, operand_offsets, place_box, take_box, wgmma
 from .hopper_sync import UNIT, WARPGROUP
 from .parser import Operation
 from .types import MemRefType, VectorType
@@ -229,6 +231,80 @@ def compile_tma_load(op: Operation, cc: KernelCompiler):
     return run
 
 
+def compile_tma_reduce(op: Operation, cc: KernelCompiler):
+    """nvvm.cp.async.bulk.tensor.reduce(map, shared pointer, coordinates (innermost first)), add, tile mode:
+    the box the map describes, read from dynamic shared memory as a load would have placed it, added into
+    the map's tensor (elements outside it dropped)."""
+    map_slot, src_slot, *coord_slots = cc.operands(op)
+    sizes = tuple(op.attributes.get("operandSegmentSizes"))
+    if sizes[3:] != (0,):
+        raise cc.error(op, "L2 cache hints are not supported")
+    kind = _ATTR.search(getattr(op.attributes["redKind"], "text", str(op.attributes["redKind"]))).group(1)
+    mode = op.attributes.get("mode")
+    if kind != "add" or (mode is not None and "tile" not in getattr(mode, "text", str(mode))):
+        raise cc.error(op, f"the interpreter runs tile-mode reduce-adds, not {kind}")
+    what = cc.describe(op)
+
+    def run(st, mask):
+        env, g = st.env, st.grid
+        sync = _hopper(st, what)
+        buffer = st.workgroup.dynamic().shared
+        tensor_map = env[map_slot]
+        if not isinstance(tensor_map, TensorMap) or tensor_map.tensor.dtype != np.float32:
+            raise InterpreterError(f"{what}: the tensor map operand must be a tensor-map kernel argument over f32")
+        box = tuple(tensor_map.box)
+        for lane in _lanes(st, mask):
+            one = np.array([lane])
+            w = int(g.group_local[lane])
+            source = int(_per_lane(env[src_slot], one, g.lanes)[0])
+            start = tuple(reversed([int(_per_lane(env[c], one, g.lanes)[0]) for c in coord_slots]))
+            offsets = box_offsets(source, box, 4, tensor_map.swizzle)[..., None] + np.arange(4)
+            if source < 0 or offsets.max() >= st.workgroup.dynamic_bytes:
+                raise InterpreterError(f"{what}: the box at byte {source} reaches byte {int(offsets.max()) + 1} of "
+                                       f"the {st.workgroup.dynamic_bytes} bytes of dynamic shared memory")
+            _check_async_read(sync, buffer, w, offsets.reshape(-1), one, what, "a reduce-add's box")
+            image = buffer.data[w * buffer.stride:(w + 1) * buffer.stride]
+            add_box(tensor_map.tensor, start, take_box(image, source, box, np.float32, tensor_map.swizzle))
+            sync.bulk_read(buffer, np.unique((w * buffer.stride + offsets.reshape(-1)) // UNIT), lane)
+
+    return run
+
+
+def compile_bulk_commit(op: Operation, cc: KernelCompiler):
+    what = cc.describe(op)
+
+    def run(st, mask):
+        _hopper(st, what).bulk_commit(_lanes(st, mask))
+
+    return run
+
+
+def compile_bulk_wait(op: Operation, cc: KernelCompiler):
+    """wait_group N (with or without read): reduce-adds land at issue, so both retire the groups' reads."""
+    group = op.attributes["group"]
+    pending = int(getattr(group, "value", group))
+    what = cc.describe(op)
+
+    def run(st, mask):
+        _hopper(st, what).bulk_wait(_lanes(st, mask), pending)
+
+    return run
+
+
+def compile_int_to_pointer(op: Operation, cc: KernelCompiler):
+    """llvm.inttoptr to a shared-memory pointer (!llvm.ptr<3>): the byte offset in the work-group's shared
+    window, as memref.extract_aligned_pointer_as_index gives it."""
+    if str(op.result_types[0]) != "!llvm.ptr<3>":
+        raise cc.error(op, f"the interpreter takes shared-memory pointers (!llvm.ptr<3>) only, not {op.result_types[0]}")
+    (src,) = cc.operands(op)
+    out = cc.result(op)
+
+    def run(st, mask):
+        st.env[out] = st.env[src]
+
+    return run
+
+
 # --- wgmma -------------------------------------------------------------------------------------------
 
 def _struct_registers(t, cc, op) -> int:
@@ -334,23 +410,24 @@ def _register_a(registers: np.ndarray, element: str) -> np.ndarray:
     return a
 
 
-def _check_async_read(sync, buffer, w: int, offsets: np.ndarray, members, what: str) -> None:
-    """A wgmma operand read of the bytes at `offsets` of work-group w's image, by the warpgroup `members`."""
+def _check_async_read(sync, buffer, w: int, offsets: np.ndarray, members, what: str,
+                      operand: str = "a wgmma operand") -> None:
+    """An async-proxy read of `operand` at the bytes `offsets` of work-group w's image, by the lanes `members`."""
     units = np.unique((w * buffer.stride + offsets) // UNIT)
     missing = sync.unwritten(buffer, units)
     if missing is not None:
-        raise InterpreterError(f"{what}: reads a wgmma operand at byte {missing - w * buffer.stride} of {buffer.name} "
+        raise InterpreterError(f"{what}: reads {operand} at byte {missing - w * buffer.stride} of {buffer.name} "
                                f"of work-group {sync.grid.first_group + w}, which nothing has written yet (a load "
                                "not waited for: nvgpu.mbarrier.try_wait.parity)")
     found = sync.unobserved(buffer, np.broadcast_to(units, (members.size, units.size)), members)
     if found is not None:
         row, _, barrier, phase = found
-        raise InterpreterError(f"{what}: reads a wgmma operand in {buffer.name} that a TMA load wrote completing on "
+        raise InterpreterError(f"{what}: reads {operand} in {buffer.name} that a TMA load wrote completing on "
                                f"{sync.describe(barrier)} (phase {phase}), and {sync.grid.describe(int(members[row]))} "
                                "has not waited for that phase (nvgpu.mbarrier.try_wait.parity)")
     writer = sync.unfenced(buffer, units)
     if writer is not None:
-        raise InterpreterError(f"{what}: reads a wgmma operand in {buffer.name} that {sync.grid.describe(writer)} "
+        raise InterpreterError(f"{what}: reads {operand} in {buffer.name} that {sync.grid.describe(writer)} "
                                "wrote by an ordinary store with no fence.proxy.async since: the async proxy may not "
                                "see it")
 
@@ -499,6 +576,10 @@ HANDLERS = {
     "nvgpu.mbarrier.arrive.expect_tx": _barrier_handler("expect_tx"),
     "nvgpu.mbarrier.try_wait.parity": compile_try_wait,
     "nvgpu.tma.async.load": compile_tma_load,
+    "nvvm.cp.async.bulk.tensor.reduce": compile_tma_reduce,
+    "nvvm.cp.async.bulk.commit.group": compile_bulk_commit,
+    "nvvm.cp.async.bulk.wait_group": compile_bulk_wait,
+    "llvm.inttoptr": compile_int_to_pointer,
     "nvvm.wgmma.mma_async": compile_wgmma,
     "nvvm.wgmma.fence.aligned": compile_warpgroup_sync,
     "nvvm.wgmma.commit.group.sync.aligned": compile_warpgroup_sync,
@@ -515,5 +596,6 @@ HANDLERS = {
 }
 # Ops whose presence gives a kernel its Hopper state (hopper_sync.HopperSync).
 HOPPER_OPS = frozenset(name for name in HANDLERS if name.startswith(("nvgpu.mbarrier", "nvgpu.tma", "nvvm.wgmma",
+                                                                      "nvvm.cp.async.bulk",
                                                                       "nvvm.fence.proxy", "nvvm.setmaxregister",
                                                                       "nvvm.barrier")))

@@ -1,0 +1,115 @@
+"""tools/bench_bwd.py, bench_timing.py and bench_gate.py without a GPU: the row list, the TFLOP/s count, the
+report's tables, the timing summary, and the gate's cuts against the full oracle."""
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parents[2] / "tools"))   # the tools import each other as scripts
+
+import bench_bwd  # noqa: E402
+import bench_gate  # noqa: E402
+import bench_timing  # noqa: E402
+from fmha_mlir import oracle  # noqa: E402
+from fmha_mlir.numerics import MATRIX_K16  # noqa: E402
+from fmha_mlir.spec import Mask  # noqa: E402
+
+
+def test_rows_are_the_issue_rows_then_the_long_ones_bf16_first():
+    labels = [r.label for r in bench_bwd.ROWS]
+    assert labels[:9] == ["bf16 B4 H16 S2048 D64", "bf16 B4 H16 S2048 D128 causal", "bf16 B2 H16 S4096 D128",
+                          "bf16 B2 H8 S2048 D256", "bf16 B1 H32 Hkv8 S8192 D128 causal", "bf16 B2 H16 S8192 D128",
+                          "bf16 B2 H16 S8192 D128 causal", "bf16 B1 H16 S16384 D128",
+                          "bf16 B1 H16 S16384 D128 causal"]
+    assert labels[9:] == [label.replace("bf16", "f16") for label in labels[:9]]
+    assert [r.label for r in bench_bwd.ROWS[:9] if r.long] == labels[5:9]
+
+
+def test_flops_count_the_backward_as_2_5_forwards_halved_for_causal():
+    row = bench_bwd.Row(4, 16, 16, 2048, 64, False, "bf16")
+    assert row.flops == 2.5 * 4 * 4 * 16 * 2048 * 2048 * 64
+    causal = bench_bwd.Row(1, 32, 8, 8192, 128, True, "bf16")
+    assert causal.flops == 2.5 * 4 * 32 * 8192 * 8192 * 128 / 2   # query heads count, not kv heads
+
+
+def _measured(tflops, host_us=300.0, ahead=True, passed=True, ratio=0.4):
+    if tflops is None:
+        return {"timing": None, "tflops": None, "gate": None, "passed": None, "why": "unsupported"}
+    gpu = 1e-3 / tflops
+    return {"timing": {"gpu_s": gpu, "host_s": host_us * 1e-6, "ahead": ahead, "rounds": []}, "tflops": tflops,
+            "gate": {"dq": {"ratio": ratio, "passed": passed}, "dk": {"ratio": ratio / 2, "passed": True},
+                     "dv": {"ratio": 0.1, "passed": True}}, "passed": passed, "why": None}
+
+
+def test_table_ratios_marks_and_long_rows():
+    entry = {"row": "bf16 B1 H16 S16384 D128 causal", "flops": 1.0, "causal": True, "long": True,
+             "ours": {"tag": {**_measured(300.0, host_us=40), "body": "tiled"}},
+             "peers": {"FLASH_ATTENTION": _measured(200.0, ahead=False), "CUDNN_ATTENTION": _measured(600.0),
+                       "FLEX": _measured(None)}}
+    gqa = {"row": "bf16 B1 H32 Hkv8 S8192 D128 causal", "flops": 1.0, "causal": True, "long": False,
+           "ours": {"tag": {**_measured(290.0), "body": "tiled"}}, "peers": {"CUDNN_ATTENTION": _measured(520.0)}}
+    failing = {"row": "f16 B4 H16 S2048 D64", "flops": 1.0, "causal": False, "long": False,
+               "ours": {"tag": {**_measured(250.0, passed=False, ratio=1.5), "body": "tiled"}}, "peers": {}}
+    text = "\n".join(bench_bwd.table_lines([entry, gqa, failing]))
+    assert "| bf16 B1 H16 S16384 D128 causal | 300.0 | 200.0! | 600.0 | n/a | 1.50x | 0.50x | n/a |" in text
+    assert "| f16 B4 H16 S2048 D64 | 250.0 (gate FAIL) | n/a | n/a | n/a | n/a | n/a | n/a |" in text
+    assert "| bf16 B1 H16 S16384 D128 causal | 40 / 3 | 300 / 5 | 300 / 2 | n/a |" in text
+    assert "| f16 B4 H16 S2048 D64 | 1.50 | n/a | n/a | n/a |" in text
+    assert "| bf16 B1 H16 S16384 D128 causal | 300.0 | 600.0 | 581 | 0.52x |" in text   # the causal record
+    assert text.count("| 581 |") == 1   # neither the GQA row nor an f16 row is in the long rows' table
+
+
+def test_timing_summary_takes_medians_and_needs_every_round_ahead():
+    rounds = [bench_timing.Round(3e-3, 1e-4, True), bench_timing.Round(1e-3, 3e-4, True),
+              bench_timing.Round(2e-3, 2e-4, False)]
+    timing = bench_timing.summarize(rounds)
+    assert (timing.gpu_s, timing.host_s, timing.ahead) == (2e-3, 2e-4, False)
+    assert bench_timing.summarize(rounds[:2]).ahead
+    with pytest.raises(ValueError):
+        bench_timing.summarize([])
+
+
+def test_sleep_outlasts_twice_the_issuing():
+    cycles = bench_timing.sleep_cycles(host_s=3e-4, calls=10, cycles_per_second=1e9)
+    assert cycles == int((2 * 3e-4 * 10 + bench_timing.SLEEP_MARGIN_S) * 1e9)
+
+
+def _problem(mask: str, seqlen=96, hdim=32, g=2, seed=1):
+    rng = np.random.default_rng(seed)
+    q, do = (rng.standard_normal((1, g, seqlen, hdim)) for _ in range(2))
+    k, v = (rng.standard_normal((1, 1, seqlen, hdim)) for _ in range(2))
+    args = dict(mask=Mask(mask), scale=hdim ** -0.5, gqa_ratio=g)
+    f = oracle.forward(q, k, v, **args)
+    problem = bench_gate.Problem(q, k, v, f.o, do, f.lse, Mask(mask), hdim ** -0.5, g, "bf16", MATRIX_K16)
+    return problem, oracle.backward(q, k, v, f.o, do, f.lse, **args)
+
+
+@pytest.mark.parametrize("mask", ["none", "causal_top_left"])
+def test_gate_cuts_are_the_full_problems_gradients(mask):
+    problem, full = _problem(mask)
+    refs = bench_gate.references(problem, width=32)
+    assert (refs.rows, refs.keys) == (slice(64, 96), slice(0, 32))
+    np.testing.assert_allclose(refs.exact["dq"], full.dq[:, :, 64:], rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(refs.exact["dk"], full.dk[:, :, :32], rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(refs.exact["dv"], full.dv[:, :, :32], rtol=1e-12, atol=1e-12)
+
+
+def test_gate_passes_the_lowp_model_and_rejects_an_error_inside_a_cut():
+    problem, _ = _problem("causal_top_left")
+    refs = bench_gate.references(problem, width=32)
+    args = dict(mask=problem.mask, scale=problem.scale, gqa_ratio=problem.gqa_ratio)
+    low = oracle.lowp_backward(problem.q, problem.k, problem.v, problem.o, problem.do, problem.lse, dtype="bf16",
+                               numerics=MATRIX_K16, **args)
+    grads = {"dq": low.dq, "dk": low.dk, "dv": low.dv}
+    assert all(c["passed"] for c in bench_gate.gate(refs, grads, "bf16", 32).values())
+    wrong = {**grads, "dk": grads["dk"].copy()}
+    wrong["dk"][0, 0, 5, 3] += 0.05 * np.abs(refs.exact["dk"]).max()
+    verdict = bench_gate.gate(refs, wrong, "bf16", 32)
+    assert not verdict["dk"]["passed"] and verdict["dq"]["passed"] and verdict["dv"]["passed"]
+
+
+def test_gate_refuses_a_mask_it_cannot_cut():
+    problem, _ = _problem("none")
+    with pytest.raises(ValueError, match="causal top-left"):
+        bench_gate.references(bench_gate.Problem(**{**problem.__dict__, "mask": Mask("causal_bottom_right")}))
