@@ -21,7 +21,8 @@ from .fmha_attrs import (CONFIG_ATTRIBUTE, config_attribute, f32, i32, mask_attr
 from .fmha_types import ROWS_RANK, SLOPES_RANK, TENSOR_RANK, TensorKind, operand_problem
 
 __all__ = [
-    "OPERAND_NAMES", "OPERAND_DIMS", "INPUTS", "GRADS", "BIAS_INPUTS", "ROW_INPUTS", "operand_names", "WAVE_REDUCE_KINDS", "VerifyError", "spec_attributes", "spec_from_op",
+    "OPERAND_NAMES", "OPERAND_DIMS", "INPUTS", "GRADS", "BIAS_INPUTS", "ROW_INPUTS", "operand_names",
+    "WAVE_REDUCE_KINDS", "VerifyError", "spec_attributes", "spec_from_op",
     "config_of", "tensor_kinds",
     "AttentionBwdOp", "DotDoOOp", "DqDkDvOp", "ConvertGradOp",
     "WaveReduceOp", "Exp2Op", "MaskedScoreOp", "AtomicAddOp",

@@ -204,7 +204,8 @@ class AttentionBackward:
                               alibi_slopes=alibi_slopes, dbias=spec.dbias, deterministic=spec.deterministic,
                               grad_accum=spec.grad_accum, varlen=bool(varlen),
                               dtype=spec.dtype if _bits_of_bf16(q) else None, sinks=sinks, dlse=dlse)
-        contradicted = [Reason(name, f"the tensors give {getattr(given, name)!r}, the spec says {getattr(spec, name)!r}",
+        contradicted = [Reason(name,
+                               f"the tensors give {getattr(given, name)!r}, the spec says {getattr(spec, name)!r}",
                                "pass tensors of the spec's problem, or the spec of these tensors (spec_for)")
                         for name in _TENSOR_FIELDS if getattr(given, name) != getattr(spec, name)]
         if contradicted:

@@ -405,6 +405,7 @@ def _described_kernel(kernel: "ir.Operation") -> tuple[AttentionBwdSpec, KernelC
     spec, config = read_kernel_description(kernel, problems)
     reasons = spec.reasons() if spec is not None else []
     if problems or reasons or spec is None or config is None:
-        raise CompileError("a kernel's fmha.spec / fmha.config is invalid: " + "; ".join(problems + list(map(str, reasons))),
+        raise CompileError("a kernel's fmha.spec / fmha.config is invalid: "
+                           + "; ".join(problems + list(map(str, reasons))),
                            stage="parse")
     return spec, config

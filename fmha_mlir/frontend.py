@@ -57,7 +57,8 @@ def name_problem_arguments(module: "ir.Module") -> None:
             continue
         spec = spec_from_op(problems[0])
         operands = list(problems[0].operands)
-        if spec.varlen or sorted(map(str, operands)) != sorted(map(str, arguments)) or len(set(map(str, operands))) != len(operands):
+        if (spec.varlen or sorted(map(str, operands)) != sorted(map(str, arguments))
+                or len(set(map(str, operands))) != len(operands)):
             continue
         names = dict(zip(map(str, operands), operand_names(spec)))
         function.attributes["arg_attrs"] = ir.ArrayAttr.get(

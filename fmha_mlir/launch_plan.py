@@ -33,11 +33,13 @@ HSACO_FIELDS = ("vgpr_count", "sgpr_count", "agpr_count", "group_segment_fixed_s
 # takes the map as an !llvm.ptr parameter through a builtin.unrealized_conversion_cast, or as the map.
 TENSOR_MAP_OP = "nvgpu.tma.create.descriptor"
 _TENSOR_MAP_TYPE = re.compile(r"^!nvgpu\.tensormap\.descriptor<tensor = memref<([0-9x]+)x\w+, 3>, "
-                              r"swizzle = (none|swizzle_32b|swizzle_64b|swizzle_128b), l2promo = \w+, oob = (\w+), interleave = none>$")
+                              r"swizzle = (none|swizzle_32b|swizzle_64b|swizzle_128b), l2promo = \w+, "
+                              r"oob = (\w+), interleave = none>$")
 # Host ops that only compute what the steps refer to (sizes, casts, tensor maps) or free workspaces: no
 # step of their own.
 _STEPLESS_OPS = frozenset({"arith.constant", "memref.dim", "memref.cast", "memref.dealloc", "func.return",
-                           "arith.index_cast", "arith.index_castui", TENSOR_MAP_OP, "builtin.unrealized_conversion_cast"})
+                           "arith.index_cast", "arith.index_castui", TENSOR_MAP_OP,
+                           "builtin.unrealized_conversion_cast"})
 # Index arithmetic the plan can express: the ops expr_value builds, and the signed ceildiv a hand-written
 # host function may use (the same on non-negative sizes).
 _ARITH = {**{name: op for op, name in ARITH_OPS.items()}, "arith.ceildivsi": "ceildiv"}

@@ -202,7 +202,8 @@ class MfmaShape:
 
 
 WAVE64 = 64
-MFMA_SHAPES = {s.name: s for s in (MfmaShape(32, 32, 8, ("gfx942", "gfx950")), MfmaShape(16, 16, 16, ("gfx942", "gfx950")),
+MFMA_SHAPES = {s.name: s for s in (MfmaShape(32, 32, 8, ("gfx942", "gfx950")),
+                                   MfmaShape(16, 16, 16, ("gfx942", "gfx950")),
                                    MfmaShape(32, 32, 16, ("gfx950",)), MfmaShape(16, 16, 32, ("gfx950",)))}
 
 

@@ -159,9 +159,9 @@ def judge(name: str, got: np.ndarray, reference: np.ndarray, lowp: np.ndarray, d
 
 
 def check_gradients(kernel: dict, oracle: Gradients, lowp: Gradients, dtype: str, hdim: int) -> list[GradCheck]:
-    """Judge each gradient in `kernel` ({"dq", "dk", "dv"} required, "dbias" / "dalibi_slopes" / "dsinks" optional; storage arrays or
-    float values in logical shape) against the gate above. `lowp` must model the kernel's body
-    (`oracle.lowp_backward(..., numerics=...)`). hdim = max(hdim_q, hdim_v), for the CK column."""
+    """Judge each gradient in `kernel` ({"dq", "dk", "dv"} required, "dbias" / "dalibi_slopes" / "dsinks"
+    optional; storage arrays or float values in logical shape) against the gate above. `lowp` must model the
+    kernel's body (`oracle.lowp_backward(..., numerics=...)`). hdim = max(hdim_q, hdim_v), for the CK column."""
     references, lowp_values = oracle.named(), lowp.named()
     reasons = [Reason(name, "no such gradient", f"use {', '.join(GRADIENT_NAMES)}")
                for name in kernel if name not in GRADIENT_NAMES]

@@ -150,7 +150,8 @@ def _empty_side(spec: AttentionBwdSpec, heads_q: int, sq: int, sk: int, rng, sin
         return to_storage(round_to(rng.standard_normal(shape) * std, spec.dtype), spec.dtype)
 
     return {"q": draw((sq, heads_q, spec.hdim_q), QK_STD), "k": draw((sk, hk, spec.hdim_q), QK_STD),
-            "v": draw((sk, hk, spec.hdim_v), VALUE_STD), "o": to_storage(np.zeros((sq, heads_q, spec.hdim_v)), spec.dtype),
+            "v": draw((sk, hk, spec.hdim_v), VALUE_STD),
+            "o": to_storage(np.zeros((sq, heads_q, spec.hdim_v)), spec.dtype),
             "do": draw((sq, heads_q, spec.hdim_v), VALUE_STD),
             "lse": (np.full((heads_q, sq), np.inf, np.float32) if sinks is None
                     else np.repeat(np.asarray(sinks, np.float32)[:, None], sq, axis=1)),

@@ -71,7 +71,8 @@ class FlashBackward:
     def __init__(self, op: "ir.Operation", spec: AttentionBwdSpec, config: KernelConfig, hardware: Hardware):
         self.spec, self.config = spec, config
         self.operands = fmha.DqDkDvOp.named_operands(op, spec)
-        self.q, self.k, self.v, self.do, self.lse, self.d = (self.operands[n] for n in ("q", "k", "v", "do", "lse", "d"))
+        self.q, self.k, self.v, self.do, self.lse, self.d = (self.operands[n]
+                                                              for n in ("q", "k", "v", "do", "lse", "d"))
         self.dq_out, self.dk_out, self.dv_out = (self.operands[n] for n in ("dq_out", "dk_out", "dv_out"))
         self.element = element_type(spec.dtype)
         self.bm, self.bn = config.block_m, config.block_n
@@ -209,7 +210,8 @@ class FlashBackward:
                for ni in range(len(p[0]))] for mi in range(len(p))]
         if spec.dbias:
             self.add_bias_grad(bias, [(ds[mi][ni][g], *self.score_positions(mi, ni, g, q0))
-                                      for mi in range(len(p)) for ni in range(len(p[0])) for g in range(atom.group_count)])
+                                      for mi in range(len(p)) for ni in range(len(p[0]))
+                                      for g in range(atom.group_count)])
         ds = [[[softcap_grad(ds_g, s_g, spec) for ds_g, s_g in zip(ds[mi][ni], atom.groups(s[mi][ni]))]
                for ni in range(len(p[0]))] for mi in range(len(p))]
         atom.store_groups(tiles["ds"], ds, sdp.row0, sdp.col0)

@@ -93,7 +93,8 @@ def set_flat_work_group_size(module: "ir.Operation") -> None:
 def dpp_wave_sum(value: "ir.Value") -> "ir.Value":
     """The sum of `value` over all 64 lanes, in every lane."""
     i32 = ir.IntegerType.get_signless(32)
-    return create_op("rocdl.readlane", ir.F32Type.get(), [dpp_sum(value, _DPP_STEPS), arith.constant(i32, DPP_WAVE - 1)])
+    return create_op("rocdl.readlane", ir.F32Type.get(),
+                     [dpp_sum(value, _DPP_STEPS), arith.constant(i32, DPP_WAVE - 1)])
 
 
 def dpp_sum(value: "ir.Value", steps) -> "ir.Value":

@@ -131,7 +131,8 @@ class _Probe:
         acc2 = rs.zeros()
         wgmma_atom.fence()
         for kb in range(shape.n // 16):
-            acc2 = rs.mma_rs(acc2, atom.as_operand(acc, kb), descriptors.descriptor(shape.v_tile, self.v_base, 0, 16 * kb),
+            acc2 = rs.mma_rs(acc2, atom.as_operand(acc, kb),
+                             descriptors.descriptor(shape.v_tile, self.v_base, 0, 16 * kb),
                              first=kb == 0, b_major="MN")
         wgmma_atom.commit()
         wgmma_atom.wait(0)

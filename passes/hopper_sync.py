@@ -109,7 +109,8 @@ def set_max_registers(count: int, increase: bool) -> None:
     producers give registers back, consumers take them (sm_90a)."""
     if not 24 <= count <= 256 or count % 8:
         raise ValueError(f"setmaxnreg takes 24..256 registers in steps of 8, not {count}")
-    _op("nvvm.setmaxregister", [], {"action": ir.Attribute.parse(f"#nvvm<action {'increase' if increase else 'decrease'}>"),
+    action = "increase" if increase else "decrease"
+    _op("nvvm.setmaxregister", [], {"action": ir.Attribute.parse(f"#nvvm<action {action}>"),
                                     "regCount": ir.IntegerAttr.get(ir.IntegerType.get_signless(32), count)})
 
 

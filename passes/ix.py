@@ -1,11 +1,11 @@
 """Index arithmetic that reads like Python, for the number-generic functions of fmha_mlir (e.g.
-fmha_mlir.mask_geometry, fmha_mlir.wgmma_layouts' swizzle XOR): `Ix` wraps an index or i1 value (or a vector of them) and its operators emit
-arith ops. Python ints and bools on either side are constants; an operation on Python values alone
-never reaches Ix, so what is known when the kernel is built folds. Identities (x + 0, x * 1, x // 1,
-True & c, False | c) emit nothing. Division and modulo floor (arith.floordivsi), as Python's and NumPy's do,
-and comparisons are signed. An Ix may be known to be non-negative (a lane or thread id, and what +, *, //,
-%, ^ make of such values and non-negative ints): its // and % are then the unsigned divui / remui, which
-need no sign fix-up (the lane layouts of fmha_mlir.matrix_layouts evaluate on `Ix.lane(...)`).
+fmha_mlir.mask_geometry, fmha_mlir.wgmma_layouts' swizzle XOR): `Ix` wraps an index or i1 value (or a vector
+of them) and its operators emit arith ops. Python ints and bools on either side are constants; an operation on
+Python values alone never reaches Ix, so what is known when the kernel is built folds. Identities
+(x + 0, x * 1, x // 1, True & c, False | c) emit nothing. Division and modulo floor (arith.floordivsi), as Python's and
+NumPy's do, and comparisons are signed. An Ix may be known to be non-negative (a lane or thread id, and what
++, *, //, %, ^ make of such values and non-negative ints): its // and % are then the unsigned divui / remui,
+which need no sign fix-up (the lane layouts of fmha_mlir.matrix_layouts evaluate on `Ix.lane(...)`).
 
 An Ix bound to a LaneValues (`Ix.lane(value, lanes)`: the lane, a warp's offsets) is hoisted: an
 operation whose operands are all such values or Python ints is built once, at the kernel's start, and

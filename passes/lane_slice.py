@@ -4,8 +4,8 @@ Values are handed out as E scalar f32 values (the body computes in f32 whatever 
 A slice is one `vector.load` / `vector.store` of E elements, or a scalar `memref.load` / `store`
 when E = 1; an E that is not a power of two (hdim 320 on a wave of 64: E = 5) is moved as
 power-of-two pieces (4 + 1), because AMDGPU's instruction selection cannot widen a vector<5 x f16>
-load (LLVM asserts "Unsupported extload!"). The vector accesses claim E-element alignment: the head dim is contiguous and a multiple
-of E, so every dense layout (BHSD, BSHD, ...) keeps each slice aligned; strides that are not a
+load (LLVM asserts "Unsupported extload!"). The vector accesses claim E-element alignment: the head dim is
+contiguous and a multiple of E, so every dense layout (BHSD, BSHD, ...) keeps each slice aligned; strides that are not a
 multiple of E are outside the kernels' contract.
 """
 from __future__ import annotations

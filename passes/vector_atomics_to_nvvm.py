@@ -67,7 +67,8 @@ def _emit_red(op: "ir.Operation", width: int | None) -> None:
         bits = ir.Operation.create("llvm.bitcast", results=[ir.IntegerType.get_signless(32)], operands=[value]).result
         operands, constraints, asm = [bits], ["r"], red_bf16x2_asm()
     else:
-        operands, constraints, asm = [vector.extract(value, [], [e]) for e in range(width)], ["f"] * width, red_asm(width)
+        operands = [vector.extract(value, [], [e]) for e in range(width)]
+        constraints, asm = ["f"] * width, red_asm(width)
     ir.Operation.create("llvm.inline_asm", results=[], operands=[pointer, *operands], attributes={
         "asm_string": ir.StringAttr.get(asm),
         "constraints": ir.StringAttr.get(",".join(["l"] + constraints)),

@@ -4,6 +4,7 @@ from __future__ import annotations
 from fmha_mlir.bodies import BodyPlan, body_plan
 from fmha_mlir.dialects import fmha
 from fmha_mlir.errors import SpecError
+from fmha_mlir.mlir import ir
 from fmha_mlir.spec import AttentionBwdSpec
 
 from .base import PassFailure

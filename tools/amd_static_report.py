@@ -22,8 +22,8 @@ dP^T, dV, dK, dQ) and the bytes it moves to or from memory (Q and dO rows, LSE a
 as 4-byte atomics; K and V are read once per work-group and left out), their ratio, and the roofline
 that ratio allows on the chip's part (min(peak, intensity x bandwidth), assuming no L2 reuse of Q and
 dO across key blocks), next to aiter's published bwd d128 bf16 figures (shared/anchors: b1, 32/8 heads,
-s 8192; a16 = bf16 dQ atomics, a32 = fp32 dQ atomics as here). Peaks as AMD publishes them: MI300X 1307 TFLOP/s dense bf16 and
-5.3 TB/s; MI355X 2517 TFLOP/s and 8 TB/s.
+s 8192; a16 = bf16 dQ atomics, a32 = fp32 dQ atomics as here). Peaks as AMD publishes them: MI300X
+1307 TFLOP/s dense bf16 and 5.3 TB/s; MI355X 2517 TFLOP/s and 8 TB/s.
 """
 from __future__ import annotations
 

@@ -8,8 +8,9 @@ launches). What runs is ours and torch's real code; only what needs a GPU is rep
 - a torch CUDA tensor: a CPU tensor of the subclass CudaLike, whose `is_cuda` and `device` say
   cuda:0. They are class attributes (no Python call per access, like torch's C getters), and its
   __torch_function__ is off, so every torch op on it runs as on a plain CPU tensor (and returns one).
-- torch.cuda.current_stream (and torch._C._cuda_getCurrentRawStream) returns a fixed handle, and torch.empty(..., device=cuda:N) allocates on
-  the CPU, and torch's flash forward op returns empty out and lse tensors (`torch_cuda_stand_ins`).
+- torch.cuda.current_stream (and torch._C._cuda_getCurrentRawStream) returns a fixed handle, and
+  torch.empty(..., device=cuda:N) allocates on the CPU, and torch's flash forward op returns empty out
+  and lse tensors (`torch_cuda_stand_ins`).
 - for a whole training step, whose tensors torch makes (out, lse, the gradients torch's autograd
   hands on), `every_tensor_on_cuda`: every tensor says so, by the same class attributes on torch.Tensor.
 """

@@ -71,7 +71,8 @@ def parse_expectations(text: str, source_name: str) -> tuple[list[Expectation], 
         elif offset:
             expectation.line = line_no + int(offset)
         if expectation.line is not None and expectation.line < 1:
-            problems.append(error(f"expected {severity} points to line {expectation.line}, before the file", written_at))
+            problems.append(error(f"expected {severity} points to line {expectation.line}, before the file",
+                                  written_at))
             continue
         expectations.append(expectation)
     for expectation in waiting_for_next_line:

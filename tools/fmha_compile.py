@@ -66,7 +66,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--dump-stages", action="store_true",
                         help=f"also write every stage under -o DIR/{STAGES_DIR}")
     parser.add_argument("--emit", choices=EMITS, help="print one artifact to stdout")
-    parser.add_argument("--reduce", choices=REDUCE_STRATEGIES, default="dpp", help="AMD wave reductions: DPP steps (default) or the xor-shuffle butterfly")
+    parser.add_argument("--reduce", choices=REDUCE_STRATEGIES, default="dpp",
+                        help="AMD wave reductions: DPP steps (default) or the xor-shuffle butterfly")
     parser.add_argument("--ptxas", default="auto",
                         help="ptxas for sm_90 cubins: a path, auto (look on PATH) or none (PTX is the binary)")
     isolation.add_in_process_option(parser)
@@ -141,7 +142,8 @@ def _spec(args) -> AttentionBwdSpec | None:
     return AttentionBwdSpec(
         dtype=_given(args.dtype, "f16"), hdim_q=_given(args.hdim, 128), hdim_v=_given(args.hdim_v, 0),
         gqa_ratio=_given(args.gqa, 1), mask=Mask.parse(_given(args.mask, "none")), scale=_given(args.scale, 0.0),
-        softcap=_given(args.softcap, 0.0), bias=_given(args.bias, "none"), alibi_slopes=_given(args.alibi_slopes, False),
+        softcap=_given(args.softcap, 0.0), bias=_given(args.bias, "none"),
+        alibi_slopes=_given(args.alibi_slopes, False),
         dbias=_given(args.dbias, False), deterministic=_given(args.deterministic, False),
         grad_accum=_given(args.grad_accum, "f32"), sinks=_given(args.sinks, False), lse_grad=_given(args.dlse, False))
 

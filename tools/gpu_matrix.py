@@ -38,7 +38,8 @@ from fmha_mlir.spec import AttentionBwdSpec, Mask
 from fmha_mlir.target import get_target
 from fmha_mlir.tolerance import GRADIENT_NAMES
 from fmha_mlir.variants import variant_matrix
-from build_run import build_bundles, build_run_parser, earlier_rows, write_report_files  # run as a script: tools/ is on sys.path
+# run as a script: tools/ is on sys.path
+from build_run import build_bundles, build_run_parser, earlier_rows, write_report_files
 
 REALISTIC = ProblemSize(batch=2, heads_q=8, seqlen_q=1024, seqlen_k=1024)
 ODD = (ProblemSize(1, 4, 77, 1000), ProblemSize(1, 4, 1000, 77))
@@ -158,7 +159,8 @@ def write_report(path: Path, arch: str, executor: str, rows: list[dict], seconds
     partial = "" if len(rows) == planned else f" (**incomplete: {len(rows)} of {planned} planned runs**)"
     lines = [f"# {arch} variant matrix on the {executor} executor", "",
              f"Host: {platform.node()}, Python {platform.python_version()}; {len(rows)} runs{partial}: "
-             f"{len(rows) - earlier} in {seconds:.0f} s" + (f", {earlier} from an earlier invocation (--resume)" if earlier else "") + "; "
+             f"{len(rows) - earlier} in {seconds:.0f} s"
+             + (f", {earlier} from an earlier invocation (--resume)" if earlier else "") + "; "
              f"{sum(r['pass'] for r in rows)} PASS, {sum(not r['pass'] for r in rows)} FAIL; the largest error is "
              f"{worst:.2f} of its bound.", "",
              "The gate (fmha_mlir.tolerance): max|kernel - float64 oracle| <= 2 x max|same-dtype reference - oracle| "

@@ -62,7 +62,8 @@ def parse_args(argv):
     p.add_argument("--layout", default="bshd", choices=LAYOUTS, help="storage order of q, k, v, o, dO")
     p.add_argument("--atomic-order", default="random", choices=("sequential", "random"),
                    help="order the CPU interpreter applies atomics in")
-    p.add_argument("--bundle-dir", type=_directory, help="prebuilt bundles (<dir>/<arch>/<kernel>/) to run instead of compiling")
+    p.add_argument("--bundle-dir", type=_directory,
+                   help="prebuilt bundles (<dir>/<arch>/<kernel>/) to run instead of compiling")
     p.add_argument("--seed", type=int, default=0)
     return p.parse_args(argv)
 
@@ -124,8 +125,8 @@ def main(argv=None) -> int:
             " deterministic" if spec.deterministic else "") + (
             f" grad-accum {spec.grad_accum}" if spec.grad_accum != "f32" else "") + (
             " sinks" if spec.sinks else "") + (" dlse" if spec.lse_grad else "")
-        print(f"fmha-bwd: {spec.dtype} hdim {spec.hdim_q}x{spec.hdim_v} mask {spec.mask} gqa {spec.gqa_ratio}{extras} | "
-              f"{size_line}")
+        print(f"fmha-bwd: {spec.dtype} hdim {spec.hdim_q}x{spec.hdim_v} mask {spec.mask} gqa {spec.gqa_ratio}"
+              f"{extras} | {size_line}")
         print(f"seed {args.seed}; the gate: max|err| <= 2 x max|same-dtype reference err| + 2^-20 max|oracle| "
               "(fmha_mlir.tolerance); CK's table beside it")
         print(f"{'target':<8} {'body':<6} {'executor':<9} {'compile':>8} {'run':>8}  {'grad':<13} {'max|err|':>10} "

@@ -42,8 +42,9 @@ PACKAGE_DIRS = {"fmha_mlir": "fmha_mlir", "dialects": "fmha_mlir/dialects", "pas
 # in the interpreter, the wgmma descriptor the H200 verified, the dq_reduce rung in the interpreter. One pytest process: the kernels compile once
 # per mutant.
 SUBSET_FILES = ("test/python/test_interp_matrix.py", "test/python/test_interp_pipeline.py",
-                "test/python/test_interp_fmha_ops.py", "test/python/test_lowering.py", "test/python/test_interp_mfma.py",
-                "test/python/test_mfma_atom.py", "test/python/test_deterministic.py", "test/python/test_mask_geometry.py",
+                "test/python/test_interp_fmha_ops.py", "test/python/test_lowering.py",
+                "test/python/test_interp_mfma.py", "test/python/test_mfma_atom.py",
+                "test/python/test_deterministic.py", "test/python/test_mask_geometry.py",
                 "test/python/test_nan_classes.py", "test/python/test_interp_nvgpu.py",
                 "test/python/test_interp_hopper_ops.py", "test/python/test_wgmma_layouts.py",
                 "test/python/test_sinks.py", "test/python/test_hopper_probe_ladder.py")
@@ -84,29 +85,35 @@ MUTANTS: list[Mutant] = [
     # -- the warp body ---------------------------------------------------------------------------------
     *_per_dtype("warp: dS x1.01", WARP,
                 "ds = softcap_grad(arith.mulf(ds_score, scale), qk, spec)",
-                'ds = softcap_grad(arith.mulf(ds_score, f32(spec.scale * (1.01 if spec.dtype == "{dt}" else 1.0))), qk, spec)',
+                'ds = softcap_grad(arith.mulf(ds_score, f32(spec.scale * (1.01 if spec.dtype == "{dt}" else 1.0))), '
+                'qk, spec)',
                 ALL_DTYPES),
     Mutant("warp: P exponent x1.005", WARP,
            "p = fmha.Exp2Op.build(exp2_argument(score, lse_row, spec))",
            "p = fmha.Exp2Op.build(arith.mulf(exp2_argument(score, lse_row, spec), f32(1.005)))"),
     *_per_dtype("warp: dV x0.99", WARP,
                 "fmha.AtomicAddOp.build(arith.mulf(p, x), dv_out, kv_row + [column])",
-                'fmha.AtomicAddOp.build(arith.mulf(arith.mulf(p, x), f32(0.99 if spec.dtype == "{dt}" else 1.0)), dv_out, kv_row + [column])',
+                'fmha.AtomicAddOp.build(arith.mulf(arith.mulf(p, x), f32(0.99 if spec.dtype == "{dt}" else 1.0)), '
+                'dv_out, kv_row + [column])',
                 ALL_DTYPES),
     *_per_dtype("warp: dK x0.99", WARP,
                 "fmha.AtomicAddOp.build(arith.mulf(ds, x), dk_out, kv_row + [column])",
-                'fmha.AtomicAddOp.build(arith.mulf(arith.mulf(ds, x), f32(0.99 if spec.dtype == "{dt}" else 1.0)), dk_out, kv_row + [column])',
+                'fmha.AtomicAddOp.build(arith.mulf(arith.mulf(ds, x), f32(0.99 if spec.dtype == "{dt}" else 1.0)), '
+                'dk_out, kv_row + [column])',
                 ALL_DTYPES),
     *_per_dtype("warp: dQ x0.99", WARP,
                 "store_from_f32(results[:q_slice.width], dq_out, row, q_slice)",
-                'store_from_f32([arith.mulf(r, f32(0.99 if spec.dtype == "{dt}" else 1.0)) for r in results[:q_slice.width]], dq_out, row, q_slice)',
+                'store_from_f32([arith.mulf(r, f32(0.99 if spec.dtype == "{dt}" else 1.0)) '
+                'for r in results[:q_slice.width]], dq_out, row, q_slice)',
                 ALL_DTYPES),
     Mutant("warp: GQA head map h % g", WARP,
            "arith.divui(wave.head, index(spec.gqa_ratio))", "arith.remui(wave.head, index(spec.gqa_ratio))"),
     Mutant("warp: first visible key dropped", WARP,
-           "loop = scf.ForOp(first_key, end_key, index(1)", "loop = scf.ForOp(arith.addi(first_key, index(1)), end_key, index(1)"),
+           "loop = scf.ForOp(first_key, end_key, index(1)",
+           "loop = scf.ForOp(arith.addi(first_key, index(1)), end_key, index(1)"),
     Mutant("warp: last visible key dropped", WARP,
-           "loop = scf.ForOp(first_key, end_key, index(1)", "loop = scf.ForOp(first_key, arith.subi(end_key, index(1)), index(1)"),
+           "loop = scf.ForOp(first_key, end_key, index(1)",
+           "loop = scf.ForOp(first_key, arith.subi(end_key, index(1)), index(1)"),
     # The warp body's key range is exact and masked_score still guards each score, so a widened range
     # leaves the numbers right (the admitted key gets P = 0) but makes masked keys cost: the exact-range
     # test kills these.
@@ -121,7 +128,8 @@ MUTANTS: list[Mutant] = [
     # -- the row kernels (every body) ------------------------------------------------------------------
     *_per_dtype("rows: D x1.01", ROWS,
                 "memref.store(total, d, wave.indices)",
-                'memref.store(arith.mulf(total, arith.constant(ir.F32Type.get(), 1.01 if spec.dtype == "{dt}" else 1.0)), d, wave.indices)',
+                'memref.store(arith.mulf(total, arith.constant(ir.F32Type.get(), '
+                '1.01 if spec.dtype == "{dt}" else 1.0)), d, wave.indices)',
                 ALL_DTYPES),
     # -- sinks and the lse gradient (the row kernels) --------------------------------------------------
     Mutant("sinks: dsinks sign flipped", ROWS,
@@ -140,11 +148,13 @@ MUTANTS: list[Mutant] = [
     # -- the tiled body --------------------------------------------------------------------------------
     *_per_dtype("tiled: dS x1.01", TILED,
                 "ds = [[[arith.mulf(p_g, arith.subf(dp_g, self.per_group(dsum[ni])))",
-                'ds = [[[arith.mulf(arith.mulf(p_g, arith.subf(dp_g, self.per_group(dsum[ni]))), splat(f32(1.01 if spec.dtype == "{dt}" else 1.0), [atom.group_width]))',
+                'ds = [[[arith.mulf(arith.mulf(p_g, arith.subf(dp_g, self.per_group(dsum[ni]))), '
+                'splat(f32(1.01 if spec.dtype == "{dt}" else 1.0), [atom.group_width]))',
                 TILED_DTYPES),
     Mutant("tiled: P exponent x1.005", TILED,
            "groups.append(fmha.Exp2Op.build(exp2_argument(score, row_lse[ni], spec, contract())))",
-           "groups.append(fmha.Exp2Op.build(arith.mulf(exp2_argument(score, row_lse[ni], spec, contract()), splat(f32(1.005), [atom.group_width]))))"),
+           "groups.append(fmha.Exp2Op.build(arith.mulf(exp2_argument(score, row_lse[ni], spec, contract()), "
+           "splat(f32(1.005), [atom.group_width]))))"),
     *_per_dtype("tiled: dV x0.99", TILED,
                 "*shapes[1]), self.dkv_v, None)",
                 '*shapes[1]), self.dkv_v, 0.99 if spec.dtype == "{dt}" else None)',
@@ -155,7 +165,8 @@ MUTANTS: list[Mutant] = [
                 TILED_DTYPES),
     *_per_dtype("tiled: dQ x0.99", TILED,
                 "self.add_dq_value(pick(groups), head,",
-                'self.add_dq_value(arith.mulf(pick(groups), splat(f32(0.99 if self.spec.dtype == "{dt}" else 1.0), vector_shape(pick(groups).type))), head,',
+                'self.add_dq_value(arith.mulf(pick(groups), splat(f32(0.99 if self.spec.dtype == "{dt}" else 1.0), '
+                'vector_shape(pick(groups).type))), head,',
                 TILED_DTYPES),
     # -- the matrix layouts: the interpreter and the lowering evaluate the same functions, so a wrong
     # -- instruction layout fools both alike and only the second source (the vendors' figures) catches it;
@@ -164,7 +175,8 @@ MUTANTS: list[Mutant] = [
            "4 * (lane // shape.n) + (4 * groups * (register // 4) + register % 4)",
            "4 * (groups - 1 - lane // shape.n) + (4 * groups * (register // 4) + register % 4)"),
     Mutant("layout: mma.sync accumulator registers 0 and 1 hold each other's rows", "fmha_mlir/matrix_layouts.py",
-           "return group + 8 * register, thread * 2 + element", "return group + 8 * (1 - register), thread * 2 + element"),
+           "return group + 8 * register, thread * 2 + element",
+           "return group + 8 * (1 - register), thread * 2 + element"),
     Mutant("layout: ldmatrix x4 lanes address the 8x8 matrices in the other order", "fmha_mlir/matrix_layouts.py",
            "return (row8 + low * 8, high) if rows_first else (row8 + high * 8, low)",
            "return (row8 + high * 8, low) if rows_first else (row8 + low * 8, high)"),
@@ -418,7 +430,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=2, help="mutants run at once (default 2)")
     parser.add_argument("--only", nargs="*", default=None, help="run the mutants whose name contains one of these")
     parser.add_argument("--results", type=Path, default=None,
-                        help="merge this run's outcomes into this results file (the committed one: reports/mutants.json)")
+                        help="merge this run's outcomes into this results file "
+                             "(the committed one: reports/mutants.json)")
     parser.add_argument("--table", type=Path, default=None,
                         help="write the docs' mutant table (docs/mutants.md) from the mutant list and --results-from; "
                              "runs no mutant")

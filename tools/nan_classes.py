@@ -68,7 +68,8 @@ def cases(smoke: bool = False) -> list[Case]:
     out = []
     for dtype, minus_inf in ((d, m) for d in ("bf16", "f16") for m in (True, False)):
         spec = AttentionBwdSpec(dtype, 128, mask=Mask("causal_bottom_right"))
-        out.append(Case(f"lse {'-inf' if minus_inf else '+inf'}", spec, size(4, 700, 300), seed=23, minus_inf=minus_inf))
+        out.append(Case(f"lse {'-inf' if minus_inf else '+inf'}", spec, size(4, 700, 300), seed=23,
+                        minus_inf=minus_inf))
     for hdim, keys in ((h, n) for h in (32, 64, 128) for n in (1, 2, 3)):
         spec = AttentionBwdSpec("f16", hdim, mask=Mask("none"))
         out.append(Case("few keys", spec, ProblemSize(1, 4, 13 if smoke else 76, keys), seed=keys, magnitude=3.0))
@@ -106,8 +107,9 @@ def run(directory: Path, arch: str, report: Path, executor: str, smoke: bool) ->
         checks = problem.check(run_bundle(bundle, device, case.tensors(problem)), bundle.numerics)
         rows.append({"case": case.name, "kernel": f"{case.spec.kernel_prefix}_{config.tag}", "body": config.body,
                      "size": f"B{case.size.batch} Hq{case.size.heads_q} Sq{case.size.seqlen_q} Sk{case.size.seqlen_k}",
-                     "seed": case.seed, "checks": {c.name: {"err": c.max_abs_err, "allowed": c.allowed, "ratio": c.ratio}
-                                                   for c in checks},
+                     "seed": case.seed,
+                     "checks": {c.name: {"err": c.max_abs_err, "allowed": c.allowed, "ratio": c.ratio}
+                                for c in checks},
                      "finite": all(math.isfinite(c.max_abs_err) for c in checks),
                      "pass": all(c.passed for c in checks)})
         print(f"[{n}/{len(planned)}] {case.name} {rows[-1]['kernel']} {rows[-1]['size']}: "

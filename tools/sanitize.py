@@ -259,7 +259,8 @@ def main(argv=None) -> int:
               file=sys.stderr)
         return 2
     options = RunOptions(args.directory, args.arch, tools, args.jobs, args.timeout, args.report,
-                         sanitizer or "compute-sanitizer", sys.executable, args.resume, args.budget, args.only, args.logs)
+                         sanitizer or "compute-sanitizer", sys.executable, args.resume, args.budget, args.only,
+                         args.logs)
     if args.dry_run:
         return dry_run(options)
     return run(options, make_header(options, command))

@@ -37,7 +37,8 @@ def write_report(path: Path, header: Header, variants: list[Variant], skipped: l
     counts = defaultdict(int)
     for r in rows:
         counts[r["status"]] += 1
-    partial = "" if len(rows) >= planned else f" (**incomplete: {len(rows)} of {planned} planned runs**; `--resume` does the rest)"
+    partial = ("" if len(rows) >= planned
+               else f" (**incomplete: {len(rows)} of {planned} planned runs**; `--resume` does the rest)")
     lines = [f"# compute-sanitizer on every {header.arch} kernel variant", "",
              f"Device: {header.device}; {header.sanitizer}. {len(variants)} variants x {len(header.tools)} tools "
              f"({', '.join(header.tools)}): {len(rows)} runs{partial}, {len(rows) - header.earlier} in "
@@ -48,8 +49,10 @@ def write_report(path: Path, header: Header, variants: list[Variant], skipped: l
              "problem below and puts every gradient to the gate (fmha_mlir.tolerance) against the float64 oracle. "
              "*clean*: the tool's summary says 0 errors, the child exited 0 and printed a PASS gate line per problem "
              "(a child that dies can still end in a summary of 0 hazards).", "",
-             "Problems per bundle: " + "; ".join(f"B{s.batch} Hq{s.heads_q} Sq{s.seqlen_q} Sk{s.seqlen_k}" for s in SIZES)
-             + f" (BHSD, then BSHD); varlen: Hq{VARLEN_HEADS}, Sq {list(VARLEN_LENGTHS[0])}, Sk {list(VARLEN_LENGTHS[1])}.",
+             "Problems per bundle: "
+             + "; ".join(f"B{s.batch} Hq{s.heads_q} Sq{s.seqlen_q} Sk{s.seqlen_k}" for s in SIZES)
+             + f" (BHSD, then BSHD); varlen: Hq{VARLEN_HEADS}, Sq {list(VARLEN_LENGTHS[0])}, "
+             f"Sk {list(VARLEN_LENGTHS[1])}.",
              "", "## Commands", "", "```bash", *header.commands, "# each run, per tool (BUNDLE: DIR/ARCH/<variant>):",
              *header.children, "```", ""]
     lines += _coverage(variants, skipped)

@@ -207,7 +207,8 @@ def report_lines(runs: dict[str, dict], s: dict, directory: Path, report: Path) 
         lines.append(f"| {kind} | {g['pairs']} | {g['min']:.5f} | {g['mean']:.5f} | {g['max']:.5f} |")
     lines += ["", "## (2) Step 0: ||g - g_ref|| / ||g_ref|| against the exact backward "
                   f"({STEP0_REFERENCE})", "",
-              "| gradient | ours (largest of our runs) | torch flash (largest of its runs) | ratio |", "| --- " * 4 + "|"]
+              "| gradient | ours (largest of our runs) | torch flash (largest of its runs) | ratio |",
+              "| --- " * 4 + "|"]
     for group, v in s["step0"].items():
         lines.append(f"| {group} | {v['fmha']:.3e} | {v['sdpa']:.3e} | {v['ratio']:.2f} |")
     lines += ["", "Every run's whole-model (global) step-0 distance: " + ", ".join(

@@ -143,7 +143,8 @@ def pack_args(args: Sequence[KernelArg]) -> PackedArgs:
 
 def tensor_map_fields(packed: PackedArgs) -> list[tuple[int, TensorMapArg]]:
     """(byte offset in the blob, argument) of every tensor map: what the executor encodes into the blob."""
-    return [(offset, arg) for arg, offset in zip(packed.args, _argument_offsets(packed)) if isinstance(arg, TensorMapArg)]
+    return [(offset, arg) for arg, offset in zip(packed.args, _argument_offsets(packed))
+            if isinstance(arg, TensorMapArg)]
 
 
 def _argument_offsets(packed: PackedArgs) -> list[int]:

@@ -107,7 +107,8 @@ class Bundle:
         one filed under another's name would launch and return wrong gradients without any other error."""
         reasons = [Reason(name, f"the bundle {where} was compiled for {made}; this call needs {asked}",
                           "rebuild it for this call (fmha-compile -o DIR) or take it out of the bundle folder")
-                   for name, made, asked in mismatches((self.spec, self.target.arch, self.config), (spec, arch, config))]
+                   for name, made, asked in mismatches((self.spec, self.target.arch, self.config),
+                                                       (spec, arch, config))]
         if reasons:
             raise SpecError(reasons)
 

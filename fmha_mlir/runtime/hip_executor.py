@@ -142,7 +142,8 @@ class HipKernels(KernelSet):
         size = ctypes.c_size_t(segment)
         extra = (ctypes.c_void_p * 5)(HIP_LAUNCH_PARAM_BUFFER_POINTER, ctypes.addressof(blob),
                                       HIP_LAUNCH_PARAM_BUFFER_SIZE, ctypes.addressof(size), HIP_LAUNCH_PARAM_END)
-        grid, block, what = tuple(grid), tuple(block), f"hipModuleLaunchKernel({kernel}, grid={tuple(grid)}, block={tuple(block)})"
+        grid, block = tuple(grid), tuple(block)
+        what = f"hipModuleLaunchKernel({kernel}, grid={grid}, block={block})"
         launch, set_device = self._hip.hipModuleLaunchKernel, self._executor._set_device
 
         def run(blob=blob, size=size, extra=extra):  # keeps the kernarg blob alive with the callable

@@ -90,7 +90,8 @@ def build_probe_bundle(arch: str, cubin: bool = False) -> Bundle:
                             {"scalar": "i32", "value": BIAS}],
                    "grid": [{"dim": ["x", 2]}, {"dim": ["x", 1]}, {"dim": ["x", 0]}],
                    "block": [HDIM, 1, 1], "shared_bytes": 0}],
-        "kernels": {KERNEL: {"args": [{**memref("f16", "read"), "buffer": "x"}, {**memref("f32", "write"), "buffer": "y"},
+        "kernels": {KERNEL: {"args": [{**memref("f16", "read"), "buffer": "x"},
+                                      {**memref("f32", "write"), "buffer": "y"},
                                       {"scalar": "f32", "type": "f32"}, {"scalar": "i32", "type": "i32"}]}},
     }
     return Bundle(manifest, {f"probe.{binary_format}": binary, "probe.interp.mlir": interp_ir.encode()})

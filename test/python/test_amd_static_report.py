@@ -62,8 +62,8 @@ def test_the_warp_body_loop_has_no_scratch_and_no_mfma():
 
 @pytest.mark.parametrize("arch,hdim", [(arch, h) for arch, rows in AMD_TILED_TABLE.items() for h in rows])
 def test_every_tiled_table_row_has_mfma_in_its_loop_no_scratch_and_two_waves_per_simd(arch, hdim):
-    """The static facts the AMD table rows were chosen by, for each gfx942 / gfx950 row, from the code object (causal: the loop
-    holds both the cut and the whole tile's code)."""
+    """The static facts the AMD table rows were chosen by, for each gfx942 / gfx950 row, from the code object
+    (causal: the loop holds both the cut and the whole tile's code)."""
     spec = AttentionBwdSpec("bf16", hdim, mask=Mask("causal_bottom_right"))
     result = Compiler().compile_spec(spec, arch)
     assert result.config == AMD_TILED_TABLE[arch][hdim]

@@ -159,7 +159,8 @@ def test_run_takes_a_spec_and_computes_what_the_keyword_call_computes():
                      dbias=True)
     assert len(by_spec) == 4 and all(np.array_equal(a, b) for a, b in zip(by_spec, by_options))
     assert list(bwd._bundles) == [(spec, "sm_90")]   # one spec, one bundle: the call built the same spec
-    assert all(c.passed for c in problem.check(dict(zip(("dq", "dk", "dv", "dbias"), by_spec)), _numerics(spec, "sm_90")))
+    assert all(c.passed for c in problem.check(dict(zip(("dq", "dk", "dv", "dbias"), by_spec)),
+                                               _numerics(spec, "sm_90")))
 
 
 def test_run_refuses_tensors_the_spec_does_not_describe_naming_each_field():

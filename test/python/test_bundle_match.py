@@ -61,7 +61,8 @@ def differing_spec_fields(a: AttentionBwdSpec, b: AttentionBwdSpec) -> set[str]:
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(made=specs(), asked=specs(), made_arch=st.sampled_from(tuple(TARGETS)), asked_arch=st.sampled_from(tuple(TARGETS)))
+@given(made=specs(), asked=specs(), made_arch=st.sampled_from(tuple(TARGETS)),
+       asked_arch=st.sampled_from(tuple(TARGETS)))
 def test_every_differing_spec_field_and_arch_is_refused_naming_both(tmp_path_factory, made, asked, made_arch,
                                                                     asked_arch):
     config = WarpConfig(wave_size=TARGETS[asked_arch].wave_size)

@@ -156,7 +156,8 @@ def test_wave_reduce_width_must_be_a_power_of_two_up_to_64(ctx, width):
 def test_atomic_add_needs_one_index_per_dim(ctx):
     module, entry = _function([ir.F32Type.get(), ir.Type.parse("memref<?x?xf32>"), ir.IndexType.get()])
     value, buffer, i = entry.arguments
-    with ir.InsertionPoint(entry), pytest.raises(fmha.VerifyError, match="needs 2 indices for memref<\\?x\\?xf32>, got 1"):
+    with ir.InsertionPoint(entry), pytest.raises(fmha.VerifyError,
+                                                 match="needs 2 indices for memref<\\?x\\?xf32>, got 1"):
         fmha.AtomicAddOp.build(value, buffer, [i])
 
 

@@ -68,7 +68,8 @@ def test_no_history_labels(page):
 
 
 def test_the_checks_catch_what_they_look_for():
-    assert link_targets('[a](docs/x.md#s) [b](https://x.org/a.md) [c](#here) ![d](img/p.png "t")') == ["docs/x.md", "img/p.png"]
+    assert link_targets('[a](docs/x.md#s) [b](https://x.org/a.md) [c](#here) ![d](img/p.png "t")') \
+        == ["docs/x.md", "img/p.png"]
     assert [m.group(1) for m in REPO_PATH.finditer("see passes/warp_body.py, `passes/expand_<b>_body.py`")] \
         == ["passes/warp_body.py"]
     assert HISTORY_LABEL.findall("as issue 9 asked, seed 003's tiling, session 4, seed 0.03") \

@@ -56,7 +56,8 @@ def test_every_designator_and_severity_matches():
 
 def test_mismatches_are_reported_in_file_order():
     text = "op1\n// expected-error @-1 {{wanted}}\nop3\n"
-    diagnostics = [_diag("error", "surprise", 3), _diag("warning", "wanted", 1), _diag("error", "elsewhere", 1, "x.mlir")]
+    diagnostics = [_diag("error", "surprise", 3), _diag("warning", "wanted", 1),
+                   _diag("error", "elsewhere", 1, "x.mlir")]
     assert _check(text, diagnostics) == [
         't.mlir:1:3: error: unexpected warning: wanted',
         't.mlir:2:4: error: expected error "wanted" was not produced',
@@ -136,7 +137,8 @@ class _FailingPass(FmhaPass):
 def failing_pass(monkeypatch):
     monkeypatch.setitem(registry._TABLE, _FailingPass.NAME, "unused:Unused")
     real = registry.get_pass_class
-    monkeypatch.setattr(registry, "get_pass_class", lambda name: _FailingPass if name == _FailingPass.NAME else real(name))
+    monkeypatch.setattr(registry, "get_pass_class",
+                        lambda name: _FailingPass if name == _FailingPass.NAME else real(name))
 
 
 @pytest.mark.parametrize("how,message", [
@@ -192,7 +194,8 @@ def test_binary_input_is_an_error_not_a_traceback(data, message):
 
 @pytest.mark.parametrize("element,message", [
     ("rocdl-attach-target{chip=gfx942 O=99}", "rocdl-attach-target: O='99' is not valid; use one of 0, 1, 2, 3"),
-    ("rocdl-attach-target{chip=gfx942 abi=999}", "rocdl-attach-target: abi='999' is not valid; use one of 400, 500, 600"),
+    ("rocdl-attach-target{chip=gfx942 abi=999}",
+     "rocdl-attach-target: abi='999' is not valid; use one of 400, 500, 600"),
     ("nvvm-attach-target{chip=sm_90 O=99}", "nvvm-attach-target: O='99' is not valid; use one of 0, 1, 2, 3"),
     ("rocdl-attach-target", "rocdl-attach-target needs chip=...: one of gfx942, gfx950"),
     ('rocdl-attach-target{chip="gfx942}', "unterminated '\"' in the options of 'rocdl-attach-target': {chip=\"gfx942}"),

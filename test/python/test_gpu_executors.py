@@ -204,7 +204,8 @@ def test_torch_cuda_tensors_run_in_place(fmha_name, load_bundle, gpu_executor, t
     problem = make_problem(bundle.spec, _size(bundle.spec), seed=2, layout="bshd")
     inputs = [_torch_on_cuda(problem.tensors[n]) for n in ("q", "k", "v", "o", "do", "lse")]
     assert inputs[0].stride() != inputs[0].contiguous().stride()  # the BSHD strides reached the GPU
-    grads = api.AttentionBackward(executor="cuda", arch="sm_90", bundle_dir=str(tmp_path))(*inputs, mask=bundle.spec.mask)
+    bwd = api.AttentionBackward(executor="cuda", arch="sm_90", bundle_dir=str(tmp_path))
+    grads = bwd(*inputs, mask=bundle.spec.mask)
     assert all(g.is_cuda for g in grads)
     host = {name: (g.view(torch.int16).cpu().numpy().view(np.uint16) if g.dtype == torch.bfloat16 else g.cpu().numpy())
             for name, g in zip(("dq", "dk", "dv"), grads)}

@@ -105,7 +105,8 @@ def test_the_hip_executor_launches_the_tiled_plan_as_the_code_object_expects(rec
         planned = next(s for s in launched if s["kernel"] == kernel)
         assert launch["block"] == planned["block"] == [metadata[kernel]["max_flat_workgroup_size"], 1, 1]
         assert launch["shared_bytes"] == planned.get("shared_bytes", 0)
-        assert metadata[kernel]["group_segment_fixed_size"] + launch["shared_bytes"] <= get_target(arch).max_shared_bytes
+        assert (metadata[kernel]["group_segment_fixed_size"] + launch["shared_bytes"]
+                <= get_target(arch).max_shared_bytes)
     main = next(call for call in hip.launches if call["kernel"].endswith("dq_dk_dv"))
     config = bundle.config
     assert main["shared_bytes"] > 0 and main["block"][0] == config.threads

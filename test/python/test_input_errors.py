@@ -57,7 +57,8 @@ def test_scales_that_compile_to_different_f32_values_get_different_symbols():
     assert a != b and a.endswith("_s0p1234567")
     near_default = AttentionBwdSpec("f16", 64, scale=0.125 * (1 + 3e-7)).kernel_prefix
     assert near_default != AttentionBwdSpec("f16", 64).kernel_prefix
-    assert AttentionBwdSpec("f16", 64, scale=0.125 * (1 + 1e-9)).kernel_prefix == AttentionBwdSpec("f16", 64).kernel_prefix
+    near_enough = AttentionBwdSpec("f16", 64, scale=0.125 * (1 + 1e-9)).kernel_prefix
+    assert near_enough == AttentionBwdSpec("f16", 64).kernel_prefix
 
 
 def test_head_dim_0_is_named_once_not_as_a_bad_scale_too():
@@ -189,7 +190,8 @@ def _tool(module: str, *argv: str):
      "hdim_q: 100 is not supported by the warp body on gfx942 (wave size 64) (use a multiple of 64 from 64 to 512)"),
     ("fmha_compile", ["-", "--from-stage", "gpu", "--emit", "isa"],   # a compile failure, once status 1
      "fmha-compile: [kernel] the kernel stage has 0 gpu.module ops; the bundle needs exactly one"),
-    ("main_job", ["--target", "sm_91"], "- target: unknown target 'sm_91' (use gfx942, gfx950, sm_90, sm_90a, all or auto)"),
+    ("main_job", ["--target", "sm_91"],
+     "- target: unknown target 'sm_91' (use gfx942, gfx950, sm_90, sm_90a, all or auto)"),
     ("main_job", ["--bundle-dir", "no-such-dir"],
      "argument --bundle-dir: 'no-such-dir' is not a folder: give the -o DIR of fmha-compile runs"),
 ])

@@ -121,7 +121,8 @@ def test_dpp(kind, arg, syntax, row_mask, bank_mask, bound_ctrl):
     src, old = lane_data(64)
     out = np.zeros(64, np.float32)
     body = LOAD_LANE + f"""
-    %d = amdgpu.dpp %o %x {syntax} {{row_mask = {row_mask} : i32, bank_mask = {bank_mask} : i32, bound_ctrl = {str(bound_ctrl).lower()}}} : f32
+    %d = amdgpu.dpp %o %x {syntax} {{row_mask = {row_mask} : i32, bank_mask = {bank_mask} : i32,
+                                     bound_ctrl = {str(bound_ctrl).lower()}}} : f32
     memref.store %d, %out[%i] : memref<?xf32>"""
     run(body, LANE_KERNEL_ARGS, [src, old, out])
     np.testing.assert_array_equal(out, dpp_reference(kind, arg, src, old, row_mask, bank_mask, bound_ctrl))
@@ -160,8 +161,8 @@ def test_dpp_treats_lanes_that_do_not_execute_as_invalid():
 
 
 def test_dpp_wave_reduction_sequence_leaves_the_sum_in_lane_63():
-    """The DPP full-wave reduction (passes/fmha_to_rocdl.py): quad_perm x2, row_half_mirror, row_mirror, row_bcast_15 (rows 1, 3),
-    row_bcast_31 (rows 2, 3), each added to the running value; then readlane 63."""
+    """The DPP full-wave reduction (passes/fmha_to_rocdl.py): quad_perm x2, row_half_mirror, row_mirror,
+    row_bcast_15 (rows 1, 3), row_bcast_31 (rows 2, 3), each added to the running value; then readlane 63."""
     src = np.arange(128, dtype=np.float32) * 0.5 + 1
     out = np.zeros(128, np.float32)
     lane63 = np.zeros(128, np.float32)

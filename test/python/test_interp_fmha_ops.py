@@ -25,7 +25,8 @@ def test_masked_score_follows_spec_mask(mask):
     %sk = arith.constant {SEQLEN_K} : index
     %dot = memref.load %dots[%q, %k] : memref<{rows}x16xf32>
     %s = "fmha.masked_score"(%dot, %q, %k, %sq, %sk) {{mask = "{mask.kind}", window_left = {mask.window_left} : i64,
-        window_right = {mask.window_right} : i64, scale_log2 = {scale} : f32}} : (f32, index, index, index, index) -> f32
+        window_right = {mask.window_right} : i64, scale_log2 = {scale} : f32}}
+        : (f32, index, index, index, index) -> f32
     memref.store %s, %out[%q, %k] : memref<{rows}x16xf32>"""
     run(body, f"%dots: memref<{rows}x16xf32>, %out: memref<{rows}x16xf32>", [dots, out],
         grid=(rows, 1, 1), block=(16, 1, 1))
@@ -158,7 +159,8 @@ def test_lowered_masked_score_is_mask_visible_inside_the_problem(lowering, seqle
     %sq = arith.constant {seqlen_q} : index
     %sk = arith.constant {seqlen_k} : index
     %dot = vector.load %dots[%q, %k0] : memref<{rows}x{keys}xf32>, vector<2xf32>
-    %s = "fmha.masked_score"(%dot, %q, %ks, %sq, %sk) {attributes} : (vector<2xf32>, index, vector<2xindex>, index, index) -> vector<2xf32>
+    %s = "fmha.masked_score"(%dot, %q, %ks, %sq, %sk) {attributes}
+        : (vector<2xf32>, index, vector<2xindex>, index, index) -> vector<2xf32>
     vector.store %s, %out[%q, %k0] : memref<{rows}x{keys}xf32>, vector<2xf32>"""
     source = kernel_module(body, f"%dots: memref<{rows}x{keys}xf32>, %out: memref<{rows}x{keys}xf32>")
     wave = 64 if lowering.endswith("rocdl") else 32

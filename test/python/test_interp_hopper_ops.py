@@ -65,13 +65,14 @@ def _staged_store(text: str, fence: bool) -> str:
     space = "#gpu.address_space<workgroup>"
     store = [
         f'    %pv_offset = "arith.constant"() <{{value = {v_base} : index}}> : () -> index',
-        f'    %pv_view = "memref.view"({smem}, %pv_offset) : (memref<?xi8, {space}>, index) -> memref<128xbf16, {space}>',
+        f'    %pv_view = "memref.view"({smem}, %pv_offset) : (memref<?xi8, {space}>, index) '
+        f'-> memref<128xbf16, {space}>',
         '    %pv_value = "arith.constant"() <{value = 1.0 : bf16}> : () -> bf16',
         f'    "memref.store"(%pv_value, %pv_view, {thread}) : (bf16, memref<128xbf16, {space}>, index) -> ()',
     ]
     if fence:
-        store.append('    "nvvm.fence.proxy"() <{kind = #nvvm.proxy_kind<async.shared>, space = #nvvm.shared_space<cta>}> '
-                     ': () -> ()')
+        store.append('    "nvvm.fence.proxy"() <{kind = #nvvm.proxy_kind<async.shared>, '
+                     'space = #nvvm.shared_space<cta>}> : () -> ()')
     store.append('    "gpu.barrier"() : () -> ()')
     rs_fence = _lines(text, r'^    "nvvm\.wgmma\.fence\.aligned"')[-1]
     return _edit(text, rs_fence, store + [text.splitlines()[rs_fence]])
@@ -80,8 +81,9 @@ def _staged_store(text: str, fence: bool) -> str:
 def test_a_missing_proxy_fence_is_reported(probe):
     _, text, _ = probe
     _run(probe, _staged_store(text, fence=True))     # fenced: runs (V changed, so no numbers to judge)
-    with pytest.raises(InterpreterError, match=r"llvm\.inline_asm .*: reads a wgmma operand in dynamic shared memory "
-                                               r"that lane \d+ .* wrote by an ordinary store with no fence\.proxy\.async"):
+    with pytest.raises(InterpreterError,
+                       match=r"llvm\.inline_asm .*: reads a wgmma operand in dynamic shared memory "
+                             r"that lane \d+ .* wrote by an ordinary store with no fence\.proxy\.async"):
         _run(probe, _staged_store(text, fence=False))
 
 
@@ -99,9 +101,10 @@ def test_a_wrong_swizzle_mode_in_a_descriptor_fails_the_gate(probe):
 
 
 def test_a_tensor_map_of_another_swizzle_is_reported(probe):
-    with pytest.raises(InterpreterError, match=r"nvgpu\.tma\.async\.load .*: the kernel reads boxes \(128, 64\) with a "
-                                               r"128-byte swizzle through a tensor map encoded with box \(128, 64\) and "
-                                               r"a 64-byte swizzle"):
+    with pytest.raises(InterpreterError,
+                       match=r"nvgpu\.tma\.async\.load .*: the kernel reads boxes \(128, 64\) with a "
+                             r"128-byte swizzle through a tensor map encoded with box \(128, 64\) and "
+                             r"a 64-byte swizzle"):
         _run(probe, swizzle=64)
 
 
@@ -215,7 +218,8 @@ def test_register_budgets_must_fit_the_register_file():
 def _handoff(barrier: str, threads: int = 64) -> str:
     """Roles of 32 threads: the first writes workgroup memory, a named barrier, the second reads it."""
     sync = (f'    %bid = arith.constant 1 : i32\n    %bn = arith.constant {threads} : i32\n'
-            '    "nvvm.barrier"(%bid, %bn) <{aligned = true, operandSegmentSizes = array<i32: 1, 1>}> : (i32, i32) -> ()'
+            '    "nvvm.barrier"(%bid, %bn) <{aligned = true, operandSegmentSizes = array<i32: 1, 1>}> '
+            ': (i32, i32) -> ()'
             if barrier else "")
     return f"""
 gpu.module @m {{

@@ -378,7 +378,8 @@ def test_subview_reinterpret_cast_and_cast():
     %jj = arith.remui %j, %c2 : index
     %sub = memref.subview %a[%c1, 2] [2, 2] [2, 3] : memref<6x8xf32> to memref<2x2xf32, strided<[16, 3], offset: ?>>
     %x = memref.load %sub[%i, %jj] : memref<2x2xf32, strided<[16, 3], offset: ?>>
-    %flat = memref.reinterpret_cast %a to offset: [%c8], sizes: [40], strides: [1] : memref<6x8xf32> to memref<40xf32, strided<[1], offset: ?>>
+    %flat = memref.reinterpret_cast %a to offset: [%c8], sizes: [40], strides: [1]
+        : memref<6x8xf32> to memref<40xf32, strided<[1], offset: ?>>
     %k = arith.remui %t, %c8 : index
     %y = memref.load %flat[%k] : memref<40xf32, strided<[1], offset: ?>>
     %dyn = memref.cast %a : memref<6x8xf32> to memref<?x8xf32>

@@ -82,7 +82,8 @@ def mfma_kernel(shape, t: str) -> str:
     %a = vector.load %ain[%g, %t, %z] : memref<2x128x{kl}x{t}>, vector<{kl}x{t}>
     %b = vector.load %bin[%g, %t, %z] : memref<2x128x{kl}x{t}>, vector<{kl}x{t}>
     %c = vector.load %cin[%g, %t, %z] : memref<2x128x{regs}xf32>, vector<{regs}xf32>
-    %d = amdgpu.mfma {shape.name} %a * %b + %c {{blocks = 1 : i32, abid = 0 : i32, cbsz = 0 : i32}} blgp = none : vector<{kl}x{t}>, vector<{kl}x{t}>, vector<{regs}xf32>
+    %d = amdgpu.mfma {shape.name} %a * %b + %c {{blocks = 1 : i32, abid = 0 : i32, cbsz = 0 : i32}} blgp = none
+        : vector<{kl}x{t}>, vector<{kl}x{t}>, vector<{regs}xf32>
     vector.store %d, %out[%g, %t, %z] : memref<2x128x{regs}xf32>, vector<{regs}xf32>"""
 
 
@@ -124,7 +125,8 @@ def test_mfma_rejects_what_it_does_not_model():
     body = """
     %a = arith.constant dense<1.0> : vector<4xbf16>
     %c = arith.constant dense<0.0> : vector<16xf32>
-    %d = amdgpu.mfma 32x32x8 %a * %a + %c {blocks = 1 : i32, abid = 0 : i32, cbsz = 1 : i32} blgp = none : vector<4xbf16>, vector<4xbf16>, vector<16xf32>"""
+    %d = amdgpu.mfma 32x32x8 %a * %a + %c {blocks = 1 : i32, abid = 0 : i32, cbsz = 1 : i32} blgp = none
+        : vector<4xbf16>, vector<4xbf16>, vector<16xf32>"""
     with pytest.raises(InterpreterError, match=r"amdgpu.mfma .*: cbsz = 1 is not modelled \(only 0\)"):
         run(body, "%unused: index", [0])
 

@@ -126,7 +126,8 @@ def ldmatrix_kernel(tiles: int, transpose: bool, t: str) -> str:
     %iw = arith.addi %i, %w : index
     %iw4 = arith.remui %iw, %c4 : index
     %col = arith.muli %iw4, %c8 : index
-    %res = nvgpu.ldmatrix %tile[%row, %col] {{numTiles = {tiles} : i32, transpose = {str(transpose).lower()}}} : {tile} -> vector<{tiles}x2x{t}>
+    %res = nvgpu.ldmatrix %tile[%row, %col] {{numTiles = {tiles} : i32, transpose = {str(transpose).lower()}}}
+        : {tile} -> vector<{tiles}x2x{t}>
 {stores}"""
 
 
@@ -179,7 +180,8 @@ def test_ldmatrix_and_mma_are_warp_collective():
     %a = arith.constant dense<1.0> : vector<4x2xf16>
     %b = arith.constant dense<1.0> : vector<2x2xf16>
     %c = arith.constant dense<0.0> : vector<2x2xf32>
-    %d = nvgpu.mma.sync (%a, %b, %c) {mmaShape = [16, 8, 16]} : (vector<4x2xf16>, vector<2x2xf16>, vector<2x2xf32>) -> vector<2x2xf32>"""
+    %d = nvgpu.mma.sync (%a, %b, %c) {mmaShape = [16, 8, 16]}
+        : (vector<4x2xf16>, vector<2x2xf16>, vector<2x2xf32>) -> vector<2x2xf32>"""
     with pytest.raises(InterpreterError, match=r"nvgpu.mma.sync .*: lane 32 .* is in a warp that does not "
                                                r"execute it whole"):
         run(mma, "%unused: index", [0], block=(48, 1, 1), wave_size=32)
@@ -248,7 +250,8 @@ def test_mma_sync_rejects_unsupported_types():
     %a = arith.constant dense<1.0> : vector<4x2xbf16>
     %b = arith.constant dense<1.0> : vector<2x2xbf16>
     %c = arith.constant dense<0.0> : vector<2x2xf16>
-    %d = nvgpu.mma.sync (%a, %b, %c) {mmaShape = [16, 8, 16]} : (vector<4x2xbf16>, vector<2x2xbf16>, vector<2x2xf16>) -> vector<2x2xf16>"""
+    %d = nvgpu.mma.sync (%a, %b, %c) {mmaShape = [16, 8, 16]}
+        : (vector<4x2xbf16>, vector<2x2xbf16>, vector<2x2xf16>) -> vector<2x2xf16>"""
     with pytest.raises(InterpreterError, match=r"nvgpu.mma.sync .*: accumulator vector<2x2xf16> is not supported "
                                                r"for bf16 operands"):
         run(body, "%unused: index", [0], block=(32, 1, 1), wave_size=32)
@@ -306,7 +309,8 @@ def test_cp_async_ldmatrix_mma_pipeline_computes_a_matmul(dtype):
     %fa = nvgpu.ldmatrix %amat[%lrow, %lcol] {{numTiles = 4 : i32, transpose = false}} : {ta} -> vector<4x2x{t}>
     %fb = nvgpu.ldmatrix %bmat[%lrow, %c0] {{numTiles = 2 : i32, transpose = true}} : {tb} -> vector<2x2x{t}>
     %zero = arith.constant dense<0.0> : vector<2x2xf32>
-    %d = nvgpu.mma.sync (%fa, %fb, %zero) {{mmaShape = [16, 8, 16]}} : (vector<4x2x{t}>, vector<2x2x{t}>, vector<2x2xf32>) -> vector<2x2xf32>
+    %d = nvgpu.mma.sync (%fa, %fb, %zero) {{mmaShape = [16, 8, 16]}}
+        : (vector<4x2x{t}>, vector<2x2x{t}>, vector<2x2xf32>) -> vector<2x2xf32>
     %group = arith.divui %lane, %c4 : index
     %tig = arith.remui %lane, %c4 : index
     %dcol = arith.muli %tig, %c2 : index
@@ -338,8 +342,10 @@ COPY = """
     %scol = arith.addi %col, %c{shift} : index
     %n = arith.remui %t, %c5 : index
     %smem = gpu.dynamic_shared_memory : memref<?xi8, #gpu.address_space<workgroup>>
-    %tile = memref.view %smem[%c0][] : memref<?xi8, #gpu.address_space<workgroup>> to memref<256xf32, #gpu.address_space<workgroup>>
-    %tok = nvgpu.device_async_copy %src[%scol], %tile[%col], 4{count} : memref<?xf32> to memref<256xf32, #gpu.address_space<workgroup>>
+    %tile = memref.view %smem[%c0][] : memref<?xi8, #gpu.address_space<workgroup>>
+        to memref<256xf32, #gpu.address_space<workgroup>>
+    %tok = nvgpu.device_async_copy %src[%scol], %tile[%col], 4{count}
+        : memref<?xf32> to memref<256xf32, #gpu.address_space<workgroup>>
     %grp = nvgpu.device_async_create_group %tok
     nvgpu.device_async_wait %grp
     %v = vector.load %tile[%col] : memref<256xf32, #gpu.address_space<workgroup>>, vector<4xf32>

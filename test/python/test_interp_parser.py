@@ -114,7 +114,8 @@ def test_handwritten_generic_text():
     "gpu.module"() <{sym_name = "m"}> ({
       "gpu.func"() <{function_type = (memref<4xi32>) -> ()}> ({
       ^bb0(%arg0: memref<4xi32>):
-        %0:2 = "test.two"() {s = "a\"b\\c", blob = dense<"0x0100000002000000"> : vector<2xi32>, f = @sym::@inner} : () -> (i32, i32)
+        %0:2 = "test.two"() {s = "a\"b\\c", blob = dense<"0x0100000002000000"> : vector<2xi32>,
+                             f = @sym::@inner} : () -> (i32, i32)
         "test.use"(%0#1) {list = [1 : i64, "x", unit]} : (i32) -> ()
         "gpu.return"() : () -> ()
       }) {kernel, sym_name = "k"} : () -> ()

@@ -31,7 +31,8 @@ TARGETS = (("gfx942", "warp"), ("sm_90", "warp"), ("sm_90", "tiled"), ("gfx942",
 
 
 def cases(specs):
-    return [(spec, arch, body) for spec, (arch, body) in itertools.product(specs, TARGETS) if supported(spec, arch, body)]
+    return [(spec, arch, body) for spec, (arch, body) in itertools.product(specs, TARGETS)
+            if supported(spec, arch, body)]
 
 
 def case_id(case) -> str:

@@ -93,12 +93,14 @@ def test_memcheck_findings_skip_the_bookkeeping_lines():
 
 def _header(tools=("memcheck", "racecheck", "synccheck")):
     return Header(ARCH, "NVIDIA H200, 580.159.04, 143771 MiB", "Version 2099.1.0 (fake)",
-                  ("python3 tools/sanitize.py build DIR --arch sm_90",), ("compute-sanitizer --tool memcheck ... BUNDLE",),
+                  ("python3 tools/sanitize.py build DIR --arch sm_90",),
+                  ("compute-sanitizer --tool memcheck ... BUNDLE",),
                   tools, 12.0)
 
 
 def test_report_shows_each_variant_and_tool_with_its_findings(tmp_path):
-    variants = [next(v for v in VARIANTS if (v.body, v.spec.dtype, v.spec.mask.kind, v.feature) == ("tiled", "f16", "none", f))
+    variants = [next(v for v in VARIANTS
+                     if (v.body, v.spec.dtype, v.spec.mask.kind, v.feature) == ("tiled", "f16", "none", f))
                 for f in ("plain", "hdim 128")]
     rows = []
     for variant, tool, fixture, status in ((variants[0], "memcheck", "memcheck_errors.txt", 99),
@@ -112,8 +114,10 @@ def test_report_shows_each_variant_and_tool_with_its_findings(tmp_path):
     report = tmp_path / "r.md"
     write_report(report, _header(), variants, SKIPPED, rows)
     text = report.read_text()
-    assert f"| {variants[0].name} | tiled | f16 | none | plain | **3 errors** | **1 error**, 1 warning | not run |" in text
-    assert f"| {variants[1].name} | tiled | f16 | none | hdim 128 | clean | not run | not run | PASS (worst 0.41) / PASS (worst 0.38) |" in text
+    assert f"| {variants[0].name} | tiled | f16 | none | plain | **3 errors** | **1 error**, 1 warning | not run |" \
+        in text
+    assert (f"| {variants[1].name} | tiled | f16 | none | hdim 128 | clean | not run | not run | "
+            "PASS (worst 0.41) / PASS (worst 0.38) |") in text
     assert "**incomplete: 3 of 6 planned runs**" in text
     assert "### " + variants[0].name + ", memcheck: **3 errors**" in text
     assert "=========     Address 0x7f3a2c0a1200 is out of bounds" in text

@@ -33,7 +33,8 @@ module attributes {{gpu.container_module}} {{
     %u = memref.cast %do : memref<?x?x?x32xf32> to memref<*xf32>
     %map = nvgpu.tma.create.descriptor %u box[%c1, %c1, {rows}, %c32] : memref<*xf32> -> {descriptor}
     %p = builtin.unrealized_conversion_cast %map : {descriptor} to !llvm.ptr
-    gpu.launch_func @fmha_kernels::@k blocks in (%c1, %c1, %c1) threads in (%c64, %c1, %c1) args(%o : memref<?x?x?x32xf32>, %p : !llvm.ptr) {{fmha.access = ["read", "read"]}}
+    gpu.launch_func @fmha_kernels::@k blocks in (%c1, %c1, %c1) threads in (%c64, %c1, %c1)
+        args(%o : memref<?x?x?x32xf32>, %p : !llvm.ptr) {{fmha.access = ["read", "read"]}}
     return
   }}
   gpu.module @fmha_kernels {{

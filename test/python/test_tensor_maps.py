@@ -21,7 +21,8 @@ C = DeviceBuffer("c", "f32", (128, 128), (128, 1), 0x20000)
 def test_a_tensor_map_is_one_128_byte_field_the_executor_fills():
     packed = pack_args([ScalarArg("n", "i32", 3), MAP, C, MAP])
     fields = packed.fields
-    assert [(f.name, f.offset, f.size) for f in fields if f.type == "tmap"] == [("a_map", 128, 128), ("a_map", 384, 128)]
+    assert [(f.name, f.offset, f.size) for f in fields if f.type == "tmap"] == [("a_map", 128, 128),
+                                                                                ("a_map", 384, 128)]
     assert [offset for offset, _ in tensor_map_fields(packed)] == [128, 384]
     assert packed.blob[128:256] == bytes(128)
     assert [name for _, name in pointer_fields(packed)] == ["c", "c"]   # the pointer fast path is unchanged
@@ -44,7 +45,8 @@ def test_encoding_lists_dimensions_innermost_first_with_byte_strides():
 
 
 @pytest.mark.parametrize("arg,message", [
-    (TensorMapArg("m", DeviceBuffer("t", "bf16", (64, 64), (1, 64), 0), (64, 64)), "innermost dimension must be contiguous"),
+    (TensorMapArg("m", DeviceBuffer("t", "bf16", (64, 64), (1, 64), 0), (64, 64)),
+     "innermost dimension must be contiguous"),
     (TensorMapArg("m", DeviceBuffer("t", "bf16", (64, 100), (100, 1), 0), (64, 64)), "multiples of 16 bytes"),
     (TensorMapArg("m", A, (1, 64, 128), 128), "at most 128 bytes wide"),
     (TensorMapArg("m", A, (64, 64), 128), "the buffer's rank 3"),
@@ -61,7 +63,8 @@ def test_the_driver_call_and_its_128_bytes():
     enum = lambda *names: types.SimpleNamespace(**{n: n for n in names})  # noqa: E731
     driver = types.SimpleNamespace(
         cuuint64_t=lambda v: ("u64", v), cuuint32_t=lambda v: ("u32", v),
-        CUtensorMapDataType=enum("CU_TENSOR_MAP_DATA_TYPE_BFLOAT16"), CUtensorMapSwizzle=enum("CU_TENSOR_MAP_SWIZZLE_128B"),
+        CUtensorMapDataType=enum("CU_TENSOR_MAP_DATA_TYPE_BFLOAT16"),
+        CUtensorMapSwizzle=enum("CU_TENSOR_MAP_SWIZZLE_128B"),
         CUtensorMapInterleave=enum("CU_TENSOR_MAP_INTERLEAVE_NONE"),
         CUtensorMapL2promotion=enum("CU_TENSOR_MAP_L2_PROMOTION_L2_128B"),
         CUtensorMapFloatOOBfill=enum("CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE"),

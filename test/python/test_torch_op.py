@@ -277,8 +277,8 @@ def test_sinks_and_the_lse_gradient_match_central_differences():
 
     def loss(t):
         moved = [x.detach().double() + t * d for x, d in zip(xs, dirs)]
-        o, l = with_sinks(*math_forward(*moved[:3], None, None, case), moved[3])
-        return float((o * d_out.double()).sum() + (l * d_lse.double()).sum())
+        o, lse = with_sinks(*math_forward(*moved[:3], None, None, case), moved[3])
+        return float((o * d_out.double()).sum() + (lse * d_lse.double()).sum())
 
     eps = 1e-4
     numeric = (loss(eps) - loss(-eps)) / (2 * eps)
@@ -628,7 +628,8 @@ def _cuda_case(name, device):
     layout = kw.get("layout", "bhsd")
     order = (lambda *s: (s[0], s[2], s[1], s[3])) if layout == "bshd" else (lambda *s: s)
     if device == "meta":
-        q, k, v = (torch.empty(order(b, h, n, d), dtype=dtype, device="meta") for h, n in ((hq, sq), (hkv, sk), (hkv, sk)))
+        q, k, v = (torch.empty(order(b, h, n, d), dtype=dtype, device="meta")
+                   for h, n in ((hq, sq), (hkv, sk), (hkv, sk)))
     else:
         q, k, v = (x.to(device) for x in _tensors(order(b, hq, sq, d), order(b, hkv, sk, d), dtype, seed=len(name)))
     bias = (0.5 * torch.randn(hq, sq, sk)).to(device, dtype) if kw.get("bias") == "tensor" else kw.get("bias")
@@ -661,7 +662,8 @@ def prebuilt_bundles(pytestconfig):
     machine has no MLIR: there even the CPU tests that compile need the prebuilt ones)."""
     directory = pytestconfig.getoption("--torch-bundles")
     if directory is None and importlib.util.find_spec("flydsl") is None:
-        pytest.skip("no --torch-bundles DIR and no MLIR to compile the bundles (python test/python/test_torch_op.py DIR)")
+        pytest.skip("no --torch-bundles DIR and no MLIR to compile the bundles "
+                    "(python test/python/test_torch_op.py DIR)")
     return directory
 
 

@@ -76,11 +76,12 @@ def run(directory: Path, runs: int, report: Path, smoke: bool = False) -> int:
         rows.append(row)
         print(json.dumps(row), flush=True)
     lines = [f"# Bitwise reproducibility on the GPU: {runs} runs per variant", "",
-             f"sm_90 tiled body on the {device.name} executor, problem {size} (seed 7), outputs hashed after every launch; a deterministic "
-             "plan must give 1 distinct result. Gate: the first run's worst ratio to its bound.", "",
+             f"sm_90 tiled body on the {device.name} executor, problem {size} (seed 7), outputs hashed after every "
+             "launch; a deterministic plan must give 1 distinct result. Gate: the first run's worst ratio to its "
+             "bound.", "",
              "| feature | mode | kernel | runs | distinct results | gate |", "| --- | --- | --- | --- | --- | --- |"]
-    lines += [f"| {r['feature']} | {'deterministic' if r['deterministic'] else 'default'} | {r['kernel']} | {r['runs']} | "
-              f"{r['distinct']} | {r['gate']:.2f} {'PASS' if r['gate_pass'] else 'FAIL'} |" for r in rows]
+    lines += [f"| {r['feature']} | {'deterministic' if r['deterministic'] else 'default'} | {r['kernel']} | "
+              f"{r['runs']} | {r['distinct']} | {r['gate']:.2f} {'PASS' if r['gate_pass'] else 'FAIL'} |" for r in rows]
     write_report_files(report, lines, rows)
     return 1 if bad else 0
 

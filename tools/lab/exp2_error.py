@@ -68,7 +68,8 @@ def sweep(ex2) -> dict:
     frac = (x - np.floor(x)).astype(np.float32)[:1 << 16]
     shifted = [ulps(ex2((frac - n).astype(np.float32)), np.exp2((frac - n).astype(np.float64))) for n in (1, 9, 33)]
     same = float(np.mean(np.isclose(shifted[0], shifted[1]) & np.isclose(shifted[0], shifted[2])))
-    return {"max_ulps": float(np.abs(e).max()), "mean_ulps": float(e.mean()), "rms_ulps": float(np.sqrt(np.mean(e * e))),
+    return {"max_ulps": float(np.abs(e).max()), "mean_ulps": float(e.mean()),
+            "rms_ulps": float(np.sqrt(np.mean(e * e))),
             "fraction_only": same}
 
 

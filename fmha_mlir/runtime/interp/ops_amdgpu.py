@@ -96,8 +96,8 @@ def compile_mfma(op: Operation, cc: KernelCompiler):
 
 def compile_raw_buffer_load(op: Operation, cc: KernelCompiler):
     """The element at memref.load's linear index, in a buffer from the memref's offset on of num_records =
-    max over dims of size x stride elements (MLIR's lowering: the memref as one flat range, so an index past the end of a row
-    but inside the buffer reads the next row). A load wholly outside returns zeros (boundsCheck, the
+    max over dims of size x stride elements (MLIR's lowering: the memref as one flat range, so an index past
+    the end of a row but inside the buffer reads the next row). A load wholly outside returns zeros (boundsCheck, the
     default; a negative i32 index is a huge unsigned offset); one partly outside is chipset-dependent
     (MLIR's documentation) and an error here, as is any out-of-range load without boundsCheck.
     indexOffset and sgprOffset are not modelled."""
