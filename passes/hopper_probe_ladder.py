@@ -43,7 +43,8 @@ def rung_module_text(name: str, shape: ProbeShape) -> str:
     with ctx, ir.Location.unknown():
         module = ir.Module.parse(f"""module attributes {{gpu.container_module}} {{
 gpu.module @fmha_kernels {{
-gpu.func @{rung(name, shape).kernel}({params[0]}) kernel attributes {{known_block_size = array<i32: {THREADS}, 1, 1>}} {{
+gpu.func @{rung(name, shape).kernel}({params[0]}) kernel
+    attributes {{known_block_size = array<i32: {THREADS}, 1, 1>}} {{
   gpu.return
 }}
 }}
@@ -138,8 +139,8 @@ def _ss_body(shape, image, c, c2=None) -> None:
         acc2 = rs.zeros()
         wgmma_atom.fence()
         for kb in range(shape.n // 16):
-            acc2 = rs.mma_rs(acc2, atom.as_operand(acc, kb), descriptors.descriptor(shape.v_tile, layout["v"], 0, 16 * kb),
-                             first=kb == 0, b_major="MN")
+            v = descriptors.descriptor(shape.v_tile, layout["v"], 0, 16 * kb)
+            acc2 = rs.mma_rs(acc2, atom.as_operand(acc, kb), v, first=kb == 0, b_major="MN")
         wgmma_atom.commit()
         wgmma_atom.wait(0)
         outputs.append((c2, rs, acc2))

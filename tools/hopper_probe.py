@@ -144,8 +144,8 @@ def product_checks(shape, inputs, rows: int, k: int) -> dict:
 
     def c2_check(got, c):
         p = round16(c)
-        return judge("C2 = bf16(C) V (RS)", got, p @ vf, (p.astype(np.float32) @ vf.astype(np.float32)).astype(np.float64),
-                     "bf16", shape.n, np.abs(p) @ np.abs(vf))
+        single = (p.astype(np.float32) @ vf.astype(np.float32)).astype(np.float64)
+        return judge("C2 = bf16(C) V (RS)", got, p @ vf, single, "bf16", shape.n, np.abs(p) @ np.abs(vf))
 
     return {"c": lambda got: judge("C = A B^T (SS)", got, c_ref, c_low, "bf16", k, np.abs(af) @ np.abs(bf).T),
             "c2": c2_check}

@@ -39,8 +39,8 @@ PACKAGE_DIRS = {"fmha_mlir": "fmha_mlir", "dialects": "fmha_mlir/dialects", "pas
 # kv heads and the gpu stage (pipeline tests), multi-tile tiled problems, the lowered mask semantics,
 # the mask geometry against brute force and the rule written out, the NaN classes on the sm_90 tiled
 # body, the matrix layouts against the vendors' figures, the Hopper probe and its warp-specialised variant
-# in the interpreter, the wgmma descriptor the H200 verified, the dq_reduce rung in the interpreter. One pytest process: the kernels compile once
-# per mutant.
+# in the interpreter, the wgmma descriptor the H200 verified, the dq_reduce rung in the interpreter. One pytest
+# process: the kernels compile once per mutant.
 SUBSET_FILES = ("test/python/test_interp_matrix.py", "test/python/test_interp_pipeline.py",
                 "test/python/test_interp_fmha_ops.py", "test/python/test_lowering.py",
                 "test/python/test_interp_mfma.py", "test/python/test_mfma_atom.py",

@@ -6,8 +6,9 @@ a cubin needs the target's major version. Each bundle is loaded once per executo
 Thread safety and torch: the executor works in the device's primary context (the one the CUDA runtime,
 and so torch, uses). Every driver call runs with that context current, pushed only when the calling
 thread has another one (or none), so any thread may use the executor and torch's own current device is
-left as it was. Launches go to the stream given (torch's current stream); None is the legacy default. Kernel parameters are passed as `kernelParams`: an array of
-pointers, each into the naturally aligned kernarg blob that args.pack_args lays out.
+left as it was. Launches go to the stream given (torch's current stream); None is the legacy default.
+Kernel parameters are passed as `kernelParams`: an array of pointers, each into the naturally aligned
+kernarg blob that args.pack_args lays out.
 """
 from __future__ import annotations
 

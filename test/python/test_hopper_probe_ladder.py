@@ -49,7 +49,8 @@ def _transactions(text: str, maps: tuple[str, ...]) -> dict[str, list[int]]:
             constants[m[1]] = int(m[2])
         elif m := re.search(r"mbarrier\.arrive\.expect_tx\.shared\.b64 %rd\d+, \[(\w+(?:\+\d+)?)\], (%r\d+);", line):
             totals.setdefault(m[1], [0, 0])[0] += constants[m[2]]
-        elif m := re.search(r"cp\.async\.bulk\.tensor\.2d\S* \[%rd\d+\], \[(%rd\d+), \{[^}]*\}\], \[(\w+(?:\+\d+)?)\];", line):
+        elif m := re.search(r"cp\.async\.bulk\.tensor\.2d\S* \[%rd\d+\], \[(%rd\d+), \{[^}]*\}\], "
+                            r"\[(\w+(?:\+\d+)?)\];", line):
             rows, inner = SHAPE.boxes[maps[params[m[1]]]]
             totals.setdefault(m[2], [0, 0])[1] += rows * inner * 2
     return totals

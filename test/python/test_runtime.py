@@ -262,8 +262,8 @@ def _metadata_cases():
         for bundle in bundles:
             metadata = read_hsaco_metadata(bundle.binary)["kernels"]
             for step in (s for s in bundle.steps if s["op"] == "launch"):
-                args = [DeviceBuffer(a["buffer"], bundle.buffers[a["buffer"]]["dtype"],
-                                     (2,) * bundle.buffers[a["buffer"]]["rank"], (1,) * bundle.buffers[a["buffer"]]["rank"],
+                rank = lambda a: bundle.buffers[a["buffer"]]["rank"]  # noqa: E731
+                args = [DeviceBuffer(a["buffer"], bundle.buffers[a["buffer"]]["dtype"], (2,) * rank(a), (1,) * rank(a),
                                      0x1000 * (i + 1)) if "buffer" in a else
                         ScalarArg(f"arg{i}", a["scalar"], a["value"]) for i, a in enumerate(step["args"])]
                 args = bind_args(step["kernel"], bundle.kernels[step["kernel"]]["args"], args)
@@ -336,7 +336,8 @@ def problem_tensors(spec: AttentionBwdSpec = SPEC, batch=2, heads_q=4, seqlen_q=
     (lambda t: t.update(k=t["k"][0]), "tensor 'k' has rank 3; expected [batch, heads_kv, seqlen_k, 64]"),
     (lambda t: t.update(v=t["v"][..., :64]), "tensor 'v' has shape (2, 2, 7, 64); dimension 3 must be 128"),
     (lambda t: t.update(o=t["o"][:1]), "its batch is 1, but 'q' says 2"),
-    (lambda t: t.update(k=t["k"][:, :1], v=t["v"][:, :1]), "q has 4 heads and k has 1, but the bundle's gqa_ratio is 2"),
+    (lambda t: t.update(k=t["k"][:, :1], v=t["v"][:, :1]),
+     "q has 4 heads and k has 1, but the bundle's gqa_ratio is 2"),
     (lambda t: t.update(q=t["q"][:, :, ::-1]), "tensor 'q' has byte strides"),
     (lambda t: t.update(q=np.repeat(t["q"], 2, axis=3)[..., ::2]), "tensor 'q': its last dimension must be contiguous"),
     (lambda t: t.update(q=t["q"][:, :, :0], o=t["o"][:, :, :0], do=t["do"][:, :, :0], lse=t["lse"][:, :, :0]),
@@ -499,7 +500,8 @@ class ResidentKernels(NumpyKernels):
             args = [dataclasses.replace(a, address=addresses[a.name].pop()) if isinstance(a, DeviceBuffer) else a
                     for a in packed.args]
             assert bytes(blob) == pack_args(args).blob
-            args = [dataclasses.replace(a, allocation=self.borrow(a.address, Layout(a.dtype, a.shape, a.strides).nbytes))
+            nbytes = lambda a: Layout(a.dtype, a.shape, a.strides).nbytes  # noqa: E731
+            args = [dataclasses.replace(a, allocation=self.borrow(a.address, nbytes(a)))
                     if isinstance(a, DeviceBuffer) else a for a in args]
             self.prepare(kernel, grid, block, args, shared_bytes, stream)()
         return run
@@ -671,8 +673,8 @@ def test_a_manifest_that_does_not_describe_its_kernels_is_refused():
     manifest = attention_manifest()
     manifest["kernels"]["k_convert_dk"]["args"].append({"scalar": "i32", "type": "i32"})
     manifest["steps"][4]["args"].append({"scalar": "i32", "value": 1})
-    with pytest.raises(RuntimeLaunchError, match="manifest kernel 'k_convert_dk' lists 3 parameters, its gpu.func "
-                                                 "declares 2; parameter 2 is i32 in the manifest, absent in the kernel"):
+    with pytest.raises(RuntimeLaunchError, match="manifest kernel 'k_convert_dk' lists 3 parameters, its "
+                       "gpu.func declares 2; parameter 2 is i32 in the manifest, absent in the kernel"):
         Bundle(manifest, files)
     manifest = attention_manifest()
     manifest["kernels"]["k_other"] = manifest["kernels"].pop("k_convert_dv")

@@ -4,8 +4,8 @@ of it (out-of-bounds elements dropped), and wgmma operands read back through the
 (address, LBO, SBO, swizzle mode) in either major order.
 
 These are the semantics the interpreter's handlers for nvgpu.tma.async.load,
-nvvm.cp.async.bulk.tensor.reduce and nvvm.wgmma.mma_async (ops_hopper.py) apply; a wrong swizzle mode, LBO or SBO in a descriptor reads a different matrix here,
-as on the GPU.
+nvvm.cp.async.bulk.tensor.reduce and nvvm.wgmma.mma_async (ops_hopper.py) apply; a wrong swizzle mode, LBO
+or SBO in a descriptor reads a different matrix here, as on the GPU.
 """
 from __future__ import annotations
 

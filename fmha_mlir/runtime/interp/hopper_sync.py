@@ -197,7 +197,8 @@ class HopperSync:
         """cp.async.bulk.wait_group `pending` by `lanes`: all but each one's `pending` latest groups are done."""
         for lane in lanes.tolist():
             groups = self._bulk_groups.get(lane, [])
-            done, self._bulk_groups[lane] = groups[:max(len(groups) - pending, 0)], groups[max(len(groups) - pending, 0):]
+            split = max(len(groups) - pending, 0)
+            done, self._bulk_groups[lane] = groups[:split], groups[split:]
             for reads in done:
                 for key, units in reads:
                     shadow = self._shadows[key]

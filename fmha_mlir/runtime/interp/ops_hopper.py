@@ -55,7 +55,8 @@ def _barrier_lanes(st, mask, group_slot: int, index_slot: int):
     if lanes.size == 0:
         return None
     g = st.grid
-    return st.env[group_slot], lanes, g.group_local[lanes], _per_lane(st.env[index_slot], lanes, g.lanes).astype(np.int64)
+    indices = _per_lane(st.env[index_slot], lanes, g.lanes).astype(np.int64)
+    return st.env[group_slot], lanes, g.group_local[lanes], indices
 
 
 def _per_lane(value, lanes: np.ndarray, count: int) -> np.ndarray:
@@ -295,7 +296,8 @@ def compile_int_to_pointer(op: Operation, cc: KernelCompiler):
     """llvm.inttoptr to a shared-memory pointer (!llvm.ptr<3>): the byte offset in the work-group's shared
     window, as memref.extract_aligned_pointer_as_index gives it."""
     if str(op.result_types[0]) != "!llvm.ptr<3>":
-        raise cc.error(op, f"the interpreter takes shared-memory pointers (!llvm.ptr<3>) only, not {op.result_types[0]}")
+        raise cc.error(op, "the interpreter takes shared-memory pointers (!llvm.ptr<3>) only, "
+                           f"not {op.result_types[0]}")
     (src,) = cc.operands(op)
     out = cc.result(op)
 
@@ -340,7 +342,8 @@ def compile_bitcast(op: Operation, cc: KernelCompiler):
     """vector<2xbf16 | 2xf16> -> i32: element 0 in the low half (a register-A pair)."""
     (src,) = cc.operands(op)
     t = op.operand_types[0]
-    if not (isinstance(t, VectorType) and t.shape == (2,) and t.elem.name in STORAGE and str(op.result_types[0]) == "i32"):
+    pair = isinstance(t, VectorType) and t.shape == (2,) and t.elem.name in STORAGE
+    if not (pair and str(op.result_types[0]) == "i32"):
         raise cc.error(op, f"only vector<2xbf16> / vector<2xf16> -> i32 bitcasts are supported, not {t}")
     out = cc.result(op)
     element = t.elem.name
