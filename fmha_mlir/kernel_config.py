@@ -126,6 +126,10 @@ class TiledConfig(KernelConfig):
     p_in_registers: bool = False   # P^T and dS^T feed dV and dK from the accumulators of S^T and dP^T
     swizzle: str = "none"          # shared-memory tile layout (SWIZZLES)
     grid_order: str = "keys_outer"  # block ids of the work-groups (GRID_ORDERS)
+    # With a mask that hides nothing: the work-group whose key block crosses seqlen_k runs its own, masked
+    # copy of the loop and the others an unmasked one (rows past seqlen_q get lse = +inf), instead of one
+    # loop that tests every step. Faster where the unmasked loop then spills less (a table choice).
+    split_tail_loop: bool = False
 
     @property
     def mfma(self):

@@ -108,8 +108,18 @@ def key_block_range(mask, q0, block_m: int, block_n: int, seqlen_q, seqlen_k):
 def tile_cut(mask, q0, block_m: int, k0, block_n: int, seqlen_q, seqlen_k):
     """Whether the tile [q0, q0 + block_m) x [k0, k0 + block_n) holds a pair that is not shown: the mask
     hides one, or the tile crosses seqlen_q or seqlen_k (a tail). Only such tiles need masked scores."""
-    tail = (k0 + block_n > seqlen_k) | (q0 + block_m > seqlen_q)
+    tail = key_tail(k0, block_n, seqlen_k) | (q0 + block_m > seqlen_q)
     return _mask_cuts(mask, q0, block_m, k0, block_n, seqlen_q, seqlen_k) | tail
+
+
+def key_tail(k0, block_n: int, seqlen_k):
+    """Whether the key block [k0, k0 + block_n) crosses seqlen_k: every tile of it holds padded keys."""
+    return k0 + block_n > seqlen_k
+
+
+def hides_nothing(mask) -> bool:
+    """Whether the mask's rule shows every pair: then only tails are cut (tile_cut)."""
+    return mask.kind == "none"
 
 
 def _mask_cuts(mask, q0, block_m: int, k0, block_n: int, seqlen_q, seqlen_k):

@@ -91,8 +91,8 @@ class CopyAtom(Protocol):
         zeros for rows at or past `limit`."""
 
     def row_values(self, source: "ir.Value", prefix: list, first: "ir.Value", tile, stage: "ir.Value",
-                   offset: int) -> None:
-        """source[prefix..., first + i] (f32, one per query row of the block) into tile row `stage`, zero
+                   offset: int, fill: float = 0.0) -> None:
+        """source[prefix..., first + i] (f32, one per query row of the block) into tile row `stage`, `fill`
         past seqlen_q, by threads [offset, offset + block_m)."""
 
     def commit(self) -> None:

@@ -2,7 +2,7 @@
 
 A copy atom offers what the schedule asks (passes/atoms.py, CopyAtom): `rows` copies a block of rows
 [first, first + tile.rows) of source[prefix..., row, :], zero past `limit` (a sequence end), `row_values`
-one f32 per query row of a block (LSE, D), zero past seqlen_q, `commit` closes what was issued into one
+one f32 per query row of a block (LSE, D), a given fill past seqlen_q, `commit` closes what was issued into one
 group and `wait(pending)` waits until at most `pending` groups are in flight. Which thread copies what
 comes from matrix_layouts.copy_chunk: thread t takes the 16-byte chunks t, t + threads, ...
 
@@ -66,15 +66,24 @@ class CpAsyncCopy:
                     scf.yield_([])
 
     def row_values(self, source: "ir.Value", prefix: list, first: "ir.Value", tile: Tile, stage: "ir.Value",
-                   offset: int) -> None:
+                   offset: int, fill: float = 0.0) -> None:
         """Async-copy source[prefix..., first + i] (f32, i < block_m) into tile row `stage`, 4 bytes each,
-        zero past seqlen_q. Threads [offset, offset + block_m) do it."""
+        `fill` past seqlen_q (zero: by the copy's own zero fill; anything else: stored instead of copied,
+        so that no copy lands on it later). Threads [offset, offset + block_m) do it."""
         kernel = self.kernel
 
         def copy(mine, clamped, valid):
-            count = arith.select(valid, index(1), index(0))
-            async_copy(tile.flat, [arith.addi(arith.muli(stage, index(kernel.bm)), mine)], source, prefix + [clamped],
-                       1, count)
+            at = [arith.addi(arith.muli(stage, index(kernel.bm)), mine)]
+            if fill == 0.0:
+                async_copy(tile.flat, at, source, prefix + [clamped], 1, arith.select(valid, index(1), index(0)))
+                return
+            inside = scf.IfOp(valid, has_else=True)
+            with ir.InsertionPoint(inside.then_block):
+                async_copy(tile.flat, at, source, prefix + [clamped], 1, index(1))
+                scf.yield_([])
+            with ir.InsertionPoint(inside.else_block):
+                memref.store(arith.constant(ir.F32Type.get(), fill), tile.flat, at)
+                scf.yield_([])
 
         kernel.per_query_row(first, offset, copy)
 
@@ -91,13 +100,14 @@ class BufferLoadCopy:
     def __init__(self, kernel):
         self.kernel = kernel
 
-    def _load(self, result: "ir.Type", source: "ir.Value", indices: list, valid: "ir.Value") -> "ir.Value":
-        """amdgpu.raw_buffer_load of source[indices] (in range by construction), zero where not `valid`:
+    def _load(self, result: "ir.Type", source: "ir.Value", indices: list, valid: "ir.Value",
+              fill: float = 0.0) -> "ir.Value":
+        """amdgpu.raw_buffer_load of source[indices] (in range by construction), `fill` where not `valid`:
         the buffer's own out-of-range rule only covers the last rows of the whole tensor, not of a head."""
         loaded = create_op("amdgpu.raw_buffer_load", result, [source] + [i32(i) for i in indices],
                            {"operandSegmentSizes": ir.DenseI32ArrayAttr.get([1, len(indices), 0])})
         element = result.element_type if isinstance(result, ir.VectorType) else result
-        return arith.select(valid, loaded, splat(arith.constant(element, 0.0), vector_shape(result)))
+        return arith.select(valid, loaded, splat(arith.constant(element, fill), vector_shape(result)))
 
     def rows(self, source: "ir.Value", prefix: list, first: "ir.Value", limit: "ir.Value", tile: Grid,
              row_offset: "ir.Value | None" = None) -> None:
@@ -130,13 +140,14 @@ class BufferLoadCopy:
             vector.store(value, tile.view, [row, col])
 
     def row_values(self, source: "ir.Value", prefix: list, first: "ir.Value", tile: Grid, stage: "ir.Value",
-                   offset: int) -> None:
-        """source[prefix..., first + i] (f32, i < block_m) into grid row `stage`, zero past seqlen_q;
+                   offset: int, fill: float = 0.0) -> None:
+        """source[prefix..., first + i] (f32, i < block_m) into grid row `stage`, `fill` past seqlen_q;
         threads [offset, offset + block_m) do it."""
         kernel = self.kernel
 
         def copy(mine, clamped, valid):
-            memref.store(self._load(ir.F32Type.get(), source, prefix + [clamped], valid), tile.view, [stage, mine])
+            value = self._load(ir.F32Type.get(), source, prefix + [clamped], valid, fill)
+            memref.store(value, tile.view, [stage, mine])
 
         kernel.per_query_row(first, offset, copy)
 

@@ -93,6 +93,8 @@ class FlashBackward:
         # Deterministic mode: this work-group's dQ partial, row batch x key blocks + key block of dq_acc.
         self.dq_batch = self.batch if not spec.deterministic else arith.addi(
             arith.muli(self.batch, arith.ceildivui(self.seqlen_k, index(self.bn))), self.key_block)
+        # A mask that hides nothing cuts only tails; the config says whether its loop is split by them.
+        self.split_tail_loop = config.split_tail_loop and mask_geometry.hides_nothing(spec.mask)
         with self.lanes.hoist:   # each warp's part of the products
             self.sdp = warp_tile(self.warp, config.sdp_warps, self.bn, self.bm)          # S^T, dP^T
             self.dkv = warp_tile(self.warp, config.dkv_warps, self.bn, spec.hdim_q)      # dK
@@ -118,19 +120,42 @@ class FlashBackward:
         shapes = [(len(dk0), len(dk0[0])), (len(dv0), len(dv0[0]))]
         split = len(flatten(dk0))
 
-        double = config.stages == 2
-        if double:
+        if config.stages == 2:
             prologue = scf.IfOp(arith.cmpi(arith.CmpIPredicate.sgt, steps, index(0)))
             with ir.InsertionPoint(prologue.then_block):
                 self.load_step(first_head, lo, index(0))
                 scf.yield_([])
 
+        carried = [first_head, lo] + flatten(dk0) + flatten(dv0)
+        if self.split_tail_loop:
+            # Only the key block's tail is cut (rows past seqlen_q have lse = +inf, so P = 0 there): one
+            # decision for the work-group, so the loop is built twice and neither copy branches per step.
+            tail = scf.IfOp(as_value(mask_geometry.key_tail(Ix(self.k0), self.bn, Ix(self.seqlen_k))),
+                            [c.type for c in carried], has_else=True)
+            for block, masked in ((tail.then_block, True), (tail.else_block, False)):
+                with ir.InsertionPoint(block):
+                    scf.yield_(self.loop(carried, steps, lo, hi, masked))
+            results = list(tail.results)
+        else:
+            results = self.loop(carried, steps, lo, hi, None)
+        self.copy.wait(0)
+        results = results[2:]
+        self.store_grad(self.dk_out, unflatten(results[:split], *shapes[0]), self.dkv, spec.scale)
+        self.store_grad(self.dv_out, unflatten(results[split:], *shapes[1]), self.dkv_v, None)
+
+    def loop(self, carried: list, steps, lo, hi, masked: "bool | None") -> list:
+        """The steps over (head, query block), carrying dK and dV; the results. `masked`: whether every
+        step's scores are masked, or None for the step's own cut test (mask_geometry.tile_cut)."""
+        double = self.config.stages == 2
+        split = len(flatten(self.zeros(self.dkv)))
+        dk_shape = (self.dkv.rows // self.atom.m, self.dkv.cols // self.atom.n)
+        dv_shape = (self.dkv_v.rows // self.atom.m, self.dkv_v.cols // self.atom.n)
         # (head, m) of the step is carried and advanced with selects: no division in the loop.
-        loop = scf.ForOp(index(0), steps, index(1), [first_head, lo] + flatten(dk0) + flatten(dv0))
+        loop = scf.ForOp(index(0), steps, index(1), carried)
         with ir.InsertionPoint(loop.body):
             it = loop.induction_variable
-            head, m, *carried = list(loop.inner_iter_args)
-            dk, dv = unflatten(carried[:split], *shapes[0]), unflatten(carried[split:], *shapes[1])
+            head, m, *values = list(loop.inner_iter_args)
+            dk, dv = unflatten(values[:split], *dk_shape), unflatten(values[split:], *dv_shape)
             next_head, next_m = advance(head, m, lo, hi)
             stage = arith.andi(it, index(1)) if double else index(0)
             if double:
@@ -145,12 +170,9 @@ class FlashBackward:
                 self.load_step(head, m, stage)
                 self.copy.wait(0)
                 gpu.barrier()
-            dk, dv = self.step(head, m, stage, dk, dv)
+            dk, dv = self.step(head, m, stage, dk, dv, masked)
             scf.yield_([next_head, next_m] + flatten(dk) + flatten(dv))
-        self.copy.wait(0)
-        results = list(loop.results)[2:]
-        self.store_grad(self.dk_out, unflatten(results[:split], *shapes[0]), self.dkv, spec.scale)
-        self.store_grad(self.dv_out, unflatten(results[split:], *shapes[1]), self.dkv_v, None)
+        return list(loop.results)
 
     def query_blocks(self) -> tuple["ir.Value", "ir.Value"]:
         """[lo, hi) of the query blocks this key block visits (mask_geometry.query_block_range)."""
@@ -169,7 +191,10 @@ class FlashBackward:
         prefix = [self.batch, head]
         self.copy.rows(self.q, prefix, q0, self.seqlen_q, self.tiles["q"], rows)
         self.copy.rows(self.do, prefix, q0, self.seqlen_q, self.tiles["do"], rows)
-        self.copy.row_values(self.lse, prefix, q0, self.tiles["lse"], stage, 0)
+        # With the tail loop split, an lse of +inf makes P = exp(S - lse) = 0 in rows past seqlen_q, whatever
+        # their scores; otherwise such tiles are cut (tile_cut).
+        self.copy.row_values(self.lse, prefix, q0, self.tiles["lse"], stage, 0,
+                             fill=float("inf") if self.split_tail_loop else 0.0)
         self.copy.row_values(self.d, prefix, q0, self.tiles["d"], stage, self.bm)
         self.copy.commit()
 
@@ -189,8 +214,8 @@ class FlashBackward:
 
     # -- one step --------------------------------------------------------------------------------------
 
-    def step(self, head, m, stage, dk, dv):
-        """One query block: S^T, P^T, dP^T, dS^T, then dV, dK, dQ."""
+    def step(self, head, m, stage, dk, dv, masked: "bool | None" = None):
+        """One query block: S^T, P^T, dP^T, dS^T, then dV, dK, dQ (`masked`: as loop's)."""
         spec, config, atom, tiles = self.spec, self.config, self.atom, self.tiles
         q0 = arith.muli(m, index(self.bm))
         rows = self.stage_rows(stage)
@@ -202,7 +227,7 @@ class FlashBackward:
                       Operand(tiles["q"], True, query_rows))
         lse, dsum = self.row_values(stage)
         bias = self.score_bias(head)
-        p = self.probabilities(s, lse, q0, bias)
+        p = self.probabilities(s, lse, q0, bias, masked)
         dp = atom.gemm(self.zeros(sdp), sdp, spec.hdim_v, Operand(tiles["v"], True, sdp.row0),
                        Operand(tiles["do"], True, query_rows))
         ds = [[[arith.mulf(p_g, arith.subf(dp_g, self.per_group(dsum[ni])))
@@ -288,10 +313,11 @@ class FlashBackward:
 
     # -- P -----------------------------------------------------------------------------------------------
 
-    def probabilities(self, s, lse, q0, bias=None):
-        """P^T per group (f32): exp2(S^T scale log2 e - lse log2 e), masked only on cut tiles (the mask
-        cuts them or they cross a sequence end); with a bias (score_mods.ScoreBias of this step's head)
-        its term is added first."""
+    def probabilities(self, s, lse, q0, bias=None, masked: "bool | None" = None):
+        """P^T per group (f32): exp2(S^T scale log2 e - lse log2 e), masked on cut tiles (the mask cuts
+        them or they cross a sequence end: `masked` None tests the tile; True / False is the loop's
+        decision for every step); with a bias (score_mods.ScoreBias of this step's head) its term is
+        added first."""
         atom, spec = self.atom, self.spec
         m_tiles, n_tiles = len(s), len(s[0])
 
@@ -317,6 +343,8 @@ class FlashBackward:
                 out.append(row)
             return out
 
+        if masked is not None:
+            return compute(masked)
         group_type = ir.VectorType.get([atom.group_width], ir.F32Type.get())
         branch = scf.IfOp(self.tile_cut(q0), [group_type] * (m_tiles * n_tiles * atom.group_count), has_else=True)
         with ir.InsertionPoint(branch.then_block):

@@ -10,9 +10,9 @@ from ..kernel_config import MMA_SYNC, TiledConfig
 _SM90 = dict(wave_size=32, warps=8, instruction=MMA_SYNC, swizzle="xor")
 TILED_TABLE: dict[int, TiledConfig] = {
     64: TiledConfig(**_SM90, block_m=128, block_n=128, stages=2, sdp_warps=(4, 2), dkv_warps=(4, 2),
-                    dq_warps=(4, 2), p_in_registers=False),
+                    dq_warps=(4, 2), p_in_registers=False, split_tail_loop=True),
     128: TiledConfig(**_SM90, block_m=64, block_n=128, stages=2, sdp_warps=(4, 2), dkv_warps=(4, 2),
-                     dq_warps=(2, 4), p_in_registers=False),
+                     dq_warps=(2, 4), p_in_registers=False, split_tail_loop=True),
     256: TiledConfig(**_SM90, block_m=64, block_n=64, stages=2, sdp_warps=(2, 4), dkv_warps=(2, 4),
                      dq_warps=(2, 4), p_in_registers=False),
 }

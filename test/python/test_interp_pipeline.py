@@ -7,6 +7,7 @@ import dataclasses
 
 import pytest
 
+from fmha_mlir.bodies.tiled import tiled_config
 from fmha_mlir.compiler import INTERP_IR_FILE, compile_spec
 from fmha_mlir.kernel_config import TiledConfig
 from fmha_mlir.problem import ProblemSize, make_problem
@@ -14,6 +15,7 @@ from fmha_mlir.runtime.bundle import Bundle
 from fmha_mlir.runtime.cpu_executor import CpuExecutor
 from fmha_mlir.runtime.runner import run_bundle
 from fmha_mlir.spec import AttentionBwdSpec, Mask
+from fmha_mlir.target import TARGETS
 
 from interp_support import generic
 
@@ -77,8 +79,10 @@ M32N64_P_IN_SHARED = TiledConfig(**SMALL_TILES, block_m=32, block_n=64, warps=4,
     (AttentionBwdSpec("f16", 64, gqa_ratio=2), ProblemSize(2, 2, 150, 260), None),
     (AttentionBwdSpec("bf16", 64, mask=Mask("causal_top_left"), gqa_ratio=2), ProblemSize(2, 4, 100, 130),
      dataclasses.replace(M32N32_DOUBLE_BUFFERED, grid_order="keys_inner")),
+    (AttentionBwdSpec("bf16", 64, softcap=30.0, gqa_ratio=2), ProblemSize(1, 4, 90, 170),
+     dataclasses.replace(M32N64_P_IN_SHARED, split_tail_loop=True)),
 ], ids=["br-sq>sk-m32n32", "window-m32n64-p-shared", "window-left-unbounded-dv64", "tl-table-config",
-        "none-batch2-table-config", "tl-batch2-gqa-keys-inner"])
+        "none-batch2-table-config", "tl-batch2-gqa-keys-inner", "none-softcap-split-tail-loop-m32n64"])
 def test_tiled_body_across_tiles(spec, size, config):
     """Several key blocks per head and several query blocks per key block: the double-buffered query
     loop, the GQA head walk, tiles the mask cuts next to tiles it leaves whole, and partial last
@@ -110,10 +114,26 @@ M32N32_16X16X32 = TiledConfig(**MFMA_TILES, instruction="mfma.16x16x32", block_m
      M32N32_16X16X32),
     ("gfx942", AttentionBwdSpec("bf16", 128, mask=Mask("causal_top_left")), ProblemSize(1, 2, 130, 130), None),
     ("gfx950", AttentionBwdSpec("f16", 256, gqa_ratio=2), ProblemSize(2, 2, 80, 150), None),
+    ("gfx950", AttentionBwdSpec("bf16", 64), ProblemSize(1, 2, 70, 100),
+     dataclasses.replace(M32N64_32X32X16, split_tail_loop=True)),
 ], ids=["gfx942-br-sq>sk-32x32x8", "gfx942-window-dv64-32x32x8", "gfx950-window-left-unbounded-32x32x16",
-        "gfx950-tl-batch2-gqa-keys-inner-16x16x32", "gfx942-tl-table-config", "gfx950-none-d256-table-config"])
+        "gfx950-tl-batch2-gqa-keys-inner-16x16x32", "gfx942-tl-table-config", "gfx950-none-d256-table-config",
+        "gfx950-none-split-tail-loop-32x32x16"])
 def test_mfma_tiled_body_across_tiles(arch, spec, size, config):
     """The MFMA body over several key and query blocks: every MFMA shape (the table uses the 16x16
     ones), the GQA head walk, cut and whole tiles, partial last blocks, both grid orders."""
     bundle = _tiled_across_tiles(arch, spec, size, config)
     assert bundle.config.mfma is not None and bundle.config.wave_size == 64
+
+
+@pytest.mark.parametrize("spec,split", [
+    (AttentionBwdSpec("bf16", 128), True),
+    (AttentionBwdSpec("bf16", 64, mask=Mask("causal_top_left")), True),   # the row's choice; no tail loop to split
+    (AttentionBwdSpec("bf16", 128, softcap=30.0), False),
+    (AttentionBwdSpec("bf16", 128, bias="alibi"), False),
+    (AttentionBwdSpec("bf16", 256), False),
+])
+def test_the_table_splits_the_tail_loop_of_plain_scores_at_d64_d128(spec, split):
+    """The sm_90 rows that measured faster with the tail loop split (d64, d128) keep it for plain scores;
+    a score modification, whose split loop spills more, and d256 keep the per-step test."""
+    assert tiled_config(spec, TARGETS["sm_90"]).split_tail_loop is split
