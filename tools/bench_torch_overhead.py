@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench_torch_step import sleep_cycles_per_second  # tools/ is on sys.path
+from bench_timing import sleep_rate  # tools/ is on sys.path
 from build_run import build_bf16_bundles, build_run_parser, write_report_files
 
 SHAPES = ((1, 2, 128, 64), (16, 8, 1024, 64))   # (B, H, S, D): the small shape, and train_gpt.py's attention
@@ -90,7 +90,7 @@ def run(directory: Path, report: Path, calls: int, profile_path: Path | None = N
     if not torch.cuda.is_available():
         raise SystemExit("error: run needs a CUDA GPU (torch.cuda.is_available() is False): run it on the GPU machine")
     ours = AttentionBackward(executor="cuda", bundle_dir=str(directory))
-    rate, rows = sleep_cycles_per_second(torch), []
+    rate, rows = sleep_rate(torch), []
     for n, shape in enumerate(SHAPES):
         torch_backward, our_backward = backward_calls(torch, ours, shape, seed=n)
         agreement = {name: float((a.float() - b.float()).abs().max() / b.float().abs().max())

@@ -29,7 +29,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from build_run import build_run_parser, write_report_files  # tools/ is on sys.path
+from bench_timing import sleep_rate  # tools/ is on sys.path
+from build_run import build_run_parser, write_report_files
 
 
 @dataclass(frozen=True)
@@ -130,16 +131,6 @@ def captured(torch, step):
     return graph.replay
 
 
-def sleep_cycles_per_second(torch) -> float:
-    """The rate of torch.cuda._sleep's cycles, to size the busy-GPU window that keeps the host ahead."""
-    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    torch.cuda._sleep(10 ** 8)
-    stop.record()
-    stop.synchronize()
-    return 10 ** 8 / (start.elapsed_time(stop) / 1e3)
-
-
 def measure(torch, call, steps: int, rate: float, host_guess: float) -> dict:
     """host, GPU and wall seconds per call of `call` (the module's docstring says how)."""
     torch.cuda.synchronize()
@@ -232,7 +223,7 @@ def run(directory: Path, report: Path, steps: int, rounds: int, only: list[str] 
 
     if not torch.cuda.is_available():
         raise SystemExit("error: run needs a CUDA GPU (torch.cuda.is_available() is False): run it on the GPU machine")
-    rate, rows, started = sleep_cycles_per_second(torch), [], time.perf_counter()
+    rate, rows, started = sleep_rate(torch), [], time.perf_counter()
     for shape in SHAPES:
         if only and shape.name not in only:
             continue
