@@ -117,8 +117,6 @@ class FlashBackward:
         self.copy.commit()
 
         dk0, dv0 = self.zeros(self.dkv), self.zeros(self.dkv_v)
-        shapes = [(len(dk0), len(dk0[0])), (len(dv0), len(dv0[0]))]
-        split = len(flatten(dk0))
 
         if config.stages == 2:
             prologue = scf.IfOp(arith.cmpi(arith.CmpIPredicate.sgt, steps, index(0)))
@@ -139,23 +137,27 @@ class FlashBackward:
         else:
             results = self.loop(carried, steps, lo, hi, None)
         self.copy.wait(0)
-        results = results[2:]
-        self.store_grad(self.dk_out, unflatten(results[:split], *shapes[0]), self.dkv, spec.scale)
-        self.store_grad(self.dv_out, unflatten(results[split:], *shapes[1]), self.dkv_v, None)
+        dk, dv = self.gradients(results[2:])
+        self.store_grad(self.dk_out, dk, self.dkv, spec.scale)
+        self.store_grad(self.dv_out, dv, self.dkv_v, None)
+
+    def gradients(self, values: list) -> tuple[list, list]:
+        """dK's and dV's accumulator tiles from the loop's flat values (dK's first)."""
+        (dk_rows, dk_cols), (dv_rows, dv_cols) = ((t.rows // self.atom.m, t.cols // self.atom.n)
+                                                  for t in (self.dkv, self.dkv_v))
+        split = dk_rows * dk_cols
+        return unflatten(values[:split], dk_rows, dk_cols), unflatten(values[split:], dv_rows, dv_cols)
 
     def loop(self, carried: list, steps, lo, hi, masked: "bool | None") -> list:
         """The steps over (head, query block), carrying dK and dV; the results. `masked`: whether every
         step's scores are masked, or None for the step's own cut test (mask_geometry.tile_cut)."""
         double = self.config.stages == 2
-        split = len(flatten(self.zeros(self.dkv)))
-        dk_shape = (self.dkv.rows // self.atom.m, self.dkv.cols // self.atom.n)
-        dv_shape = (self.dkv_v.rows // self.atom.m, self.dkv_v.cols // self.atom.n)
         # (head, m) of the step is carried and advanced with selects: no division in the loop.
         loop = scf.ForOp(index(0), steps, index(1), carried)
         with ir.InsertionPoint(loop.body):
             it = loop.induction_variable
             head, m, *values = list(loop.inner_iter_args)
-            dk, dv = unflatten(values[:split], *dk_shape), unflatten(values[split:], *dv_shape)
+            dk, dv = self.gradients(values)
             next_head, next_m = advance(head, m, lo, hi)
             stage = arith.andi(it, index(1)) if double else index(0)
             if double:
