@@ -65,9 +65,9 @@ class MmaAtom(Protocol):
     def groups(self, c: "ir.Value") -> list["ir.Value"]:
         """The accumulator's groups (vector<group_width x f32> each)."""
 
-    def group_position(self, group: int, element: int) -> tuple[Ix, Ix]:
-        """(row, col) inside the m x n tile of this lane's element `element` of group `group` (shape.c on
-        the lane)."""
+    def position(self, register: int, element: int = 0) -> tuple[Ix, Ix]:
+        """(row, col) inside the m x n tile of this lane's accumulator (register, element) (shape.c on the
+        lane); (0, 0) is the lane's first element."""
 
     def group_offset(self, group: int, element: int) -> tuple[int, int]:
         """(rows, cols) from this lane's first element to element `element` of group `group`: constants

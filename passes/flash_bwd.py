@@ -17,8 +17,8 @@ that crosses a sequence end is cut like one the mask cuts (fmha_mlir.mask_geomet
 cut tiles pay for masked scores.
 
 The schedule computes on the atom's accumulator groups (atoms.py): every position of a score, a bias,
-an atomic or a store is the atom's group_position, offset by the warp's and the tile's first row and
-column.
+an atomic or a store is the lane's first accumulator position (atom.position(0, 0)) plus the atom's
+constant group_offset, offset by the warp's and the tile's first row and column.
 """
 from __future__ import annotations
 
@@ -271,7 +271,7 @@ class FlashBackward:
     def lane_first(self, axis: int) -> "ir.Value":
         """Row (axis 0) or column (axis 1) of this lane's first accumulator element in a tile (hoisted);
         every other element lies a constant away (atom.group_offset)."""
-        return as_value(self.atom.group_position(0, 0)[axis])
+        return as_value(self.atom.position(0, 0)[axis])
 
     def coordinate(self, base: "ir.Value", constant: int, axis: int) -> "ir.Value":
         """base + constant + this lane's first position along `axis`."""

@@ -84,9 +84,6 @@ class MfmaAtom:
         element per register)."""
         return self.shape.c(self.lane, register, element)
 
-    def group_position(self, group: int, element: int) -> tuple[Ix, Ix]:
-        return self.position(element)
-
     def group_offset(self, group: int, element: int) -> tuple[int, int]:
         return self.shape.c.offset(element)
 

@@ -51,14 +51,12 @@ class MmaSyncAtom:
         """(row, col) inside the 16x8 accumulator tile of this lane's (register, element) (LAYOUT.c)."""
         return LAYOUT.c(self.lane, register, element)
 
-    def group_position(self, group: int, element: int) -> tuple[Ix, Ix]:
-        return self.position(group, element)
-
     def group_offset(self, group: int, element: int) -> tuple[int, int]:
         return LAYOUT.c.offset(group, element)
 
     def groups(self, c: "ir.Value") -> list["ir.Value"]:
-        return self.rows_of(c)
+        """The registers of an accumulator, each a vector<2xf32> of two elements of one row (LAYOUT.c)."""
+        return [vector.extract(c, [], [r]) for r in range(LAYOUT.c_registers)]
 
     def shared_tiles(self, layout: list, config) -> dict:
         """Flat views, xor-swizzled when the config asks (ldmatrix reads 8 rows of one chunk at once)."""
@@ -166,7 +164,3 @@ class MmaSyncAtom:
     def to_element(self, pair: "ir.Value") -> "ir.Value":
         """vector<2xf32> -> vector<2xT>, rounded to nearest even."""
         return arith.truncf(ir.VectorType.get([2], self.element), pair)
-
-    def rows_of(self, c: "ir.Value") -> list["ir.Value"]:
-        """The registers of an accumulator, each a vector<2xf32> of two elements (LAYOUT.c)."""
-        return [vector.extract(c, [], [r]) for r in range(LAYOUT.c_registers)]
