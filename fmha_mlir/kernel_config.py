@@ -18,13 +18,18 @@ from typing import ClassVar
 from .errors import Reason, SpecError
 from .matrix_layouts import MFMA_SHAPES
 
-# NVIDIA mma.sync, AMD MFMA (wave64; which chips have which: matrix_layouts.MFMA_SHAPES).
+# NVIDIA mma.sync (a warp's m16n8k16), NVIDIA wgmma (sm_90a: a warpgroup's m64n64k16), AMD MFMA (wave64;
+# which chips have which: matrix_layouts.MFMA_SHAPES).
 MMA_SYNC = "mma.m16n8k16"
-INSTRUCTIONS = (MMA_SYNC,) + tuple(f"mfma.{name}" for name in MFMA_SHAPES)
+WGMMA = "wgmma.m64n64k16"
+INSTRUCTIONS = (MMA_SYNC, WGMMA) + tuple(f"mfma.{name}" for name in MFMA_SHAPES)
+# Warps that issue one instruction together: the unit the warp layouts count.
+WARPS_PER_UNIT = {WGMMA: 4}
 # Shared-memory tile layouts: "xor" (mma.sync: 16-byte chunks XOR-ed with the row), "pad" (MFMA: each row
 # of a 2-byte tile padded by one operand fragment, 8 or 16 bytes, so that the rows one fragment read
-# touches start in different banks), "none".
-SWIZZLES = ("xor", "none", "pad")
+# touches start in different banks), "sw128" (wgmma: the hardware's 128-byte swizzle over 64-column
+# blocks, wgmma_layouts.OperandTile), "none".
+SWIZZLES = ("xor", "none", "pad", "sw128")
 # How dq_dk_dv's work-groups map to block ids; the hardware dispatches them in linear-id order (x fastest).
 #   keys_inner: (key block, kv head, batch): one head's key blocks run together and share its Q / dO in L2.
 #   keys_outer: (kv head, batch, key block): every head's first key block goes first; under a causal mask
@@ -109,8 +114,9 @@ class WarpConfig(KernelConfig):
 class TiledConfig(KernelConfig):
     """The tiled body's tiles, warps, pipeline depth, matrix instruction and warp layouts.
 
-    sdp_warps: warps along (keys, queries) of S^T and dP^T;  dkv_warps: along (keys, head dim) of dK, dV;
-    dq_warps: along (queries, head dim) of dQ. Each layout multiplies out to `warps`.
+    sdp_warps: units along (keys, queries) of S^T and dP^T;  dkv_warps: along (keys, head dim) of dK, dV;
+    dq_warps: along (queries, head dim) of dQ. A unit is the warps that issue one instruction together (a
+    warp; a warpgroup of four for wgmma); each layout multiplies out to `units`.
     """
 
     body: ClassVar[str] = "tiled"
@@ -141,6 +147,15 @@ class TiledConfig(KernelConfig):
         return self.warps * self.wave_size
 
     @property
+    def warps_per_unit(self) -> int:
+        return WARPS_PER_UNIT.get(self.instruction, 1)
+
+    @property
+    def units(self) -> int:
+        """What the warp layouts split the products over: warps, or warpgroups for wgmma."""
+        return self.warps // self.warps_per_unit
+
+    @property
     def tag(self) -> str:
         """e.g. tiled_m64n128w8s2_3fa9c1: the digest tells configs of the same tiles apart."""
         digest = hashlib.sha256(json.dumps(self.to_json(), sort_keys=True).encode()).hexdigest()[:6]
@@ -164,17 +179,23 @@ class TiledConfig(KernelConfig):
             value = getattr(self, name)
             if value not in known:
                 out.append(Reason(f"config.{name}", f"unknown {what} {value!r}", f"use one of {', '.join(known)}"))
+        if self.warps % self.warps_per_unit:
+            out.append(Reason("config.warps", f"{self.instruction} is issued by {self.warps_per_unit} warps together, "
+                                              f"and {self.warps} warps are not whole groups of them",
+                              f"use a multiple of {self.warps_per_unit} warps"))
+            return out
+        units, unit = self.units, "warps" if self.warps_per_unit == 1 else "warpgroups"
         for name in ("sdp_warps", "dkv_warps", "dq_warps"):
             layout = getattr(self, name)
             if not (isinstance(layout, tuple) and len(layout) == 2 and all(_positive_int(n) for n in layout)):
                 out.append(Reason(f"config.{name}", f"must be two positive integers (got {layout!r})"))
-            elif layout[0] * layout[1] != self.warps:
-                out.append(Reason(f"config.{name}", f"{layout[0]} x {layout[1]} warps, but the work-group has "
-                                                    f"{self.warps}", f"make the two multiply to {self.warps}"))
-        if self.p_in_registers and (self.sdp_warps != (self.warps, 1) or self.dkv_warps != (self.warps, 1)):
+            elif layout[0] * layout[1] != units:
+                out.append(Reason(f"config.{name}", f"{layout[0]} x {layout[1]} {unit}, but the work-group has "
+                                                    f"{units}", f"make the two multiply to {units}"))
+        if self.p_in_registers and (self.sdp_warps != (units, 1) or self.dkv_warps != (units, 1)):
             out.append(Reason("config.p_in_registers", "P^T and dS^T can feed dV and dK from registers only when "
-                              "S^T and dK/dV split the warps along the keys alone",
-                              f"use sdp_warps = dkv_warps = ({self.warps}, 1), or p_in_registers = false"))
+                              f"S^T and dK/dV split the {unit} along the keys alone",
+                              f"use sdp_warps = dkv_warps = ({units}, 1), or p_in_registers = false"))
         return out
 
 

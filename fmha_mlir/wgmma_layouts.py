@@ -37,6 +37,12 @@ def accumulator(thread, register):
     return row, col
 
 
+def accumulator_offset(register: int) -> tuple[int, int]:
+    """(rows, cols) from a thread's register 0 to its `register`: the same for every thread (the pattern
+    above moves with the thread as a whole), so a thread builds one position and adds these."""
+    return 8 * ((register // 2) % 2), 8 * (register // 4) + register % 2
+
+
 def a_fragment(thread, element):
     """(row, col) of the 64 x 16 A operand held by 16-bit `element` (0 .. 7: four .b32 registers of two)
     of warpgroup `thread`, in wgmma's register-A (RS) form. It is the accumulator pattern over 16 columns,

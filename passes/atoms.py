@@ -2,8 +2,9 @@
 matrix atom (one matrix instruction, how its operands reach it from shared memory and where its
 accumulator elements lie) and a copy atom (how rows of a global tensor reach a shared tile).
 
-Each instruction family implements them once: MmaSyncAtom (passes/mma_atoms.py) and MfmaAtom
-(passes/mfma_atom.py); CpAsyncCopy and BufferLoadCopy (passes/copy_atoms.py). Every position an atom
+Each instruction family implements them once: MmaSyncAtom (passes/mma_atoms.py), WgmmaMmaAtom
+(passes/wgmma_mma_atom.py) and MfmaAtom (passes/mfma_atom.py); CpAsyncCopy and BufferLoadCopy
+(passes/copy_atoms.py). Every position an atom
 reports comes from its shape's fragments (fmha_mlir/matrix_layouts.py) evaluated on the lane, never from a
 formula of its own.
 
@@ -38,8 +39,9 @@ class Operand:
 
 @dataclass(frozen=True)
 class Registers:
-    """An A operand taken from accumulators of an earlier product (mma.sync only: its C layout is its A
-    layout): groups[mi][ni] are the groups of the accumulator tile that holds A's rows mi, k columns ni."""
+    """An A operand taken from accumulators of an earlier product (mma.sync and wgmma: their C layout is
+    their A layout): groups[mi][ni] are the groups of the accumulator tile that holds A's rows mi, k
+    columns ni, as the atom's `registers` made them."""
 
     groups: list
 
@@ -57,10 +59,20 @@ class MmaAtom(Protocol):
     group_count: int         # groups per accumulator
     group_width: int         # elements per group
 
+    asynchronous: bool       # products complete after gemm returns, at `complete` (wgmma); else at once
+
     def gemm(self, acc: list[list["ir.Value"]], tile, k_extent: int, a: "Operand | Registers",
-             b: Operand) -> list[list["ir.Value"]]:
-        """acc[mi][ni] += A B over k_extent for one warp's tile of the output (flash_bwd.WarpTile: its
-        rows // m by cols // n instruction tiles), unrolled."""
+             b: Operand, wait: bool = True) -> list[list["ir.Value"]]:
+        """acc[mi][ni] += A B over k_extent for one unit's tile of the output (flash_bwd.WarpTile: its
+        rows // m by cols // n instruction tiles), unrolled. An asynchronous atom with wait=False leaves
+        the products in flight as one group: their results are read only after `complete`."""
+
+    def complete(self, pending: int) -> None:
+        """Wait until at most `pending` groups of products are in flight (nothing to do for a synchronous atom)."""
+
+    def registers(self, groups: list) -> Registers:
+        """Accumulator groups (f32, [mi][ni][g]) as the A operand of a later product, in the form the atom
+        keeps it (wgmma: packed 16-bit pairs, made at once so that the f32 values die early)."""
 
     def groups(self, c: "ir.Value") -> list["ir.Value"]:
         """The accumulator's groups (vector<group_width x f32> each)."""
@@ -80,6 +92,26 @@ class MmaAtom(Protocol):
 
     def shared_tiles(self, layout: list, config) -> dict:
         """The kernel's shared tiles (bodies.SharedTile layout) as the atom's loads and stores address them."""
+
+    def shared_written(self) -> None:
+        """Make this thread's completed copies and stores into the tiles visible to the atom's operand
+        reads; the schedule calls it before the barrier that publishes them (wgmma: a proxy fence)."""
+
+
+class SynchronousAtom:
+    """What an MmaAtom whose products complete at issue and whose operand reads see ordinary shared-memory
+    writes after a barrier (mma.sync, MFMA) does for the protocol's asynchronous parts: nothing."""
+
+    asynchronous = False
+
+    def complete(self, pending: int) -> None:
+        """Nothing in flight."""
+
+    def registers(self, groups: list) -> Registers:
+        return Registers(groups)
+
+    def shared_written(self) -> None:
+        """Nothing to do: the operand loads see what the copies and stores wrote once the barrier orders them."""
 
 
 class CopyAtom(Protocol):

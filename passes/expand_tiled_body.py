@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 from fmha_mlir.dialects import fmha
+from fmha_mlir.kernel_config import MMA_SYNC as MMA_SYNC_INSTRUCTION, WGMMA as WGMMA_INSTRUCTION
 from fmha_mlir.mlir import ir
 
 from .base import FmhaPass
@@ -15,17 +16,21 @@ from . import flash_bwd
 from .copy_atoms import BufferLoadCopy, CpAsyncCopy
 from .mfma_atom import MfmaAtom
 from .mma_atoms import MmaSyncAtom
+from .wgmma_mma_atom import WgmmaMmaAtom
 
 # A tiled body is the schedule on an instruction family's atoms (its table: fmha_mlir/bodies/).
 MMA_SYNC = flash_bwd.Hardware(atom=lambda config, element, lane, lanes: MmaSyncAtom(element, lane, lanes),
                               copy=CpAsyncCopy)
 MFMA = flash_bwd.Hardware(atom=lambda config, element, lane, lanes: MfmaAtom(config.mfma, element, lane, lanes),
                           copy=BufferLoadCopy)
+WGMMA = flash_bwd.Hardware(atom=lambda config, element, thread, lanes: WgmmaMmaAtom(element, thread, lanes),
+                           copy=CpAsyncCopy)
+HARDWARE = {MMA_SYNC_INSTRUCTION: MMA_SYNC, WGMMA_INSTRUCTION: WGMMA}
 
 
 def dq_dk_dv(op: "ir.Operation", spec, config) -> None:
     """The schedule on the config's instruction family."""
-    flash_bwd.dq_dk_dv(op, spec, config, MFMA if config.mfma else MMA_SYNC)
+    flash_bwd.dq_dk_dv(op, spec, config, MFMA if config.mfma else HARDWARE[config.instruction])
 
 
 BUILDERS = {**row_stage_builders(), fmha.DqDkDvOp.NAME: dq_dk_dv}

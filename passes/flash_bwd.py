@@ -1,7 +1,7 @@
 """The FlashAttention backward schedule of the tiled bodies (docs/design/tiled-body.md), written once over
-a matrix atom and a copy atom (passes/atoms.py): the mma.sync body on sm_90 and the MFMA body on gfx942 /
-gfx950 are this module with MmaSyncAtom + CpAsyncCopy or MfmaAtom + BufferLoadCopy and their config
-table (fmha_mlir/bodies/).
+a matrix atom and a copy atom (passes/atoms.py): the mma.sync body on sm_90, the wgmma body on sm_90a and
+the MFMA body on gfx942 / gfx950 are this module with MmaSyncAtom, WgmmaMmaAtom + CpAsyncCopy or
+MfmaAtom + BufferLoadCopy and their config table (fmha_mlir/bodies/).
 
 One work-group per (key block of Bc keys, kv head, batch) (their block ids: bodies.tiled_grid), `warps`
 warps. K and V of the block stay in shared memory and dK, dV in registers; the work-group walks the
@@ -34,7 +34,7 @@ from fmha_mlir.matrix_layouts import warp_block
 from fmha_mlir.mlir import arith, gpu, ir, memref, scf, vector
 from fmha_mlir.spec import AttentionBwdSpec
 
-from .atoms import CopyAtom, MmaAtom, Operand, Registers
+from .atoms import CopyAtom, MmaAtom, Operand
 from .ir_builders import accumulate, dims, f32, index, scalar_elements, splat, vector_shape
 from .ix import Ix, LaneValues, as_value
 from .score_mods import ScoreBias, exp2_argument, lse_operand, masked_lse, softcap_grad, softmax_input
@@ -77,8 +77,11 @@ class FlashBackward:
         self.element = element_type(spec.dtype)
         self.bm, self.bn = config.block_m, config.block_n
         self.tid = gpu.thread_id(gpu.Dimension.x)
-        warp, lane = divmod(Ix.lane(self.tid), config.wave_size)
+        # `warp` numbers the units the warp layouts count (warps, or warpgroups for wgmma); `lane` is the
+        # thread's index in its unit, `wave_lane` in its wave.
+        warp, lane = divmod(Ix.lane(self.tid), config.wave_size * config.warps_per_unit)
         self.warp, self.lane = as_value(warp), as_value(lane)
+        self.wave_lane = self.lane if config.warps_per_unit == 1 else as_value(Ix.lane(self.tid) % config.wave_size)
         # Everything that depends on the lane and warp alone is built before this marker (LaneValues).
         marker = index(0)
         self.lanes = LaneValues(ir.InsertionPoint(marker.owner))
@@ -162,6 +165,7 @@ class FlashBackward:
             stage = arith.andi(it, index(1)) if double else index(0)
             if double:
                 self.copy.wait(0)
+                self.atom.shared_written()
                 gpu.barrier()
                 prefetch = scf.IfOp(arith.cmpi(arith.CmpIPredicate.slt, arith.addi(it, index(1)), steps))
                 with ir.InsertionPoint(prefetch.then_block):
@@ -171,6 +175,7 @@ class FlashBackward:
                 gpu.barrier()    # the previous step's reads of the buffers are done
                 self.load_step(head, m, stage)
                 self.copy.wait(0)
+                self.atom.shared_written()
                 gpu.barrier()
             dk, dv = self.step(head, m, stage, dk, dv, masked)
             scf.yield_([next_head, next_m] + flatten(dk) + flatten(dv))
@@ -224,16 +229,33 @@ class FlashBackward:
         sdp, dkv, dkv_v = self.sdp, self.dkv, self.dkv_v
         query_rows = sdp.col0 if rows is None else arith.addi(rows, sdp.col0)   # this warp's queries
 
-        # S^T = K Q^T and dP^T = V dO^T: A = K / V rows, B^T = Q / dO rows (all k-major).
+        # S^T = K Q^T and dP^T = V dO^T: A = K / V rows, B^T = Q / dO rows (all k-major). An asynchronous
+        # atom has dP^T in flight while P^T is computed.
+        overlap = atom.asynchronous
         s = atom.gemm(self.zeros(sdp), sdp, spec.hdim_q, Operand(tiles["k"], True, sdp.row0),
-                      Operand(tiles["q"], True, query_rows))
-        lse, dsum = self.row_values(stage)
+                      Operand(tiles["q"], True, query_rows), wait=not overlap)
+        if overlap:
+            dp = atom.gemm(self.zeros(sdp), sdp, spec.hdim_v, Operand(tiles["v"], True, sdp.row0),
+                           Operand(tiles["do"], True, query_rows), wait=False)
+            atom.complete(1)
+        # With dP^T in flight, each LSE is read where P^T first needs it and D once dS^T does: fewer values
+        # live next to the accumulators.
+        if overlap:
+            lse = lambda ni, c: self.row_value("lse", stage, ni, c)   # noqa: E731
+        else:
+            preloaded, dsum = self.row_values(stage, ("lse", "d"))
+            lse = lambda ni, c: preloaded[ni][c]   # noqa: E731
         bias = self.score_bias(head)
         p = self.probabilities(s, lse, q0, bias, masked)
-        dp = atom.gemm(self.zeros(sdp), sdp, spec.hdim_v, Operand(tiles["v"], True, sdp.row0),
-                       Operand(tiles["do"], True, query_rows))
-        ds = [[[arith.mulf(p_g, arith.subf(dp_g, self.per_group(dsum[ni])))
-                for p_g, dp_g in zip(p[mi][ni], atom.groups(dp[mi][ni]))]
+        if overlap:
+            atom.complete(0)
+            dsum, = self.row_values(stage, ("d",))
+        else:
+            dp = atom.gemm(self.zeros(sdp), sdp, spec.hdim_v, Operand(tiles["v"], True, sdp.row0),
+                           Operand(tiles["do"], True, query_rows))
+        column = self.group_columns
+        ds = [[[arith.mulf(p_g, arith.subf(dp_g, self.per_group(dsum[ni][column[g]])))
+                for g, (p_g, dp_g) in enumerate(zip(p[mi][ni], atom.groups(dp[mi][ni])))]
                for ni in range(len(p[0]))] for mi in range(len(p))]
         if spec.dbias:
             self.add_bias_grad(bias, [(ds[mi][ni][g], *self.score_positions(mi, ni, g, q0))
@@ -241,25 +263,38 @@ class FlashBackward:
                                       for g in range(atom.group_count)])
         ds = [[[softcap_grad(ds_g, s_g, spec) for ds_g, s_g in zip(ds[mi][ni], atom.groups(s[mi][ni]))]
                for ni in range(len(p[0]))] for mi in range(len(p))]
+
+        # dV += P^T dO, dK += dS^T Q: A = P^T / dS^T (registers or k-major rows); B = dO / Q rows (k). An
+        # asynchronous atom with P^T in registers has dV in flight while dS^T is stored.
+        early_dv = overlap and config.p_in_registers
+        if early_dv:
+            dv = atom.gemm(dv, dkv_v, self.bm, atom.registers(p), Operand(tiles["do"], False, rows, dkv_v.col0),
+                           wait=False)
         atom.store_groups(tiles["ds"], ds, sdp.row0, sdp.col0)
         if not config.p_in_registers:
             atom.store_groups(tiles["p"], p, sdp.row0, sdp.col0)
+        atom.shared_written()
         gpu.barrier()
 
-        # dV += P^T dO, dK += dS^T Q: A = P^T / dS^T (registers or k-major rows); B = dO / Q rows (k).
         if config.p_in_registers:
-            p_t, ds_t = Registers(p), Registers(ds)
+            p_t, ds_t = atom.registers(p), atom.registers(ds)
         else:
             p_t, ds_t = Operand(tiles["p"], True, dkv_v.row0), Operand(tiles["ds"], True, dkv.row0)
-        dv = atom.gemm(dv, dkv_v, self.bm, p_t, Operand(tiles["do"], False, rows, dkv_v.col0))
-        dk = atom.gemm(dk, dkv, self.bm, ds_t, Operand(tiles["q"], False, rows, dkv.col0))
+        if not early_dv:
+            dv = atom.gemm(dv, dkv_v, self.bm, p_t, Operand(tiles["do"], False, rows, dkv_v.col0), wait=not overlap)
+        dk = atom.gemm(dk, dkv, self.bm, ds_t, Operand(tiles["q"], False, rows, dkv.col0), wait=not overlap)
         if spec.grad_accum == "bf16":
+            if overlap:
+                atom.complete(0)
             self.add_dq_pairs(head, q0)
         else:
-            # dQ = dS K: A = (dS^T)^T and B = K, both with k (keys) along the rows of their tiles.
+            # dQ = dS K: A = (dS^T)^T and B = K, both with k (keys) along the rows of their tiles (in flight
+            # with dV and dK on an asynchronous atom).
             dqt = self.dq_tile
             dq = atom.gemm(self.zeros(dqt), dqt, self.bn, Operand(tiles["ds"], False, None, dqt.row0),
-                           Operand(tiles["k"], False, None, dqt.col0))
+                           Operand(tiles["k"], False, None, dqt.col0), wait=not overlap)
+            if overlap:
+                atom.complete(0)
             self.add_dq(dq, head, q0, dqt)
         return dk, dv
 
@@ -300,18 +335,36 @@ class FlashBackward:
         """A query's value (an LSE or a D; one per group column) broadcast over a group that runs along rows."""
         return splat(value, [self.atom.group_width]) if self.atom.group_axis == "row" else value
 
-    def row_values(self, stage):
-        """LSE (as the exponent takes it) and D of the query columns this lane holds, one per n-tile: a
-        vector over a group that runs along columns, else one f32."""
+    @property
+    def group_columns(self) -> list[int]:
+        """For each group of an accumulator tile, which of the tile's distinct group columns it lies in
+        (row_values holds one LSE and D per distinct column: one for mma.sync and MFMA, whose groups of a
+        tile share their columns; eight for wgmma's 64-column tile)."""
+        offsets = [self.atom.group_offset(g, 0)[1] for g in range(self.atom.group_count)]
+        distinct = sorted(set(offsets))
+        return [distinct.index(o) for o in offsets]
+
+    def row_values(self, stage, names: tuple[str, ...]) -> list:
+        """Per name ("lse" or "d"), row_value of every [n-tile][distinct group column] (group_columns)."""
+        columns = len(set(self.group_columns))
+        out = [[] for _ in names]
+        for ni in range(self.sdp.cols // self.atom.n):
+            for values in out:
+                values.append([])
+            for c in range(columns):
+                for name, values in zip(names, out):
+                    values[-1].append(self.row_value(name, stage, ni, c))
+        return out
+
+    def row_value(self, name: str, stage, ni: int, column: int) -> "ir.Value":
+        """LSE (name "lse", as the exponent takes it) or D ("d") of the query columns this lane holds in
+        n-tile ni's distinct group column `column`: a vector over a group that runs along columns, else one f32."""
         atom, sdp = self.atom, self.sdp
         width = atom.group_width if atom.group_axis == "col" else 1
         lane_col = self.lanes.get(("row_values", id(sdp.col0)), lambda: arith.addi(sdp.col0, self.lane_first(1)))
-        lse, dsum = [], []
-        for ni in range(sdp.cols // atom.n):
-            col = arith.addi(lane_col, index(ni * atom.n))
-            lse.append(lse_operand(self.tiles["lse"].values(stage, col, width), self.spec))
-            dsum.append(self.tiles["d"].values(stage, col, width))
-        return lse, dsum
+        offset = sorted({atom.group_offset(g, 0)[1] for g in range(atom.group_count)})[column]
+        loaded = self.tiles[name].values(stage, arith.addi(lane_col, index(ni * atom.n + offset)), width)
+        return lse_operand(loaded, self.spec) if name == "lse" else loaded
 
     # -- P -----------------------------------------------------------------------------------------------
 
@@ -319,12 +372,22 @@ class FlashBackward:
         """P^T per group (f32): exp2(S^T scale log2 e - lse log2 e), masked on cut tiles (the mask cuts
         them or they cross a sequence end: `masked` None tests the tile; True / False is the loop's
         decision for every step); with a bias (score_mods.ScoreBias of this step's head) its term is
-        added first."""
+        added first. lse(ni, c) gives row_value("lse", ...) of n-tile ni's group column c."""
         atom, spec = self.atom, self.spec
         m_tiles, n_tiles = len(s), len(s[0])
 
         def compute(masked: bool):
-            row_lse = [self.per_group(masked_lse(x, spec) if masked else x) for x in lse]
+            column, prepared = self.group_columns, {}
+
+            def row_lse(ni: int, c: int):
+                if (ni, c) not in prepared:
+                    x = lse(ni, c)
+                    prepared[ni, c] = self.per_group(masked_lse(x, spec) if masked else x)
+                return prepared[ni, c]
+
+            if not atom.asynchronous:   # every LSE ready before the tiles (mma.sync's, MFMA's measured code)
+                for ni, c in sorted({(ni, c) for ni in range(n_tiles) for c in column}):
+                    row_lse(ni, c)
             out = []
             for mi in range(m_tiles):
                 row = []
@@ -333,14 +396,14 @@ class FlashBackward:
                     for g, scores in enumerate(atom.groups(s[mi][ni])):
                         if masked or bias is not None:
                             queries, keys = self.score_positions(mi, ni, g, q0)
-                        shifted = None if bias is None else bias.shifted(queries, keys, scores, row_lse[ni])
-                        pre, factor = softmax_input(scores, spec, row_lse[ni], shifted)
+                        shifted = None if bias is None else bias.shifted(queries, keys, scores, row_lse(ni, column[g]))
+                        pre, factor = softmax_input(scores, spec, row_lse(ni, column[g]), shifted)
                         if masked:
                             score = fmha.MaskedScoreOp.build(pre, queries, keys, self.seqlen_q, self.seqlen_k,
                                                              spec.mask, factor)
                         else:
                             score = arith.mulf(pre, splat(f32(factor), [atom.group_width]), fastmath=contract())
-                        groups.append(fmha.Exp2Op.build(exp2_argument(score, row_lse[ni], spec, contract())))
+                        groups.append(fmha.Exp2Op.build(exp2_argument(score, row_lse(ni, column[g]), spec, contract())))
                     row.append(groups)
                 out.append(row)
             return out
@@ -381,7 +444,7 @@ class FlashBackward:
             for element, in scalar_elements(vector_shape(term.type), term):
                 total = element if total is None else arith.addf(total, element)
         total = fmha.WaveReduceOp.build(total, self.config.wave_size)
-        first = scf.IfOp(arith.cmpi(arith.CmpIPredicate.eq, self.lane, index(0)))
+        first = scf.IfOp(arith.cmpi(arith.CmpIPredicate.eq, self.wave_lane, index(0)))
         with ir.InsertionPoint(first.then_block):
             bias.add_slope_grad(total)
             scf.yield_([])

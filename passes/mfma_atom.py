@@ -12,7 +12,7 @@ from __future__ import annotations
 from fmha_mlir import matrix_layouts
 from fmha_mlir.mlir import arith, ir, memref, vector
 
-from .atoms import Operand, Registers
+from .atoms import Operand, Registers, SynchronousAtom
 from .ir_builders import create_op, index, splat
 from .ix import Ix, LaneValues, as_value
 from .shared_tiles import Grid, shared_grids
@@ -20,7 +20,7 @@ from .shared_tiles import Grid, shared_grids
 _I32 = ir.IntegerType.get_signless
 
 
-class MfmaAtom:
+class MfmaAtom(SynchronousAtom):
     """One MFMA shape (matrix_layouts.MFMA_SHAPES) for f16 / bf16 operands and f32 accumulators; each
     lane's positions come from the shape's fragments (shape.a, shape.b, shape.c), built once per lane."""
 
@@ -97,7 +97,7 @@ class MfmaAtom:
     # -- a warp's tile of a product ---------------------------------------------------------------------
 
     def gemm(self, acc: list[list["ir.Value"]], tile, k_extent: int, a: "Operand | Registers",
-             b: Operand) -> list[list["ir.Value"]]:
+             b: Operand, wait: bool = True) -> list[list["ir.Value"]]:
         """acc[mi][ni] += A[mi-th M rows] B[ni-th N cols] over k_extent, K at a time; each fragment is
         read once per k step and used by every tile of its row or column."""
         if isinstance(a, Registers):

@@ -13,7 +13,7 @@ from fmha_mlir import matrix_layouts
 from fmha_mlir.bodies import COPY_ELEMENTS
 from fmha_mlir.mlir import arith, ir, vector
 
-from .atoms import Operand, Registers
+from .atoms import Operand, Registers, SynchronousAtom
 from .ir_builders import create_op, index
 from .ix import Ix, LaneValues, as_value
 from .shared_tiles import Tile, shared_views
@@ -22,7 +22,7 @@ LAYOUT = matrix_layouts.MMA_M16N8K16
 M, N, K = LAYOUT.m, LAYOUT.n, LAYOUT.k
 
 
-class MmaSyncAtom:
+class MmaSyncAtom(SynchronousAtom):
     """mma.sync.m16n8k16: A 16x16 (vector<4x2xT>), B 16x8 (vector<2x2xT>), C 16x8 (vector<2x2xf32>).
 
     Operands come from shared tiles through ldmatrix: lanes 8i..8i+7 address the rows of matrix i, and
@@ -71,7 +71,7 @@ class MmaSyncAtom:
     # -- a warp's tile of a product ---------------------------------------------------------------------
 
     def gemm(self, acc: list[list["ir.Value"]], tile, k_extent: int, a: "Operand | Registers",
-             b: Operand) -> list[list["ir.Value"]]:
+             b: Operand, wait: bool = True) -> list[list["ir.Value"]]:
         """acc[mi][ni] += A[mi-th 16 rows] B[ni-th 8 cols] over k_extent, 16 at a time; B fragments come
         two n-tiles per ldmatrix x4."""
         m_tiles, n_tiles = tile.rows // M, tile.cols // N

@@ -109,10 +109,16 @@ def shared_grids(layout: list[SharedTile], element: "ir.Type") -> dict[str, Grid
     return {tile.name: Grid(view, tile.rows, tile.cols) for tile, view in _views(layout, element, shape)}
 
 
+def dynamic_shared_memory() -> "ir.Value":
+    """The kernel's dynamic shared memory as memref<?xi8, workgroup> (1024-byte aligned: extern_dynamic_shared)."""
+    workgroup = ir.Attribute.parse("#gpu.address_space<workgroup>")
+    return gpu.dynamic_shared_memory(ir.MemRefType.get([ir.ShapedType.get_dynamic_size()],
+                                                       ir.IntegerType.get_signless(8), memory_space=workgroup))
+
+
 def _views(layout: list[SharedTile], element: "ir.Type", shape) -> list[tuple[SharedTile, "ir.Value"]]:
     workgroup = ir.Attribute.parse("#gpu.address_space<workgroup>")
-    base = gpu.dynamic_shared_memory(ir.MemRefType.get([ir.ShapedType.get_dynamic_size()],
-                                                       ir.IntegerType.get_signless(8), memory_space=workgroup))
+    base = dynamic_shared_memory()
     out = []
     for tile in layout:
         typ = ir.F32Type.get() if tile.element_bytes == 4 else element

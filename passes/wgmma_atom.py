@@ -127,10 +127,9 @@ class WgmmaAtom:
         registers 8 k_block .. 8 k_block + 7, rounded to the element type in pairs (wgmma_layouts.a_fragment)."""
         values = self.values(acc)[8 * k_block:8 * k_block + 8]
         pair = ir.VectorType.get([2], self._f32)
-        packed_type = ir.VectorType.get([2], ELEMENTS[self.element]())
-        i32 = ir.IntegerType.get_signless(32)
-        out = []
-        for low, high in zip(values[::2], values[1::2]):
-            packed = arith.truncf(packed_type, vector.from_elements(pair, [low, high]))
-            out.append(_op("llvm.bitcast", [packed], results=[i32]).result)
-        return out
+        return [self.pack(vector.from_elements(pair, [low, high])) for low, high in zip(values[::2], values[1::2])]
+
+    def pack(self, pair: "ir.Value") -> "ir.Value":
+        """A vector<2xf32> rounded to the element type as one .b32 register of an A operand (element 0 low)."""
+        packed = arith.truncf(ir.VectorType.get([2], ELEMENTS[self.element]()), pair)
+        return _op("llvm.bitcast", [packed], results=[ir.IntegerType.get_signless(32)]).result

@@ -51,7 +51,8 @@ import numpy as np
 from fmha_mlir.api import bundle_path, load_bundle
 from fmha_mlir.torch_in_place import torch_device_array, torch_dtype_names
 from fmha_mlir.bodies import BODIES, TILED_TABLE, choose_config
-from fmha_mlir.kernel_config import KernelConfig, TiledConfig, WarpConfig
+from fmha_mlir.bodies.wgmma import HOPPER_ARCH, WGMMA_TABLE
+from fmha_mlir.kernel_config import WGMMA, KernelConfig, TiledConfig, WarpConfig
 from fmha_mlir.spec import AttentionBwdSpec, Mask
 from fmha_mlir.target import get_target
 import bench_gate  # run as a script: tools/ is on sys.path
@@ -135,23 +136,32 @@ BIAS_VARIANTS = {"elementwise": {"bias": "elementwise"}, "elementwise+dbias": {"
                  "alibi": {"bias": "alibi"}, "alibi+dslopes": {"bias": "alibi", "dbias": True}}
 
 
+def arch_of(config: KernelConfig) -> str:
+    """The chip a config's bundle is built for: sm_90a for the wgmma body, else sm_90."""
+    return HOPPER_ARCH if getattr(config, "instruction", "") == WGMMA else ARCH
+
+
 def bundle_dir(directory: Path, row: Row, config: KernelConfig) -> Path:
-    return bundle_path(directory, row.spec, ARCH, config=config)
+    return bundle_path(directory, row.spec, arch_of(config), config=config)
 
 
-def row_configs(row: Row, sweep: bool, warp: bool = False) -> list[KernelConfig]:
-    """The default tiled config first, then the sweep's candidates, then the scalar warp body (where it
-    takes the spec: not in deterministic mode)."""
+def row_configs(row: Row, sweep: bool, warp: bool = False, wgmma: bool = False) -> list[KernelConfig]:
+    """The default tiled config first, then the sweep's candidates, then the wgmma body's table row (where
+    it takes the spec on sm_90a), then the scalar warp body (where it takes the spec: not in deterministic
+    mode)."""
     default = choose_config(row.spec, get_target(ARCH), "tiled")
     extra = SWEEP.get(row.hdim, []) if sweep else []
+    hopper = WGMMA_TABLE.get(max(row.spec.hdim_q, row.spec.hdim_v)) if wgmma else None
+    if hopper is not None and BODIES["tiled"].reasons(row.spec, get_target(HOPPER_ARCH), hopper):
+        hopper = None
     scalar = [WARP] if warp and not BODIES["warp"].spec_reasons(row.spec, WARP) else []
-    return list(dict.fromkeys([default, *extra, *scalar]))
+    return list(dict.fromkeys([default, *extra, *([hopper] if hopper else []), *scalar]))
 
 
 # -- build (here) -------------------------------------------------------------------------------------
 
 
-def build(directory: Path, sweep: bool, warp: bool, ptxas: str | None, rows: list[Row]) -> None:
+def build(directory: Path, sweep: bool, warp: bool, ptxas: str | None, rows: list[Row], wgmma: bool = False) -> None:
     from fmha_mlir.compiler import Compiler
     from fmha_mlir.runtime.bundle import Bundle
 
@@ -159,16 +169,16 @@ def build(directory: Path, sweep: bool, warp: bool, ptxas: str | None, rows: lis
     compiler = Compiler(ptxas=ptxas)   # a cubin when ptxas sits in a CUDA toolkit: no JIT on the GPU
     facts = {}
     for row in rows:
-        for config in row_configs(row, sweep, warp):
+        for config in row_configs(row, sweep, warp, wgmma):
             out = bundle_dir(directory, row, config)
             if out.is_dir():
                 continue
             start = time.perf_counter()
-            compiled = compiler.compile_spec(row.spec, ARCH, config=config)
+            compiled = compiler.compile_spec(row.spec, arch_of(config), config=config)
             seconds = time.perf_counter() - start
             Bundle(compiled.manifest, compiled.bundle_files()).save(out)
             facts[out.name] = {"compile_seconds": round(seconds, 3), "config": config.to_json(),
-                               "kernels": ptxas_facts(compiled.isa, ptxas) if ptxas else "no ptxas"}
+                               "kernels": ptxas_facts(compiled.isa, ptxas, arch_of(config)) if ptxas else "no ptxas"}
             print(f"{out.name}: {seconds:.2f} s", flush=True)
     report = directory / "build.json"
     old = json.loads(report.read_text()) if report.is_file() else {}
@@ -180,7 +190,7 @@ def build(directory: Path, sweep: bool, warp: bool, ptxas: str | None, rows: lis
 def _build_table(facts: dict, ptxas: str | None) -> str:
     """Compile time and the main kernel's registers and spills per bundle, as markdown."""
     lines = [f"# Bundles of the benchmark: compile time (spec to cubin, ptxas {ptxas or 'absent'}), registers "
-             "and spills of the dq_dk_dv kernel (ptxas -v, sm_90)", "",
+             "and spills of the dq_dk_dv kernel (ptxas -v, the bundle's chip)", "",
              "| bundle | compile s | dq_dk_dv registers | spill bytes |", "| --- | --- | --- | --- |"]
     for name, entry in sorted(facts.items()):
         kernels = entry["kernels"] if isinstance(entry["kernels"], dict) else {}
@@ -190,9 +200,9 @@ def _build_table(facts: dict, ptxas: str | None) -> str:
     return "\n".join(lines) + "\n"
 
 
-def ptxas_facts(ptx: str, ptxas: str) -> dict[str, dict[str, int]]:
-    """Per kernel from `ptxas -v` (sm_90): registers, spill_bytes (stores + loads), stack_bytes."""
-    with subprocess.Popen([ptxas, "-arch=sm_90", "-v", "-", "-o", "/dev/null"], stdin=subprocess.PIPE,
+def ptxas_facts(ptx: str, ptxas: str, arch: str = ARCH) -> dict[str, dict[str, int]]:
+    """Per kernel from `ptxas -v` (for `arch`): registers, spill_bytes (stores + loads), stack_bytes."""
+    with subprocess.Popen([ptxas, f"-arch={arch}", "-v", "-", "-o", "/dev/null"], stdin=subprocess.PIPE,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
         out, _ = proc.communicate(ptx)
     facts, current = {}, None
@@ -396,7 +406,7 @@ def _time_steps(torch, run, options: TimingOptions) -> dict[str, dict]:
 
 
 def run(directory: Path, report: Path, options: TimingOptions, sweep: bool, rows: list[Row], flex: str,
-        warp: bool, budget_s: float) -> int:
+        warp: bool, budget_s: float, wgmma: bool = False) -> int:
     """Every row (until `budget_s` seconds have passed: the rows after it are listed as not run)."""
     import torch
 
@@ -417,17 +427,18 @@ def run(directory: Path, report: Path, options: TimingOptions, sweep: bool, rows
         numerics = load_bundle(directory, row.spec, ARCH, default).numerics
         refs = bench_gate.references(_problem(row, sets[0], *forwards[0], numerics))
         entry = {"row": row.label, "flops": row.flops, "causal": row.causal, "long": row.long, "ours": {}, "peers": {}}
-        for config in row_configs(row, sweep, warp):
+        for config in row_configs(row, sweep, warp, wgmma):
             if not bundle_dir(directory, row, config).is_dir():
                 continue
             if config.body == "warp" and row.seqlen * row.heads_q * row.batch > 16 * 2048 * 4:
                 continue  # the scalar body would take minutes here: it is timed on the smaller rows only
-            bundle = load_bundle(directory, row.spec, ARCH, config)
+            bundle = load_bundle(directory, row.spec, arch_of(config), config)
             scalar = config.body == "warp"
+            gated = config == default or arch_of(config) == HOPPER_ARCH   # every new body under the gate
             measured = _ours(torch, bundle, device, row, sets[:1] if scalar else sets, forwards,
-                             refs if config == default else None,
+                             refs if gated else None,
                              dataclasses.replace(options, calls=1, rounds=1) if scalar else options, not scalar)
-            if config == default and not measured["passed"]:
+            if gated and not measured["passed"]:
                 failures += 1
             entry["ours"][config.tag] = {**measured, "body": config.body}
         if not row.score_features:
@@ -450,8 +461,8 @@ def once(directory: Path, row: Row, tag: str) -> int:
 
     from fmha_mlir.runtime.executor import get_executor
 
-    config = next((c for c in row_configs(row, True, True) if c.tag == tag), row_configs(row, False)[0])
-    bundle = load_bundle(directory, row.spec, ARCH, config)
+    config = next((c for c in row_configs(row, True, True, True) if c.tag == tag), row_configs(row, False)[0])
+    bundle = load_bundle(directory, row.spec, arch_of(config), config)
     inputs = _inputs(torch, row, 0)
     runs = _prepared_runs(torch, bundle, get_executor("cuda"), row, [inputs], [_forward(torch, row, *inputs[:3],
                                                                                        inputs[4])])
@@ -575,6 +586,7 @@ def main(argv=None) -> int:
                    help="run: start no row after this many seconds (0: no limit); the rest are listed as not run")
     p.add_argument("--sweep", action="store_true", help="also the candidate configs of SWEEP")
     p.add_argument("--warp", action="store_true", help="also the scalar warp body (the smaller rows only)")
+    p.add_argument("--wgmma", action="store_true", help="also the wgmma body (sm_90a) where its table takes the row")
     p.add_argument("--rows", default="", help="only rows whose label contains this text")
     p.add_argument("--flex", choices=("bf16", "f16", "all", "none"), default="bf16",
                    help="rows on which compiled FlexAttention is timed (its torch.compile takes tens of seconds a row)")
@@ -597,12 +609,13 @@ def main(argv=None) -> int:
         rows = [v for r in rows for v in (r, *([dataclasses.replace(r, grad_accum=args.grad_accum)]
                                                if r.dtype == "bf16" and not r.deterministic else []))]
     if args.action == "build":
-        build(args.directory, args.sweep, args.warp, args.ptxas, rows)
+        build(args.directory, args.sweep, args.warp, args.ptxas, rows, args.wgmma)
         return 0
     if args.action == "once":
         return once(args.directory, rows[0], args.tag)
     options = TimingOptions(calls=args.calls, rounds=args.rounds, sleep_rate=0.0)
-    return run(args.directory, args.report, options, args.sweep, rows, args.flex, args.warp, args.budget_s)
+    return run(args.directory, args.report, options, args.sweep, rows, args.flex, args.warp, args.budget_s,
+               args.wgmma)
 
 
 if __name__ == "__main__":

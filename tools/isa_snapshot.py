@@ -1,4 +1,4 @@
-"""A fingerprint of the code the compiler emits: the sha256 of the PTX (sm_90) or AMD ISA (gfx942,
+"""A fingerprint of the code the compiler emits: the sha256 of the PTX (sm_90, sm_90a) or AMD ISA (gfx942,
 gfx950) text of every kernel-config table row and a spread of features, to prove that a refactoring
 changes no instruction.
 
@@ -13,13 +13,13 @@ the kernel and llvm stages to find the first change. The snapshot file is a loca
 commit: it depends on the LLVM / MLIR build.
 
 Variants (names read target/body/row/feature):
-- every row of the tiled tables (fmha_mlir.bodies.TILED_TABLE for sm_90, AMD_TILED_TABLE for gfx942 and
-  gfx950) with its own table config, bf16, without a mask and causal;
+- every row of the tiled tables (fmha_mlir.bodies.TILED_TABLE for sm_90, tiled_table("sm_90a") with its
+  wgmma rows, AMD_TILED_TABLE for gfx942 and gfx950) with its own table config, bf16, without a mask and causal;
 - per target, features on the d128 row (gfx950: d128, gfx942: d128): every mask kind (and windows with an
   unbounded side), softcap, ALiBi (standard and slopes, with d(slopes)), an elementwise bias with dbias,
   GQA, varlen, deterministic, bf16 dQ atomics, f16, hdim_q != hdim_v;
 - non-table configs that exercise other paths of the tiled body: one Q / dO buffer, P^T in registers,
-  no swizzle (sm_90), the 32x32 MFMA shapes (AMD);
+  no swizzle (sm_90), P^T through shared memory and one warpgroup (sm_90a), the 32x32 MFMA shapes (AMD);
 - the warp body (f32 and bf16) on every target.
 A variant the compiler refuses records the refusal's first line instead of a hash, so a change in
 what is accepted shows as a difference too.
@@ -33,13 +33,13 @@ import json
 import sys
 from pathlib import Path
 
-from fmha_mlir.bodies import AMD_TILED_TABLE, TILED_TABLE
+from fmha_mlir.bodies import AMD_TILED_TABLE, TILED_TABLE, tiled_table
 from fmha_mlir.compiler import Compiler
 from fmha_mlir.errors import SpecError
 from fmha_mlir.kernel_config import KernelConfig
 from fmha_mlir.spec import AttentionBwdSpec, Mask
 
-TABLES = {"sm_90": TILED_TABLE, **AMD_TILED_TABLE}
+TABLES = {"sm_90": TILED_TABLE, "sm_90a": tiled_table("sm_90a"), **AMD_TILED_TABLE}
 FEATURE_HDIM = 128
 
 
@@ -76,6 +76,10 @@ def _other_configs(arch: str) -> dict[str, KernelConfig]:
         return {"stages1": dataclasses.replace(row, stages=1),
                 "p_in_registers": dataclasses.replace(row, sdp_warps=(8, 1), dkv_warps=(8, 1), p_in_registers=True),
                 "no_swizzle": dataclasses.replace(row, swizzle="none")}
+    if arch == "sm_90a":   # the wgmma body: P^T and dS^T through shared memory, one buffer, one warpgroup
+        return {"p_in_shared_stages1": dataclasses.replace(row, p_in_registers=False, stages=1),
+                "one_warpgroup": dataclasses.replace(row, block_m=64, block_n=64, warps=4, sdp_warps=(1, 1),
+                                                     dkv_warps=(1, 1), dq_warps=(1, 1))}
     return {"mfma_32x32x8": dataclasses.replace(row, instruction="mfma.32x32x8", block_m=64, block_n=64,
                                                 sdp_warps=(2, 2), dkv_warps=(2, 2), dq_warps=(2, 2), warps=4),
             "no_pad": dataclasses.replace(row, swizzle="none")} | (

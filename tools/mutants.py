@@ -39,7 +39,8 @@ PACKAGE_DIRS = {"fmha_mlir": "fmha_mlir", "dialects": "fmha_mlir/dialects", "pas
 # kv heads and the gpu stage (pipeline tests), multi-tile tiled problems, the lowered mask semantics,
 # the mask geometry against brute force and the rule written out, the NaN classes on the sm_90 tiled
 # body, the matrix layouts against the vendors' figures, the Hopper probe and its warp-specialised variant
-# in the interpreter, the wgmma descriptor the H200 verified, the dq_reduce rung in the interpreter. One pytest
+# in the interpreter, the wgmma descriptor the H200 verified, the dq_reduce rung in the interpreter, the wgmma
+# body's variants and planted synchronisation bugs in the interpreter. One pytest
 # process: the kernels compile once per mutant.
 SUBSET_FILES = ("test/python/test_interp_matrix.py", "test/python/test_interp_pipeline.py",
                 "test/python/test_interp_fmha_ops.py", "test/python/test_lowering.py",
@@ -47,7 +48,8 @@ SUBSET_FILES = ("test/python/test_interp_matrix.py", "test/python/test_interp_pi
                 "test/python/test_deterministic.py", "test/python/test_mask_geometry.py",
                 "test/python/test_nan_classes.py", "test/python/test_interp_nvgpu.py",
                 "test/python/test_interp_hopper_ops.py", "test/python/test_wgmma_layouts.py",
-                "test/python/test_sinks.py", "test/python/test_hopper_probe_ladder.py")
+                "test/python/test_sinks.py", "test/python/test_hopper_probe_ladder.py",
+                "test/python/test_wgmma_body.py")
 SUBSET_SELECTION = ("(test_interp_matrix and (d64 and g4 or (softcap or alibi or bias) and bf16 and none))"
                     " or test_interp_pipeline"
                     " or (test_interp_fmha_ops and lowered)"
@@ -57,7 +59,8 @@ SUBSET_SELECTION = ("(test_interp_matrix and (d64 and g4 or (softcap or alibi or
                     " or (test_interp_nvgpu and follow_the_ptx_isa)"
                     " or (test_interp_hopper_ops and runs) or (test_wgmma_layouts and h200_verified)"
                     " or (test_hopper_probe_ladder and dq_reduce_in_the_interpreter)"
-                    " or (test_sinks and (kernel_matches and bf16 or deterministic or stay_finite and sm_90))")
+                    " or (test_sinks and (kernel_matches and bf16 or deterministic or stay_finite and sm_90))"
+                    " or (test_wgmma_body and (matches_the_oracle or planted))")
 TIMEOUT_S = 900
 RESULTS = ROOT / "reports" / "mutants.json"
 TABLE = ROOT / "docs" / "mutants.md"
@@ -147,13 +150,13 @@ MUTANTS: list[Mutant] = [
            "over_batches = scf.ForOp(index(0), arith.subi(batches, index(1)), index(1), [f32(0.0)])"),
     # -- the tiled body --------------------------------------------------------------------------------
     *_per_dtype("tiled: dS x1.01", TILED,
-                "ds = [[[arith.mulf(p_g, arith.subf(dp_g, self.per_group(dsum[ni])))",
-                'ds = [[[arith.mulf(arith.mulf(p_g, arith.subf(dp_g, self.per_group(dsum[ni]))), '
+                "ds = [[[arith.mulf(p_g, arith.subf(dp_g, self.per_group(dsum[ni][column[g]])))",
+                'ds = [[[arith.mulf(arith.mulf(p_g, arith.subf(dp_g, self.per_group(dsum[ni][column[g]]))), '
                 'splat(f32(1.01 if spec.dtype == "{dt}" else 1.0), [atom.group_width]))',
                 TILED_DTYPES),
     Mutant("tiled: P exponent x1.005", TILED,
-           "groups.append(fmha.Exp2Op.build(exp2_argument(score, row_lse[ni], spec, contract())))",
-           "groups.append(fmha.Exp2Op.build(arith.mulf(exp2_argument(score, row_lse[ni], spec, contract()), "
+           "groups.append(fmha.Exp2Op.build(exp2_argument(score, row_lse(ni, column[g]), spec, contract())))",
+           "groups.append(fmha.Exp2Op.build(arith.mulf(exp2_argument(score, row_lse(ni, column[g]), spec, contract()), "
            "splat(f32(1.005), [atom.group_width]))))"),
     *_per_dtype("tiled: dV x0.99", TILED,
                 "self.store_grad(self.dv_out, dv, self.dkv_v, None)",
@@ -293,6 +296,19 @@ MUTANTS: list[Mutant] = [
            "passes/hopper_probe_ladder.py", "        bulk_wait(0, read=True)\n", ""),
     Mutant("hopper: the dQ writer's reduce-add swaps its coordinates", "passes/hopper_probe_ladder.py",
            ".reduce_add(smem, 0, [0, plan.row])", ".reduce_add(smem, 0, [plan.row, 0])"),
+    # -- the wgmma body (sm_90a, in the interpreter) ----------------------------------------------------
+    Mutant("wgmma: copies write the tiles unswizzled (descriptors still name the 128-byte swizzle)",
+           "passes/wgmma_tiles.py", "as_value(layout.physical(row_lane, chunk_lane * 8 + lane_col) // 2)",
+           "as_value(layout.offset(row_lane, chunk_lane * 8 + lane_col) // 2)"),
+    Mutant("wgmma: dP^T read before its group is waited for", TILED,
+           '            atom.complete(0)\n            dsum, = self.row_values(stage, ("d",))\n',
+           '            dsum, = self.row_values(stage, ("d",))\n'),
+    Mutant("wgmma: the RS operand of each k16 step takes the next step's registers", "passes/wgmma_mma_atom.py",
+           "j = (k0 % N) // K", "j = ((k0 % N) // K + 1) % (N // K)"),
+    Mutant("wgmma: a group's second element takes the first's column", "fmha_mlir/wgmma_layouts.py",
+           "8 * (register // 4) + register % 2\n", "8 * (register // 4)\n"),
+    Mutant("tiled: bf16 dQ atomics add dS K unscaled", TILED,
+           "scaled = arith.mulf(value, splat(f32(self.spec.scale), [2]))", "scaled = value"),
 ]
 
 

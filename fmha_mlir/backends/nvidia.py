@@ -31,7 +31,7 @@ class NvidiaBackend(Backend):
     ptxas: str | None = None    # None, or not in a complete toolkit: the PTX is the binary (the driver JITs it)
 
     def kernel_passes(self) -> list[str]:
-        return ["convert-fmha-to-nvvm"]
+        return [render_pass("convert-fmha-to-nvvm", chip=self.target.arch)]
 
     def attach_target_pass(self) -> str:
         # PTX 8.1 for sm_90: the matrix and async-copy instructions and red.global.add.v2.f32.

@@ -8,17 +8,19 @@ from dataclasses import replace
 
 from ..dtypes import BYTES
 from ..errors import Reason
-from ..kernel_config import TiledConfig
+from ..kernel_config import WGMMA, TiledConfig
 from ..matrix_layouts import MMA_M16N8K16
 from ..numerics import MATRIX_K16
 from ..shape_expr import Dim, Expr, ceildiv, mul
 from ..spec import AttentionBwdSpec
 from ..target import Target
-from . import mfma, mma_sync
+from ..wgmma_layouts import SWIZZLE_ALIGNMENT
+from . import mfma, mma_sync, wgmma
 from .common import (COPY_ELEMENTS, ELEMENT_BYTES, LSE_BYTES, TILE_ALIGN, Body, Launch, SharedTile, Workspace,
                      dims_of, row_alignment, row_launch, row_reasons)
 from .mfma import AMD_TILED_TABLE
 from .mma_sync import TILED_TABLE
+from .wgmma import HOPPER_ARCH, WGMMA_TABLE
 
 
 def key_blocks(config: TiledConfig) -> Expr:
@@ -27,8 +29,10 @@ def key_blocks(config: TiledConfig) -> Expr:
 
 
 def instruction_tile(config: TiledConfig) -> tuple[int, int, int, int]:
-    """(m, S^T column multiple, n, k) of a warp's instruction tile: mma.sync's S^T columns come in
+    """(m, S^T column multiple, n, k) of a unit's instruction tile: mma.sync's S^T columns come in
     pairs of n-tiles (one ldmatrix x4 feeds two)."""
+    if config.instruction == WGMMA:
+        return 64, 64, 64, 16
     shape = config.mfma
     if shape is None:
         return MMA_M16N8K16.m, 2 * MMA_M16N8K16.n, MMA_M16N8K16.n, MMA_M16N8K16.k
@@ -41,7 +45,10 @@ class TiledBody(Body):
     numerics = MATRIX_K16
 
     def target_reasons(self, spec, target, config):
-        out = (mma_sync if target.vendor == "nvidia" else mfma).instruction_reasons(target, config)
+        if config.instruction == WGMMA and target.vendor == "nvidia":
+            out = wgmma.instruction_reasons(target, config, spec)
+        else:
+            out = (mma_sync if target.vendor == "nvidia" else mfma).instruction_reasons(target, config)
         if not out and not self.spec_reasons(spec, config):
             need = self.shared_layout(spec, config)[-1].end
             if need > target.max_shared_bytes:
@@ -147,10 +154,11 @@ class TiledBody(Body):
             wanted.append(("p", bn, bm, ELEMENT_BYTES, 1))
         wanted += [("lse", 1, bm, LSE_BYTES, stages), ("d", 1, bm, LSE_BYTES, stages)]
         pad = config.mfma.k_per_lane if config.swizzle == "pad" else 0
+        align = SWIZZLE_ALIGNMENT[128] if config.swizzle == "sw128" else TILE_ALIGN   # the swizzle's period
         tiles, offset = [], 0
         for name, rows, cols, element, copies in wanted:
             tiles.append(SharedTile(name, offset, rows, cols, element, copies, pad if element == ELEMENT_BYTES else 0))
-            offset = -(-tiles[-1].end // TILE_ALIGN) * TILE_ALIGN
+            offset = -(-tiles[-1].end // align) * align
         return tiles
 
 
@@ -177,14 +185,21 @@ def _bucket(spec: AttentionBwdSpec) -> int:
 
 
 def tiled_table(arch: str) -> dict[int, TiledConfig]:
-    return AMD_TILED_TABLE.get(arch, TILED_TABLE)
+    """The rows by head-dim bucket: AMD's per chip; sm_90a's wgmma rows where it has them (measured faster
+    than mma.sync's: reports/bench_notes.md), mma.sync's elsewhere."""
+    if arch in AMD_TILED_TABLE:
+        return AMD_TILED_TABLE[arch]
+    return {**TILED_TABLE, **WGMMA_TABLE} if arch == HOPPER_ARCH else TILED_TABLE
 
 
 def tiled_config(spec: AttentionBwdSpec, target: Target) -> TiledConfig:
     """The target table's row for the larger head dim (the next bucket up); gfx942 d256 has none (the
-    body then refuses with the reason) and takes the d128 row's shape to say so."""
+    body then refuses with the reason) and takes the d128 row's shape to say so. A wgmma row that does not
+    take the spec (a head dim that is not whole 64-column blocks) gives way to mma.sync's."""
     table = tiled_table(target.arch)
     row = replace(table.get(_bucket(spec)) or table[max(table)], wave_size=target.wave_size)
+    if row.instruction == WGMMA and TiledBody().reasons(spec, target, row):
+        row = TILED_TABLE[_bucket(spec)]
     if row.split_tail_loop and (spec.softcap or spec.bias != "none"):
         # Measured on plain scores only; a score modification's unmasked loop spills more once split
         # (ptxas, d128: ALiBi 48 -> 124 bytes, bias + dbias 0 -> 312), so it keeps the per-step test.

@@ -87,6 +87,13 @@ class HopperSync:
         # each a list of (buffer key, units read)
         self._bulk_open: dict[int, list] = {}
         self._bulk_groups: dict[int, list[list]] = {}
+        # wgmma per warpgroup (work-group, warpgroup): its products since the last commit, its committed
+        # groups not yet waited for (each a list of product numbers), and which product wrote each
+        # accumulator value (by the value's slot) last
+        self._wgmma_open: dict[tuple, list[int]] = {}
+        self._wgmma_groups: dict[tuple, list[list[int]]] = {}
+        self._wgmma_writer: dict[int, dict[tuple, int]] = {}
+        self._wgmma_count = 0
 
     # --- mbarriers ---------------------------------------------------------------------------------
 
@@ -204,6 +211,34 @@ class HopperSync:
                     shadow = self._shadows[key]
                     mine = units[shadow.bulk_reader[units] == lane]
                     shadow.bulk_reader[mine] = NONE
+
+    # --- wgmma groups --------------------------------------------------------------------------------
+
+    def wgmma_issue(self, warpgroup: tuple, slot: int) -> None:
+        """A product of `warpgroup` writes the accumulator value in `slot`: in flight until its group is waited for."""
+        self._wgmma_count += 1
+        self._wgmma_open.setdefault(warpgroup, []).append(self._wgmma_count)
+        self._wgmma_writer.setdefault(slot, {})[warpgroup] = self._wgmma_count
+
+    def wgmma_commit(self, warpgroup: tuple) -> None:
+        products = self._wgmma_open.pop(warpgroup, [])
+        if products:
+            self._wgmma_groups.setdefault(warpgroup, []).append(products)
+
+    def wgmma_wait(self, warpgroup: tuple, pending: int) -> None:
+        groups = self._wgmma_groups.get(warpgroup, [])
+        self._wgmma_groups[warpgroup] = groups[max(len(groups) - pending, 0):]
+
+    def wgmma_in_flight_any(self, slot: int) -> bool:
+        """Whether any warpgroup's product that wrote `slot` may be in flight (a cheap first test)."""
+        return bool(self._wgmma_writer.get(slot)) and any(self._wgmma_groups.values())
+
+    def wgmma_in_flight(self, warpgroup: tuple, slot: int) -> bool:
+        """Whether the product that last wrote `slot` for `warpgroup` is in a committed group not yet waited
+        for. (An uncommitted product's registers may be read: that is how the next RS product of its chain
+        takes them, through llvm.extractvalue into its inline PTX.)"""
+        product = self._wgmma_writer.get(slot, {}).get(warpgroup)
+        return product is not None and any(product in group for group in self._wgmma_groups.get(warpgroup, []))
 
     def finish(self, what: str) -> None:
         """The end of the chunk's work-groups: an error if a lane left bulk reduces not waited for."""

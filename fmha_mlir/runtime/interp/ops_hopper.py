@@ -326,13 +326,28 @@ def compile_zero(op: Operation, cc: KernelCompiler):
     return run
 
 
+def _warpgroup_keys(st, mask, what: str) -> list[tuple]:
+    """(work-group, warpgroup) of each warpgroup executing (whole, else an error)."""
+    g = st.grid
+    return [(int(g.group_local[m[0]]), int(g.thread_linear[m[0]]) // WARPGROUP) for m in _warpgroups(st, mask, what)]
+
+
 def compile_extractvalue(op: Operation, cc: KernelCompiler):
+    """A register of an accumulator: an error while the product that wrote it is in flight (its group not
+    committed and waited for: nvvm.wgmma.wait.group.sync.aligned)."""
     (src,) = cc.operands(op)
     _struct_registers(op.operand_types[0], cc, op)
     (position,) = tuple(op.attributes["position"])
-    out = cc.result(op)
+    out, what = cc.result(op), cc.describe(op)
 
     def run(st, mask):
+        sync = st.workgroup.hopper
+        if sync is not None and sync.wgmma_in_flight_any(src):
+            for key in _warpgroup_keys(st, mask, what):
+                if sync.wgmma_in_flight(key, src):
+                    raise InterpreterError(f"{what}: reads an accumulator of work-group {key[0]}'s warpgroup {key[1]} "
+                                           "whose wgmma is still in flight (commit its group and wait for it: "
+                                           "nvvm.wgmma.wait.group.sync.aligned)")
         st.env[out] = st.env[src][..., position]
 
     return run
@@ -453,8 +468,15 @@ def compile_wgmma(op: Operation, cc: KernelCompiler):
         descriptors = np.broadcast_to(env[a_slot], (st.grid.lanes,))
         env[out] = _product(st, mask, what, env[acc_slot], descriptors, env[b_slot], n, element, a_major, b_major,
                             first)
+        _issued(st, mask, what, out)
 
     return run
+
+
+def _issued(st, mask, what: str, slot: int) -> None:
+    sync = _hopper(st, what)
+    for key in _warpgroup_keys(st, mask, what):
+        sync.wgmma_issue(key, slot)
 
 
 def compile_inline_asm(op: Operation, cc: KernelCompiler):
@@ -478,16 +500,26 @@ def compile_inline_asm(op: Operation, cc: KernelCompiler):
         a = np.stack([np.broadcast_to(env[s], (lanes,)) for s in a_slots], axis=1)
         first = np.broadcast_to(env[scale_slot], (lanes,)) == 0
         env[out] = _product(st, mask, what, acc, a, env[b_slot], n, element, "K", b_major, first)
+        _issued(st, mask, what, out)
 
     return run
 
 
 def compile_warpgroup_sync(op: Operation, cc: KernelCompiler):
-    """wgmma fence / commit / wait: products complete at issue, so only their collective rule is checked."""
+    """wgmma fence / commit / wait: products complete at issue (their values are computed then), but a
+    result is readable only once its group is committed and waited for; all three are warpgroup-collective."""
     what = cc.describe(op)
+    kind = op.name.split(".")[2]    # fence, commit, wait
+    pending = int(op.attributes["group"].value) if kind == "wait" else 0
 
     def run(st, mask):
-        _warpgroups(st, mask, what)
+        keys = _warpgroup_keys(st, mask, what)
+        sync = st.workgroup.hopper
+        for key in keys if sync is not None else ():
+            if kind == "commit":
+                sync.wgmma_commit(key)
+            elif kind == "wait":
+                sync.wgmma_wait(key, pending)
 
     return run
 

@@ -116,4 +116,8 @@ def element_type(t) -> ScalarType:
 
 
 def vector_rank(t) -> int:
+    """Dimensions a value of type t has besides the lanes: a vector's; one for a wgmma accumulator (an
+    !llvm.struct of f32, held as [lanes, registers])."""
+    if isinstance(t, OpaqueType) and t.text.startswith("!llvm.struct<(f32"):
+        return 1
     return len(t.shape) if isinstance(t, VectorType) else 0

@@ -1,0 +1,40 @@
+"""The tiled body on NVIDIA's wgmma (sm_90a): which configs it takes, and its table. The IR builder is
+passes/flash_bwd.py on passes/wgmma_mma_atom.py (a warpgroup's m64n64k16 products, operands by
+shared-memory descriptors or, for P^T and dS^T, from registers) with cp.async copies into tiles in
+wgmma's 128-byte swizzle.
+
+Its table is sm_90a's for the head dims it has (bodies.tiled.tiled_table): measured faster than the
+mma.sync body on every benchmark row it takes (reports/bench_notes.md, "The wgmma body"). sm_90 keeps
+mma.sync: wgmma needs the arch-specific chip."""
+from __future__ import annotations
+
+from ..errors import Reason
+from ..kernel_config import WGMMA, TiledConfig
+
+HOPPER_ARCH = "sm_90a"
+
+# Two warpgroups, P^T and dS^T from registers (RS), dQ's warpgroups side by side along the head dim: the
+# shapes of FlashAttention-3's sm_90 backward (d64: 128 x 128; d128: 64 x 128) on this schedule.
+_SM90A = dict(wave_size=32, warps=8, instruction=WGMMA, swizzle="sw128", stages=2, p_in_registers=True,
+              sdp_warps=(2, 1), dkv_warps=(2, 1))
+WGMMA_TABLE: dict[int, TiledConfig] = {
+    64: TiledConfig(**_SM90A, block_m=128, block_n=128, dq_warps=(2, 1)),
+    128: TiledConfig(**_SM90A, block_m=64, block_n=128, dq_warps=(1, 2)),
+}
+BLOCK_COLUMNS = 64     # columns of one 128-byte swizzled block: head dims and query blocks come in whole ones
+
+
+def instruction_reasons(target, config: TiledConfig, spec) -> list[Reason]:
+    """wgmma needs the arch-specific chip and tiles in its own swizzle; every tile is whole 64-column blocks."""
+    if not target.arch_specific:
+        return [Reason("config.instruction", f"{WGMMA} needs an arch-specific chip (sm_90a), not {target.arch}",
+                       "compile with --target sm_90a, or use instruction mma.m16n8k16")]
+    out = []
+    if config.swizzle != "sw128":
+        out.append(Reason("config.swizzle", f"wgmma reads tiles in the hardware's 128-byte swizzle, not "
+                                            f"{config.swizzle!r}", "use swizzle='sw128'"))
+    for name, value in (("hdim_q", spec.hdim_q), ("hdim_v", spec.hdim_v), ("config.block_m", config.block_m)):
+        if value % BLOCK_COLUMNS:
+            out.append(Reason(name, f"{value} is not a whole number of {BLOCK_COLUMNS}-column swizzled blocks",
+                              "use a multiple of 64, or the mma.sync body"))
+    return out

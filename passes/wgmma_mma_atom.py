@@ -1,0 +1,145 @@
+"""The schedule's matrix atom on wgmma (passes/atoms.py, MmaAtom; sm_90a): a warpgroup's m64n64k16.
+
+An instruction tile is 64 x 64 of one warpgroup: its accumulator an !llvm.struct of 32 f32 per thread
+(wgmma_layouts.accumulator), its groups the 16 register pairs that hold two adjacent columns of one row
+(group_axis "col", as mma.sync's). Operands are read from shared tiles in wgmma's layout
+(passes/wgmma_tiles.py) through matrix descriptors, either major; an A operand taken from accumulators
+(P^T, dS^T) is the RS form, since the accumulator's pattern over 16 columns is the A operand's.
+
+A `gemm` is one chain per instruction tile, the first product with scale-d = 0 where the accumulator
+starts at zero (zeroed accumulators make ptxas serialise the chain), fenced before and committed after
+as one group; the schedule waits for it at once or, to overlap it with other work, later (`complete`).
+Shared tiles written by the generic proxy (cp.async, st.shared) are published to wgmma, which reads
+through the async proxy, by a proxy fence (`shared_written`).
+"""
+from __future__ import annotations
+
+from fmha_mlir import wgmma_layouts
+from fmha_mlir.mlir import arith, ir, vector
+
+from . import wgmma_atom
+from .atoms import Operand, Registers
+from .hopper_sync import fence_proxy_async
+from .ir_builders import index
+from .ix import Ix, LaneValues, as_value
+from .wgmma_tiles import SWIZZLE, WgmmaTile, wgmma_views
+
+M = N = 64          # one warpgroup's instruction tile: one swizzled block wide (wgmma_tiles.BLOCK)
+K = 16
+
+
+class WgmmaMmaAtom:
+    m, n, k = M, N, K
+    shape = None
+    group_axis, group_count, group_width = "col", N // 4, 2
+    asynchronous = True
+
+    def __init__(self, element: "ir.Type", thread: "ir.Value", lanes: LaneValues):
+        self.element, self.lanes = element, lanes
+        self.thread = Ix.lane(thread, lanes)
+        self.ops = wgmma_atom.WgmmaAtom(N, str(element), thread)
+        self.c_type = self.ops.acc_type
+        with lanes.hoist:
+            self.zero = self.ops.zeros()
+        self.i64 = ir.IntegerType.get_signless(64)
+        self.base_field = None
+
+    # -- positions -------------------------------------------------------------------------------------
+
+    def position(self, register: int = 0, element: int = 0) -> tuple[Ix, Ix]:
+        """(row, col) inside the 64 x 64 tile of this thread's group `register`, element `element`."""
+        return wgmma_layouts.accumulator(self.thread, 2 * register + element)
+
+    def group_offset(self, group: int, element: int) -> tuple[int, int]:
+        return wgmma_layouts.accumulator_offset(2 * group + element)
+
+    def groups(self, c: "ir.Value") -> list["ir.Value"]:
+        values = self.ops.values(c)
+        pair = ir.VectorType.get([2], ir.F32Type.get())
+        return [vector.from_elements(pair, values[2 * g:2 * g + 2]) for g in range(self.group_count)]
+
+    # -- shared tiles ----------------------------------------------------------------------------------
+
+    def shared_tiles(self, layout: list, config) -> dict:
+        tiles, base = wgmma_views(layout, self.element)
+        # A descriptor's address field: the shared address in 16-byte units (an 18-bit window).
+        self.base_field = arith.index_cast(self.i64, arith.divui(arith.remui(base, index(1 << 18)), index(16)))
+        return tiles
+
+    def shared_written(self) -> None:
+        """This thread's completed copies and stores into the tiles become visible to wgmma's reads."""
+        fence_proxy_async()
+
+    def store_groups(self, tile: WgmmaTile, values, row: "ir.Value", col: "ir.Value") -> None:
+        """Each group's two adjacent columns of one row, rounded, as one 4-byte store."""
+        lane_row, lane_col = self.position(0, 0)
+        chunk_offset = self.lanes.get(("wgmma_chunks", id(col)), lambda: arith.divui(col, index(8)))
+        for mi, tiles in enumerate(values):
+            for ni, groups in enumerate(tiles):
+                for g, pair in enumerate(groups):
+                    rows, cols = self.group_offset(g, 0)
+                    at = tile.element(self.lanes, lane_row, 0, row=mi * M + rows, col=ni * N + cols,
+                                      row_offset=row, chunk_offset=chunk_offset)
+                    at = arith.addi(at, self.lanes.get(("wgmma_pair", id(self)), lambda: as_value(lane_col)))
+                    vector.store(arith.truncf(ir.VectorType.get([2], self.element), pair), tile.flat, [at],
+                                 alignment=4)
+
+    # -- products --------------------------------------------------------------------------------------
+
+    def gemm(self, acc: list[list["ir.Value"]], tile, k_extent: int, a: "Operand | Registers",
+             b: Operand, wait: bool = True) -> list[list["ir.Value"]]:
+        """acc[mi][ni] += A B over k_extent for a warpgroup's tile, one wgmma chain per 64 x 64, committed
+        as one group (waited for unless `wait` is False: then `complete` waits)."""
+        a_base = None if isinstance(a, Registers) else self._operand_base(a)
+        b_base = self._operand_base(b)
+        wgmma_atom.fence()
+        out = [list(row) for row in acc]
+        for mi in range(tile.rows // M):
+            for ni in range(tile.cols // N):
+                c = out[mi][ni]
+                first = c is self.zero
+                for k0 in range(0, k_extent, K):
+                    b_desc = self._descriptor(b, b_base, ni * N, k0)
+                    if isinstance(a, Registers):
+                        c = self.ops.mma_rs(c, self._registers(a, mi, k0), b_desc, first,
+                                            "K" if b.k_major else "MN")
+                    else:
+                        c = self.ops.mma(c, self._descriptor(a, a_base, mi * M, k0), b_desc, first,
+                                         "K" if a.k_major else "MN", "K" if b.k_major else "MN")
+                    first = False
+                out[mi][ni] = c
+        wgmma_atom.commit()
+        if wait:
+            wgmma_atom.wait(0)
+        return out
+
+    def complete(self, pending: int) -> None:
+        wgmma_atom.wait(pending)
+
+    def registers(self, groups: list) -> Registers:
+        """Each group rounded into one packed .b32 register (an A element pair, wgmma_layouts.a_fragment)."""
+        return Registers([[[self.ops.pack(g) for g in tile] for tile in row] for row in groups])
+
+    def _operand_base(self, operand: Operand) -> "ir.Value":
+        """The descriptor address field of the operand's first element (unit row / column, stage)."""
+        offset = operand.tile.bytes_at(operand.row, operand.col)
+        start = operand.tile.offset if offset is None else arith.addi(offset, index(operand.tile.offset))
+        if offset is None:
+            return arith.addi(self.base_field, arith.constant(self.i64, start // 16))
+        return arith.addi(self.base_field, arith.index_cast(self.i64, arith.divui(start, index(16))))
+
+    def _descriptor(self, operand: Operand, base: "ir.Value", mn0: int, k0: int) -> "ir.Value":
+        """The descriptor of the operand's 64 x 16 (mn x k) slice at (mn0, k0) from its first element."""
+        tile: WgmmaTile = operand.tile
+        major = "K" if operand.k_major else "MN"
+        layout = tile.operand(major)
+        offset = layout.offset(mn0, k0)
+        constant = wgmma_layouts.descriptor(offset, layout.leading_byte_offset, layout.stride_byte_offset, SWIZZLE)
+        return arith.addi(base, arith.constant(self.i64, constant - (1 << 64) if constant >= 1 << 63 else constant))
+
+    def _registers(self, a: Registers, mi: int, k0: int) -> list["ir.Value"]:
+        """The RS A operand of k-block k0: the packed groups 4 j .. 4 j + 3 of the tile holding its columns
+        (j the k-block inside it)."""
+        j = (k0 % N) // K
+        return a.groups[mi][k0 // N][4 * j:4 * j + 4]
+
