@@ -54,11 +54,26 @@ def run_variant(spec: AttentionBwdSpec, size: ProblemSize, config: TiledConfig, 
     (AttentionBwdSpec("bf16", 64, mask=Mask("causal_bottom_right"), deterministic=True), ProblemSize(1, 1, 90, 140),
      ONE_WARPGROUP),
     (AttentionBwdSpec("bf16", 64, gqa_ratio=2, grad_accum="bf16"), ProblemSize(1, 2, 80, 150), ONE_WARPGROUP),
+    (AttentionBwdSpec("f16", 64, gqa_ratio=2, mask=Mask("causal_bottom_right"), sinks=True, lse_grad=True),
+     ProblemSize(2, 4, 90, 70), ONE_WARPGROUP),
 ], ids=["none-bf16", "br-gqa-f16", "window-p-shared-batch2", "tl-dv64", "table-d128-gqa4", "softcap",
-        "bias-dbias", "alibi-dslopes", "deterministic", "bf16-dq-atomics"])
+        "bias-dbias", "alibi-dslopes", "deterministic", "bf16-dq-atomics", "sinks-dlse"])
 def test_wgmma_body_matches_the_oracle(spec, size, config):
     compiled = run_variant(spec, size, config)
     assert "wgmma.mma_async" in compiled.isa and "fence.proxy.async" in compiled.isa
+
+
+def test_wgmma_body_takes_packed_sequences():
+    """varlen: sequences of 0, 1, 70 and 150 queries against 130, 0, 70 and 1 keys, several tiles each."""
+    from fmha_mlir.varlen_problem import make_varlen_problem
+
+    spec = AttentionBwdSpec("bf16", 64, mask=Mask("causal_bottom_right"), varlen=True)
+    compiled = compile_spec(spec, "sm_90a", body="tiled", config=ONE_WARPGROUP)
+    bundle = Bundle(compiled.manifest, compiled.bundle_files())
+    problem = make_varlen_problem(spec, (0, 1, 70, 150), (130, 0, 70, 1), heads_q=2, seed=4)
+    outputs = run_bundle(bundle, CpuExecutor(atomic_order="random", seed=4), problem.tensors, problem.scalars)
+    checks = problem.check(outputs, bundle.numerics)
+    assert all(c.passed for c in checks), [str(c) for c in checks]
 
 
 def test_p_in_registers_is_the_rs_form_and_p_in_shared_is_not():
