@@ -23,7 +23,7 @@
 // file and an fmha-opt command on this file that reproduces it.
 // STAGE: fmha-compile: [kernel] stage kernel failed for sm_90
 // STAGE: bad-spec.mlir:{{[0-9]+}}:{{[0-9]+}}: error: convert-fmha-to-nvvm: wave_reduce width 64 exceeds the wave size 32
-// STAGE: reproduce with: fmha-opt {{.*}}bad-spec.mlir --pass-pipeline='builtin.module(convert-fmha-to-nvvm)'
+// STAGE: reproduce with: fmha-opt {{.*}}bad-spec.mlir --pass-pipeline='builtin.module(convert-fmha-to-nvvm{chip=sm_90})'
 // STAGE-NOT: Traceback
 
 module attributes {gpu.container_module} {
