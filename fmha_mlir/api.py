@@ -26,13 +26,12 @@ from .runtime.executor import Executor, executor_class, get_executor
 from .runtime.bound_plan import BoundPlans
 from .runtime.runner import run_bundle
 from .spec import AttentionBwdSpec, Mask
-from .target import get_target
+from .target import get_target, nvidia_arch, prebuilt_archs
 from .torch_in_place import InPlaceCall, call_key, is_torch, run_poisoned, torch_dtype
 
 _NUMPY_DTYPES = {np.dtype(np.float16): "f16", np.dtype(np.float32): "f32"}
 # The arch a GPU-less run interprets: gfx942 exercises the wave64 (DPP) path no GPU here can run.
 CPU_DEFAULT_ARCH = "gfx942"
-GPU_ARCH_OF_EXECUTOR = {"cuda": "sm_90"}
 
 
 def compile_bundle(spec: AttentionBwdSpec, arch: str, compiler=None, *, body: str = "auto",
@@ -126,7 +125,8 @@ class AttentionBackward:
             if device.name == "hip":
                 raise SpecError([Reason("arch", "the HIP executor needs the chip to compile for",
                                         "pass arch='gfx942' or arch='gfx950'")])
-            self.arch = GPU_ARCH_OF_EXECUTOR.get(device.name, CPU_DEFAULT_ARCH)
+            # the CUDA chip's own target where it has one (sm_90a on H100 / H200)
+            self.arch = nvidia_arch(device.capability) if device.name == "cuda" else CPU_DEFAULT_ARCH
         return self.arch
 
     def bundle(self, spec: AttentionBwdSpec) -> Bundle:
@@ -137,16 +137,29 @@ class AttentionBackward:
         arch = self.target_arch()
         key = (spec, arch)
         if key not in self._bundles:
-            config = choose_config(spec, get_target(arch), self.body)
-            if self.bundle_dir and bundle_path(self.bundle_dir, spec, arch, config=config).is_dir():
-                self._bundles[key] = load_bundle(self.bundle_dir, spec, arch, config)
+            prebuilt = self._prebuilt(spec, arch)
+            if prebuilt is not None:
+                self._bundles[key] = prebuilt
             else:
+                config = choose_config(spec, get_target(arch), self.body)
                 if self._compiler is None:
                     from .compiler import Compiler
 
                     self._compiler = Compiler()
                 self._bundles[key] = compile_bundle(spec, arch, self._compiler, config=config)
         return self._bundles[key]
+
+    def _prebuilt(self, spec: AttentionBwdSpec, arch: str) -> Bundle | None:
+        """The bundle_dir's bundle of `spec` for `arch`, or for a target whose binaries `arch`'s chip also
+        runs (prebuilt_archs: an sm_90 bundle on an H200), each with its own table's config; None if none."""
+        for candidate in prebuilt_archs(arch) if self.bundle_dir else ():
+            try:
+                config = choose_config(spec, get_target(candidate), self.body)
+            except SpecError:
+                continue
+            if bundle_path(self.bundle_dir, spec, candidate, config=config).is_dir():
+                return load_bundle(self.bundle_dir, spec, candidate, config)
+        return None
 
     def spec_for(self, q, k, v, *, mask: str | Mask = "none", scale: float = 0.0, dtype: str | None = None,
                  softcap: float = 0.0, bias=None, alibi_slopes=None, dbias: bool = False, deterministic: bool = False,

@@ -69,3 +69,16 @@ def get_target(arch: str) -> Target:
     if reasons:
         raise SpecError(reasons)
     return TARGETS[arch]
+
+
+def nvidia_arch(capability: tuple[int, int]) -> str:
+    """The NVIDIA target to compile for a GPU of compute capability `capability`: sm_90a (its wgmma body)
+    on exactly a 9.0 chip (H100 / H200), whose arch-specific binaries run nowhere else; sm_90 otherwise
+    (PTX the driver JIT-compiles for later chips)."""
+    return "sm_90a" if tuple(capability) == (9, 0) else "sm_90"
+
+
+def prebuilt_archs(arch: str) -> tuple[str, ...]:
+    """The targets whose prebuilt bundles a GPU compiled for `arch` runs, best first: an arch-specific
+    target's chip also runs its generic target's binaries (sm_90a: then sm_90's)."""
+    return (arch, "sm_90") if arch == "sm_90a" else (arch,)

@@ -119,13 +119,14 @@ def cuda_like(tensor: torch.Tensor) -> CudaLike:
 @contextlib.contextmanager
 def torch_cuda_stand_ins(driver: StandInDriver):
     """While inside: fmha_mlir's CUDA executor drives `driver`, torch.cuda.current_stream gives STREAM,
-    torch.empty on a CUDA device allocates on the CPU, and torch's flash forward op (CUDA only) returns
-    empty out and lse tensors."""
+    torch.cuda.get_device_capability the driver's (9, 0), torch.empty on a CUDA device allocates on the
+    CPU, and torch's flash forward op (CUDA only) returns empty out and lse tensors."""
     import torch._dynamo  # noqa: F401  (imported by the custom ops' first call; with the real flash op, as it expects)
 
     from fmha_mlir.runtime import cuda_executor
 
     real_empty, real_stream, real_driver = torch.empty, torch.cuda.current_stream, cuda_executor._driver
+    real_capability = torch.cuda.get_device_capability
     stream = types.SimpleNamespace(cuda_stream=STREAM)
 
     def empty(*size, device=None, **kwargs):
@@ -140,12 +141,14 @@ def torch_cuda_stand_ins(driver: StandInDriver):
 
     real_raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)   # absent from CPU builds
     torch.empty, torch.cuda.current_stream, cuda_executor._driver = empty, current_stream, lambda: driver
+    torch.cuda.get_device_capability = lambda device=None: (9, 0)
     torch._C._cuda_getCurrentRawStream = lambda index: STREAM
     setattr(torch.ops.aten, "_scaled_dot_product_flash_attention", flash_forward)
     try:
         yield
     finally:
         torch.empty, torch.cuda.current_stream, cuda_executor._driver = real_empty, real_stream, real_driver
+        torch.cuda.get_device_capability = real_capability
         if real_raw is None:
             del torch._C._cuda_getCurrentRawStream
         else:

@@ -12,6 +12,8 @@ kernarg blob that args.pack_args lays out.
 """
 from __future__ import annotations
 
+import functools
+
 import threading
 from typing import Sequence
 
@@ -102,11 +104,16 @@ class CudaExecutor(Executor):
             module = check_status(self._cu.cuModuleLoadData(image), f"cuModuleLoadData({bundle.binary_format})")
         return CudaKernels(self, module)
 
-    def _check_capability(self, bundle) -> None:
+    @functools.cached_property
+    def capability(self) -> tuple[int, int]:
+        """The device's compute capability (major, minor)."""
         attr = self._cu.CUdevice_attribute
-        have = tuple(check_status(self._cu.cuDeviceGetAttribute(a, self._device), "cuDeviceGetAttribute")
+        return tuple(check_status(self._cu.cuDeviceGetAttribute(a, self._device), "cuDeviceGetAttribute")
                      for a in (attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
                                attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR))
+
+    def _check_capability(self, bundle) -> None:
+        have = self.capability
         if not binary_runs_on(bundle.target, bundle.binary_format, have):
             raise RuntimeLaunchError(f"the bundle's {bundle.binary_format} is for {bundle.target.arch}; this GPU is "
                                      f"sm_{have[0]}{have[1]}: rebuild the bundle for it")

@@ -16,11 +16,10 @@ from typing import Callable, NamedTuple
 
 import torch
 
-from ..api import GPU_ARCH_OF_EXECUTOR
 from ..bodies import choose_config
 from ..errors import Reason, SpecError
 from ..spec import AttentionBwdSpec
-from ..target import get_target
+from ..target import get_target, nvidia_arch
 from ..torch_in_place import torch_dtype_names
 from .forwards import Forward, ForwardCase, choose_forward, run_forward
 from .options import AttentionOptions, parse
@@ -28,9 +27,9 @@ from .options import AttentionOptions, parse
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 # The widest head dim the op pads to (FlashAttention's and the bodies' limit)
 MAX_HEAD_DIM = 256
-# The target our backward compiles for, per device type: CUDA tensors launch the sm_90 bundle, CPU
-# tensors run the same bundle in the interpreter (wave32 also takes head dims gfx942's wave64 bodies do not).
-BACKWARD_ARCH = {"cpu": "sm_90", "cuda": GPU_ARCH_OF_EXECUTOR["cuda"]}
+# The target our backward compiles for CPU tensors: the interpreter runs sm_90's bundle (wave32 also takes
+# head dims gfx942's wave64 bodies do not). CUDA tensors take their chip's own target (_device_arch).
+BACKWARD_ARCH = {"cpu": "sm_90"}
 
 
 @dataclass(frozen=True)
@@ -74,7 +73,7 @@ class Signature(NamedTuple):
 def checked_call(text: str, q, k, v, bias, slopes, sinks=None, *, arch: str | None = None) -> Call:
     """The Call of these arguments (the caller's layout; tensors, or None for the bias, slopes and
     sinks), or SpecError with every reason it is refused. arch: the target the backward compiles for
-    (None: the one of the tensors' device, BACKWARD_ARCH; prebuild names it for meta tensors)."""
+    (None: the one of the tensors' device, _device_arch; prebuild names it for meta tensors)."""
     return _checked(text, arch, q.shape, q.dtype, q.device, k.shape, k.dtype, k.device, v.shape, v.dtype,
                     v.device, *[None if x is None else (x.shape, x.dtype, x.device) for x in (bias, slopes, sinks)])
 
@@ -122,9 +121,13 @@ def _wider(hdim: int) -> list[int]:
 
 
 def _device_arch(device: torch.device) -> str:
-    if device.type not in BACKWARD_ARCH:
+    """The target the backward of tensors on `device` compiles for: the CUDA device's own (AttentionBackward
+    .target_arch: sm_90a on H100 / H200); the interpreter's for CPU tensors."""
+    if device.type not in ("cpu", "cuda"):
         raise SpecError([Reason("device", f"our backward runs on CPU and CUDA tensors, not {device.type!r} ones",
                                 "move the tensors to 'cuda' or 'cpu'")])
+    if device.type == "cuda":
+        return nvidia_arch(torch.cuda.get_device_capability(device))
     return BACKWARD_ARCH[device.type]
 
 

@@ -244,3 +244,21 @@ def test_a_problem_without_a_query_key_pair_has_zero_gradients(seqlen_q, seqlen_
         assert grad.shape == like.shape and grad.dtype == np.float32 and not np.any(grad)
     with pytest.raises(SpecError, match="softcap"):
         run(q, k, v, o, do, lse, dtype="f32", softcap=-1.0)
+
+
+def test_cuda_chips_compile_for_their_own_target_and_run_generic_prebuilt_bundles(tmp_path):
+    """An H100 / H200 (compute capability 9.0) compiles for sm_90a, whose wgmma body runs nowhere else;
+    other chips for sm_90. A bundle directory prebuilt for sm_90 still serves an sm_90a chip (its binaries
+    run there), and its own sm_90a bundle comes first once there is one."""
+    from fmha_mlir.api import bundle_path, compile_bundle
+    from fmha_mlir.target import nvidia_arch, prebuilt_archs
+
+    assert [nvidia_arch(c) for c in ((9, 0), (10, 0), (8, 9), (12, 0))] == ["sm_90a", "sm_90", "sm_90", "sm_90"]
+    assert prebuilt_archs("sm_90a") == ("sm_90a", "sm_90") and prebuilt_archs("gfx942") == ("gfx942",)
+    spec = AttentionBwdSpec("bf16", 64)
+    compile_bundle(spec, "sm_90").save(bundle_path(tmp_path, spec, "sm_90"))
+    generic = AttentionBackward(executor="cpu", arch="sm_90a", bundle_dir=tmp_path).bundle(spec)
+    assert generic.target.arch == "sm_90" and generic.config.instruction == "mma.m16n8k16"
+    compile_bundle(spec, "sm_90a").save(bundle_path(tmp_path, spec, "sm_90a"))
+    own = AttentionBackward(executor="cpu", arch="sm_90a", bundle_dir=tmp_path).bundle(spec)
+    assert own.target.arch == "sm_90a" and own.config.instruction == "wgmma.m64n64k16"

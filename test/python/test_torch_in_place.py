@@ -283,3 +283,11 @@ def test_the_ops_cuda_backward_runs_its_own_bound_call_on_this_calls_tensors(bui
             assert all(g.is_contiguous() for g in grads) and q.is_contiguous() == (storage != "qkv")
             logical = [g.transpose(1, 2) if layout == "bshd" else g for g in grads]
             _check_launches(built[1], tensors, logical, recorder)
+
+
+def test_a_9_0_chip_compiles_for_sm_90a_and_runs_a_prebuilt_sm_90_bundle(built, recorder):
+    """The stand-in driver says compute capability 9.0 (an H100 / H200): the backward's target is sm_90a
+    (the wgmma body), and the directory's sm_90 bundle serves it, since sm_90 binaries run there too."""
+    runner = AttentionBackward(executor="cuda", bundle_dir=built[0])
+    assert runner.device().capability == (9, 0) and runner.target_arch() == "sm_90a"
+    assert runner.bundle(runner.spec_for(*_tensors()[:3], mask=MASK)).target.arch == "sm_90"

@@ -1010,4 +1010,5 @@ if __name__ == "__main__":
 
     for name, tensors, kwargs in [*prebuilt_bundle_builds(), *row_cuda_bundle_builds(), *ring_bundle_builds(),
                                   *transformers_bundle_builds()]:
-        print(name, prebuild(sys.argv[1], *tensors, arch="sm_90", **kwargs))
+        for arch in ("sm_90a", "sm_90"):   # the H200's own target (CUDA tests), the interpreter's (CPU tests)
+            print(name, prebuild(sys.argv[1], *tensors, arch=arch, **kwargs))
