@@ -132,6 +132,13 @@ SWEEP: dict[int, list[KernelConfig]] = {
 }
 
 
+# wgmma candidates: one warpgroup per work-group (64 x 64 tiles), so that two work-groups share an SM
+# (255 registers x 128 threads each; 57 KB / 105 KB of shared memory at d64 / d128).
+_ONE_WARPGROUP = dict(block_m=64, block_n=64, warps=4, sdp_warps=(1, 1), dkv_warps=(1, 1), dq_warps=(1, 1))
+WGMMA_SWEEP: dict[int, list[KernelConfig]] = {d: [dataclasses.replace(WGMMA_TABLE[d], **_ONE_WARPGROUP)]
+                                              for d in WGMMA_TABLE}
+
+
 BIAS_VARIANTS = {"elementwise": {"bias": "elementwise"}, "elementwise+dbias": {"bias": "elementwise", "dbias": True},
                  "alibi": {"bias": "alibi"}, "alibi+dslopes": {"bias": "alibi", "dbias": True}}
 
@@ -146,16 +153,16 @@ def bundle_dir(directory: Path, row: Row, config: KernelConfig) -> Path:
 
 
 def row_configs(row: Row, sweep: bool, warp: bool = False, wgmma: bool = False) -> list[KernelConfig]:
-    """The default tiled config first, then the sweep's candidates, then the wgmma body's table row (where
-    it takes the spec on sm_90a), then the scalar warp body (where it takes the spec: not in deterministic
-    mode)."""
+    """The default tiled config first, then the sweep's candidates, then the wgmma body's table row and,
+    with the sweep, its candidates (where they take the spec on sm_90a), then the scalar warp body (where
+    it takes the spec: not in deterministic mode)."""
     default = choose_config(row.spec, get_target(ARCH), "tiled")
     extra = SWEEP.get(row.hdim, []) if sweep else []
-    hopper = WGMMA_TABLE.get(max(row.spec.hdim_q, row.spec.hdim_v)) if wgmma else None
-    if hopper is not None and BODIES["tiled"].reasons(row.spec, get_target(HOPPER_ARCH), hopper):
-        hopper = None
+    hopper = [WGMMA_TABLE[row.hdim]] if wgmma and row.hdim in WGMMA_TABLE else []
+    hopper += WGMMA_SWEEP.get(row.hdim, []) if wgmma and sweep else []
+    hopper = [c for c in hopper if not BODIES["tiled"].reasons(row.spec, get_target(HOPPER_ARCH), c)]
     scalar = [WARP] if warp and not BODIES["warp"].spec_reasons(row.spec, WARP) else []
-    return list(dict.fromkeys([default, *extra, *([hopper] if hopper else []), *scalar]))
+    return list(dict.fromkeys([default, *extra, *hopper, *scalar]))
 
 
 # -- build (here) -------------------------------------------------------------------------------------
