@@ -50,7 +50,7 @@ class Call:
     @functools.cached_property
     def padding(self) -> tuple[int, int]:
         """The zero columns the backward adds to q and k's head dim, and to v's (backward.run_backward):
-        (0, 0) unless no body computes the call's head dims (call._computed_spec)."""
+        (0, 0) unless no body computes the call's head dims (call.computed_spec)."""
         return self.spec.hdim_q - self.case.hdim_q, self.spec.hdim_v - self.case.hdim_v
 
     def backward_spec(self, dlse: bool) -> AttentionBwdSpec:
@@ -90,13 +90,13 @@ def _checked(text: str, arch: str | None, *key) -> Call:
         raise SpecError(reasons)
     target = get_target(arch or _device_arch(q.device))
     case = ForwardCase.of(*views, spec, options.forward)   # (the forward runs at the caller's head dims)
-    spec = _computed_spec(spec, target)
+    spec = computed_spec(spec, target)
     if options.return_lse:
         choose_config(dataclasses.replace(spec, lse_grad=True), target)
     return Call(options, spec, case, choose_forward(case))
 
 
-def _computed_spec(spec: AttentionBwdSpec, target) -> AttentionBwdSpec:
+def computed_spec(spec: AttentionBwdSpec, target) -> AttentionBwdSpec:
     """`spec` when a body computes it on `target`; else `spec` with its head dims zero-padded to the
     narrowest pair a body computes (its scale stays the caller's: 1/sqrt(the head dim) unless given),
     or SpecError with what the bodies refuse of `spec` itself, before any forward runs."""

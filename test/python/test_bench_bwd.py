@@ -16,14 +16,21 @@ from fmha_mlir.numerics import MATRIX_K16  # noqa: E402
 from fmha_mlir.spec import Mask  # noqa: E402
 
 
-def test_rows_are_the_issue_rows_then_the_long_ones_bf16_first():
+def test_rows_are_the_issue_rows_then_the_long_ones_then_the_padded_ones_bf16_first():
     labels = [r.label for r in bench_bwd.ROWS]
-    assert labels[:9] == ["bf16 B4 H16 S2048 D64", "bf16 B4 H16 S2048 D128 causal", "bf16 B2 H16 S4096 D128",
-                          "bf16 B2 H8 S2048 D256", "bf16 B1 H32 Hkv8 S8192 D128 causal", "bf16 B2 H16 S8192 D128",
-                          "bf16 B2 H16 S8192 D128 causal", "bf16 B1 H16 S16384 D128",
-                          "bf16 B1 H16 S16384 D128 causal"]
-    assert labels[9:] == [label.replace("bf16", "f16") for label in labels[:9]]
-    assert [r.label for r in bench_bwd.ROWS[:9] if r.long] == labels[5:9]
+    assert labels[:11] == ["bf16 B4 H16 S2048 D64", "bf16 B4 H16 S2048 D128 causal", "bf16 B2 H16 S4096 D128",
+                           "bf16 B2 H8 S2048 D256", "bf16 B1 H32 Hkv8 S8192 D128 causal", "bf16 B2 H16 S8192 D128",
+                           "bf16 B2 H16 S8192 D128 causal", "bf16 B1 H16 S16384 D128",
+                           "bf16 B1 H16 S16384 D128 causal", "bf16 B4 H16 S2048 D80 (padded 96)",
+                           "bf16 B4 H16 S2048 D160"]
+    assert labels[11:] == [label.replace("bf16", "f16") for label in labels[:11]]
+    assert [r.label for r in bench_bwd.ROWS[:11] if r.long] == labels[5:9]
+
+
+def test_a_padded_row_computes_the_op_s_padded_spec_at_its_own_scale_and_counts_its_own_flops():
+    row = bench_bwd.Row(4, 16, 16, 2048, 80, False, "bf16")
+    assert (row.spec.hdim_q, row.spec.hdim_v, row.spec.scale) == (96, 96, 80 ** -0.5)
+    assert row.flops == 2.5 * 4 * 4 * 16 * 2048 * 2048 * 80
 
 
 def test_flops_count_the_backward_as_2_5_forwards_halved_for_causal():
