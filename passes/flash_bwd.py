@@ -267,19 +267,16 @@ class FlashBackward:
         # dV += P^T dO, dK += dS^T Q: A = P^T / dS^T (registers or k-major rows); B = dO / Q rows (k). An
         # asynchronous atom with P^T in registers has dV in flight while dS^T is stored.
         early_dv = overlap and config.p_in_registers
+        p_t = atom.registers(p) if config.p_in_registers else Operand(tiles["p"], True, dkv_v.row0)
         if early_dv:
-            dv = atom.gemm(dv, dkv_v, self.bm, atom.registers(p), Operand(tiles["do"], False, rows, dkv_v.col0),
-                           wait=False)
+            dv = atom.gemm(dv, dkv_v, self.bm, p_t, Operand(tiles["do"], False, rows, dkv_v.col0), wait=False)
         atom.store_groups(tiles["ds"], ds, sdp.row0, sdp.col0)
         if not config.p_in_registers:
             atom.store_groups(tiles["p"], p, sdp.row0, sdp.col0)
         atom.shared_written()
         gpu.barrier()
 
-        if config.p_in_registers:
-            p_t, ds_t = atom.registers(p), atom.registers(ds)
-        else:
-            p_t, ds_t = Operand(tiles["p"], True, dkv_v.row0), Operand(tiles["ds"], True, dkv.row0)
+        ds_t = atom.registers(ds) if config.p_in_registers else Operand(tiles["ds"], True, dkv.row0)
         if not early_dv:
             dv = atom.gemm(dv, dkv_v, self.bm, p_t, Operand(tiles["do"], False, rows, dkv_v.col0), wait=not overlap)
         dk = atom.gemm(dk, dkv, self.bm, ds_t, Operand(tiles["q"], False, rows, dkv.col0), wait=not overlap)
