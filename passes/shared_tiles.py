@@ -73,18 +73,19 @@ class Tile:
                 chunk = swizzled_chunk(chunk, row_lane, self.chunks_per_row)
             return as_value(row_lane * self.cols + chunk * COPY_ELEMENTS)
 
-        key = (self.flat, self.cols, as_value(row_lane), _key(chunk_lane), chunk_offset, col)
+        key = (self.flat, self.cols, as_value(row_lane), value_key(chunk_lane), chunk_offset, col)
         return lanes.get(key, build)
 
 
-def _key(x):
+def value_key(x):
+    """A LaneValues key part for an Ix or a constant (Ix wraps a fresh object each time; its value does not)."""
     return as_value(x) if isinstance(x, Ix) else x
 
 
 def shared_views(layout: list[SharedTile], element: "ir.Type", swizzle: bool) -> dict[str, Tile]:
     """Flat views of every tile of `layout` over the kernel's dynamic shared memory."""
     return {tile.name: Tile(view, tile.rows, tile.cols, swizzle and tile.element_bytes == 2)
-            for tile, view in _views(layout, element, lambda tile: [tile.rows * tile.cols * tile.copies])}
+            for tile, view in tile_views(layout, element, flat_shape)}
 
 
 @dataclass(frozen=True)
@@ -106,7 +107,7 @@ class Grid:
 def shared_grids(layout: list[SharedTile], element: "ir.Type") -> dict[str, Grid]:
     """Grids over every tile of `layout`."""
     shape = lambda tile: [tile.rows * tile.copies, tile.pitch]
-    return {tile.name: Grid(view, tile.rows, tile.cols) for tile, view in _views(layout, element, shape)}
+    return {tile.name: Grid(view, tile.rows, tile.cols) for tile, view in tile_views(layout, element, shape)}
 
 
 def dynamic_shared_memory() -> "ir.Value":
@@ -116,9 +117,17 @@ def dynamic_shared_memory() -> "ir.Value":
                                                        ir.IntegerType.get_signless(8), memory_space=workgroup))
 
 
-def _views(layout: list[SharedTile], element: "ir.Type", shape) -> list[tuple[SharedTile, "ir.Value"]]:
+def flat_shape(tile: SharedTile) -> list[int]:
+    """A tile's every copy as one flat memref."""
+    return [tile.rows * tile.cols * tile.copies]
+
+
+def tile_views(layout: list[SharedTile], element: "ir.Type", shape, base: "ir.Value | None" = None
+               ) -> list[tuple[SharedTile, "ir.Value"]]:
+    """(tile, a view of shape(tile) over `base`, the kernel's dynamic shared memory unless given) for every
+    tile of `layout`: f32 for 4-byte tiles, `element` for the others."""
     workgroup = ir.Attribute.parse("#gpu.address_space<workgroup>")
-    base = dynamic_shared_memory()
+    base = dynamic_shared_memory() if base is None else base
     out = []
     for tile in layout:
         typ = ir.F32Type.get() if tile.element_bytes == 4 else element

@@ -42,7 +42,7 @@ class WgmmaMmaAtom:
         with lanes.hoist:
             self.zero = self.ops.zeros()
         self.i64 = ir.IntegerType.get_signless(64)
-        self.base_field = None
+        self.base_field = None    # set by shared_tiles, which the schedule calls before any product
 
     # -- positions -------------------------------------------------------------------------------------
 
@@ -122,10 +122,11 @@ class WgmmaMmaAtom:
 
     def _operand_base(self, operand: Operand) -> "ir.Value":
         """The descriptor address field of the operand's first element (unit row / column, stage)."""
-        offset = operand.tile.bytes_at(operand.row, operand.col)
-        start = operand.tile.offset if offset is None else arith.addi(offset, index(operand.tile.offset))
+        tile = operand.tile
+        offset = tile.bytes_at(operand.row, operand.col)
         if offset is None:
-            return arith.addi(self.base_field, arith.constant(self.i64, start // 16))
+            return arith.addi(self.base_field, arith.constant(self.i64, tile.offset // 16))
+        start = arith.addi(offset, index(tile.offset))
         return arith.addi(self.base_field, arith.index_cast(self.i64, arith.divui(start, index(16))))
 
     def _descriptor(self, operand: Operand, base: "ir.Value", mn0: int, k0: int) -> "ir.Value":

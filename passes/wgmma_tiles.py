@@ -18,7 +18,7 @@ from fmha_mlir.mlir import arith, ir, memref
 
 from .ir_builders import index
 from .ix import Ix, LaneValues, as_value
-from .shared_tiles import Tile, dynamic_shared_memory
+from .shared_tiles import Tile, dynamic_shared_memory, flat_shape, tile_views, value_key
 
 SWIZZLE = 128
 BLOCK = SWIZZLE // 2             # columns of one swizzled block (2-byte elements)
@@ -55,7 +55,7 @@ class WgmmaTile:
         def build():
             return as_value(layout.physical(row_lane, chunk_lane * 8 + lane_col) // 2)
 
-        key = ("wgmma_tile", self.flat, as_value(row_lane), _key(chunk_lane), lane_col)
+        key = ("wgmma_tile", self.flat, as_value(row_lane), value_key(chunk_lane), lane_col)
         total = lanes.get(key, build)
         constant = layout.offset(row, col - lane_col) // 2
         if constant:
@@ -90,20 +90,11 @@ class WgmmaTile:
         return wgmma_layouts.OperandTile(self.cols, self.rows, "MN", SWIZZLE)
 
 
-def _key(x):
-    return as_value(x) if isinstance(x, Ix) else x
-
-
 def wgmma_views(layout: list[SharedTile], element: "ir.Type") -> tuple[dict, "ir.Value"]:
     """Every tile of `layout` over the kernel's dynamic shared memory: 2-byte tiles as WgmmaTile, per-query
     f32 rows as shared_tiles.Tile; and the shared memory's base address (an index) for the descriptors."""
-    workgroup = ir.Attribute.parse("#gpu.address_space<workgroup>")
     base = dynamic_shared_memory()
-    tiles = {}
-    for tile in layout:
-        typ = ir.F32Type.get() if tile.element_bytes == 4 else element
-        view = memref.view(ir.MemRefType.get([tile.rows * tile.cols * tile.copies], typ, memory_space=workgroup),
-                           base, index(tile.offset), [])
-        tiles[tile.name] = (WgmmaTile(view, tile.offset, tile.rows, tile.cols) if tile.element_bytes == 2
-                            else Tile(view, tile.rows, tile.cols, False))
+    tiles = {tile.name: (WgmmaTile(view, tile.offset, tile.rows, tile.cols) if tile.element_bytes == 2
+                         else Tile(view, tile.rows, tile.cols, False))
+             for tile, view in tile_views(layout, element, flat_shape, base)}
     return tiles, memref.extract_aligned_pointer_as_index(base)

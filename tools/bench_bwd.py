@@ -36,6 +36,7 @@ them all; the table in fmha_mlir/bodies/mma_sync.py is chosen from that run (rep
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import json
 import platform
@@ -77,7 +78,7 @@ class Row:
     deterministic: bool = False   # dQ partials per key block, summed in order: ours only
     grad_accum: str = "f32"       # bf16: dQ by packed bf16 atomics into dq itself: ours only
 
-    @property
+    @functools.cached_property
     def spec(self) -> AttentionBwdSpec:
         """What our kernels compute for the row: at its head dim, or zero-padded to the narrowest one a body
         computes on sm_90, as the torch op pads (fmha_mlir.torch.call.computed_spec; the scale stays the
