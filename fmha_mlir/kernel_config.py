@@ -22,6 +22,7 @@ from .matrix_layouts import MFMA_SHAPES
 # which chips have which: matrix_layouts.MFMA_SHAPES).
 MMA_SYNC = "mma.m16n8k16"
 WGMMA = "wgmma.m64n64k16"
+WGMMA_SHAPE = (64, 64, 16)    # its m, n, k: one warpgroup's instruction tile
 INSTRUCTIONS = (MMA_SYNC, WGMMA) + tuple(f"mfma.{name}" for name in MFMA_SHAPES)
 # Warps that issue one instruction together: the unit the warp layouts count.
 WARPS_PER_UNIT = {WGMMA: 4}

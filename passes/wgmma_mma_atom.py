@@ -15,6 +15,7 @@ through the async proxy, by a proxy fence (`shared_written`).
 from __future__ import annotations
 
 from fmha_mlir import wgmma_layouts
+from fmha_mlir.kernel_config import WGMMA_SHAPE
 from fmha_mlir.mlir import arith, ir, vector
 
 from . import wgmma_atom
@@ -24,8 +25,7 @@ from .ir_builders import index
 from .ix import Ix, LaneValues, as_value
 from .wgmma_tiles import SWIZZLE, WgmmaTile, wgmma_views
 
-M = N = 64          # one warpgroup's instruction tile: one swizzled block wide (wgmma_tiles.BLOCK)
-K = 16
+M, N, K = WGMMA_SHAPE   # one warpgroup's instruction tile: N is one swizzled block (wgmma_tiles.BLOCK)
 
 
 class WgmmaMmaAtom:

@@ -8,7 +8,7 @@ from dataclasses import replace
 
 from ..dtypes import BYTES
 from ..errors import Reason
-from ..kernel_config import WGMMA, TiledConfig
+from ..kernel_config import WGMMA, WGMMA_SHAPE, TiledConfig
 from ..matrix_layouts import MMA_M16N8K16
 from ..numerics import MATRIX_K16
 from ..shape_expr import Dim, Expr, ceildiv, mul
@@ -32,7 +32,8 @@ def instruction_tile(config: TiledConfig) -> tuple[int, int, int, int]:
     """(m, S^T column multiple, n, k) of a unit's instruction tile: mma.sync's S^T columns come in
     pairs of n-tiles (one ldmatrix x4 feeds two)."""
     if config.instruction == WGMMA:
-        return 64, 64, 64, 16
+        m, n, k = WGMMA_SHAPE
+        return m, n, n, k
     shape = config.mfma
     if shape is None:
         return MMA_M16N8K16.m, 2 * MMA_M16N8K16.n, MMA_M16N8K16.n, MMA_M16N8K16.k
