@@ -38,6 +38,8 @@ SWIZZLES = ("xor", "none", "pad", "sw128")
 #               Measured on the H200 (bench_notes.md v4): +10-29% causal, +0-1.5% without a mask.
 GRID_ORDERS = ("keys_inner", "keys_outer")
 MAX_WARPS = 16
+# A warp-specialised work-group's producer: one warpgroup that loads by TMA for the consumer warps.
+PRODUCER_WARPS = 4
 
 
 class KernelConfig:
@@ -137,6 +139,9 @@ class TiledConfig(KernelConfig):
     # copy of the loop and the others an unmasked one (rows past seqlen_q get lse = +inf), instead of one
     # loop that tests every step. Faster where the unmasked loop then spills less (a table choice).
     split_tail_loop: bool = False
+    # Warp specialisation (wgmma): `warps` consume (the products), one more warpgroup produces (TMA copies of
+    # K, V, Q, dO and loads of LSE, D through an mbarrier pipeline), each role with its register budget.
+    producer: bool = False
 
     @property
     def mfma(self):
@@ -145,6 +150,11 @@ class TiledConfig(KernelConfig):
 
     @property
     def threads(self) -> int:
+        return self.consumer_threads + (PRODUCER_WARPS * self.wave_size if self.producer else 0)
+
+    @property
+    def consumer_threads(self) -> int:
+        """The threads that compute the products (all of them without a producer)."""
         return self.warps * self.wave_size
 
     @property
@@ -175,6 +185,11 @@ class TiledConfig(KernelConfig):
             out.append(Reason("config.warps", f"{self.warps} warps is more than {MAX_WARPS}"))
         if self.stages not in (1, 2):
             out.append(Reason("config.stages", f"{self.stages} Q/dO buffers", "use 1 or 2"))
+        if not isinstance(self.producer, bool):
+            out.append(Reason("config.producer", f"must be true or false (got {self.producer!r})"))
+        elif self.producer and self.instruction != WGMMA:
+            out.append(Reason("config.producer", f"a producer warpgroup feeds {WGMMA} consumers by TMA, not "
+                                                 f"{self.instruction}", "use producer = false"))
         for name, known, what in (("instruction", INSTRUCTIONS, "matrix instruction"), ("swizzle", SWIZZLES, "swizzle"),
                                   ("grid_order", GRID_ORDERS, "grid order")):
             value = getattr(self, name)

@@ -16,6 +16,7 @@ from . import flash_bwd
 from .copy_atoms import BufferLoadCopy, CpAsyncCopy
 from .mfma_atom import MfmaAtom
 from .mma_atoms import MmaSyncAtom
+from .warp_roles import ProducerConsumerBackward
 from .wgmma_mma_atom import WgmmaMmaAtom
 
 # A tiled body is the schedule on an instruction family's atoms (its table: fmha_mlir/bodies/).
@@ -29,8 +30,9 @@ HARDWARE = {MMA_SYNC_INSTRUCTION: MMA_SYNC, WGMMA_INSTRUCTION: WGMMA}
 
 
 def dq_dk_dv(op: "ir.Operation", spec, config) -> None:
-    """The schedule on the config's instruction family."""
-    flash_bwd.dq_dk_dv(op, spec, config, MFMA if config.mfma else HARDWARE[config.instruction])
+    """The schedule on the config's instruction family, warp-specialised where the config has a producer."""
+    hardware = MFMA if config.mfma else HARDWARE[config.instruction]
+    (ProducerConsumerBackward if config.producer else flash_bwd.FlashBackward)(op, spec, config, hardware).build()
 
 
 BUILDERS = {**row_stage_builders(), fmha.DqDkDvOp.NAME: dq_dk_dv}

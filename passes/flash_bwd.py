@@ -107,13 +107,7 @@ class FlashBackward:
     # -- the loop ------------------------------------------------------------------------------------
 
     def build(self) -> None:
-        spec, config = self.spec, self.config
-        g = spec.gqa_ratio
-        lo, hi = self.query_blocks()
-        blocks = arith.maxsi(arith.subi(hi, lo), index(0))
-        steps = arith.muli(blocks, index(g))   # every query head of the kv head's group
-        first_head = arith.muli(self.kv_head, index(g))
-
+        first_head, lo, hi, steps = self.walk()
         kv_prefix = [self.batch, self.kv_head]
         self.copy.rows(self.k, kv_prefix, self.k0, self.seqlen_k, self.tiles["k"], None)
         self.copy.rows(self.v, kv_prefix, self.k0, self.seqlen_k, self.tiles["v"], None)
@@ -121,12 +115,27 @@ class FlashBackward:
 
         dk0, dv0 = self.zeros(self.dkv), self.zeros(self.dkv_v)
 
-        if config.stages == 2:
+        if self.config.stages == 2:
             prologue = scf.IfOp(arith.cmpi(arith.CmpIPredicate.sgt, steps, index(0)))
             with ir.InsertionPoint(prologue.then_block):
                 self.load_step(first_head, lo, index(0))
                 scf.yield_([])
 
+        results = self.run_steps(first_head, lo, hi, steps, dk0, dv0)
+        self.copy.wait(0)
+        self.store_gradients(results)
+
+    def walk(self) -> tuple["ir.Value", ...]:
+        """(first head, lo, hi, steps): the steps over (head, query block) this work-group takes, every
+        query head of its kv head's group over query blocks [lo, hi)."""
+        lo, hi = self.query_blocks()
+        blocks = arith.maxsi(arith.subi(hi, lo), index(0))
+        steps = arith.muli(blocks, index(self.spec.gqa_ratio))
+        first_head = arith.muli(self.kv_head, index(self.spec.gqa_ratio))
+        return first_head, lo, hi, steps
+
+    def run_steps(self, first_head, lo, hi, steps, dk0, dv0) -> list:
+        """The loop from dK = dk0, dV = dv0; its results ([head, m] + dK + dV, flat)."""
         carried = [first_head, lo] + flatten(dk0) + flatten(dv0)
         if self.split_tail_loop:
             # Only the key block's tail is cut (rows past seqlen_q have lse = +inf, so P = 0 there): one
@@ -136,12 +145,12 @@ class FlashBackward:
             for block, masked in ((tail.then_block, True), (tail.else_block, False)):
                 with ir.InsertionPoint(block):
                     scf.yield_(self.loop(carried, steps, lo, hi, masked))
-            results = list(tail.results)
-        else:
-            results = self.loop(carried, steps, lo, hi, None)
-        self.copy.wait(0)
+            return list(tail.results)
+        return self.loop(carried, steps, lo, hi, None)
+
+    def store_gradients(self, results: list) -> None:
         dk, dv = self.gradients(results[2:])
-        self.store_grad(self.dk_out, dk, self.dkv, spec.scale)
+        self.store_grad(self.dk_out, dk, self.dkv, self.spec.scale)
         self.store_grad(self.dv_out, dv, self.dkv_v, None)
 
     def gradients(self, values: list) -> tuple[list, list]:
@@ -154,7 +163,6 @@ class FlashBackward:
     def loop(self, carried: list, steps, lo, hi, masked: "bool | None") -> list:
         """The steps over (head, query block), carrying dK and dV; the results. `masked`: whether every
         step's scores are masked, or None for the step's own cut test (mask_geometry.tile_cut)."""
-        double = self.config.stages == 2
         # (head, m) of the step is carried and advanced with selects: no division in the loop.
         loop = scf.ForOp(index(0), steps, index(1), carried)
         with ir.InsertionPoint(loop.body):
@@ -162,24 +170,45 @@ class FlashBackward:
             head, m, *values = list(loop.inner_iter_args)
             dk, dv = self.gradients(values)
             next_head, next_m = advance(head, m, lo, hi)
-            stage = arith.andi(it, index(1)) if double else index(0)
-            if double:
-                self.copy.wait(0)
-                self.atom.shared_written()
-                gpu.barrier()
-                prefetch = scf.IfOp(arith.cmpi(arith.CmpIPredicate.slt, arith.addi(it, index(1)), steps))
-                with ir.InsertionPoint(prefetch.then_block):
-                    self.load_step(next_head, next_m, arith.xori(stage, index(1)))
-                    scf.yield_([])
-            else:
-                gpu.barrier()    # the previous step's reads of the buffers are done
-                self.load_step(head, m, stage)
-                self.copy.wait(0)
-                self.atom.shared_written()
-                gpu.barrier()
+            stage = self.stage_of(it)
+            self.before_step(it, steps, stage, head, m, next_head, next_m)
             dk, dv = self.step(head, m, stage, dk, dv, masked)
+            self.after_step(stage)
             scf.yield_([next_head, next_m] + flatten(dk) + flatten(dv))
         return list(loop.results)
+
+    def stage_of(self, it: "ir.Value") -> "ir.Value":
+        """The Q / dO / LSE / D buffer of step `it`."""
+        return arith.andi(it, index(1)) if self.config.stages == 2 else index(0)
+
+    def before_step(self, it, steps, stage, head, m, next_head, next_m) -> None:
+        """Make step `it`'s buffer ready: wait for its copies (double-buffered: issued a step ahead, and
+        the next step's issued now; else issued now)."""
+        if self.config.stages == 2:
+            self.copy.wait(0)
+            self.atom.shared_written()
+            gpu.barrier()
+            prefetch = scf.IfOp(arith.cmpi(arith.CmpIPredicate.slt, arith.addi(it, index(1)), steps))
+            with ir.InsertionPoint(prefetch.then_block):
+                self.load_step(next_head, next_m, arith.xori(stage, index(1)))
+                scf.yield_([])
+        else:
+            gpu.barrier()    # the previous step's reads of the buffers are done
+            self.load_step(head, m, stage)
+            self.copy.wait(0)
+            self.atom.shared_written()
+            gpu.barrier()
+
+    def after_step(self, stage) -> None:
+        """Hand the step's buffer back (the copies of before_step need nothing: its barrier orders them)."""
+
+    def before_shared_stores(self) -> None:
+        """Before a step stores dS^T (and P^T): the previous step's reads of them are done (here: ordered
+        by before_step's barrier)."""
+
+    def step_barrier(self) -> None:
+        """The barrier that publishes a step's dS^T (and P^T) stores to the warps that read them."""
+        gpu.barrier()
 
     def query_blocks(self) -> tuple["ir.Value", "ir.Value"]:
         """[lo, hi) of the query blocks this key block visits (mask_geometry.query_block_range)."""
@@ -270,11 +299,12 @@ class FlashBackward:
         p_t = atom.registers(p) if config.p_in_registers else Operand(tiles["p"], True, dkv_v.row0)
         if early_dv:
             dv = atom.gemm(dv, dkv_v, self.bm, p_t, Operand(tiles["do"], False, rows, dkv_v.col0), wait=False)
+        self.before_shared_stores()
         atom.store_groups(tiles["ds"], ds, sdp.row0, sdp.col0)
         if not config.p_in_registers:
             atom.store_groups(tiles["p"], p, sdp.row0, sdp.col0)
         atom.shared_written()
-        gpu.barrier()
+        self.step_barrier()
 
         ds_t = atom.registers(ds) if config.p_in_registers else Operand(tiles["ds"], True, dkv.row0)
         if not early_dv:
@@ -573,6 +603,3 @@ def unflatten(flat, rows, cols):
 def flatten3(values):
     return [group for row in values for groups in row for group in groups]
 
-
-def dq_dk_dv(op: "ir.Operation", spec: AttentionBwdSpec, config: KernelConfig, hardware: Hardware) -> None:
-    FlashBackward(op, spec, config, hardware).build()

@@ -11,13 +11,13 @@ parameters: the tensor maps of A, B and V (boxes: ProbeShape.boxes), then C and 
 from __future__ import annotations
 
 from fmha_mlir.hopper_probe_geometry import BLOCK_K, KERNEL, ROLE_THREADS, STAGES, THREADS, ProbeShape
-from fmha_mlir.mlir import arith, gpu, ir, memref, scf
+from fmha_mlir.mlir import arith, gpu, ir, memref
 from fmha_mlir.wgmma_layouts import M
 
 from . import wgmma_atom
 from .hopper_sync import (MbarrierGroup, MbarrierPipeline, declare_roles, fence_proxy_async, fix_entry_registers,
                           set_max_registers)
-from .ir_builders import index
+from .ir_builders import if_then, index
 from .ix import Ix
 from .tma_copy import TmaCopy, tensor_map_params, tile_bytes
 from .wgmma_atom import WgmmaAtom
@@ -54,22 +54,6 @@ gpu.func @{KERNEL}(%a: !llvm.ptr, %b: !llvm.ptr, %v: !llvm.ptr, %c: memref<{shap
 }}
 }}
 }}"""
-
-
-def if_then(condition):
-    """An scf.if without results; build its body inside the returned context."""
-    op = scf.IfOp(condition)
-    point = ir.InsertionPoint(op.then_block)
-
-    class _Then:
-        def __enter__(self):
-            point.__enter__()
-
-        def __exit__(self, *exc):
-            scf.YieldOp([])
-            point.__exit__(*exc)
-
-    return _Then()
 
 
 class _Probe:

@@ -12,9 +12,8 @@ from fmha_mlir.hopper_probe_geometry import (BLOCK_K, THREADS, DqReduceRung, Pro
 from fmha_mlir.wgmma_layouts import M
 
 from . import hopper_probe, wgmma_atom
-from .hopper_probe import if_then
 from .hopper_sync import MbarrierGroup, fence_proxy_async
-from .ir_builders import index
+from .ir_builders import if_then, index
 from .ix import Ix
 from .tma_copy import TmaCopy, TmaReduce, bulk_commit, bulk_wait, tensor_map_params
 from .wgmma_atom import WgmmaAtom

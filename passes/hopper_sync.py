@@ -57,19 +57,20 @@ class MbarrierGroup:
 class MbarrierPipeline:
     """`stages` buffers handed from producer to consumers: full[s] = barrier s, empty[s] = stages + s.
 
-    commit(s, nbytes): the producer's arrive with the stage's TMA byte count (one producer thread);
+    commit(s, nbytes): the producer's arrive with the stage's TMA byte count (one producer thread; the full
+    barrier expects `producers` arrivals: more where producer threads also store into the stage);
     wait(s, parity): consumers wait for the stage's bytes; release(s): each consumer arrives (the empty
     barrier expects `consumers` arrivals); acquire(s, parity): the producer waits for the stage to be free.
     """
 
-    def __init__(self, stages: int, consumers: int):
-        self.stages, self.consumers = stages, consumers
+    def __init__(self, stages: int, consumers: int, producers: int = 1):
+        self.stages, self.consumers, self.producers = stages, consumers, producers
         self.barriers = MbarrierGroup(2 * stages)
 
     def init(self) -> None:
         """Initialise every barrier (call from one thread, then a barrier of the whole work-group)."""
         for s in range(self.stages):
-            self.barriers.init(s, 1)
+            self.barriers.init(s, self.producers)
             self.barriers.init(self.stages + s, self.consumers)
 
     def commit(self, stage, nbytes) -> None:

@@ -6,7 +6,7 @@ Every helper builds at the current insertion point and location (callers open
 from __future__ import annotations
 
 from fmha_mlir.dialects import fmha
-from fmha_mlir.mlir import arith, ir, memref, vector
+from fmha_mlir.mlir import arith, ir, memref, scf, vector
 
 
 def collect_ops(root: "ir.Operation", names) -> list["ir.Operation"]:
@@ -135,3 +135,19 @@ def expr_value(expr, operands: dict) -> "ir.Value":
         lhs, rhs = expr_value(expr.lhs, operands), expr_value(expr.rhs, operands)
         return getattr(arith, ARITH_OPS[expr.op].removeprefix("arith."))(lhs, rhs)
     return index(expr)
+
+
+def if_then(condition: "ir.Value"):
+    """An scf.if without results: `with if_then(c):` builds its then block (and its yield)."""
+    op = scf.IfOp(condition)
+    point = ir.InsertionPoint(op.then_block)
+
+    class _Then:
+        def __enter__(self):
+            point.__enter__()
+
+        def __exit__(self, *exc):
+            scf.YieldOp([])
+            point.__exit__(*exc)
+
+    return _Then()

@@ -16,6 +16,7 @@ from fmha_mlir.mlir import gpu, ir
 
 from .base import FmhaPass, PassFailure, rewriting
 from .ir_builders import collect_ops, enclosing_op, expr_value, i32, index
+from .tma_copy import host_tensor_map, tensor_map_params
 from .varlen_views import sized
 from .verify import verified_plan
 
@@ -40,15 +41,16 @@ class StagesToGpu(FmhaPass):
             spec, config, stage = plan.spec, plan.config, stage_name(op)
             launch = plan.launch(stage)
             name = kernel_symbol(spec, config, stage)
-            _ensure_kernel(kernels, name, op, launch.block, spec, config)
+            _ensure_kernel(kernels, name, op, launch.block, spec, config, len(launch.tensor_maps))
             with rewriting(op):
                 operands = STAGE_CLASSES[op.name].named_operands(op, spec)
-                access = operand_access(op.name, list(operands), plan)
+                access = operand_access(op.name, list(operands), plan) + [READ] * len(launch.tensor_maps)
+                maps = [host_tensor_map(operands[m.operand], m.box, m.swizzle) for m in launch.tensor_maps]
                 exprs, operands = sized(launch.grid, op, spec, operands)
                 grid = [expr_value(e, operands) for e in exprs]
                 shared = i32(launch.shared_bytes) if launch.shared_bytes else None
                 launched = gpu.LaunchFuncOp([KERNEL_MODULE, name], grid, [index(n) for n in launch.block],
-                                            list(op.operands), dynamic_shared_memory_size=shared)
+                                            list(op.operands) + maps, dynamic_shared_memory_size=shared)
                 launched.operation.attributes[ACCESS_ATTRIBUTE] = ir.ArrayAttr.get(
                     [ir.StringAttr.get(a) for a in access])
             op.erase()
@@ -84,11 +86,13 @@ def _kernel_module(module: "ir.Operation") -> "ir.Operation":
 
 
 def _ensure_kernel(kernels: "ir.Operation", name: str, stage: "ir.Operation", block: tuple[int, int, int],
-                   spec, config) -> None:
+                   spec, config, tensor_maps: int = 0) -> None:
     """Add `gpu.func @name` wrapping a copy of `stage` unless the same kernel is already there. The kernel
-    keeps the spec and config as `fmha.spec` / `fmha.config`, so every later stage says what it computes."""
+    keeps the spec and config as `fmha.spec` / `fmha.config`, so every later stage says what it computes;
+    `tensor_maps` tensor-map parameters follow the stage's operands (the body finds them there)."""
     body = kernels.regions[0].blocks[0]
-    operand_types = [value.type for value in stage.operands]
+    operands = [value.type for value in stage.operands]
+    operand_types = operands + [ir.Type.parse("!llvm.ptr")] * tensor_maps
     existing = _symbol_op(body, name)
     if existing is not None:
         if existing.name != "gpu.func":
@@ -104,9 +108,11 @@ def _ensure_kernel(kernels: "ir.Operation", name: str, stage: "ir.Operation", bl
         kernel.operation.attributes["kernel"] = ir.UnitAttr.get()
         describe_kernel(kernel.operation, spec, config)
         entry = kernel.body.blocks.append(*operand_types, arg_locs=[stage.location] * len(operand_types))
+        if tensor_maps:
+            tensor_map_params(kernel.operation, list(range(len(operands), len(operand_types))))
     with ir.InsertionPoint(entry), stage.location:
         copy = stage.clone()
-        for i, arg in enumerate(entry.arguments):
+        for i, arg in enumerate(entry.arguments[:len(operands)]):
             copy.operands[i] = arg
         gpu.return_([])
 

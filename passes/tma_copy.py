@@ -52,46 +52,73 @@ def tensor_map_params(function: "ir.Operation", positions: list[int]) -> None:
 
 class TmaCopy:
     """Box loads through one tensor map whose box is `rows` x `inner` elements of `element`, swizzled by
-    `swizzle` bytes (inner x element bytes == swizzle for swizzled boxes)."""
+    `swizzle` bytes (inner x element bytes == swizzle for swizzled boxes), behind `outer` leading
+    dimensions of size 1 (a [batch, head, row, column] tensor's box is 1 x 1 x rows x inner)."""
 
-    def __init__(self, tensor_map: "ir.Value", rows: int, inner: int, element: str, swizzle: int):
+    def __init__(self, tensor_map: "ir.Value", rows: int, inner: int, element: str, swizzle: int, outer: int = 0):
         _check_box(inner, element, swizzle)
-        self.rows, self.inner, self.element, self.swizzle = rows, inner, element, swizzle
+        self.rows, self.inner, self.element, self.swizzle, self.outer = rows, inner, element, swizzle, outer
         self.element_bytes = ELEMENT_BYTES[element]
-        self.box_type = ir.Type.parse(f"memref<{rows}x{inner}x{ELEMENT_NAMES[element]}, 3>")
-        self.descriptor_type = ir.Type.parse(
-            f"!nvgpu.tensormap.descriptor<tensor = memref<{rows}x{inner}x{ELEMENT_NAMES[element]}, 3>, "
-            f"swizzle = {SWIZZLE_NAMES[swizzle]}, l2promo = none, oob = zero, interleave = none>")
+        box = (1,) * outer + (rows, inner)
+        self.descriptor_type = descriptor_type(box, element, swizzle)
         self.descriptor = ir.Operation.create("builtin.unrealized_conversion_cast", results=[self.descriptor_type],
                                               operands=[tensor_map]).result
-        self.shared_type = ir.Type.parse(f"memref<{rows}x{inner}x{ELEMENT_NAMES[element]}, "
+        self.shared_type = ir.Type.parse(f"memref<{_shape(box)}x{ELEMENT_NAMES[element]}, "
                                          "#gpu.address_space<workgroup>>")
 
     @classmethod
-    def for_tile(cls, tensor_map: "ir.Value", tile: OperandTile, element: str) -> "TmaCopy":
+    def for_tile(cls, tensor_map: "ir.Value", tile: OperandTile, element: str, outer: int = 0) -> "TmaCopy":
         """The copy whose boxes fill `tile` (OperandTile.boxes)."""
-        return cls(tensor_map, *tile.box, element, tile.swizzle)
+        return cls(tensor_map, *tile.box, element, tile.swizzle, outer)
 
     @property
     def box_bytes(self) -> int:
         return self.rows * self.inner * self.element_bytes
 
     def load(self, shared: "ir.Value", byte_offset, coordinates, barriers, barrier) -> None:
-        """One box at `coordinates` (innermost first: column, then row, as the tensor map's dimensions)
-        into the dynamic shared buffer `shared` (i8) at `byte_offset` (a multiple of the swizzle period),
-        completing on barrier `barrier` of the MbarrierGroup `barriers`."""
-        view = memref.view(self.shared_type, shared, as_value(byte_offset), [])
-        coords = [as_value(c) for c in coordinates]
+        """One box at `coordinates` (innermost first: column, then row, then the outer dimensions, as the
+        tensor map's dimensions) into the dynamic shared buffer `shared` (i8) at `byte_offset` (a multiple
+        of the swizzle period), completing on barrier `barrier` of the MbarrierGroup `barriers`."""
+        view = memref.view(self.shared_type, shared, _value(byte_offset), [])
+        coords = [_value(c) for c in coordinates]
         ir.Operation.create("nvgpu.tma.async.load", results=[], operands=[
-            view, barriers.value, self.descriptor, *coords, as_value(barrier)],
+            view, barriers.value, self.descriptor, *coords, _value(barrier)],
             attributes={"operandSegmentSizes": ir.DenseI32ArrayAttr.get([1, 1, 1, len(coords), 1, 0, 0])})
 
-    def load_tile(self, shared: "ir.Value", byte_offset: int, tile: OperandTile, row, column, barriers,
-                  barrier) -> None:
+    def load_tile(self, shared: "ir.Value", byte_offset, tile: OperandTile, row, column, barriers,
+                  barrier, outer: tuple = ()) -> None:
         """Every box of `tile` whose first element is at (row, column) of the tensor (row along the
-        tensor's outer dimension, column along its contiguous one)."""
+        tensor's outer dimension, column along its contiguous one), `outer` the coordinates of the leading
+        dimensions (innermost first). `byte_offset`: an int or an index value."""
         for offset, first, _ in tile.boxes():
-            self.load(shared, byte_offset + offset, [column + first if first else column, row], barriers, barrier)
+            at = byte_offset + offset if isinstance(byte_offset, int) else arith.addi(byte_offset, as_value(offset))
+            self.load(shared, at, [column + first if first else column, row, *outer], barriers, barrier)
+
+
+def descriptor_type(box: tuple[int, ...], element: str, swizzle: int) -> "ir.Type":
+    """!nvgpu.tensormap.descriptor of a box (outermost first) in shared memory, zero-filled out of bounds."""
+    return ir.Type.parse(f"!nvgpu.tensormap.descriptor<tensor = memref<{_shape(box)}x{ELEMENT_NAMES[element]}, 3>, "
+                         f"swizzle = {SWIZZLE_NAMES[swizzle]}, l2promo = none, oob = zero, interleave = none>")
+
+
+def host_tensor_map(tensor: "ir.Value", box: tuple[int, ...], swizzle: int) -> "ir.Value":
+    """On the host: the tensor map of memref `tensor` with boxes of `box` (outermost first), as the
+    !llvm.ptr a kernel's tensor-map parameter takes (the launch plan reads it back as a tensor map)."""
+    element = ir.MemRefType(tensor.type).element_type
+    name = next(n for n in ELEMENT_NAMES if ir.Type.parse(n) == element)
+    unranked = memref.cast(ir.UnrankedMemRefType.get(element, None), tensor)
+    created = ir.Operation.create("nvgpu.tma.create.descriptor", results=[descriptor_type(box, name, swizzle)],
+                                  operands=[unranked, *(as_value(n) for n in box)]).result
+    return ir.Operation.create("builtin.unrealized_conversion_cast", results=[ir.Type.parse("!llvm.ptr")],
+                               operands=[created]).result
+
+
+def _value(x) -> "ir.Value":
+    return x if isinstance(x, ir.Value) else as_value(x)
+
+
+def _shape(box: tuple[int, ...]) -> str:
+    return "x".join(str(n) for n in box)
 
 
 class TmaReduce:

@@ -142,10 +142,9 @@ SWEEP: dict[int, list[KernelConfig]] = {
 }
 
 
-# wgmma candidates: one warpgroup per work-group (64 x 64 tiles), so that two work-groups share an SM
-# (255 registers x 128 threads each; 57 KB / 105 KB of shared memory at d64 / d128).
-_ONE_WARPGROUP = dict(block_m=64, block_n=64, warps=4, sdp_warps=(1, 1), dkv_warps=(1, 1), dq_warps=(1, 1))
-WGMMA_SWEEP: dict[int, list[KernelConfig]] = {d: [dataclasses.replace(WGMMA_TABLE[d], **_ONE_WARPGROUP)]
+# wgmma candidates: the table row without its producer warpgroup (every warp copies by cp.async and
+# computes), against which the warp-specialised row is measured.
+WGMMA_SWEEP: dict[int, list[KernelConfig]] = {d: [dataclasses.replace(WGMMA_TABLE[d], producer=False)]
                                               for d in WGMMA_TABLE}
 
 
@@ -162,14 +161,15 @@ def bundle_dir(directory: Path, row: Row, config: KernelConfig) -> Path:
     return bundle_path(directory, row.spec, arch_of(config), config=config)
 
 
-def row_configs(row: Row, sweep: bool, warp: bool = False, wgmma: bool = False) -> list[KernelConfig]:
+def row_configs(row: Row, sweep: bool, warp: bool = False, wgmma: bool = False,
+                wgmma_sweep: bool = False) -> list[KernelConfig]:
     """The default tiled config first, then the sweep's candidates, then the wgmma body's table row and,
-    with the sweep, its candidates (where they take the spec on sm_90a), then the scalar warp body (where
-    it takes the spec: not in deterministic mode)."""
+    with either sweep, its candidates (where they take the spec on sm_90a), then the scalar warp body
+    (where it takes the spec: not in deterministic mode)."""
     default = choose_config(row.spec, get_target(ARCH), "tiled")
     extra = SWEEP.get(row.hdim, []) if sweep else []
     hopper = [WGMMA_TABLE[row.hdim]] if wgmma and row.hdim in WGMMA_TABLE else []
-    hopper += WGMMA_SWEEP.get(row.hdim, []) if wgmma and sweep else []
+    hopper += WGMMA_SWEEP.get(row.hdim, []) if wgmma and (sweep or wgmma_sweep) else []
     hopper = [c for c in hopper if not BODIES["tiled"].reasons(row.spec, get_target(HOPPER_ARCH), c)]
     scalar = [WARP] if warp and not BODIES["warp"].spec_reasons(row.spec, WARP) else []
     return list(dict.fromkeys([default, *extra, *hopper, *scalar]))
@@ -178,7 +178,8 @@ def row_configs(row: Row, sweep: bool, warp: bool = False, wgmma: bool = False) 
 # -- build (here) -------------------------------------------------------------------------------------
 
 
-def build(directory: Path, sweep: bool, warp: bool, ptxas: str | None, rows: list[Row], wgmma: bool = False) -> None:
+def build(directory: Path, sweep: bool, warp: bool, ptxas: str | None, rows: list[Row], wgmma: bool = False,
+          wgmma_sweep: bool = False) -> None:
     from fmha_mlir.compiler import Compiler
     from fmha_mlir.runtime.bundle import Bundle
 
@@ -186,7 +187,7 @@ def build(directory: Path, sweep: bool, warp: bool, ptxas: str | None, rows: lis
     compiler = Compiler(ptxas=ptxas)   # a cubin when ptxas sits in a CUDA toolkit: no JIT on the GPU
     facts = {}
     for row in rows:
-        for config in row_configs(row, sweep, warp, wgmma):
+        for config in row_configs(row, sweep, warp, wgmma, wgmma_sweep):
             out = bundle_dir(directory, row, config)
             if out.is_dir():
                 continue
@@ -432,7 +433,7 @@ def _time_steps(torch, run, options: TimingOptions) -> dict[str, dict]:
 
 
 def run(directory: Path, report: Path, options: TimingOptions, sweep: bool, rows: list[Row], flex: str,
-        warp: bool, budget_s: float, wgmma: bool = False) -> int:
+        warp: bool, budget_s: float, wgmma: bool = False, wgmma_sweep: bool = False) -> int:
     """Every row (until `budget_s` seconds have passed: the rows after it are listed as not run)."""
     import torch
 
@@ -453,7 +454,7 @@ def run(directory: Path, report: Path, options: TimingOptions, sweep: bool, rows
         numerics = load_bundle(directory, row.spec, ARCH, default).numerics
         refs = bench_gate.references(_problem(row, sets[0], *forwards[0], numerics))
         entry = {"row": row.label, "flops": row.flops, "causal": row.causal, "long": row.long, "ours": {}, "peers": {}}
-        for config in row_configs(row, sweep, warp, wgmma):
+        for config in row_configs(row, sweep, warp, wgmma, wgmma_sweep):
             if not bundle_dir(directory, row, config).is_dir():
                 continue
             if config.body == "warp" and row.seqlen * row.heads_q * row.batch > 16 * 2048 * 4:
@@ -613,6 +614,7 @@ def main(argv=None) -> int:
     p.add_argument("--sweep", action="store_true", help="also the candidate configs of SWEEP")
     p.add_argument("--warp", action="store_true", help="also the scalar warp body (the smaller rows only)")
     p.add_argument("--wgmma", action="store_true", help="also the wgmma body (sm_90a) where its table takes the row")
+    p.add_argument("--wgmma-sweep", action="store_true", help="with --wgmma: also WGMMA_SWEEP's candidates")
     p.add_argument("--rows", default="", help="only rows whose label contains this text")
     p.add_argument("--flex", choices=("bf16", "f16", "all", "none"), default="bf16",
                    help="rows on which compiled FlexAttention is timed (its torch.compile takes tens of seconds a row)")
@@ -635,13 +637,13 @@ def main(argv=None) -> int:
         rows = [v for r in rows for v in (r, *([dataclasses.replace(r, grad_accum=args.grad_accum)]
                                                if r.dtype == "bf16" and not r.deterministic else []))]
     if args.action == "build":
-        build(args.directory, args.sweep, args.warp, args.ptxas, rows, args.wgmma)
+        build(args.directory, args.sweep, args.warp, args.ptxas, rows, args.wgmma, args.wgmma_sweep)
         return 0
     if args.action == "once":
         return once(args.directory, rows[0], args.tag)
     options = TimingOptions(calls=args.calls, rounds=args.rounds, sleep_rate=0.0)
     return run(args.directory, args.report, options, args.sweep, rows, args.flex, args.warp, args.budget_s,
-               args.wgmma)
+               args.wgmma, args.wgmma_sweep)
 
 
 if __name__ == "__main__":

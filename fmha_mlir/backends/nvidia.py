@@ -40,9 +40,10 @@ class NvidiaBackend(Backend):
     def module_passes(self) -> list[str]:
         # wgmma / setmaxnreg on a chip without them are refused first (a clear error, not ptxas's or the
         # driver's). Vector atomics and nvgpu ops (mma.sync, ldmatrix, cp.async, TMA, mbarrier) become
-        # inline PTX and nvvm ops before the gpu conversion runs.
+        # inline PTX and nvvm ops before the gpu conversion runs; in the kernels only: the host's tensor maps
+        # (nvgpu.tma.create.descriptor) stay for the launch plan, which the runtime encodes.
         return [render_pass("fmha-check-chip-features", target=self.target.arch), "fmha-vector-atomics-to-nvvm",
-                "convert-nvgpu-to-nvvm"]
+                "gpu.module(convert-nvgpu-to-nvvm)"]
 
     def gpu_to_llvm_passes(self) -> list[str]:
         return ["convert-nvvm-to-llvm", "convert-gpu-to-nvvm"]

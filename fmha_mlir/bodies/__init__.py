@@ -15,7 +15,8 @@ alignment, numerics. The IR builders live in passes/.
 """
 from .choice import AUTO_ORDER, BODIES, body_of, check_config, choose_config, get_body
 from .common import (ACCESSES, ACCUMULATE, COPY_ELEMENTS, ELEMENT_BYTES, GRADS, LSE_BYTES, MAX_ELEMENTS_PER_LANE,
-                     READ, ROW_BYTES, ROW_KERNEL_WAVES, STAGES, TILE_ALIGN, WRITE, Body, Launch, SharedTile, Workspace,
+                     READ, ROW_BYTES, ROW_KERNEL_WAVES, STAGES, TILE_ALIGN, WRITE, Body, Launch, SharedTile, TensorMap,
+                     Workspace,
                      bias_accumulation, partials_zeroed, row_alignment, row_lanes, row_launch, row_reasons,
                      row_stage_hdim, row_stage_output_access, sink_accumulation)
 from .mfma import AMD_TILED_TABLE
@@ -27,7 +28,8 @@ from .warp import WarpBody
 __all__ = [
     "AUTO_ORDER", "BODIES", "body_of", "check_config", "choose_config", "get_body",
     "ACCESSES", "ACCUMULATE", "COPY_ELEMENTS", "ELEMENT_BYTES", "GRADS", "LSE_BYTES", "MAX_ELEMENTS_PER_LANE", "READ",
-    "ROW_BYTES", "ROW_KERNEL_WAVES", "STAGES", "TILE_ALIGN", "WRITE", "Body", "Launch", "SharedTile", "Workspace",
+    "ROW_BYTES", "ROW_KERNEL_WAVES", "STAGES", "TILE_ALIGN", "WRITE", "Body", "Launch", "SharedTile", "TensorMap",
+    "Workspace",
     "bias_accumulation", "partials_zeroed", "row_alignment", "row_lanes", "row_launch", "row_reasons", "row_stage_hdim",
     "row_stage_output_access", "sink_accumulation",
     "AMD_TILED_TABLE", "TILED_TABLE", "BodyPlan", "body_plan",

@@ -48,6 +48,18 @@ class Launch:
     grid: tuple[Expr, Expr, Expr]   # over the stage op's operand names
     block: tuple[int, int, int]
     shared_bytes: int = 0
+    tensor_maps: tuple["TensorMap", ...] = ()   # extra kernel parameters, after the stage op's operands
+
+
+@dataclass(frozen=True)
+class TensorMap:
+    """A TMA tensor map over a stage operand, passed to the kernel after the operands: boxes of `box`
+    elements (outermost first, one size per dimension of the operand) in a `swizzle`-byte swizzle, zero
+    outside the tensor."""
+
+    operand: str
+    box: tuple[int, ...]
+    swizzle: int
 
 
 @dataclass(frozen=True)

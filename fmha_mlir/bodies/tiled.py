@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from .. import mask_geometry
 from ..dtypes import BYTES
 from ..errors import Reason
 from ..kernel_config import WGMMA, WGMMA_SHAPE, TiledConfig
@@ -94,9 +95,13 @@ class TiledBody(Body):
         out += [Reason(f"config.{name}", f"{getattr(config, name)} does not tile block_m {bm} x block_n {bn} x "
                                          f"hdim {spec.hdim_q}/{spec.hdim_v}: {why}")
                 for name, ok, why in checks if not ok]
-        if config.threads < 2 * bm:
+        copiers = config.threads - config.consumer_threads if config.producer else config.threads // 2
+        if copiers < bm:
             out.append(Reason("config.warps", f"{config.threads} threads cannot copy the {bm} LSE and {bm} D values "
                                               "of a query block at once", "use more warps or a smaller block_m"))
+        if config.producer and spec.varlen:
+            out.append(Reason("config.producer", "the producer's tensor maps span whole sequences of one batch "
+                                                 "entry; varlen sequences are packed", "use producer = false"))
         return out
 
     def default_config(self, spec, target):
@@ -126,7 +131,8 @@ class TiledBody(Body):
     def launch(self, stage, spec, config):
         if stage == "dq_dk_dv":
             return Launch(tiled_grid(config, key_blocks(config), Dim("k", 1), Dim("k", 0)),
-                          (config.threads, 1, 1), self.shared_layout(spec, config)[-1].end)
+                          (config.threads, 1, 1), self.shared_layout(spec, config)[-1].end,
+                          wgmma.tensor_maps(config) if config.producer else ())
         return row_launch(stage, spec, config)
 
     def alignment(self, spec, config):
@@ -196,9 +202,15 @@ def tiled_table(arch: str) -> dict[int, TiledConfig]:
 def tiled_config(spec: AttentionBwdSpec, target: Target) -> TiledConfig:
     """The target table's row for the larger head dim (the next bucket up); gfx942 d256 has none (the
     body then refuses with the reason) and takes the d128 row's shape to say so. A wgmma row that does not
-    take the spec (a head dim that is not whole 64-column blocks) gives way to mma.sync's."""
+    take the spec (a head dim that is not whole 64-column blocks) gives way to mma.sync's; a producer
+    row runs without its producer where that is measured faster or the producer cannot take the spec."""
     table = tiled_table(target.arch)
     row = replace(table.get(_bucket(spec)) or table[max(table)], wave_size=target.wave_size)
+    if row.producer and (mask_geometry.hides_nothing(spec.mask) or TiledBody().reasons(spec, target, row)):
+        # The producer is measured faster where the mask cuts tiles (+5-8% causal, flat to -4% without a
+        # mask: bench_notes.md, "Warp specialisation"); varlen cannot take it. The same tiles, copied by
+        # every warp, serve the rest.
+        row = replace(row, producer=False)
     if row.instruction == WGMMA and TiledBody().reasons(spec, target, row):
         row = TILED_TABLE[_bucket(spec)]
     if row.split_tail_loop and (spec.softcap or spec.bias != "none"):

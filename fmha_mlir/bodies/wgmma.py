@@ -10,18 +10,30 @@ from __future__ import annotations
 
 from ..errors import Reason
 from ..kernel_config import WGMMA, TiledConfig
+from .common import TensorMap
 
 HOPPER_ARCH = "sm_90a"
 
-# Two warpgroups, P^T and dS^T from registers (RS), dQ's warpgroups side by side along the head dim: the
-# shapes of FlashAttention-3's sm_90 backward (d64: 128 x 128; d128: 64 x 128) on this schedule.
+# Two consumer warpgroups fed by a producer warpgroup (TMA, passes/warp_roles.py), P^T and dS^T from
+# registers (RS), dQ's warpgroups side by side along the head dim: the shapes of FlashAttention-3's sm_90
+# backward (d64: 128 x 128; d128: 64 x 128) on this schedule.
 _SM90A = dict(wave_size=32, warps=8, instruction=WGMMA, swizzle="sw128", stages=2, p_in_registers=True,
-              sdp_warps=(2, 1), dkv_warps=(2, 1))
+              sdp_warps=(2, 1), dkv_warps=(2, 1), producer=True)
 WGMMA_TABLE: dict[int, TiledConfig] = {
     64: TiledConfig(**_SM90A, block_m=128, block_n=128, dq_warps=(2, 1)),
     128: TiledConfig(**_SM90A, block_m=64, block_n=128, dq_warps=(1, 2)),
 }
 BLOCK_COLUMNS = 64     # columns of one 128-byte swizzled block: head dims and query blocks come in whole ones
+SWIZZLE = 128
+# The tiles a producer loads by TMA, with the rows of one box: K and V once per work-group, Q and dO per step.
+PRODUCED_TILES = {"k": "block_n", "v": "block_n", "q": "block_m", "do": "block_m"}
+
+
+def tensor_maps(config: TiledConfig) -> tuple[TensorMap, ...]:
+    """The producer's tensor maps, in PRODUCED_TILES' order: boxes of one (batch, head)'s rows x one
+    swizzled 64-column block, so a box that crosses a sequence end is zero-filled there."""
+    return tuple(TensorMap(name, (1, 1, getattr(config, rows), BLOCK_COLUMNS), SWIZZLE)
+                 for name, rows in PRODUCED_TILES.items())
 
 
 def instruction_reasons(target, config: TiledConfig, spec) -> list[Reason]:

@@ -49,6 +49,9 @@ class MbarrierGroup:
         self.tx = np.zeros((groups, count), np.int64)
         self.phase = np.zeros((groups, count), np.int64)
         self.initialised = np.zeros((groups, count), bool)
+        # the race detector's epoch the arrivals of the current phase reached, and of the last completed one
+        self.release = np.zeros((groups, count), np.int64)
+        self.released = np.zeros((groups, count), np.int64)
 
     def describe(self, barrier: int) -> str:
         return f"mbarrier {barrier} of {self.what}"
@@ -58,6 +61,8 @@ class MbarrierGroup:
         done = self.initialised & (self.pending == 0) & (self.tx == 0)
         self.phase += done
         self.pending = np.where(done, self.expected, self.pending)
+        self.released = np.where(done, self.release, self.released)
+        self.release = np.where(done, 0, self.release)
 
 
 class _Shadow:

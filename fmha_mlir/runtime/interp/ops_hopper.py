@@ -130,6 +130,8 @@ def _barrier_handler(kind: str):
                                        "initialised")
             if kind == "expect_tx":
                 np.add.at(group.tx, (wg, b), _per_lane(env[value_slot], lanes, g.lanes).astype(np.int64))
+            st.workgroup.barrier(mask, what)   # an arrival releases what the lane did before it
+            np.maximum.at(group.release, (wg, b), st.workgroup.base[lanes].astype(np.int64))
             np.subtract.at(group.pending, (wg, b), 1)
             if (group.pending < 0).any():
                 w, i = np.argwhere(group.pending < 0)[0]
@@ -168,6 +170,7 @@ def compile_try_wait(op: Operation, cc: KernelCompiler):
                                        "runs while it waits, so the phase can never complete)")
         ids = group.first_id + b
         sync.observed[lanes, ids] = np.maximum(sync.observed[lanes, ids], group.phase[wg, b])
+        st.workgroup.acquire(lanes, group.released[wg, b])
 
     return run
 

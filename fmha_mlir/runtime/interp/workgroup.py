@@ -10,7 +10,10 @@ results.
 
 Races. Lockstep execution makes a kernel with a missing gpu.barrier compute the right numbers anyway
 (every lane finishes an op before any lane starts the next), so the barrier discipline is checked
-instead. Each work-group's *epoch* advances at every gpu.barrier it executes; within one epoch of one
+instead. Each work-group's *epoch* advances at every gpu.barrier it executes (a named barrier: its
+threads'; an mbarrier arrival: the arriving threads', and a thread that waits for the phase takes the
+latest epoch its arrivals reached, so stores before an arrival are ordered before the waiter's loads,
+and loads before it before the waiter's stores); within one epoch of one
 work-group it is an error when a lane reads an element another lane wrote (read after write), writes
 an element another lane read (write after read), or two lanes write the same element (write after
 write). Atomics do not conflict with atomics. A write of nvgpu.device_async_copy is *pending* until
@@ -115,6 +118,13 @@ class WorkgroupMemory:
                 stamps += EPOCH
             else:
                 stamps[mask] += EPOCH
+
+    def acquire(self, lanes: np.ndarray, base: np.ndarray) -> None:
+        """Lanes that observed an mbarrier phase take the epoch its arrivals released (`base`, per lane):
+        what the arriving lanes did before they arrived is then ordered before what these lanes do next."""
+        delta = np.maximum(base - self.base[lanes], 0).astype(np.int32)
+        for stamps in (self.base, self.stamp, self.stamp_low):
+            stamps[lanes] += delta
 
     def commit(self, mask) -> None:
         """nvgpu.device_async_create_group: each lane's uncommitted copies become its next group."""

@@ -1,0 +1,110 @@
+"""The warp-specialised wgmma body (config.producer; passes/warp_roles.py): a producer warpgroup loads K,
+V, Q and dO by TMA and LSE and D by ordinary loads through an mbarrier pipeline, the consumer
+warpgroups run the schedule. The interpreter runs the two roles as coroutines, with TMA boxes from the
+tensor maps the launch plan describes, against the oracle under the one gate; planted synchronisation
+bugs are reported by name; what the producer cannot take is refused or falls back."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from fmha_mlir.bodies import check_config, choose_config
+from fmha_mlir.bodies.wgmma import WGMMA_TABLE
+from fmha_mlir.errors import SpecError
+from fmha_mlir.problem import ProblemSize
+from fmha_mlir.spec import AttentionBwdSpec, Mask
+from fmha_mlir.target import TARGETS
+from test_wgmma_body import ONE_WARPGROUP, run_variant
+
+PRODUCED = dataclasses.replace(ONE_WARPGROUP, producer=True)
+ONE_STAGE = dataclasses.replace(PRODUCED, stages=1)
+
+
+@pytest.mark.parametrize("spec,size,config", [
+    (AttentionBwdSpec("bf16", 64), ProblemSize(1, 1, 100, 150), PRODUCED),
+    (AttentionBwdSpec("f16", 64, mask=Mask("causal_bottom_right"), gqa_ratio=2), ProblemSize(1, 4, 150, 100),
+     PRODUCED),
+    (AttentionBwdSpec("bf16", 64, mask=Mask("sliding_window", 20, 7)), ProblemSize(2, 1, 90, 170), ONE_STAGE),
+    (AttentionBwdSpec("bf16", 128, mask=Mask("causal_top_left"), gqa_ratio=4), ProblemSize(1, 4, 70, 200),
+     WGMMA_TABLE[128]),
+    (AttentionBwdSpec("bf16", 64, softcap=30.0, bias="alibi", alibi_slopes=True, dbias=True),
+     ProblemSize(1, 2, 70, 100), PRODUCED),
+    (AttentionBwdSpec("bf16", 64, mask=Mask("causal_bottom_right"), deterministic=True), ProblemSize(1, 1, 90, 140),
+     PRODUCED),
+    (AttentionBwdSpec("bf16", 64, gqa_ratio=2, grad_accum="bf16"), ProblemSize(1, 2, 80, 150), PRODUCED),
+    (AttentionBwdSpec("f16", 64, gqa_ratio=2, mask=Mask("causal_bottom_right"), sinks=True, lse_grad=True),
+     ProblemSize(2, 4, 90, 70), PRODUCED),
+], ids=["none-bf16", "br-gqa-f16", "window-one-stage-batch2", "table-d128-gqa4", "softcap-alibi-dslopes",
+        "deterministic", "bf16-dq-atomics", "sinks-dlse"])
+def test_the_producer_body_matches_the_oracle(spec, size, config):
+    assert config.producer
+    isa = run_variant(spec, size, config).isa
+    # The consumers copy nothing themselves: every tile comes by TMA, each warpgroup's budget is moved.
+    assert "cp.async.bulk.tensor" in isa and "cp.async.cg" not in isa
+    assert "setmaxnreg.inc.sync.aligned.u32 \t240" in isa and "setmaxnreg.dec.sync.aligned.u32 \t24" in isa
+
+
+@pytest.mark.parametrize("owner,planted,words", [
+    ("ProducerConsumerBackward", "before_step", "has not waited for that phase"),
+    ("ProducerConsumerBackward", "after_step", "deadlock"),
+    ("MbarrierPipeline", "acquire", "deadlock"),
+], ids=["consumers-skip-the-full-wait", "stage-never-released", "producer-refills-a-busy-stage"])
+def test_the_interpreter_reports_a_planted_pipeline_bug(monkeypatch, owner, planted, words):
+    """The consumers' wait for a stage's TMA bytes, their release of a stage, or the producer's wait for a
+    released stage, left out: the interpreter names the op instead of computing what the hardware may not
+    (a read of bytes not yet landed; a wait that can never pass, or a phase it passes too early, which
+    leaves a later wait stuck)."""
+    from fmha_mlir.passes import hopper_sync, warp_roles
+    from fmha_mlir.runtime.interp.errors import InterpreterError
+
+    cls = getattr(warp_roles, owner, None) or getattr(hopper_sync, owner)
+    monkeypatch.setattr(cls, planted, lambda self, *args: None)
+    with pytest.raises(InterpreterError, match=words):
+        run_variant(AttentionBwdSpec("bf16", 64), ProblemSize(1, 1, 300, 70), PRODUCED)
+
+
+def test_a_wrong_expect_tx_byte_count_is_a_deadlock_naming_the_bytes(monkeypatch):
+    from fmha_mlir.passes.hopper_sync import MbarrierPipeline
+    from fmha_mlir.runtime.interp.errors import InterpreterError
+
+    commit = MbarrierPipeline.commit
+    monkeypatch.setattr(MbarrierPipeline, "commit", lambda self, stage, nbytes: commit(self, stage, nbytes + 128))
+    with pytest.raises(InterpreterError, match="expect-tx announced more bytes than its TMA loads complete"):
+        run_variant(AttentionBwdSpec("bf16", 64), ProblemSize(1, 1, 100, 70), PRODUCED)
+
+
+def test_a_box_load_in_another_swizzle_than_the_tensor_map_is_reported(monkeypatch):
+    """The kernel's box loads in the 64-byte swizzle while the host's tensor maps (and the tiles'
+    descriptors) are in the 128-byte one: each load is checked against the map the runtime encodes."""
+    from fmha_mlir.passes import warp_roles
+    from fmha_mlir.runtime.interp.errors import InterpreterError
+
+    made = warp_roles.TmaCopy.for_tile
+    monkeypatch.setattr(warp_roles.TmaCopy, "for_tile", lambda tensor_map, tile, element, outer=0: warp_roles.TmaCopy(
+        tensor_map, made(tensor_map, tile, element, outer).rows, 32, element, 64, outer))
+    with pytest.raises(InterpreterError, match="swizzle"):
+        run_variant(AttentionBwdSpec("bf16", 64), ProblemSize(1, 1, 100, 70), PRODUCED)
+
+
+def test_the_producer_needs_wgmma_and_whole_sequences():
+    with pytest.raises(SpecError) as caught:
+        check_config(AttentionBwdSpec("bf16", 64), TARGETS["sm_90"],
+                     dataclasses.replace(choose_config(AttentionBwdSpec("bf16", 64), TARGETS["sm_90"]), producer=True))
+    assert any(r.field == "config.producer" and "TMA" in r.message for r in caught.value.reasons)
+    varlen = AttentionBwdSpec("bf16", 64, varlen=True)
+    with pytest.raises(SpecError) as caught:
+        check_config(varlen, TARGETS["sm_90a"], WGMMA_TABLE[64])
+    assert any(r.field == "config.producer" and "varlen" in r.message for r in caught.value.reasons)
+    # The table's row serves varlen without its producer: the same tiles, copied by every warp.
+    chosen = choose_config(varlen, TARGETS["sm_90a"])
+    assert chosen == dataclasses.replace(WGMMA_TABLE[64], producer=False)
+
+
+@pytest.mark.parametrize("mask,producer", [("none", False), ("causal_bottom_right", True),
+                                           ("sliding_window", True)])
+def test_the_table_takes_the_producer_where_the_mask_cuts_tiles(mask, producer):
+    """Measured on the H200 (reports/bench_notes.md, "Warp specialisation"): faster under causal masks,
+    not without a mask."""
+    spec = AttentionBwdSpec("bf16", 128, mask=Mask(mask, 64, 0) if mask == "sliding_window" else Mask(mask))
+    assert choose_config(spec, TARGETS["sm_90a"]).producer is producer
