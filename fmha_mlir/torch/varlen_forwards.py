@@ -12,6 +12,7 @@ The table, as forwards.FORWARDS: 'auto' takes the first of AUTO_ORDER[device] th
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import NamedTuple
 
 import torch
@@ -50,24 +51,32 @@ def check_packing(packing: Packing, total_q: int, total_k: int) -> None:
 # ---------------------------------------------------------------------------------------------------
 # torch's FlashAttention-2 varlen forward (CUDA)
 
+@functools.cache
+def _flash_takes_windows() -> bool:
+    """Whether this torch's flash forward takes window sizes (its schema says; older builds do not)."""
+    schema = torch.ops.aten._flash_attention_forward.default._schema
+    return "window_size_left" in [argument.name for argument in schema.arguments]
+
+
 def _flash_why_not(case: ForwardCase) -> str | None:
     return first_reason(
         (case.device != "cuda", "CUDA tensors only"), (case.dtype not in HALF, "f16 / bf16 only"),
         (case.spec.bias != "none" or case.spec.softcap > 0, "no ALiBi or softcap"),
         (case.hdim_q != case.hdim_v or case.hdim_q % 8 or case.hdim_q > 256, "one head dim, a multiple of 8 to 256"),
         # its causal is bottom-right per sequence, its window bottom-right aligned as ours
-        (case.mask.kind == "causal_top_left", "no top-left causal mask"))
+        (case.mask.kind == "causal_top_left", "no top-left causal mask"),
+        (case.mask.kind == "sliding_window" and not _flash_takes_windows(), "a torch whose flash takes windows"))
 
 
 def _flash_run(q, k, v, packing: Packing, case: ForwardCase):
     mask = case.mask
-    window = (mask.window_left, mask.window_right) if mask.kind == "sliding_window" else (None, None)
+    window = {} if mask.kind != "sliding_window" else dict(window_size_left=mask.window_left,
+                                                            window_size_right=mask.window_right)
     # A bound of 1 query with GQA takes flash's decode shortcut, which assumes one query in every
     # sequence (an empty one breaks it); 2 keeps it off and only sizes the grid.
     out, lse = torch.ops.aten._flash_attention_forward(
         q, k, v, packing.cu_seqlens_q, packing.cu_seqlens_k, max(packing.max_seqlen_q, 2), packing.max_seqlen_k,
-        0.0, mask.kind == "causal_bottom_right", False, scale=case.spec.scale, window_size_left=window[0],
-        window_size_right=window[1])[:2]
+        0.0, mask.kind == "causal_bottom_right", False, scale=case.spec.scale, **window)[:2]
     return out, _packed_lse(lse, packing.cu_seqlens_q, q.shape[0])
 
 
