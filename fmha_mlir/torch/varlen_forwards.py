@@ -77,10 +77,10 @@ def _flash_run(q, k, v, packing: Packing, case: ForwardCase):
     out, lse = torch.ops.aten._flash_attention_forward(
         q, k, v, packing.cu_seqlens_q, packing.cu_seqlens_k, max(packing.max_seqlen_q, 2), packing.max_seqlen_k,
         0.0, mask.kind == "causal_bottom_right", False, scale=case.spec.scale, **window)[:2]
-    return out, _packed_lse(lse, packing.cu_seqlens_q, q.shape[0])
+    return out, packed_lse(lse, packing.cu_seqlens_q, q.shape[0])
 
 
-def _packed_lse(lse: torch.Tensor, cu_seqlens_q: torch.Tensor, total_q: int) -> torch.Tensor:
+def packed_lse(lse: torch.Tensor, cu_seqlens_q: torch.Tensor, total_q: int) -> torch.Tensor:
     """flash's varlen lse as [Hq, total_q]: as it comes ([H, total_q]), or gathered from the padded
     [batch, H, max_seqlen_q] older builds return (on the device: no sync). Its rows that see no key are
     +inf already (FlashAttention-2 marks them so)."""

@@ -25,7 +25,7 @@ from fmha_mlir.torch.backward import backward_runner  # noqa: E402
 from fmha_mlir.torch.call import checked_call  # noqa: E402
 from fmha_mlir.torch.flash_api import flash_mask  # noqa: E402
 from fmha_mlir.torch.options import PACKED, describe  # noqa: E402
-from fmha_mlir.torch.varlen_forwards import FORWARDS_VARLEN  # noqa: E402
+from fmha_mlir.torch.varlen_forwards import FORWARDS_VARLEN, packed_lse  # noqa: E402
 from fmha_mlir.varlen_problem import varlen_problem_of  # noqa: E402
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -200,6 +200,16 @@ def test_no_query_or_no_key_at_all_gives_zeros(lengths_q, lengths_k):
     assert out.shape == q.shape and not out.any() and torch.isposinf(lse).all() and lse.shape == (2, q.shape[0])
     out.sum().backward()
     assert all(x.grad.shape == x.shape and not x.grad.any() for x in xs)
+
+
+def test_flash_lse_in_either_layout_is_ours():
+    """torch's flash varlen lse as it comes ([H, total_q]) or padded per sequence ([batch, H, max_seqlen_q],
+    older builds) gives [H, total_q], token t of sequence b at position t - cu_seqlens_q[b]."""
+    lengths = (2, 0, 3, 1)
+    cu = _cu(lengths)
+    padded = torch.arange(4 * 2 * 5, dtype=torch.float32).reshape(4, 2, 5)
+    want = torch.cat([padded[b, :, :n] for b, n in enumerate(lengths)], dim=1)
+    assert torch.equal(packed_lse(padded, cu, 6), want) and packed_lse(want, cu, 6) is want
 
 
 # ---------------------------------------------------------------------------------------------------
