@@ -141,6 +141,32 @@ def make_varlen_problem(spec: AttentionBwdSpec, lengths_q, lengths_k, heads_q: i
     return VarlenProblem(spec, lengths_q, lengths_k, heads_q, tensors, scalars, parts)
 
 
+def varlen_problem_of(spec: AttentionBwdSpec, cu_seqlens_q, cu_seqlens_k, heads_q: int,
+                      values: dict[str, np.ndarray]) -> VarlenProblem:
+    """The packed problem of given inputs (a forward's out and lse among them; the torch op's tests): `values`
+    are float64 packed q, k, v, o, do [T, H, D], lse [Hq, Tq], and sinks [Hq] / dlse [Hq, Tq] where the spec
+    has them; each sequence with both lengths positive is a Problem of its slices (standard ALiBi
+    expanded for its own lengths), the oracle runs per sequence as for make_varlen_problem's."""
+    cu_q, cu_k = (np.asarray(c, np.int64) for c in (cu_seqlens_q, cu_seqlens_k))
+    padded, parts = replace(spec, varlen=False), []
+    for q0, q1, k0, k1 in zip(cu_q, cu_q[1:], cu_k, cu_k[1:]):
+        sq, sk = int(q1 - q0), int(k1 - k0)
+        if not (sq and sk):
+            parts.append(None)
+            continue
+        sequence = {name: values[name][a:b].transpose(1, 0, 2)[None]
+                    for name, a, b in (("q", q0, q1), ("k", k0, k1), ("v", k0, k1), ("o", q0, q1), ("do", q0, q1))}
+        sequence.update({name: values[name][:, q0:q1][None] for name in ("lse", "dlse") if name in values})
+        if "sinks" in values:
+            sequence["sinks"] = values["sinks"]
+        if spec.bias == "alibi":
+            sequence["bias"] = oracle.alibi_bias(oracle.alibi_slopes(heads_q).astype(np.float32), sq, sk)
+        parts.append(Problem(padded, ProblemSize(1, heads_q, sq, sk), "bhsd", {}, sequence))
+    lengths_q, lengths_k = tuple(int(n) for n in np.diff(cu_q)), tuple(int(n) for n in np.diff(cu_k))
+    tensors = {name: values[name] for name in ("dlse",) if name in values}
+    return VarlenProblem(spec, lengths_q, lengths_k, heads_q, tensors, {}, parts)
+
+
 def _empty_side(spec: AttentionBwdSpec, heads_q: int, sq: int, sk: int, rng, sinks=None) -> dict[str, np.ndarray]:
     """Packed inputs of a sequence with no queries or no keys: random q / dO or k / v (and dlse), O = 0
     and lse = +inf for queries that see no key, or the sink where there is one."""

@@ -15,7 +15,7 @@ from ..errors import Reason, SpecError
 from ..runtime.bound_plan import BoundPlans
 from .bound_backward import BoundBackward, stride_key
 from .call import BACKWARD_ARCH, Call, check_capturable, checked_call
-from .options import caller_layout, describe, logical
+from .options import PACKED, caller_layout, describe, logical
 
 
 @functools.cache
@@ -31,29 +31,31 @@ def backward_runner(device_type: str, device_index: int | None, bundle_dir: str 
                             "move the tensors to 'cuda' or 'cpu'")])
 
 
-def run_backward(call: Call, grad_out, q, k, v, out, lse, bias, slopes, sinks=None, dlse=None) -> list:
+def run_backward(call: Call, grad_out, q, k, v, out, lse, bias, slopes, sinks=None, dlse=None, packing=None) -> list:
     """[dq, dk, dv] in the caller's layout (contiguous), plus dbias or d(slopes) in their shape when the
     call's spec has dbias, plus dsinks (in the sinks' dtype) with sinks. dlse: the returned lse's gradient,
     or None when none flows into it (the backward is then built without it). An empty call computes
     nothing: its gradients are zeros (dsinks too: no key, so D = 0, and dlse's term is the host's).
     A head dim no body computes runs padded (Call.padding): q and k, then v, out and dO get zero columns
     up to the spec's head dims (a zero column adds nothing to a score, to O or to D; its gradients are
-    zeros), and dq, dk, dv are sliced back (one copy each)."""
+    zeros), and dq, dk, dv are sliced back (one copy each). packing: packed sequences'
+    varlen_forwards.Packing (the spec is then varlen), else None."""
     pad_q, pad_v = call.padding
     if not (pad_q or pad_v):
-        return _run_backward(call, grad_out, q, k, v, out, lse, bias, slopes, sinks, dlse)
-    pad = torch.nn.functional.pad   # the head dim is last in either layout
+        return _run_backward(call, grad_out, q, k, v, out, lse, bias, slopes, sinks, dlse, packing)
+    pad = torch.nn.functional.pad   # the head dim is last in every layout
     grads = _run_backward(call, pad(grad_out, (0, pad_v)), pad(q, (0, pad_q)), pad(k, (0, pad_q)),
-                          pad(v, (0, pad_v)), pad(out, (0, pad_v)), lse, bias, slopes, sinks, dlse)
+                          pad(v, (0, pad_v)), pad(out, (0, pad_v)), lse, bias, slopes, sinks, dlse, packing)
     sizes = (call.case.hdim_q, call.case.hdim_q, call.case.hdim_v)
     return [g[..., :n].contiguous() for g, n in zip(grads[:3], sizes)] + list(grads[3:])
 
 
-def _run_backward(call: Call, grad_out, q, k, v, out, lse, bias, slopes, sinks, dlse) -> list:
+def _run_backward(call: Call, grad_out, q, k, v, out, lse, bias, slopes, sinks, dlse, packing) -> list:
     # The kernels read rows of stride 1; out.sum()'s gradient is an expanded tensor (stride 0).
     if grad_out.stride(-1) != 1:
         grad_out = grad_out.contiguous()
-    rows = sinks is not None or dlse is not None
+    # Packed sequences run through the runner, which binds a plan per geometry and max lengths itself.
+    rows = sinks is not None or dlse is not None or packing is not None
     # A repeat CUDA call (never an empty one, nor in debug mode: neither is bound) runs its bound backward.
     bound = None if rows else call.bound.get(stride_key(grad_out, q, k, v, out, lse, bias, slopes))
     if bound is not None:
@@ -71,9 +73,11 @@ def _run_backward(call: Call, grad_out, q, k, v, out, lse, bias, slopes, sinks, 
                                       BoundBackward(_PLANS, runner, call, tensors))
         return bound(*tensors)
     views = [logical(x, layout) for x in (q, k, v, out, grad_out)]
+    lengths = {} if packing is None else dict(zip(("cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q", "max_seqlen_k"),
+                                                  packing))
     grads = runner.run(spec, *views, lse, bias=bias, alibi_slopes=slopes,
                        sinks=None if sinks is None else sinks.float().contiguous(),
-                       dlse=None if dlse is None else dlse.contiguous())
+                       dlse=None if dlse is None else dlse.contiguous(), **lengths)
     if sinks is not None:
         grads = [*grads[:-1], grads[-1].to(sinks.dtype)]
     # Contiguous in the caller's layout: no copy when the runner wrote them in the inputs' strides.
@@ -91,12 +95,15 @@ def prebuild(bundle_dir, q, k, v, *, arch: str = "sm_90", mask="none", scale: fl
     on the GPU machine; returns its path. q, k, v (and bias, alibi_slopes, sinks) may be meta tensors
     (torch.empty(shape, dtype=..., device="meta")); a bias or slopes tensor with requires_grad=True
     asks for the bundle that also computes its gradient, as attention() would; lse_grad: the bundle of a
-    backward a gradient into the returned lse flows to (return_lse=True)."""
+    backward a gradient into the returned lse flows to (return_lse=True). layout='thd': the bundle of
+    attention_varlen on packed q [total_q, Hq, D], k, v [total_k, Hkv, D] (one for any lengths)."""
     bias_tensor = bias if isinstance(bias, torch.Tensor) else None
     text = describe(mask, scale, softcap, None if bias_tensor is not None else bias,
                     any(t is not None and t.requires_grad for t in (bias_tensor, alibi_slopes)), layout,
                     deterministic, str(bundle_dir), "auto", False, lse_grad)
-    spec = checked_call(text, q, k, v, bias_tensor, alibi_slopes, sinks, arch=arch).backward_spec(lse_grad)
+    cu_seqlens = (torch.empty(2, dtype=torch.int32, device=q.device),) * 2 if layout == PACKED else None
+    spec = checked_call(text, q, k, v, bias_tensor, alibi_slopes, sinks, arch=arch,
+                        cu_seqlens=cu_seqlens).backward_spec(lse_grad)
     path = bundle_path(bundle_dir, spec, arch)
     compile_bundle(spec, arch).save(path)
     return path

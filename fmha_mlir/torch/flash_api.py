@@ -7,14 +7,17 @@ k, v may have fewer heads), causal aligned bottom-right (query i sees keys j <= 
 window_size = (left, right) with -1 unbounded and a size >= seqlen_k unbounded, softcap (0: off),
 alibi_slopes [heads] or [batch, heads] f32 (bias -slope |i + seqlen_k - seqlen_q - j|), deterministic,
 softmax_scale (None: 1/sqrt(head dim)), return_attn_probs -> (out, softmax_lse [batch, heads, seqlen_q]
-f32, None). One keyword beyond flash_attn's: bundle_dir, prebuilt bundles (attention()'s). What we do
-not do is an error naming it: dropout (dropout_p > 0), the attention
-probabilities (the third value is always None) and varlen sequences (flash_attn_varlen_func).
+f32, None). flash_attn_varlen_func: packed q [total_q, heads, d], k, v [total_k, heads_k, d] with int32
+cu_seqlens (attention_varlen), causal and windows per sequence, softmax_lse [heads, total_q].
+One keyword beyond flash_attn's: bundle_dir, prebuilt bundles (attention()'s). What we do not do is an
+error naming it: dropout (dropout_p > 0), a paged KV cache (block_table), the attention probabilities
+(the third value is always None); for packed sequences also alibi_slopes and deterministic=True (the
+varlen backward has neither).
 """
 from __future__ import annotations
 
 from ..errors import Reason, SpecError
-from .attention import attention
+from .attention import attention, attention_varlen
 
 
 def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
@@ -50,11 +53,20 @@ def flash_attn_kvpacked_func(q, kv, dropout_p=0.0, softmax_scale=None, causal=Fa
 
 def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0,
                            softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
-                           deterministic=False, return_attn_probs=False, block_table=None):
-    raise NotImplementedError(
-        "flash_attn_varlen_func: the torch op takes padded [batch, seqlen, heads, dim] tensors only (our varlen "
-        "backward is in the NumPy API, fmha_mlir.attention_bwd(..., cu_seqlens_q=, cu_seqlens_k=)); pad the "
-        "batch and use flash_attn_func")
+                           deterministic=False, return_attn_probs=False, block_table=None, *, bundle_dir=None):
+    """out [total_q, heads, head dim] of packed q [total_q, heads, d], k, v [total_k, heads_k, d] and int32
+    cu_seqlens [batch + 1]; (out, softmax_lse [heads, total_q], None) with return_attn_probs. causal and
+    window_size align bottom-right per sequence; a window size >= max_seqlen_k is unbounded."""
+    _refuse_dropout(dropout_p)
+    if block_table is not None:
+        raise SpecError([Reason("block_table", "a paged KV cache is not implemented",
+                                "pass k and v packed [total_k, heads_k, dim] and block_table=None")])
+    mask = flash_mask(causal, window_size, max_seqlen_q, max_seqlen_k)
+    result = attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, mask=mask,
+                              scale=softmax_scale, softcap=softcap, bias="alibi" if alibi_slopes is not None else None,
+                              alibi_slopes=alibi_slopes, deterministic=deterministic,
+                              return_lse=bool(return_attn_probs), bundle_dir=bundle_dir)
+    return (*result, None) if return_attn_probs else result
 
 
 def flash_mask(causal: bool, window_size, seqlen_q: int, seqlen_k: int) -> str:

@@ -73,7 +73,7 @@ class Forward:
     lse_is_ours: bool = False
 
 
-def _first(*checks: tuple[bool, str]) -> str | None:
+def first_reason(*checks: tuple[bool, str]) -> str | None:
     return next((why for failed, why in checks if failed), None)
 
 
@@ -82,7 +82,7 @@ def _first(*checks: tuple[bool, str]) -> str | None:
 
 def _flash_why_not(case: ForwardCase) -> str | None:
     square_causal = case.mask.kind in ("causal_top_left", "causal_bottom_right") and case.seqlen_q == case.seqlen_k
-    return _first(
+    return first_reason(
         (case.device != "cuda", "CUDA tensors only"), (case.dtype not in HALF, "f16 / bf16 only"),
         (case.spec.bias != "none" or case.spec.softcap > 0, "no bias, ALiBi or softcap"),
         (case.heads_q != case.heads_kv, "equal heads (no GQA)"),
@@ -105,7 +105,7 @@ _BIAS_ROW_ALIGN = 16
 
 def _efficient_why_not(case: ForwardCase) -> str | None:
     alignment = 4 if case.dtype == torch.float32 else 8
-    return _first(
+    return first_reason(
         (case.device != "cuda", "CUDA tensors only"), (case.spec.softcap > 0, "no softcap"),
         (case.heads_q != case.heads_kv, "equal heads (no GQA)"),
         (case.hdim_q % alignment or case.hdim_v % alignment, f"head dims a multiple of {alignment}"),
@@ -185,7 +185,7 @@ def _flex_run(q, k, v, bias, slopes, case: ForwardCase):
 # the CPU flash op
 
 def _cpu_flash_why_not(case: ForwardCase) -> str | None:
-    return _first((case.device != "cpu", "CPU tensors only"), (case.spec.softcap > 0, "no softcap"),
+    return first_reason((case.device != "cpu", "CPU tensors only"), (case.spec.softcap > 0, "no softcap"),
                   (case.heads_q != case.heads_kv, "equal heads (no GQA)"),
                   (case.hdim_q != case.hdim_v, "one head dim for q, k and v"))
 
@@ -241,20 +241,20 @@ FORWARDS = {f.name: f for f in (
 AUTO_ORDER = {"cuda": ("flash", "efficient", "flex", "math"), "cpu": ("cpu_flash", "math")}
 
 
-def choose_forward(case: ForwardCase) -> Forward:
-    """The forward case.forward names, or for 'auto' the first of AUTO_ORDER that serves the case (once
-    per kind of call: call.checked_call caches it)."""
+def choose_forward(case: ForwardCase, table: dict = FORWARDS, auto_order: dict = AUTO_ORDER) -> Forward:
+    """The forward of `table` case.forward names, or for 'auto' the first of auto_order[device] that serves
+    the case (once per kind of call: call.checked_call caches it; varlen_forwards has a table of its own)."""
     name = case.forward
     if name == "auto":
-        return next(FORWARDS[n] for n in AUTO_ORDER.get(case.device, ("math",)) if FORWARDS[n].why_not(case) is None)
-    if name not in FORWARDS:
-        raise SpecError([Reason("forward", f"unknown forward {name!r}", f"use 'auto' or one of {', '.join(FORWARDS)}")])
-    why = FORWARDS[name].why_not(case)
+        return next(table[n] for n in auto_order.get(case.device, ("math",)) if table[n].why_not(case) is None)
+    if name not in table:
+        raise SpecError([Reason("forward", f"unknown forward {name!r}", f"use 'auto' or one of {', '.join(table)}")])
+    why = table[name].why_not(case)
     if why is not None:
         raise SpecError([Reason("forward", f"{name!r} cannot serve this call: it needs {why} (it serves: "
-                                           f"{FORWARDS[name].serves})",
+                                           f"{table[name].serves})",
                                 "use forward='auto' (it picks one that can), or change the options")])
-    return FORWARDS[name]
+    return table[name]
 
 
 def converted_lse(lse: torch.Tensor, case: ForwardCase) -> torch.Tensor:

@@ -18,7 +18,9 @@ from dataclasses import dataclass, field
 from ..errors import Reason, SpecError
 from ..spec import Mask
 
-LAYOUTS = ("bhsd", "bshd")
+# 'thd': packed sequences [total, heads, dim] (attention_varlen's; the Call then takes cu_seqlens)
+PACKED = "thd"
+LAYOUTS = ("bhsd", "bshd", PACKED)
 # The string's fields, in order.
 FIELDS = ("mask", "scale", "softcap", "bias", "dbias", "layout", "deterministic", "bundle_dir", "forward", "debug",
           "return_lse")
@@ -99,7 +101,8 @@ def _reasons(given: dict) -> list[Reason]:
     out = []
     if given["layout"] not in LAYOUTS:
         out.append(Reason("layout", f"unknown layout {given['layout']!r}",
-                          "use 'bhsd' ([batch, heads, seq, dim]) or 'bshd' ([batch, seq, heads, dim])"))
+                          "use 'bhsd' ([batch, heads, seq, dim]) or 'bshd' ([batch, seq, heads, dim]); "
+                          "packed sequences: attention_varlen"))
     scale = given["scale"]
     if scale is not None and (isinstance(scale, bool) or not isinstance(scale, (int, float)) or scale == 0):
         out.append(Reason("scale", f"must be a positive number (got {scale!r})", "leave it None for 1/sqrt(head dim)"))
@@ -120,7 +123,8 @@ def _reasons(given: dict) -> list[Reason]:
 
 
 def logical(x, layout: str):
-    """The caller's tensor as a logical [B, H, S, D] view (BSHD: a transposed view, never a copy)."""
+    """The caller's tensor as a logical [B, H, S, D] view (BSHD: a transposed view, never a copy); packed
+    sequences stay as they are (the varlen backward takes them packed)."""
     return x.transpose(1, 2) if layout == "bshd" else x
 
 

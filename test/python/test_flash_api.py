@@ -1,6 +1,6 @@
 """fmha_mlir.torch.flash_api: FlashAttention-2's functions on our attention (CPU tensors, the interpreter):
 its mask conventions mapped onto ours, each function equal to the attention() call it stands for, the
-packed forms, and what it refuses."""
+packed forms, and what it refuses (flash_attn_varlen_func: test_torch_varlen.py)."""
 from __future__ import annotations
 
 import pytest
@@ -9,7 +9,7 @@ torch = pytest.importorskip("torch")
 
 from fmha_mlir import SpecError  # noqa: E402
 from fmha_mlir.torch import (attention, flash_attn_func, flash_attn_kvpacked_func,  # noqa: E402
-                             flash_attn_qkvpacked_func, flash_attn_varlen_func)
+                             flash_attn_qkvpacked_func)
 from fmha_mlir.torch.flash_api import flash_mask  # noqa: E402
 
 
@@ -89,6 +89,3 @@ def test_what_we_do_not_do_is_refused_by_name():
         flash_attn_func(q, k, v, dropout_p=0.1)
     with pytest.raises(SpecError, match="window_size: must be a pair of ints"):
         flash_attn_func(q, k, v, window_size=3)
-    cu = torch.tensor([0, 4], dtype=torch.int32)
-    with pytest.raises(NotImplementedError, match="flash_attn_varlen_func"):
-        flash_attn_varlen_func(q[0], k[0], v[0], cu, cu, 4, 4)

@@ -9,7 +9,6 @@ without MLIR takes the bundles they need prebuilt where MLIR is:
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import sys
 
 import numpy as np
@@ -654,17 +653,6 @@ def prebuilt_bundle_builds():
     q, k, v, sinks, kw = _sink_case("f32-sinks-window-gqa-lse")   # the CPU compile test with sinks and dlse
     yield "sinks and dlse", tuple(x.to("meta") for x in (q, k, v)), dict(
         mask=kw["mask"], sinks=sinks.to("meta"), lse_grad=True)
-
-
-@pytest.fixture
-def prebuilt_bundles(pytestconfig):
-    """The prebuilt bundles' directory (--torch-bundles), or None where MLIR can compile them (a GPU
-    machine has no MLIR: there even the CPU tests that compile need the prebuilt ones)."""
-    directory = pytestconfig.getoption("--torch-bundles")
-    if directory is None and importlib.util.find_spec("flydsl") is None:
-        pytest.skip("no --torch-bundles DIR and no MLIR to compile the bundles "
-                    "(python test/python/test_torch_op.py DIR)")
-    return directory
 
 
 def _cuda_backward(name, bundle_dir):
