@@ -3,6 +3,7 @@
     python tools/train_gpt.py build DIR/bundles                                    # here (MLIR)
     python tools/train_compare.py run DIR --bundle-dir DIR/bundles                 # on the H200: RUNS
     python tools/train_compare.py report DIR --report reports/h200_training.md   # here: .md, .json, .png
+    python tools/train_compare.py report DIR1 DIR2 --report R.md       # several models' runs in one report
 
 --model gpt (the default) trains train_gpt.py's GPT; --model llama or gpt_oss a transformers model
 (train_hf.py, whose build subcommand makes its bundles). Every GPT run (one JSON each in DIR) has torch's
@@ -199,7 +200,8 @@ def _ratio_summary(r: np.ndarray) -> dict:
             "p95": float(np.percentile(r, 95))}
 
 
-def report_lines(runs: dict[str, dict], s: dict, directory: Path, report: Path) -> list[str]:
+def report_lines(runs: dict[str, dict], s: dict, command: str, report: Path) -> list[str]:
+    """The report on one model's runs; command: the report's own."""
     first = runs[RUNS[0].name]
     m, t, gaps = first["model"], first["train"], s["pair_gaps"]
     family = first.get("family", "gpt")
@@ -225,7 +227,7 @@ def report_lines(runs: dict[str, dict], s: dict, directory: Path, report: Path) 
               f"- bundles (here, MLIR): `{_build_command(family, m, t)}`",
               f"- the runs (the GPU, one command): `{first.get('command', 'n/a')}`",
               f"- this report and {report.with_suffix('.png').name} (here): "
-              f"`python tools/train_compare.py report {directory} --report {report}`", "",
+              f"`{command}`", "",
               "## (1) Curves: second-half mean |loss difference| d", "",
               "Every pair of runs of the two kinds (min / mean / max of d over the distinct pairs):", "",
               "| pairs | count | min | mean | max |", "| --- " * 5 + "|"]
@@ -275,20 +277,28 @@ GPT_ATTENTIONS = "Every run has torch's flash forward; the backwards"
 COLOURS = {"reference": "tab:green", "sdpa": "tab:blue", "fmha": "tab:red"}
 
 
-def plot(runs: dict[str, dict], path: Path) -> None:
+def plot(models: list[dict[str, dict]], path: Path) -> None:
+    """Each model's runs (a column each): the loss curves, and their distance to the exact runs' mean."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    fig, axes = plt.subplots(2, len(models), figsize=(9 * len(models), 8), sharex="col", squeeze=False)
+    for runs, (top, bottom) in zip(models, axes.T):
+        _plot_model(runs, top, bottom)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def _plot_model(runs: dict[str, dict], top, bottom) -> None:
     loss = {name: np.array(r["loss"]) for name, r in runs.items()}
     exact = np.mean([loss[name] for name in names_of("reference")], axis=0)
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(9, 8), sharex=True)
     first = runs[RUNS[0].name]
     family = first.get("family", "gpt")
     what = ("GPT training: the exact backward, torch flash's and ours" if family == "gpt" else
-            f"{family} training (transformers): the exact attention, {labels_of(family)['sdpa']} and fmha_mlir")
-    fig.suptitle(f"{what} ({first['device']})")
+            f"{family} (transformers): the exact attention, {labels_of(family)['sdpa']} and fmha_mlir")
+    top.set_title(f"{what} ({first['device']})")
     for r in RUNS:
         colour, style = ("tab:gray", ":") if r.seed else (COLOURS[r.attention], "-")
         top.plot(loss[r.name], style, color=colour, linewidth=0.8, label=r.name)
@@ -298,17 +308,28 @@ def plot(runs: dict[str, dict], path: Path) -> None:
     bottom.set_yscale("log")
     bottom.set_ylabel("|loss - the exact backward's mean loss| (+1e-7)")
     bottom.set_xlabel("step")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
 
 
-def report(directory: Path, path: Path) -> int:
-    runs = load_runs(directory)
-    summary = summarise(runs)
-    write_report_files(path, report_lines(runs, summary, directory, path), summary)
-    plot(runs, path.with_suffix(".png"))
-    print(f"{summary['verdict']}: wrote {path}, {path.with_suffix('.json')} and {path.with_suffix('.png')}")
-    return 0 if summary["verdict"] == "PASS" else 1
+def report(directories: list[Path], path: Path) -> int:
+    """One report on the runs of each directory (one model's each); several: a section per model (its
+    runs' family), the JSON's summaries by family, the plot's columns in the same order."""
+    models = [load_runs(d) for d in directories]
+    summaries = [summarise(runs) for runs in models]
+    command = shlex.join(["python", "tools/train_compare.py", "report", *map(str, directories), "--report", str(path)])
+    lines = [report_lines(runs, s, command, path) for runs, s in zip(models, summaries)]
+    if len(models) == 1:
+        write_report_files(path, lines[0], summaries[0])
+    else:
+        families = [runs[RUNS[0].name].get("family", "gpt") for runs in models]
+        verdicts = ", ".join(f"{f} {s['verdict']}" for f, s in zip(families, summaries))
+        joined = [lines[0][0], "", f"Models: {', '.join(families)} (a section each; verdicts: {verdicts}).", ""]
+        for family, section in zip(families, lines):   # each section's headings one level down
+            joined += [f"## {family}", "", *(("#" + x if x.startswith("#") else x) for x in section[2:])]
+        write_report_files(path, joined, dict(zip(families, summaries)))
+    plot(models, path.with_suffix(".png"))
+    verdict = "PASS" if all(s["verdict"] == "PASS" for s in summaries) else "FAIL"
+    print(f"{verdict}: wrote {path}, {path.with_suffix('.json')} and {path.with_suffix('.png')}")
+    return 0 if verdict == "PASS" else 1
 
 
 def main(argv=None) -> int:
@@ -316,11 +337,14 @@ def main(argv=None) -> int:
     # allow_abbrev off: the training options pass through to `run` untouched
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     p.add_argument("action", choices=("run", "report"))
-    p.add_argument("directory", type=Path, help="where the runs' JSONs are written (run) or read (report)")
+    p.add_argument("directory", type=Path, nargs="+",
+                   help="where the runs' JSONs are written (run: one) or read (report: one per model)")
     p.add_argument("--report", type=Path, default=Path("reports/h200_training.md"))
     args, rest = p.parse_known_args(argv)
     if args.action == "run":
-        return run(args.directory, rest)
+        if len(args.directory) > 1:
+            p.error("run writes one directory (got several)")
+        return run(args.directory[0], rest)
     if rest:
         p.error(f"report takes no training options (got {' '.join(rest)})")
     return report(args.directory, args.report)

@@ -137,6 +137,8 @@ def _implementation(family: str, attention: str, bundle_dir: str | None):
 
 
 def hf_trainee(m: HFModelConfig, t: TrainConfig) -> Trainee:
+    """m's model calling t.attention through the implementation NAME, registered here: the latest
+    trainee's attention serves every model made here (train() runs one at a time)."""
     import transformers
     from transformers import AttentionInterface
     from transformers.masking_utils import AttentionMaskInterface
