@@ -3,14 +3,18 @@
     python tools/train_gpt.py build DIR/bundles                                    # here (MLIR)
     python tools/train_compare.py run DIR --bundle-dir DIR/bundles                 # on the H200: RUNS
     python tools/train_compare.py report DIR --report reports/h200_training.md   # here: .md, .json, .png
+    python tools/train_compare.py report DIR1 DIR2 --report R.md       # several models' runs in one report
 
-Every run (train_gpt.py's model and options, one JSON each in DIR) has torch's flash forward; they differ
-in the backward: the exact one (autograd through the f32 math forward, rounded once to bf16), torch's
-flash backward and ours, each REPEATS times on seed 0 (no two runs alike: dQ atomics, and the model's
-own), and torch's flash once on seed 1 for the scale of a change of weights and data. Both bf16
-backwards are held to the exact one's training curve and step-0 gradients, ours to FACTOR x torch's
-distance: the gate's rule (fmha_mlir/tolerance.py) on the whole training run. The verdict rule is
-VERDICT_RULE, printed first in the report; reports/bench_notes.md says how it came to be.
+--model gpt (the default) trains train_gpt.py's GPT; --model llama or gpt_oss a transformers model
+(train_hf.py, whose build subcommand makes its bundles). Every GPT run (one JSON each in DIR) has torch's
+flash forward; they differ in the backward: the exact one (autograd through the f32 math forward, rounded
+once to bf16), torch's flash backward and ours, each REPEATS times on seed 0 (no two runs alike: dQ
+atomics, and the model's own), and torch's flash once on seed 1 for the scale of a change of weights and
+data. A transformers model's runs differ in the whole attention (train_hf.py: the exact one, transformers'
+own and "fmha_mlir"). Both bf16 attentions are held to the exact one's training curve and step-0
+gradients, ours to FACTOR x torch's distance: the gate's rule (fmha_mlir/tolerance.py) on the whole
+training run. The verdict rule is VERDICT_RULE, printed first in the report; reports/bench_notes.md says
+how it came to be.
 """
 from __future__ import annotations
 
@@ -31,6 +35,7 @@ from fmha_mlir.tolerance import FACTOR
 ATTENTION_OF = {"sdpa": "torch SDPA flash", "fmha": "fmha_mlir.torch.attention",
                 "reference": "torch flash forward, f32 reference backward"}
 REPEATS = 4                 # runs of seed 0 of each backward
+TRAINERS = {"gpt": "train_gpt", "llama": "train_hf", "gpt_oss": "train_hf"}   # --model: the module that trains it
 
 
 @dataclass(frozen=True)
@@ -53,12 +58,22 @@ VERDICT_RULE = (
     "d(a, b) is the mean of |loss(a) - loss(b)| over the second half of the steps (after the runs have had "
     f"time to drift apart); every backward runs {REPEATS} times on seed 0. PASS when both hold. (1) Curves: "
     "the mean d between our runs and the exact backward's is at most "
-    f"{FACTOR:g}x the mean d between torch flash's runs and the exact backward's. (2) Step 0 (the same weights "
-    "and batch, so only the backward differs): for what each layer's attention backward returns (dq, dk, "
-    "dv), each layer's qkv and out projection gradients and the whole model's gradient, the relative "
-    f"distance ||g - g_ref|| / ||g_ref|| of every run of ours to the exact backward's ({STEP0_REFERENCE}) is "
-    f"at most {FACTOR:g}x the largest of torch flash's runs. {FACTOR:g}x a same-precision torch backward is "
+    f"{FACTOR:g}x the mean d between torch's runs (flash's backward; a transformers model's own attention) "
+    "and the exact backward's. (2) Step 0 (the same weights "
+    "and batch, so only the attention differs): for what each layer's attention backward returns (dq, dk, "
+    "dv; gpt-oss's sinks), each layer's qkv and out projection gradients and the whole model's gradient, the "
+    f"relative distance ||g - g_ref|| / ||g_ref|| of every run of ours to the exact backward's ({STEP0_REFERENCE}) "
+    f"is at most {FACTOR:g}x the largest of torch's runs. {FACTOR:g}x a same-precision torch backward is "
     "FlashAttention's rule and the gate's (fmha_mlir/tolerance.py).")
+
+
+def labels_of(family: str) -> dict[str, str]:
+    """The attentions of a model family's runs, by the names RUNS give them: what their records call them."""
+    if family == "gpt":
+        return ATTENTION_OF
+    import train_hf
+
+    return train_hf.labels(family)
 
 
 def step0_errors(reference: dict[str, list], grads: dict[str, list]) -> dict[str, float]:
@@ -90,10 +105,15 @@ def step0_comparison(ours: list[dict[str, float]], flash: list[dict[str, float]]
 def run(directory: Path, argv: list[str]) -> int:
     """RUNS in one process, each JSON written as it ends (a time limit leaves the ones done); each
     record holds its step-0 gradients' distance to the first run's (the f32 reference backward)."""
+    import importlib
+
     import train_gpt
 
     p = argparse.ArgumentParser(prog="train_compare.py run")
-    train_gpt.add_config_arguments(p)
+    p.add_argument("--model", choices=tuple(TRAINERS), default="gpt")
+    family = p.parse_known_args(argv)[0].model
+    model = train_gpt.ModelConfig() if family == "gpt" else importlib.import_module(TRAINERS[family]).MODELS[family]
+    train_gpt.add_config_arguments(p, model)
     args = p.parse_args(argv)
     directory.mkdir(parents=True, exist_ok=True)
     reference, step0 = {}, {}
@@ -103,7 +123,10 @@ def run(directory: Path, argv: list[str]) -> int:
         step0.update({name: [g.detach().float().cpu() for g in grads] for name, grads in groups.items()})
 
     for r in RUNS:
-        record = train_gpt.train(*train_gpt.configs(p, args, r.attention, r.seed), on_step0=keep)
+        record = train_gpt.train(*train_gpt.configs(p, args, r.attention, r.seed, model), on_step0=keep)
+        record["family"] = family
+        if family != "gpt":
+            record["transformers"] = importlib.import_module("transformers").__version__
         if not reference:
             reference = dict(step0)
         record["step0_error"] = step0_errors(reference, step0)
@@ -151,7 +174,8 @@ def summarise(runs: dict[str, dict]) -> dict:
     step0_worst = max(v["ratio"] for v in step0.values())
     curves_pass, step0_pass = curves_ratio <= FACTOR, step0_worst <= FACTOR
     # A record whose attention is not what its name says (a mislabelled or hand-edited file) is no result.
-    mislabelled = [r.name for r in RUNS if runs[r.name]["attention"] != ATTENTION_OF[r.attention]]
+    labels = labels_of(runs[RUNS[0].name].get("family", "gpt"))
+    mislabelled = [r.name for r in RUNS if runs[r.name]["attention"] != labels[r.attention]]
     base = np.array(runs[flash[0]]["grad_norm"])
     speed = {kind: float(np.median([runs[name]["steps_per_s"] for name in names_of(kind)])) for kind in ATTENTION_OF}
     return {"steps": steps, "late_from_step": half, "pair_gaps": pairs, "curves_ratio": curves_ratio,
@@ -176,30 +200,34 @@ def _ratio_summary(r: np.ndarray) -> dict:
             "p95": float(np.percentile(r, 95))}
 
 
-def report_lines(runs: dict[str, dict], s: dict, directory: Path, report: Path) -> list[str]:
+def report_lines(runs: dict[str, dict], s: dict, command: str, report: Path) -> list[str]:
+    """The report on one model's runs; command: the report's own."""
     first = runs[RUNS[0].name]
     m, t, gaps = first["model"], first["train"], s["pair_gaps"]
+    family = first.get("family", "gpt")
+    labels, torch_name = labels_of(family), "torch flash" if family == "gpt" else labels_of(family)["sdpa"]
     lines = [f"# Training with our attention backward against torch's ({first['device']})", ""]
     if s["mislabelled"]:
         lines += [f"**NOT A RESULT: {', '.join(s['mislabelled'])} did not run the attention its name says.**", ""]
     lines += [f"**Verdict rule (stated before the numbers):** {VERDICT_RULE}", "",
               f"**Verdict: {s['verdict']}.** (1) Curves {'pass' if s['curves_pass'] else 'fail'}: mean d to the exact "
-              f"backward's runs, ours {gaps['fmha vs reference']['mean']:.5f}, torch flash's "
+              f"backward's runs, ours {gaps['fmha vs reference']['mean']:.5f}, {torch_name}'s "
               f"{gaps['sdpa vs reference']['mean']:.5f} ({s['curves_ratio']:.2f}x, allowed {FACTOR:g}x; seed 1 against "
               f"seed 0: {gaps['sdpa seed 1 vs sdpa seed 0']['mean']:.4f}). (2) Step 0 "
               f"{'passes' if s['step0_pass'] else 'fails'}: our largest distance to the exact backward is "
-              f"{s['step0_worst_ratio']:.2f}x torch flash's (allowed {FACTOR:g}x).", "",
-              f"Model: GPT, {m['layers']} layers, width {m['width']}, {m['heads']} heads of "
-              f"{m['width'] // m['heads']}, sequence {m['seq']}, vocab {m['vocab']} (tools/gpt_corpus.py's synthetic "
-              f"corpus; log(vocab) = {math.log(m['vocab']):.2f}), pre-LN, learned positions, causal; AdamW lr "
+              f"{s['step0_worst_ratio']:.2f}x {torch_name}'s (allowed {FACTOR:g}x).", "",
+              f"Model: {_model_text(family, m)} (tools/gpt_corpus.py's synthetic "
+              f"corpus; log(vocab) = {math.log(m['vocab']):.2f}), causal; AdamW lr "
               f"{t['lr']} (warm-up {t['lr_warmup']}, cosine to lr/10), grad clip 1.0, bf16 autocast, batch "
-              f"{t['batch']}, {s['steps']} steps; torch {first['torch']}. Every run has torch's flash forward; "
-              f"the backwards: {', '.join(f'{k} = {v}' for k, v in ATTENTION_OF.items())}.", "",
+              f"{t['batch']}, {s['steps']} steps; torch {first['torch']}"
+              f"{'' if family == 'gpt' else ', transformers ' + first['transformers']}. "
+              f"{GPT_ATTENTIONS if family == 'gpt' else 'The attentions'}: "
+              f"{', '.join(f'{k} = {v}' for k, v in labels.items())}.", "",
               "Commands:", "",
-              f"- bundles (here, MLIR): `python tools/train_gpt.py build {t['bundle_dir'] or 'DIR'}`",
+              f"- bundles (here, MLIR): `{_build_command(family, m, t)}`",
               f"- the runs (the GPU, one command): `{first.get('command', 'n/a')}`",
               f"- this report and {report.with_suffix('.png').name} (here): "
-              f"`python tools/train_compare.py report {directory} --report {report}`", "",
+              f"`{command}`", "",
               "## (1) Curves: second-half mean |loss difference| d", "",
               "Every pair of runs of the two kinds (min / mean / max of d over the distinct pairs):", "",
               "| pairs | count | min | mean | max |", "| --- " * 5 + "|"]
@@ -207,7 +235,7 @@ def report_lines(runs: dict[str, dict], s: dict, directory: Path, report: Path) 
         lines.append(f"| {kind} | {g['pairs']} | {g['min']:.5f} | {g['mean']:.5f} | {g['max']:.5f} |")
     lines += ["", "## (2) Step 0: ||g - g_ref|| / ||g_ref|| against the exact backward "
                   f"({STEP0_REFERENCE})", "",
-              "| gradient | ours (largest of our runs) | torch flash (largest of its runs) | ratio |",
+              f"| gradient | ours (largest of our runs) | {torch_name} (largest of its runs) | ratio |",
               "| --- " * 4 + "|"]
     for group, v in s["step0"].items():
         lines.append(f"| {group} | {v['fmha']:.3e} | {v['sdpa']:.3e} | {v['ratio']:.2f} |")
@@ -223,24 +251,54 @@ def report_lines(runs: dict[str, dict], s: dict, directory: Path, report: Path) 
                      f"{s['steps_per_s'][r.name]:.2f} | {spread} |")
     speed = s["median_steps_per_s"]
     lines += ["", f"Median steps/s of the seed-0 runs (whole training step: forward, backward, optimizer): ours "
-                  f"{speed['fmha']:.2f}, torch flash {speed['sdpa']:.2f} ({speed['fmha'] / speed['sdpa']:.3f}x); "
+                  f"{speed['fmha']:.2f}, {torch_name} {speed['sdpa']:.2f} ({speed['fmha'] / speed['sdpa']:.3f}x); "
                   f"the f32 reference {speed['reference']:.2f} (a yardstick, not a candidate)."]
     return lines
 
 
+def _model_text(family: str, m: dict) -> str:
+    if family == "gpt":
+        return (f"GPT, {m['layers']} layers, width {m['width']}, {m['heads']} heads of {m['width'] // m['heads']}, "
+                f"sequence {m['seq']}, vocab {m['vocab']}, pre-LN, learned positions")
+    import train_hf
+
+    return train_hf.describe(m)
+
+
+def _build_command(family: str, m: dict, t: dict) -> str:
+    directory = t["bundle_dir"] or "DIR"
+    if family == "gpt":
+        return f"python tools/train_gpt.py build {directory}"
+    options = [f"--{k.replace('_', '-')} {v}" for k, v in m.items() if k != "family"]
+    return f"python tools/train_hf.py build {directory} --model {family} {' '.join(options)} --batch {t['batch']}"
+
+
+GPT_ATTENTIONS = "Every run has torch's flash forward; the backwards"
 COLOURS = {"reference": "tab:green", "sdpa": "tab:blue", "fmha": "tab:red"}
 
 
-def plot(runs: dict[str, dict], path: Path) -> None:
+def plot(models: list[dict[str, dict]], path: Path) -> None:
+    """Each model's runs (a column each): the loss curves, and their distance to the exact runs' mean."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    fig, axes = plt.subplots(2, len(models), figsize=(9 * len(models), 8), sharex="col", squeeze=False)
+    for runs, (top, bottom) in zip(models, axes.T):
+        _plot_model(runs, top, bottom)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def _plot_model(runs: dict[str, dict], top, bottom) -> None:
     loss = {name: np.array(r["loss"]) for name, r in runs.items()}
     exact = np.mean([loss[name] for name in names_of("reference")], axis=0)
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(9, 8), sharex=True)
-    fig.suptitle(f"GPT training: the exact backward, torch flash's and ours ({runs[RUNS[0].name]['device']})")
+    first = runs[RUNS[0].name]
+    family = first.get("family", "gpt")
+    what = ("GPT training: the exact backward, torch flash's and ours" if family == "gpt" else
+            f"{family} (transformers): the exact attention, {labels_of(family)['sdpa']} and fmha_mlir")
+    top.set_title(f"{what} ({first['device']})")
     for r in RUNS:
         colour, style = ("tab:gray", ":") if r.seed else (COLOURS[r.attention], "-")
         top.plot(loss[r.name], style, color=colour, linewidth=0.8, label=r.name)
@@ -250,17 +308,28 @@ def plot(runs: dict[str, dict], path: Path) -> None:
     bottom.set_yscale("log")
     bottom.set_ylabel("|loss - the exact backward's mean loss| (+1e-7)")
     bottom.set_xlabel("step")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
 
 
-def report(directory: Path, path: Path) -> int:
-    runs = load_runs(directory)
-    summary = summarise(runs)
-    write_report_files(path, report_lines(runs, summary, directory, path), summary)
-    plot(runs, path.with_suffix(".png"))
-    print(f"{summary['verdict']}: wrote {path}, {path.with_suffix('.json')} and {path.with_suffix('.png')}")
-    return 0 if summary["verdict"] == "PASS" else 1
+def report(directories: list[Path], path: Path) -> int:
+    """One report on the runs of each directory (one model's each); several: a section per model (its
+    runs' family), the JSON's summaries by family, the plot's columns in the same order."""
+    models = [load_runs(d) for d in directories]
+    summaries = [summarise(runs) for runs in models]
+    command = shlex.join(["python", "tools/train_compare.py", "report", *map(str, directories), "--report", str(path)])
+    lines = [report_lines(runs, s, command, path) for runs, s in zip(models, summaries)]
+    if len(models) == 1:
+        write_report_files(path, lines[0], summaries[0])
+    else:
+        families = [runs[RUNS[0].name].get("family", "gpt") for runs in models]
+        verdicts = ", ".join(f"{f} {s['verdict']}" for f, s in zip(families, summaries))
+        joined = [lines[0][0], "", f"Models: {', '.join(families)} (a section each; verdicts: {verdicts}).", ""]
+        for family, section in zip(families, lines):   # each section's headings one level down
+            joined += [f"## {family}", "", *(("#" + x if x.startswith("#") else x) for x in section[2:])]
+        write_report_files(path, joined, dict(zip(families, summaries)))
+    plot(models, path.with_suffix(".png"))
+    verdict = "PASS" if all(s["verdict"] == "PASS" for s in summaries) else "FAIL"
+    print(f"{verdict}: wrote {path}, {path.with_suffix('.json')} and {path.with_suffix('.png')}")
+    return 0 if verdict == "PASS" else 1
 
 
 def main(argv=None) -> int:
@@ -268,11 +337,14 @@ def main(argv=None) -> int:
     # allow_abbrev off: the training options pass through to `run` untouched
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     p.add_argument("action", choices=("run", "report"))
-    p.add_argument("directory", type=Path, help="where the runs' JSONs are written (run) or read (report)")
+    p.add_argument("directory", type=Path, nargs="+",
+                   help="where the runs' JSONs are written (run: one) or read (report: one per model)")
     p.add_argument("--report", type=Path, default=Path("reports/h200_training.md"))
     args, rest = p.parse_known_args(argv)
     if args.action == "run":
-        return run(args.directory, rest)
+        if len(args.directory) > 1:
+            p.error("run writes one directory (got several)")
+        return run(args.directory[0], rest)
     if rest:
         p.error(f"report takes no training options (got {' '.join(rest)})")
     return report(args.directory, args.report)

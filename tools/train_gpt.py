@@ -53,6 +53,15 @@ class ModelConfig:
     def head_dim(self) -> int:
         return self.width // self.heads
 
+    def problem(self) -> str | None:
+        """Why this model cannot be built, with the fix (None: it can)."""
+        if self.heads < 1 or self.width % self.heads:
+            return f"--width {self.width} is not a multiple of --heads {self.heads}: give a width heads x head_dim"
+        return None
+
+    def trainee(self, t: "TrainConfig") -> "Trainee":
+        return gpt_trainee(self, t)
+
 
 @dataclass(frozen=True)
 class TrainConfig:
@@ -162,6 +171,29 @@ def attention_of(t: "TrainConfig") -> Callable:
     return makers[t.attention]()
 
 
+@dataclass(frozen=True)
+class Trainee:
+    """What train() trains: a model (initialised from the CPU generator when made), its call, and the
+    gradients the runs are compared on."""
+    model: nn.Module
+    label: str                                  # the attention, as the record names it
+    logits: Callable[[torch.Tensor, bool], torch.Tensor]   # (tokens, keep) -> logits; keep: a step-0 call
+    gradient_groups: Callable[[], dict[str, list[torch.Tensor]]]   # after a keep call's backward
+    projections: list[tuple[list, list]]        # per layer: its attention's (in projection, out projection) params
+
+
+def gpt_trainee(m: ModelConfig, t: "TrainConfig") -> Trainee:
+    attend = attention_of(t)
+    model = GPT(m)
+    retained = RetainedInputs(attend)
+
+    def logits(tokens, keep):
+        return model(tokens, retained if keep else attend)
+
+    return Trainee(model, LABELS[t.attention], logits, lambda: gradient_groups(model, retained.inputs),
+                   [(list(block.qkv.parameters()), list(block.out.parameters())) for block in model.blocks])
+
+
 def gradient_groups(model: "GPT", attention_inputs: list) -> dict[str, list[torch.Tensor]]:
     """The gradients the runs are compared on, by name: what each layer's attention backward returns
     (dq{i}, dk{i}, dv{i}: its own output, on the model's real activations), each layer's attention
@@ -210,9 +242,10 @@ def write_profile(profiler, path: Path) -> None:
                                  for key in ("self_cpu_time_total", "self_cuda_time_total")) + "\n")
 
 
-def train(m: ModelConfig, t: TrainConfig, profile: Path | None = None,
+def train(m, t: TrainConfig, profile: Path | None = None,
           on_step0: Callable[[dict[str, list[torch.Tensor]]], None] | None = None) -> dict:
-    """Train and return the run's record (the per-step logs, steps/s and what ran). With `profile`,
+    """Train m (a model config with a trainee(t) method: ModelConfig, train_hf's) and return the run's
+    record (the per-step logs, steps/s and what ran). With `profile`,
     steps timing_warmup .. + PROFILED_STEPS run under torch.profiler (its tables go there; the run's
     steps/s then include the profiler's own cost). `on_step0` gets step 0's gradient_groups before
     clipping (the same weights and batch in every run of a seed: only the attention backward differs)."""
@@ -220,12 +253,12 @@ def train(m: ModelConfig, t: TrainConfig, profile: Path | None = None,
     from torch.profiler import profile as profiler_of
 
     profiler = None
-    attend = attention_of(t)
     device = torch.device(t.device)
     data = torch.from_numpy(make_sequences(CorpusConfig(vocab=m.vocab), t.steps * t.batch, m.seq + 1)).to(device)
     order = torch.from_numpy(np.random.default_rng(t.seed).permutation(t.steps * t.batch)).to(device)
     torch.manual_seed(t.seed)
-    model = GPT(m).to(device)          # initialised on the CPU generator: the same weights on any device
+    trainee = m.trainee(t)
+    model = trainee.model.to(device)   # initialised on the CPU generator: the same weights on any device
     optimizer = torch.optim.AdamW(model.parameters(), lr=t.lr, betas=(0.9, 0.95), weight_decay=0.1)
     logs = []    # per step, on the device: no synchronisation inside the loop
     for step in range(t.steps):
@@ -242,16 +275,16 @@ def train(m: ModelConfig, t: TrainConfig, profile: Path | None = None,
         for group in optimizer.param_groups:
             group["lr"] = learning_rate(t, step)
         batch = data[order[step * t.batch:(step + 1) * t.batch]]
-        attending = RetainedInputs(attend) if step == 0 and on_step0 is not None else attend
+        keep = step == 0 and on_step0 is not None
         with torch.autocast(device.type, dtype=torch.bfloat16):
-            logits = model(batch[:, :-1], attending)
+            logits = trainee.logits(batch[:, :-1], keep)
         loss = F.cross_entropy(logits.float().reshape(-1, m.vocab), batch[:, 1:].reshape(-1))
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        if attending is not attend:
-            on_step0(gradient_groups(model, attending.inputs))
-        projection_norms = [torch.nn.utils.get_total_norm([p.grad for p in linear.parameters()])
-                            for block in model.blocks for linear in (block.qkv, block.out)]
+        if keep:
+            on_step0(trainee.gradient_groups())
+        projection_norms = [torch.nn.utils.get_total_norm([p.grad for p in params])
+                            for layer in trainee.projections for params in layer]
         total = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         logs.append(torch.stack([loss.detach(), total, *projection_norms]))
@@ -259,7 +292,7 @@ def train(m: ModelConfig, t: TrainConfig, profile: Path | None = None,
     timed = max(0, t.steps - t.timing_warmup)
     seconds = time.perf_counter() - started if timed > 0 else float("nan")
     logs = torch.stack(logs).float().cpu().numpy()
-    return {"model": dataclasses.asdict(m), "train": dataclasses.asdict(t), "attention": LABELS[t.attention],
+    return {"model": dataclasses.asdict(m), "train": dataclasses.asdict(t), "attention": trainee.label,
             "device": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
             "torch": torch.__version__, "loss": logs[:, 0].tolist(), "grad_norm": logs[:, 1].tolist(),
             "qkv_grad_norm": logs[:, 2::2].tolist(), "out_grad_norm": logs[:, 3::2].tolist(),
@@ -267,23 +300,25 @@ def train(m: ModelConfig, t: TrainConfig, profile: Path | None = None,
             "profiled": profile is not None}
 
 
-def add_config_arguments(p: argparse.ArgumentParser) -> None:
-    for config in (ModelConfig(), TrainConfig(attention="", seed=0)):
+def add_config_arguments(p: argparse.ArgumentParser, model=ModelConfig()) -> None:
+    """--FIELD options of the model config's fields (defaulting to `model`'s) and TrainConfig's."""
+    for config in (model, TrainConfig(attention="", seed=0)):
         for f in dataclasses.fields(config):
-            if f.name in ("attention", "seed", "bundle_dir"):
+            if f.name in ("attention", "seed", "bundle_dir", "family"):
                 continue
             p.add_argument("--" + f.name.replace("_", "-"), type=type(getattr(config, f.name)),
                            default=getattr(config, f.name))
     p.add_argument("--bundle-dir", help="prebuilt bundles (the build subcommand) for --attention fmha")
 
 
-def configs(p: argparse.ArgumentParser, args, attention: str, seed: int) -> tuple[ModelConfig, TrainConfig]:
-    """The options as configs, refused (with the fix) where they cannot train."""
-    m = ModelConfig(args.layers, args.width, args.heads, args.seq, args.vocab)
+def configs(p: argparse.ArgumentParser, args, attention: str, seed: int, model=ModelConfig()) -> tuple:
+    """The options as configs (the model's of `model`'s kind), refused (with the fix) where they cannot train."""
+    m = dataclasses.replace(model, **{f.name: getattr(args, f.name) for f in dataclasses.fields(model)
+                                      if f.name != "family"})
     t = TrainConfig(attention, seed, args.steps, args.batch, args.lr, args.lr_warmup, args.timing_warmup,
                     args.device, args.bundle_dir)
-    if m.heads < 1 or m.width % m.heads:
-        p.error(f"--width {m.width} is not a multiple of --heads {m.heads}: give a width heads x head_dim")
+    if m.problem():
+        p.error(m.problem())
     if min(m.layers, m.seq, m.vocab, t.steps, t.batch) < 1 or m.vocab < 8 or m.seq < 8:
         p.error("--layers, --steps and --batch must be at least 1, --seq and --vocab at least 8")
     if t.device == "cuda" and not torch.cuda.is_available():

@@ -8,7 +8,8 @@ register() adds the attention function to transformers' AttentionInterface and, 
 mask function to AttentionMaskInterface (a name without one gets no mask at all, padding included).
 The models that call the standard attention signature are served: causal (no mask tensor: top-left, as
 sdpa's is_causal), padding and sliding-window masks (sdpa's boolean mask, as an additive bias), softcap,
-scaling, GQA, and gpt-oss's sinks (s_aux). Dropout during training is refused (SpecError).
+scaling, GQA, and gpt-oss's sinks (s_aux). Dropout during training is refused (SpecError). Under autocast
+q, k and v are cast to its dtype, as SDPA's are (rotary embeddings hand q and k over in f32).
 """
 from __future__ import annotations
 
@@ -39,6 +40,10 @@ def fmha_mlir_attention(module, query, key, value, attention_mask, dropout=0.0, 
     if dropout and module.training:
         raise SpecError([Reason("dropout", f"attention dropout is not implemented (got {dropout!r})",
                                 "set attention_dropout=0 in the config")])
+    device = query.device.type
+    if torch.is_autocast_enabled(device):
+        dtype = torch.get_autocast_dtype(device)
+        query, key, value = (x.to(dtype) for x in (query, key, value))
     bias, mask = None, "none"
     if attention_mask is not None:   # sdpa's mask: bool, True where a query sees a key (or additive)
         seen = attention_mask[:, :, :, :key.shape[2]]

@@ -8,6 +8,7 @@ without MLIR takes the bundles they need prebuilt where MLIR is:
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import sys
 
@@ -932,6 +933,19 @@ def _model_grads(model, ids, mask):
     return logits.detach()[keep], [p.grad for p in model.parameters()]
 
 
+def _models_of(model_class, config, implementations):
+    """One model per attention implementation, all with the first one's weights. Each has its own copy
+    of the config: transformers sets the implementation on the config object, which a shared one would
+    hand to every model built from it."""
+    models = {name: model_class._from_config(copy.deepcopy(config), attn_implementation=name)
+              for name in implementations}
+    first = models[implementations[0]]
+    for name, model in models.items():
+        model.load_state_dict(first.state_dict())
+        assert model.config._attn_implementation == name
+    return models
+
+
 def _matches_reference(config_class, model_class, reference, extra, prebuilt_bundles):
     transformers = pytest.importorskip("transformers")
     if not hasattr(transformers, model_class):
@@ -941,9 +955,7 @@ def _matches_reference(config_class, model_class, reference, extra, prebuilt_bun
     register(bundle_dir=prebuilt_bundles)
     config = getattr(transformers, config_class)(**TINY, **extra)
     torch.manual_seed(0)
-    models = {name: getattr(transformers, model_class)._from_config(config, attn_implementation=name)
-              for name in (reference, "fmha_mlir")}
-    models["fmha_mlir"].load_state_dict(models[reference].state_dict())
+    models = _models_of(getattr(transformers, model_class), config, (reference, "fmha_mlir"))
     ids = torch.randint(0, 64, (2, 12), generator=torch.Generator().manual_seed(1))
     right_padded = torch.ones_like(ids)
     right_padded[1, 9:] = 0   # (right: every query row still sees a key)
@@ -965,6 +977,29 @@ def test_transformers_gpt_oss_with_sinks_and_sliding_window_matches_eager(prebui
     _matches_reference("GptOssConfig", "GptOssForCausalLM", "eager",
                        dict(head_dim=32, sliding_window=4, layer_types=["sliding_attention", "full_attention"],
                             num_local_experts=2, num_experts_per_tok=1), prebuilt_bundles)
+
+
+def test_transformers_under_autocast_attends_in_its_dtype_as_sdpa(monkeypatch):
+    """Rotary embeddings hand q and k over in f32 beside a bf16 v under autocast: ours casts them to
+    autocast's dtype as SDPA does, and gives SDPA's logits (the forward is torch's, on the same inputs)."""
+    transformers = pytest.importorskip("transformers")
+    from fmha_mlir.torch import transformers_api
+
+    dtypes, ours = [], transformers_api.attention
+
+    def attention(q, k, v, **kwargs):
+        dtypes.append((q.dtype, k.dtype, v.dtype))
+        return ours(q, k, v, **kwargs)
+
+    monkeypatch.setattr(transformers_api, "attention", attention)
+    transformers_api.register()
+    torch.manual_seed(0)
+    models = _models_of(transformers.LlamaForCausalLM, transformers.LlamaConfig(**TINY), ("sdpa", "fmha_mlir"))
+    ids = torch.randint(0, 64, (2, 12), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        want, got = (m(input_ids=ids).logits for m in models.values())
+    assert dtypes == [(torch.bfloat16,) * 3] * TINY["num_hidden_layers"]
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
 
 
 def transformers_bundle_builds():

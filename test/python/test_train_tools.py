@@ -1,5 +1,5 @@
-"""tools/gpt_corpus.py, train_gpt.py, train_compare.py, bench_torch_overhead.py and bench_torch_step.py
-without a GPU: the
+"""tools/gpt_corpus.py, train_gpt.py, train_hf.py, train_compare.py, bench_torch_overhead.py and
+bench_torch_step.py without a GPU: the
 corpus, a tiny CPU training run, and the report writers on records made here (no device results)."""
 import json
 import sys
@@ -162,6 +162,63 @@ def test_the_training_report_writes_its_markdown_json_and_plot(tmp_path):
     assert "| dq1 | 1.500e-03 | 1.000e-03 | 1.50 |" in text
     assert json.loads(report.with_suffix(".json").read_text())["verdict"] == "PASS"
     assert report.with_suffix(".png").read_bytes()[:4] == b"\x89PNG"
+
+
+def _as_llama_runs(runs: dict[str, dict]) -> dict[str, dict]:
+    """The fake runs as a transformers Llama's (train_hf.py's records)."""
+    import train_hf
+
+    labels = train_hf.labels("llama")
+    kinds = {r.name: r.attention for r in train_compare.RUNS}
+    model = {**vars(train_hf.MODELS["llama"]), "layers": 2, "width": 64, "heads": 2, "kv_heads": 2, "head_dim": 32}
+    return {name: {**record, "family": "llama", "transformers": "test", "model": model,
+                   "attention": labels[kinds[name]]} for name, record in runs.items()}
+
+
+def test_the_training_report_of_several_models_has_a_section_each(tmp_path):
+    pytest.importorskip("matplotlib")
+    pytest.importorskip("transformers")
+    for directory, runs in (("gpt", _fake_runs(0.5)), ("llama", _as_llama_runs(_fake_runs(-2.1)))):
+        (tmp_path / directory).mkdir()
+        for name, record in runs.items():
+            (tmp_path / directory / f"{name}.json").write_text(json.dumps(record))
+    report = tmp_path / "training.md"
+    assert train_compare.main(["report", str(tmp_path / "gpt"), str(tmp_path / "llama"), "--report", str(report)]) == 1
+    text = report.read_text()
+    assert "verdicts: gpt PASS, llama FAIL" in text and "\n## gpt\n" in text and "\n## llama\n" in text
+    assert "\n### (1) Curves" in text and "python tools/train_hf.py build B --model llama --layers 2" in text
+    assert "transformers \"sdpa\" (largest of its runs)" in text
+    summaries = json.loads(report.with_suffix(".json").read_text())
+    assert summaries["gpt"]["verdict"] == "PASS" and summaries["llama"]["verdict"] == "FAIL"
+    assert report.with_suffix(".png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_the_exact_attention_is_the_models_own_in_f32_and_step0_keeps_the_sinks():
+    """train_hf's yardstick, without autocast (f32 throughout), gives the logits of transformers' own
+    attention for the model (sdpa for Llama; gpt-oss's eager: sinks, a sliding window, GQA); a keep
+    step's gradient groups have what each layer's attention returns, and gpt-oss's sinks."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    import dataclasses
+
+    import train_gpt
+    import train_hf
+
+    ids = torch.randint(1, 32, (2, 16), generator=torch.Generator().manual_seed(1))
+    for family in ("llama", "gpt_oss"):
+        m = dataclasses.replace(train_hf.MODELS[family], layers=2, width=64, heads=4, head_dim=16, seq=16, vocab=32,
+                                window=4, kv_heads=4 if family == "llama" else 2)
+        logits = {}
+        for attention in ("reference", "sdpa"):
+            torch.manual_seed(0)
+            trainee = m.trainee(train_gpt.TrainConfig(attention, device="cpu"))
+            logits[attention] = trainee.logits(ids, keep=True)
+        # f32 both: sums in other orders (~1e-6 relative); a mask, sink or scale missed moves them by O(0.1)
+        torch.testing.assert_close(logits["reference"], logits["sdpa"], rtol=1e-4, atol=1e-5)
+        logits["sdpa"].square().mean().backward()
+        groups = trainee.gradient_groups()
+        layer = {"dq1", "dk1", "dv1", "qkv1", "out1"} | ({"sinks1"} if family == "gpt_oss" else set())
+        assert layer <= set(groups) and all(g is not None for name in layer for g in groups[name])
 
 
 def test_the_training_report_names_the_missing_runs(tmp_path):
