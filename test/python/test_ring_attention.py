@@ -1,0 +1,132 @@
+"""fmha_mlir.torch.ring_attention: each rank of a gloo process group (CPU tensors: our backward in the
+interpreter) computes its zigzag part; the parts put together are the gradients of one attention over
+the whole sequence, under the gate (the oracle fed the out and lse the ring's backward saw). f32 only:
+in f16 / bf16 each block's gradients round to the dtype before they are summed, which the gate's lowp
+reference (one rounding) does not model (bf16, world size 2: 0.5-0.8 of the bound).
+
+One spawn per world size runs all of its cases (a process's start-up is most of the time).
+"""
+from __future__ import annotations
+
+import datetime
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import torch.distributed as dist  # noqa: E402
+import torch.multiprocessing as mp  # noqa: E402
+
+from fmha_mlir import SpecError  # noqa: E402
+from fmha_mlir.torch import attention, ring_attention, zigzag_shard, zigzag_unshard  # noqa: E402
+from test_torch_op import _call, _gate, _tensors  # noqa: E402
+
+pytestmark = pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(),
+                                reason="needs torch.distributed with gloo")
+
+# name: (world size, chunk length (2 world size chunks), heads_kv, ring_attention kwargs, an lse gradient)
+CASES = {
+    "w2-none-gqa": (2, 3, 1, dict(mask="none"), False),
+    "w2-causal": (2, 3, 2, dict(mask="top_left"), False),
+    "w2-causal-bshd-gqa-lse": (2, 2, 1, dict(mask="bottom_right", layout="bshd"), True),
+    "w2-causal-softcap": (2, 4, 2, dict(mask="top_left", softcap=2.0), False),
+    "w4-causal-gqa": (4, 2, 1, dict(mask="top_left"), False),
+    "w4-none": (4, 2, 2, dict(mask="none"), False),
+}
+HEADS_Q, HDIM = 2, 32
+
+
+def _case_tensors(name):
+    """The whole sequence's (q, k, v, dO, dlse or None) of a case, in its layout."""
+    world, chunk, heads_kv, kw, with_dlse = CASES[name]
+    seqlen = 2 * world * chunk
+    shape = (lambda h: (1, seqlen, h, HDIM)) if kw.get("layout") == "bshd" else (lambda h: (1, h, seqlen, HDIM))
+    q, k, v = _tensors(shape(HEADS_Q), shape(heads_kv), torch.float32, seed=5)
+    g = torch.Generator().manual_seed(6)
+    do = 0.5 * torch.randn(q.shape, generator=g)
+    dlse = torch.randn((1, HEADS_Q, seqlen), generator=g) if with_dlse else None
+    return q, k, v, do, dlse
+
+
+def _seq_dim(kw) -> int:
+    return 1 if kw.get("layout") == "bshd" else 2
+
+
+def _rank_main(rank, world, store, names, results):
+    """One rank: every case of `names` through ring_attention on its parts; its parts of out, lse and the
+    gradients go to results[(name, rank)]."""
+    # a ring that loses a message fails (the timeout) rather than waits forever
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=60))
+    try:
+        for name in names:
+            kw = CASES[name][3]
+            dim = _seq_dim(kw)
+            q, k, v, do, dlse = _case_tensors(name)
+            mine = [zigzag_shard(x, rank, world, dim).requires_grad_() for x in (q, k, v)]
+            out, lse = ring_attention(*mine, return_lse=True, **kw)
+            outputs, gradients = [out], [zigzag_shard(do, rank, world, dim)]
+            if dlse is not None:
+                outputs.append(lse)
+                gradients.append(zigzag_shard(dlse, rank, world, 2))
+            torch.autograd.backward(outputs, gradients)
+            results[(name, rank)] = [t.detach().clone() for t in (out, lse, *(x.grad for x in mine))]
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.fixture(scope="module")
+def ring_results(tmp_path_factory):
+    """Every case's per-rank results, one spawn per world size."""
+    results = {}
+    for world in sorted({c[0] for c in CASES.values()}):
+        names = [n for n, c in CASES.items() if c[0] == world]
+        store = tmp_path_factory.mktemp("ring") / "store"
+        with mp.Manager() as manager:
+            shared = manager.dict()
+            mp.spawn(_rank_main, args=(world, store, names, shared), nprocs=world, join=True)
+            results.update(shared)
+    return results
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_ring_gradients_are_one_calls_under_the_gate(name, ring_results):
+    world, _, _, kw, _ = CASES[name]
+    dim = _seq_dim(kw)
+    q, k, v, do, dlse = _case_tensors(name)
+    parts = [ring_results[(name, rank)] for rank in range(world)]
+    out, lse, dq, dk, dv = (zigzag_unshard([p[i] for p in parts], 2 if i == 1 else dim) for i in range(5))
+    options = {n: kw[n] for n in ("mask", "layout", "softcap") if n in kw}
+    # the ring's merge against the single call's forward (f32 forwards: as test_torch_op's against the oracle)
+    with torch.no_grad():
+        single_out, single_lse = attention(q, k, v, return_lse=True, **options)
+    torch.testing.assert_close(lse, single_lse, atol=1e-5, rtol=0)
+    torch.testing.assert_close(out, single_out, atol=1e-5, rtol=0)
+    _gate(q, k, v, None, None, _call(q, k, v, return_lse=dlse is not None, **options), [dq, dk, dv], do,
+          saved=(out, lse), dlse=dlse)
+
+
+def test_zigzag_unshard_undoes_zigzag_shard():
+    x = torch.arange(2 * 24).reshape(2, 24)
+    parts = [zigzag_shard(x, rank, 3, dim=1) for rank in range(3)]
+    assert parts[0][0].tolist() == [0, 1, 2, 3, 20, 21, 22, 23]
+    assert torch.equal(zigzag_unshard(parts, dim=1), x)
+    with pytest.raises(SpecError, match="multiple of 2 x world size = 6"):
+        zigzag_shard(torch.zeros(1, 1, 10, 4), 0, 3)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(mask="window:4,0"), "no mask or causal"),
+    (dict(bias=torch.zeros(8, 8)), "bias: ring attention takes none"),
+    (dict(sinks=torch.zeros(2)), "sinks: ring attention takes none"),
+])
+def test_what_the_ring_does_not_compute_is_refused_before_anything_runs(kwargs, match):
+    q = torch.zeros(1, 2, 8, 32)
+    with pytest.raises(SpecError, match=match):
+        ring_attention(q, q, q, **kwargs)
+
+
+def test_a_ring_needs_an_initialised_process_group():
+    q = torch.zeros(1, 2, 8, 32)
+    with pytest.raises(SpecError, match="not initialised"):
+        ring_attention(q, q, q, mask="top_left")
