@@ -55,6 +55,16 @@ class ModelConfig:
 
 
 @dataclass(frozen=True)
+class DataShard:
+    """One process's part of a data-parallel run (tools/train_ddp.py): rank `rank` of `world` trains on
+    its TrainConfig.batch rows of each step's world x batch sequences, its model in DDP when world > 1
+    (the default: the whole run in one process)."""
+
+    rank: int = 0
+    world: int = 1
+
+
+@dataclass(frozen=True)
 class TrainConfig:
     attention: str = "sdpa"
     seed: int = 0
@@ -211,21 +221,27 @@ def write_profile(profiler, path: Path) -> None:
 
 
 def train(m: ModelConfig, t: TrainConfig, profile: Path | None = None,
-          on_step0: Callable[[dict[str, list[torch.Tensor]]], None] | None = None) -> dict:
+          on_step0: Callable[[dict[str, list[torch.Tensor]]], None] | None = None,
+          shard: DataShard = DataShard()) -> dict:
     """Train and return the run's record (the per-step logs, steps/s and what ran). With `profile`,
     steps timing_warmup .. + PROFILED_STEPS run under torch.profiler (its tables go there; the run's
     steps/s then include the profiler's own cost). `on_step0` gets step 0's gradient_groups before
-    clipping (the same weights and batch in every run of a seed: only the attention backward differs)."""
+    clipping (the same weights and batch in every run of a seed: only the attention backward differs).
+    shard: this process's part of a data-parallel run (its process group initialised); the loss logged
+    is its own rows', the gradient norms the averaged gradients'."""
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as profiler_of
 
     profiler = None
     attend = attention_of(t)
     device = torch.device(t.device)
-    data = torch.from_numpy(make_sequences(CorpusConfig(vocab=m.vocab), t.steps * t.batch, m.seq + 1)).to(device)
-    order = torch.from_numpy(np.random.default_rng(t.seed).permutation(t.steps * t.batch)).to(device)
+    sequences = t.steps * t.batch * shard.world
+    data = torch.from_numpy(make_sequences(CorpusConfig(vocab=m.vocab), sequences, m.seq + 1)).to(device)
+    order = torch.from_numpy(np.random.default_rng(t.seed).permutation(sequences)).to(device)
     torch.manual_seed(t.seed)
     model = GPT(m).to(device)          # initialised on the CPU generator: the same weights on any device
+    stepper = model if shard.world == 1 else torch.nn.parallel.DistributedDataParallel(
+        model, device_ids=[device.index] if device.type == "cuda" else None)
     optimizer = torch.optim.AdamW(model.parameters(), lr=t.lr, betas=(0.9, 0.95), weight_decay=0.1)
     logs = []    # per step, on the device: no synchronisation inside the loop
     for step in range(t.steps):
@@ -241,10 +257,11 @@ def train(m: ModelConfig, t: TrainConfig, profile: Path | None = None,
             profiler = None
         for group in optimizer.param_groups:
             group["lr"] = learning_rate(t, step)
-        batch = data[order[step * t.batch:(step + 1) * t.batch]]
+        first = (step * shard.world + shard.rank) * t.batch
+        batch = data[order[first:first + t.batch]]
         attending = RetainedInputs(attend) if step == 0 and on_step0 is not None else attend
         with torch.autocast(device.type, dtype=torch.bfloat16):
-            logits = model(batch[:, :-1], attending)
+            logits = stepper(batch[:, :-1], attending)
         loss = F.cross_entropy(logits.float().reshape(-1, m.vocab), batch[:, 1:].reshape(-1))
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -263,7 +280,7 @@ def train(m: ModelConfig, t: TrainConfig, profile: Path | None = None,
             "device": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
             "torch": torch.__version__, "loss": logs[:, 0].tolist(), "grad_norm": logs[:, 1].tolist(),
             "qkv_grad_norm": logs[:, 2::2].tolist(), "out_grad_norm": logs[:, 3::2].tolist(),
-            "timed_steps": timed, "steps_per_s": timed / seconds if timed > 0 else None,
+            "timed_steps": timed, "steps_per_s": timed / seconds if timed > 0 else None, "world_size": shard.world,
             "profiled": profile is not None}
 
 
