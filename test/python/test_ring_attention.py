@@ -4,12 +4,17 @@ the whole sequence, under the gate: the oracle is one call's on the whole sequen
 the ring's backward saw; the lowp reference is the ring's own (every block's, rounded to the dtype as its
 kernel writes it, the blocks summed in f32 and rounded once more).
 
-One spawn per world size runs all of its cases (a process's start-up is most of the time).
+One spawn per world size runs all of its cases (a process's start-up is most of the time); the ring
+benchmark (tools/bench_ring.py) runs once under torchrun.
 """
 from __future__ import annotations
 
 import dataclasses
 import datetime
+import json
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -185,3 +190,14 @@ def test_a_ring_needs_an_initialised_process_group():
     q = torch.zeros(1, 2, 8, 32)
     with pytest.raises(SpecError, match="not initialised"):
         ring_attention(q, q, q, mask="top_left")
+
+
+def test_the_ring_benchmark_times_the_ring_and_the_single_call_on_two_gloo_ranks(tmp_path):
+    record = tmp_path / "ring.json"
+    subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                    str(Path(__file__).parents[2] / "tools" / "bench_ring.py"), "run", "--device", "cpu", "--seqlen",
+                    "16", "--heads", "2", "--heads-kv", "1", "--dim", "32", "--steps", "1", "--warmup", "0",
+                    "--json", str(record)], check=True, capture_output=True, timeout=300)
+    got = json.loads(record.read_text())
+    assert got["world_size"] == 2 and got["ring"]["median_ms"] > 0 and got["single"]["median_ms"] > 0
+    assert got["efficiency"] == pytest.approx(got["single"]["median_ms"] / got["ring"]["median_ms"] / 2)
