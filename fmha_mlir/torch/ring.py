@@ -47,9 +47,10 @@ import torch.distributed as dist
 
 from ..errors import Reason, SpecError
 from ..spec import Mask
+from .attention import _refuse_non_tensors
 from .backward import run_backward
 from .call import checked_call
-from .options import caller_layout, describe, logical
+from .options import LAYOUTS, caller_layout, describe, logical
 
 # The mask kinds the ring computes; under zigzag (Sq == Sk globally) both causal alignments are one mask.
 CAUSAL = ("causal_top_left", "causal_bottom_right")
@@ -87,24 +88,44 @@ def ring_attention(q, k, v, *, group=None, mask="none", scale=None, softcap=0.0,
     differentiable); k, v may have fewer heads (GQA / MQA). bias, alibi_slopes, sinks: refused
     (the module docstring says why); they are here so that the refusal says so.
     """
-    _refuse(mask, bias, alibi_slopes, sinks)
+    if not (isinstance(q, torch.Tensor) and isinstance(k, torch.Tensor) and isinstance(v, torch.Tensor)):
+        _refuse_non_tensors(q, k, v, None, None)
+    computed = _computed_mask(mask, layout, bias, alibi_slopes, sinks)
     qv, kv, vv = (logical(x, layout) for x in (q, k, v))
-    plan = _plan(qv, kv, vv, Mask.parse(mask) if isinstance(mask, str) else mask, scale, softcap, deterministic,
-                 bundle_dir, forward, _Ring(group))
+    full, diagonal = _block_options(qv, kv, vv, computed, scale, softcap, deterministic, bundle_dir, forward)
+    plan = _Plan(full, diagonal, computed.kind in CAUSAL, _Ring(group))
     out, lse = _RingAttention.apply(qv, kv, vv, plan)
     return (caller_layout(out, layout), lse) if return_lse is True else caller_layout(out, layout)
 
 
-def _refuse(mask, bias, alibi_slopes, sinks) -> None:
-    """SpecError for what the ring does not compute (before anything runs or is sent)."""
+def _computed_mask(mask, layout, bias, alibi_slopes, sinks) -> Mask:
+    """The mask as a Mask, or SpecError for what the ring does not compute (before anything runs or is sent)."""
     given = Mask.parse(mask) if isinstance(mask, str) else mask
     reasons = [] if isinstance(given, Mask) and given.kind in ("none", *CAUSAL) else [
         Reason("mask", f"ring attention computes no mask or causal, not {mask!r}",
                "use mask 'none' or 'top_left' (a sliding window crosses the chunks at offsets no block mask has)")]
+    if layout not in LAYOUTS:
+        reasons.append(Reason("layout", f"unknown layout {layout!r}", f"use one of {', '.join(LAYOUTS)}"))
     reasons += [Reason(name, "ring attention takes none", "add it outside, or use attention() on the full sequence")
                 for name, x in (("bias", bias), ("alibi_slopes", alibi_slopes), ("sinks", sinks)) if x is not None]
     if reasons:
         raise SpecError(reasons)
+    return given
+
+
+def _block_options(q, k, v, mask: Mask, scale, softcap, deterministic, bundle_dir, forward) -> tuple[str, str]:
+    """The op's options strings of a block without a mask and of step 0's block (top-left under causal),
+    or SpecError where a block would be refused: checked on this rank's logical q, k, v."""
+    causal = mask.kind in CAUSAL
+    full, diagonal = (describe(m, scale, softcap, None, False, "bhsd", deterministic, bundle_dir, forward, False)
+                      for m in ("none", "top_left" if causal else "none"))
+    for options in {full, diagonal}:
+        checked_call(options, q, k, v, None, None)
+    if causal and (q.shape[2] != k.shape[2] or q.shape[2] % 2):
+        raise SpecError([Reason("q", f"causal ring attention needs each rank's queries and keys to be its two "
+                                     f"equal chunks (got {q.shape[2]} queries, {k.shape[2]} keys)",
+                                "give each rank zigzag_shard(x, rank, world_size) of q, k and v")])
+    return full, diagonal
 
 
 class _Ring:
@@ -140,7 +161,8 @@ class _Ring:
 
 @dataclass(frozen=True)
 class _Plan:
-    """One ring_attention call's options: the op's options string of each kind of block, and the ring."""
+    """One ring_attention call's options: the op's options string of each kind of block (_block_options),
+    and the ring."""
 
     full: str       # a block without a mask
     diagonal: str   # step 0's block under causal (top-left); `full` without a mask
@@ -158,23 +180,6 @@ class _Plan:
         if source < self.ring.rank:
             return every, slice(0, seqlen_k // 2), self.full
         return slice(seqlen_q // 2, seqlen_q), every, self.full
-
-
-def _plan(q, k, v, mask: Mask, scale, softcap, deterministic, bundle_dir, forward, ring: _Ring) -> _Plan:
-    """The call's plan, refused (SpecError) where a block would be: checked on this rank's shapes."""
-    causal = mask.kind in CAUSAL
-
-    def text(block_mask: str) -> str:
-        return describe(block_mask, scale, softcap, None, False, "bhsd", deterministic, bundle_dir, forward, False)
-
-    plan = _Plan(text("none"), text("top_left" if causal else "none"), causal, ring)
-    if causal and (q.shape[2] != k.shape[2] or q.shape[2] % 2):
-        raise SpecError([Reason("q", f"causal ring attention needs each rank's queries and keys to be its two "
-                                     f"equal chunks (got {q.shape[2]} queries, {k.shape[2]} keys)",
-                                "give each rank zigzag_shard(x, rank, world_size) of q, k and v")])
-    for options in {plan.full, plan.diagonal}:
-        checked_call(options, q, k, v, None, None)
-    return plan
 
 
 class _RingAttention(torch.autograd.Function):

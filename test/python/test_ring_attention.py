@@ -38,6 +38,7 @@ pytestmark = pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_avai
 
 # name: (world size, dtype, chunk length (2 world size chunks), heads_kv, ring_attention kwargs, an lse gradient)
 CASES = {
+    "w1-causal-gqa": (1, torch.float32, 3, 1, dict(mask="top_left"), False),   # a ring of one: no messages
     "w2-none-gqa": (2, torch.float32, 3, 1, dict(mask="none"), False),
     "w2-causal": (2, torch.float32, 3, 2, dict(mask="top_left"), False),
     "w2-causal-bshd-gqa-lse": (2, torch.float32, 2, 1, dict(mask="bottom_right", layout="bshd"), True),
@@ -175,15 +176,19 @@ def test_zigzag_unshard_undoes_zigzag_shard():
         zigzag_shard(torch.zeros(1, 1, 10, 4), 0, 3)
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    (dict(mask="window:4,0"), "no mask or causal"),
-    (dict(bias=torch.zeros(8, 8)), "bias: ring attention takes none"),
-    (dict(sinks=torch.zeros(2)), "sinks: ring attention takes none"),
+@pytest.mark.parametrize("shapes, kwargs, match", [
+    ((8, 8), dict(mask="window:4,0"), "no mask or causal"),
+    ((8, 8), dict(bias=torch.zeros(8, 8)), "bias: ring attention takes none"),
+    ((8, 8), dict(sinks=torch.zeros(2)), "sinks: ring attention takes none"),
+    ((8, 8), dict(layout="sbhd"), "unknown layout"),
+    ((8, 6), dict(mask="top_left"), "two equal chunks .got 8 queries, 6 keys"),
+    ((7, 7), dict(mask="bottom_right"), "two equal chunks .got 7 queries, 7 keys"),
+    ((8, 8), dict(mask="top_left", scale=-1.0), "scale"),
 ])
-def test_what_the_ring_does_not_compute_is_refused_before_anything_runs(kwargs, match):
-    q = torch.zeros(1, 2, 8, 32)
-    with pytest.raises(SpecError, match=match):
-        ring_attention(q, q, q, **kwargs)
+def test_what_the_ring_does_not_compute_is_refused_before_anything_is_sent(shapes, kwargs, match):
+    q, kv = torch.zeros(1, 2, shapes[0], 32), torch.zeros(1, 2, shapes[1], 32)
+    with pytest.raises(SpecError, match=match):   # (no process group: refused before the ring is asked)
+        ring_attention(q, kv, kv, **kwargs)
 
 
 def test_a_ring_needs_an_initialised_process_group():
