@@ -1,8 +1,8 @@
 """ring_attention(): context-parallel attention over a process group, torch's forward and our backward.
 
 Each rank holds a part of the sequence: its query rows and the same rows' keys and values. K and V
-travel around the ring (rank r sends to r + 1, receives from r - 1): after n - 1 steps every query part
-has met every key part. The sequence is split zigzag (zigzag_shard): cut into 2n chunks, rank r holds
+travel around the ring (rank r sends to r + 1, receives from r - 1): in n steps (n - 1 passes) every
+query part meets every key part. The sequence is split zigzag (zigzag_shard): cut into 2n chunks, rank r holds
 chunks r and 2n - 1 - r. Under a causal mask each step then costs every rank the same half of a block
 (the load balance), and only the masks the op has are needed:
 
@@ -24,7 +24,7 @@ O) from the lse and O it is given; with the global ones, P is the block's part o
 and dS = P (dP - D) its part of the global dS, so a block's dQ, dK, dV are exactly its terms of the
 full gradients. The alternative, autograd through the merge with an lse gradient into each block's
 backward, reaches the same gradients with a dlse term per block and its bundle (lse_grad), plus the
-merge's own backward, and could not pass dK, dV around the ring. dQ sums over the steps on its rank;
+merge's own backward, and autograd does not follow K and V through the sends. dQ sums over the steps on its rank;
 dK and dV (f32 accumulators) travel with their K, V: each rank adds its block's terms and passes them
 on, and one last step hands them back to the owner.
 
