@@ -1,5 +1,5 @@
-"""Data-parallel (DDP) training of tools/train_gpt.py's GPT over the processes torchrun starts, with our
-attention backward or SDPA's: one process per GPU (NCCL), or CPU processes (gloo) for a smoke run.
+"""Data-parallel (DDP or FSDP2) training of tools/train_gpt.py's GPT over the processes torchrun starts,
+with our attention backward or SDPA's: one process per GPU (NCCL), or CPU processes (gloo) for a smoke run.
 
     python tools/train_gpt.py build DIR                                        # here (MLIR): the bundles
     torchrun --standalone --nproc-per-node 2 tools/train_ddp.py --attention fmha --bundle-dir DIR --json FILE
@@ -8,7 +8,8 @@ attention backward or SDPA's: one process per GPU (NCCL), or CPU processes (gloo
 
 Every rank starts from the seed's weights and trains on its --batch rows of each step's world x batch
 sequences (train_gpt.DataShard): a run over N ranks sees the data a one-process run of N x --batch
-sees, and its averaged gradients are that run's. Rank 0 prints the run and writes its record
+sees, and its averaged gradients are that run's; --wrap ddp (DistributedDataParallel) or fsdp2
+(fully_shard: weights, gradients and optimizer state sharded). Rank 0 prints the run and writes its record
 (train_gpt's, with world_size; the loss is rank 0's rows', the gradient norms the averaged gradients').
 """
 from __future__ import annotations
@@ -23,7 +24,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from train_gpt import DataShard, add_config_arguments, configs, train
+from train_gpt import WRAPS, DataShard, add_config_arguments, configs, train
 
 # What torchrun tells each process (its contract: environment variables).
 TORCHRUN = ("RANK", "WORLD_SIZE", "LOCAL_RANK")
@@ -32,6 +33,7 @@ TORCHRUN = ("RANK", "WORLD_SIZE", "LOCAL_RANK")
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--attention", choices=("sdpa", "sdpa_default", "fmha"), default="sdpa")
+    p.add_argument("--wrap", choices=WRAPS, default="ddp", help="how the model is made data-parallel")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", type=Path, help="where rank 0 writes the run's record (default: not written)")
     add_config_arguments(p)
@@ -46,11 +48,11 @@ def main(argv=None) -> int:
         t = dataclasses.replace(t, device=f"cuda:{local}")
     dist.init_process_group("nccl" if t.device.startswith("cuda") else "gloo")
     try:
-        record = train(m, t, shard=DataShard(rank, world))
+        record = train(m, t, shard=DataShard(rank, world, args.wrap))
     finally:
         dist.destroy_process_group()
     if rank == 0:
-        print(f"{record['attention']}, seed {args.seed}, {world} ranks: loss {record['loss'][0]:.3f} -> "
+        print(f"{record['attention']}, seed {args.seed}, {world} ranks ({args.wrap}): loss {record['loss'][0]:.3f} -> "
               f"{record['loss'][-1]:.3f}, {record['steps_per_s'] or float('nan'):.2f} steps/s")
         if args.json:
             args.json.write_text(json.dumps(record) + "\n")

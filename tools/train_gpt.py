@@ -57,11 +57,37 @@ class ModelConfig:
 @dataclass(frozen=True)
 class DataShard:
     """One process's part of a data-parallel run (tools/train_ddp.py): rank `rank` of `world` trains on
-    its TrainConfig.batch rows of each step's world x batch sequences, its model in DDP when world > 1
-    (the default: the whole run in one process)."""
+    its TrainConfig.batch rows of each step's world x batch sequences, its model wrapped by `wrap` when
+    world > 1 (the default: the whole run in one process): 'ddp' (DistributedDataParallel: every rank
+    holds the weights, the gradients are all-reduced) or 'fsdp2' (fully_shard per block and the model:
+    weights, gradients and optimizer state sharded)."""
 
     rank: int = 0
     world: int = 1
+    wrap: str = "ddp"
+
+
+WRAPS = ("ddp", "fsdp2")
+
+
+def data_parallel(model: nn.Module, shard: DataShard, device: torch.device) -> nn.Module:
+    """What a step calls: the model itself in one process, else wrapped as shard.wrap says (fsdp2 wraps
+    it in place)."""
+    if shard.world == 1:
+        return model
+    if shard.wrap == "ddp":
+        return torch.nn.parallel.DistributedDataParallel(
+            model, device_ids=[device.index] if device.type == "cuda" else None)
+    from torch.distributed.fsdp import fully_shard
+
+    for block in model.blocks:
+        fully_shard(block)
+    return fully_shard(model)
+
+
+def _replicated(norm: torch.Tensor) -> torch.Tensor:
+    """A gradient norm as a plain tensor (under fsdp2 it is a replicated DTensor)."""
+    return norm.full_tensor() if hasattr(norm, "full_tensor") else norm
 
 
 @dataclass(frozen=True)
@@ -240,8 +266,7 @@ def train(m: ModelConfig, t: TrainConfig, profile: Path | None = None,
     order = torch.from_numpy(np.random.default_rng(t.seed).permutation(sequences)).to(device)
     torch.manual_seed(t.seed)
     model = GPT(m).to(device)          # initialised on the CPU generator: the same weights on any device
-    stepper = model if shard.world == 1 else torch.nn.parallel.DistributedDataParallel(
-        model, device_ids=[device.index] if device.type == "cuda" else None)
+    stepper = data_parallel(model, shard, device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=t.lr, betas=(0.9, 0.95), weight_decay=0.1)
     logs = []    # per step, on the device: no synchronisation inside the loop
     for step in range(t.steps):
@@ -267,9 +292,9 @@ def train(m: ModelConfig, t: TrainConfig, profile: Path | None = None,
         loss.backward()
         if attending is not attend:
             on_step0(gradient_groups(model, attending.inputs))
-        projection_norms = [torch.nn.utils.get_total_norm([p.grad for p in linear.parameters()])
+        projection_norms = [_replicated(torch.nn.utils.get_total_norm([p.grad for p in linear.parameters()]))
                             for block in model.blocks for linear in (block.qkv, block.out)]
-        total = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        total = _replicated(torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0))
         optimizer.step()
         logs.append(torch.stack([loss.detach(), total, *projection_norms]))
     synchronize(device)
@@ -281,6 +306,7 @@ def train(m: ModelConfig, t: TrainConfig, profile: Path | None = None,
             "torch": torch.__version__, "loss": logs[:, 0].tolist(), "grad_norm": logs[:, 1].tolist(),
             "qkv_grad_norm": logs[:, 2::2].tolist(), "out_grad_norm": logs[:, 3::2].tolist(),
             "timed_steps": timed, "steps_per_s": timed / seconds if timed > 0 else None, "world_size": shard.world,
+            "data_parallel": shard.wrap if shard.world > 1 else None,
             "profiled": profile is not None}
 
 

@@ -46,22 +46,24 @@ def test_a_tiny_cpu_run_repeats_for_its_seed_and_logs_every_layer():
     assert first["steps_per_s"] > 0 and first["timed_steps"] == 2
 
 
-def test_a_two_process_ddp_run_has_the_gradients_of_one_process_with_both_batches(tmp_path):
-    """Two gloo ranks of --batch 2 see a one-process run's --batch 4 data; DDP averages their gradients
-    into that run's, so the global gradient norms agree up to the bf16 rounding autocast gives each
-    rank's gradients before the f32 average (2^-8 relative: 1e-4 measured; rank 0's rows alone: 36%)."""
+@pytest.mark.parametrize("wrap", ["ddp", "fsdp2"])
+def test_a_two_process_run_has_the_gradients_of_one_process_with_both_batches(wrap, tmp_path):
+    """Two gloo ranks of --batch 2 see a one-process run's --batch 4 data; DDP / FSDP2 average their
+    gradients into that run's, so the global gradient norms agree up to the bf16 rounding autocast gives
+    each rank's gradients before the f32 average (2^-8 relative: 1e-4 measured; rank 0's rows alone: 36%)."""
     pytest.importorskip("torch")
     import train_gpt
 
-    tiny = ["--layers", "1", "--width", "64", "--heads", "2", "--seq", "32", "--steps", "2", "--timing-warmup", "0"]
     record = tmp_path / "ddp.json"
+    tiny = ["--layers", "1", "--width", "64", "--heads", "2", "--seq", "32", "--steps", "2", "--timing-warmup", "0",
+            "--device", "cpu", "--attention", "fmha", "--wrap", wrap, "--batch", "2", "--json", str(record)]
     subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                    str(Path(__file__).parents[2] / "tools" / "train_ddp.py"), "--device", "cpu", "--attention",
-                    "fmha", "--batch", "2", "--json", str(record), *tiny], check=True, capture_output=True, timeout=300)
+                    str(Path(__file__).parents[2] / "tools" / "train_ddp.py"), *tiny],
+                   check=True, capture_output=True, timeout=300)
     ddp = json.loads(record.read_text())
     one = train_gpt.train(train_gpt.ModelConfig(layers=1, width=64, heads=2, seq=32),
                           train_gpt.TrainConfig(attention="fmha", steps=2, batch=4, timing_warmup=0, device="cpu"))
-    assert ddp["world_size"] == 2 and len(ddp["loss"]) == 2
+    assert ddp["world_size"] == 2 and ddp["data_parallel"] == wrap and len(ddp["loss"]) == 2
     np.testing.assert_allclose(ddp["grad_norm"], one["grad_norm"], rtol=2.0 ** -8)
 
 
