@@ -64,6 +64,42 @@ class ModelConfig:
 
 
 @dataclass(frozen=True)
+class DataShard:
+    """One process's part of a data-parallel run (tools/train_ddp.py): rank `rank` of `world` trains on
+    its TrainConfig.batch rows of each step's world x batch sequences, its model wrapped by `wrap` when
+    world > 1 (the default: the whole run in one process): 'ddp' (DistributedDataParallel: every rank
+    holds the weights, the gradients are all-reduced) or 'fsdp2' (fully_shard per block and the model:
+    weights, gradients and optimizer state sharded)."""
+
+    rank: int = 0
+    world: int = 1
+    wrap: str = "ddp"
+
+
+WRAPS = ("ddp", "fsdp2")
+
+
+def data_parallel(model: nn.Module, shard: DataShard, device: torch.device) -> nn.Module:
+    """What a step calls: the model itself in one process, else wrapped as shard.wrap says (fsdp2 wraps
+    it in place)."""
+    if shard.world == 1:
+        return model
+    if shard.wrap == "ddp":
+        return torch.nn.parallel.DistributedDataParallel(
+            model, device_ids=[device.index] if device.type == "cuda" else None)
+    from torch.distributed.fsdp import fully_shard
+
+    for block in model.blocks:
+        fully_shard(block)
+    return fully_shard(model)
+
+
+def _replicated(norm: torch.Tensor) -> torch.Tensor:
+    """A gradient norm as a plain tensor (under fsdp2 it is a replicated DTensor)."""
+    return norm.full_tensor() if hasattr(norm, "full_tensor") else norm
+
+
+@dataclass(frozen=True)
 class TrainConfig:
     attention: str = "sdpa"
     seed: int = 0
@@ -177,9 +213,12 @@ class Trainee:
     gradients the runs are compared on."""
     model: nn.Module
     label: str                                  # the attention, as the record names it
-    logits: Callable[[torch.Tensor, bool], torch.Tensor]   # (tokens, keep) -> logits; keep: a step-0 call
+    # (module, tokens, keep) -> logits: module is the model or its data-parallel wrapper; keep: a step-0 call
+    logits: Callable[[nn.Module, torch.Tensor, bool], torch.Tensor]
     gradient_groups: Callable[[], dict[str, list[torch.Tensor]]]   # after a keep call's backward
-    projections: list[tuple[list, list]]        # per layer: its attention's (in projection, out projection) params
+    # per layer: its attention's (in projection, out projection) params, asked for once the model is wrapped
+    # (fsdp2 replaces its parameters)
+    projections: Callable[[], list[tuple[list, list]]]
 
 
 def gpt_trainee(m: ModelConfig, t: "TrainConfig") -> Trainee:
@@ -187,11 +226,11 @@ def gpt_trainee(m: ModelConfig, t: "TrainConfig") -> Trainee:
     model = GPT(m)
     retained = RetainedInputs(attend)
 
-    def logits(tokens, keep):
-        return model(tokens, retained if keep else attend)
+    def logits(module, tokens, keep):
+        return module(tokens, retained if keep else attend)
 
     return Trainee(model, LABELS[t.attention], logits, lambda: gradient_groups(model, retained.inputs),
-                   [(list(block.qkv.parameters()), list(block.out.parameters())) for block in model.blocks])
+                   lambda: [(list(block.qkv.parameters()), list(block.out.parameters())) for block in model.blocks])
 
 
 def gradient_groups(model: "GPT", attention_inputs: list) -> dict[str, list[torch.Tensor]]:
@@ -243,22 +282,28 @@ def write_profile(profiler, path: Path) -> None:
 
 
 def train(m, t: TrainConfig, profile: Path | None = None,
-          on_step0: Callable[[dict[str, list[torch.Tensor]]], None] | None = None) -> dict:
+          on_step0: Callable[[dict[str, list[torch.Tensor]]], None] | None = None,
+          shard: DataShard = DataShard()) -> dict:
     """Train m (a model config with a trainee(t) method: ModelConfig, train_hf's) and return the run's
     record (the per-step logs, steps/s and what ran). With `profile`,
     steps timing_warmup .. + PROFILED_STEPS run under torch.profiler (its tables go there; the run's
     steps/s then include the profiler's own cost). `on_step0` gets step 0's gradient_groups before
-    clipping (the same weights and batch in every run of a seed: only the attention backward differs)."""
+    clipping (the same weights and batch in every run of a seed: only the attention backward differs).
+    shard: this process's part of a data-parallel run (its process group initialised); the loss logged
+    is its own rows', the gradient norms the averaged gradients'."""
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as profiler_of
 
     profiler = None
     device = torch.device(t.device)
-    data = torch.from_numpy(make_sequences(CorpusConfig(vocab=m.vocab), t.steps * t.batch, m.seq + 1)).to(device)
-    order = torch.from_numpy(np.random.default_rng(t.seed).permutation(t.steps * t.batch)).to(device)
+    sequences = t.steps * t.batch * shard.world
+    data = torch.from_numpy(make_sequences(CorpusConfig(vocab=m.vocab), sequences, m.seq + 1)).to(device)
+    order = torch.from_numpy(np.random.default_rng(t.seed).permutation(sequences)).to(device)
     torch.manual_seed(t.seed)
     trainee = m.trainee(t)
     model = trainee.model.to(device)   # initialised on the CPU generator: the same weights on any device
+    stepper = data_parallel(model, shard, device)
+    projections = trainee.projections()
     optimizer = torch.optim.AdamW(model.parameters(), lr=t.lr, betas=(0.9, 0.95), weight_decay=0.1)
     logs = []    # per step, on the device: no synchronisation inside the loop
     for step in range(t.steps):
@@ -274,18 +319,19 @@ def train(m, t: TrainConfig, profile: Path | None = None,
             profiler = None
         for group in optimizer.param_groups:
             group["lr"] = learning_rate(t, step)
-        batch = data[order[step * t.batch:(step + 1) * t.batch]]
+        first = (step * shard.world + shard.rank) * t.batch
+        batch = data[order[first:first + t.batch]]
         keep = step == 0 and on_step0 is not None
         with torch.autocast(device.type, dtype=torch.bfloat16):
-            logits = trainee.logits(batch[:, :-1], keep)
+            logits = trainee.logits(stepper, batch[:, :-1], keep)
         loss = F.cross_entropy(logits.float().reshape(-1, m.vocab), batch[:, 1:].reshape(-1))
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if keep:
             on_step0(trainee.gradient_groups())
-        projection_norms = [torch.nn.utils.get_total_norm([p.grad for p in params])
-                            for layer in trainee.projections for params in layer]
-        total = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        projection_norms = [_replicated(torch.nn.utils.get_total_norm([p.grad for p in params]))
+                            for layer in projections for params in layer]
+        total = _replicated(torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0))
         optimizer.step()
         logs.append(torch.stack([loss.detach(), total, *projection_norms]))
     synchronize(device)
@@ -296,7 +342,8 @@ def train(m, t: TrainConfig, profile: Path | None = None,
             "device": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
             "torch": torch.__version__, "loss": logs[:, 0].tolist(), "grad_norm": logs[:, 1].tolist(),
             "qkv_grad_norm": logs[:, 2::2].tolist(), "out_grad_norm": logs[:, 3::2].tolist(),
-            "timed_steps": timed, "steps_per_s": timed / seconds if timed > 0 else None,
+            "timed_steps": timed, "steps_per_s": timed / seconds if timed > 0 else None, "world_size": shard.world,
+            "data_parallel": shard.wrap if shard.world > 1 else None,
             "profiled": profile is not None}
 
 

@@ -152,10 +152,10 @@ def hf_trainee(m: HFModelConfig, t: TrainConfig) -> Trainee:
                                                                       attn_implementation=NAME)
     attentions = [layer.self_attn for layer in model.model.layers]
 
-    def logits(tokens, keep):
+    def logits(module, tokens, keep):
         attending.keep = keep
         attending.inputs.clear()
-        return model(input_ids=tokens, use_cache=False).logits
+        return module(input_ids=tokens, use_cache=False).logits
 
     def gradient_groups():
         groups = {"global": [p.grad for p in model.parameters()]}
@@ -167,8 +167,10 @@ def hf_trainee(m: HFModelConfig, t: TrainConfig) -> Trainee:
                 groups[f"sinks{i}"] = [a.sinks.grad]
         return groups
 
-    projections = [([p for proj in (a.q_proj, a.k_proj, a.v_proj) for p in proj.parameters()],
-                    list(a.o_proj.parameters())) for a in attentions]
+    def projections():
+        return [([p for proj in (a.q_proj, a.k_proj, a.v_proj) for p in proj.parameters()],
+                 list(a.o_proj.parameters())) for a in attentions]
+
     return Trainee(model, labels(m.family)[t.attention], logits, gradient_groups, projections)
 
 

@@ -12,6 +12,7 @@ from .attention import attention, attention_varlen
 from .backward import prebuild
 from .flash_api import flash_attn_func, flash_attn_kvpacked_func, flash_attn_qkvpacked_func, flash_attn_varlen_func
 from .forwards import FORWARDS
+from .ring import ring_attention, zigzag_shard, zigzag_unshard
 
 __all__ = ["attention", "attention_varlen", "prebuild", "FORWARDS", "flash_attn_func", "flash_attn_kvpacked_func",
-           "flash_attn_qkvpacked_func", "flash_attn_varlen_func"]
+           "flash_attn_qkvpacked_func", "flash_attn_varlen_func", "ring_attention", "zigzag_shard", "zigzag_unshard"]

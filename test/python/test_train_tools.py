@@ -1,7 +1,8 @@
-"""tools/gpt_corpus.py, train_gpt.py, train_hf.py, train_compare.py, bench_torch_overhead.py and
-bench_torch_step.py without a GPU: the
-corpus, a tiny CPU training run, and the report writers on records made here (no device results)."""
+"""tools/gpt_corpus.py, train_gpt.py, train_hf.py, train_ddp.py, train_compare.py, bench_torch_overhead.py
+and bench_torch_step.py without a GPU: the corpus, tiny CPU training runs (one process; two under
+torchrun), and the report writers on records made here (no device results)."""
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -43,6 +44,27 @@ def test_a_tiny_cpu_run_repeats_for_its_seed_and_logs_every_layer():
     assert abs(first["loss"][0] - np.log(256)) < 0.1              # GPT-2's small init: a uniform guess at first
     assert np.array(first["qkv_grad_norm"]).shape == (3, 2) == np.array(first["out_grad_norm"]).shape
     assert first["steps_per_s"] > 0 and first["timed_steps"] == 2
+
+
+@pytest.mark.parametrize("wrap", ["ddp", "fsdp2"])
+def test_a_two_process_run_has_the_gradients_of_one_process_with_both_batches(wrap, tmp_path):
+    """Two gloo ranks of --batch 2 see a one-process run's --batch 4 data; DDP / FSDP2 average their
+    gradients into that run's, so the global gradient norms agree up to the bf16 rounding autocast gives
+    each rank's gradients before the f32 average (2^-8 relative: 1e-4 measured; rank 0's rows alone: 36%)."""
+    pytest.importorskip("torch")
+    import train_gpt
+
+    record = tmp_path / "ddp.json"
+    tiny = ["--layers", "1", "--width", "64", "--heads", "2", "--seq", "32", "--steps", "2", "--timing-warmup", "0",
+            "--device", "cpu", "--attention", "fmha", "--wrap", wrap, "--batch", "2", "--json", str(record)]
+    subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                    str(Path(__file__).parents[2] / "tools" / "train_ddp.py"), *tiny],
+                   check=True, capture_output=True, timeout=300)
+    ddp = json.loads(record.read_text())
+    one = train_gpt.train(train_gpt.ModelConfig(layers=1, width=64, heads=2, seq=32),
+                          train_gpt.TrainConfig(attention="fmha", steps=2, batch=4, timing_warmup=0, device="cpu"))
+    assert ddp["world_size"] == 2 and ddp["data_parallel"] == wrap and len(ddp["loss"]) == 2
+    np.testing.assert_allclose(ddp["grad_norm"], one["grad_norm"], rtol=2.0 ** -8)
 
 
 def _step0_from_real_runs(monkeypatch, attentions: dict) -> dict[str, dict]:
@@ -212,7 +234,7 @@ def test_the_exact_attention_is_the_models_own_in_f32_and_step0_keeps_the_sinks(
         for attention in ("reference", "sdpa"):
             torch.manual_seed(0)
             trainee = m.trainee(train_gpt.TrainConfig(attention, device="cpu"))
-            logits[attention] = trainee.logits(ids, keep=True)
+            logits[attention] = trainee.logits(trainee.model, ids, keep=True)
         # f32 both: sums in other orders (~1e-6 relative); a mask, sink or scale missed moves them by O(0.1)
         torch.testing.assert_close(logits["reference"], logits["sdpa"], rtol=1e-4, atol=1e-5)
         logits["sdpa"].square().mean().backward()
