@@ -142,6 +142,9 @@ class TiledConfig(KernelConfig):
     # Warp specialisation (wgmma): `warps` consume (the products), one more warpgroup produces (TMA copies of
     # K, V, Q, dO and loads of LSE, D through an mbarrier pipeline), each role with its register budget.
     producer: bool = False
+    # With a producer: dQ's step tiles go through shared memory, reduced into dq_acc by bulk reduce-adds
+    # (cp.reduce.async.bulk) that one producer warp issues, instead of the consumers' per-element atomics.
+    dq_bulk: bool = False
 
     @property
     def mfma(self):
@@ -190,6 +193,11 @@ class TiledConfig(KernelConfig):
         elif self.producer and self.instruction != WGMMA:
             out.append(Reason("config.producer", f"a producer warpgroup feeds {WGMMA} consumers by TMA, not "
                                                  f"{self.instruction}", "use producer = false"))
+        if not isinstance(self.dq_bulk, bool):
+            out.append(Reason("config.dq_bulk", f"must be true or false (got {self.dq_bulk!r})"))
+        elif self.dq_bulk and self.producer is not True:
+            out.append(Reason("config.dq_bulk", "dQ's bulk reduce-adds are issued by the producer warpgroup",
+                              "use producer = true, or dq_bulk = false"))
         for name, known, what in (("instruction", INSTRUCTIONS, "matrix instruction"), ("swizzle", SWIZZLES, "swizzle"),
                                   ("grid_order", GRID_ORDERS, "grid order")):
             value = getattr(self, name)

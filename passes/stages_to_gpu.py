@@ -44,7 +44,7 @@ class StagesToGpu(FmhaPass):
             _ensure_kernel(kernels, name, op, launch.block, spec, config, len(launch.tensor_maps))
             with rewriting(op):
                 operands = STAGE_CLASSES[op.name].named_operands(op, spec)
-                access = operand_access(op.name, list(operands), plan) + [READ] * len(launch.tensor_maps)
+                access = operand_access(op.name, list(operands), plan) + [m.access for m in launch.tensor_maps]
                 maps = [host_tensor_map(operands[m.operand], m.box, m.swizzle) for m in launch.tensor_maps]
                 exprs, operands = sized(launch.grid, op, spec, operands)
                 grid = [expr_value(e, operands) for e in exprs]

@@ -138,10 +138,10 @@ class TmaReduce:
     def reduce_add(self, shared: "ir.Value", byte_offset, coordinates) -> None:
         """tensor[box at `coordinates`] += the box at `byte_offset` of the dynamic shared buffer `shared`
         (i8; a multiple of the swizzle period, of 128 bytes without one); coordinates innermost first."""
-        address = arith.addi(memref.extract_aligned_pointer_as_index(shared), as_value(byte_offset))
+        address = arith.addi(memref.extract_aligned_pointer_as_index(shared), _value(byte_offset))
         pointer = ir.Operation.create("llvm.inttoptr", results=[ir.Type.parse("!llvm.ptr<3>")], operands=[
             arith.index_cast(ir.IntegerType.get_signless(64), address)]).result
-        coords = [arith.index_cast(ir.IntegerType.get_signless(32), as_value(c)) for c in coordinates]
+        coords = [arith.index_cast(ir.IntegerType.get_signless(32), _value(c)) for c in coordinates]
         ir.Operation.create("nvvm.cp.async.bulk.tensor.reduce", results=[], operands=[
             self.tensor_map, pointer, *coords],
             attributes={"redKind": ir.Attribute.parse("#nvvm.tma_redux_kind<add>"),

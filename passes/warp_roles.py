@@ -17,18 +17,21 @@ interpreter runs each as a coroutine.
 """
 from __future__ import annotations
 
-from fmha_mlir.bodies.wgmma import PRODUCED_TILES
-from fmha_mlir.mlir import arith, gpu, ir, memref, scf
+from fmha_mlir.bodies import TiledBody
+from fmha_mlir.bodies.wgmma import DQ_BOX_COLUMNS, PRODUCED_TILES, SWIZZLE, tensor_maps
+from fmha_mlir.mlir import arith, gpu, ir, memref, scf, vector
 
 from .flash_bwd import FlashBackward, advance
 from .hopper_sync import (MbarrierGroup, MbarrierPipeline, declare_roles, fence_proxy_async, fix_entry_registers,
                           named_barrier, set_max_registers)
 from .ir_builders import enclosing_op, if_then, index
+from .ix import Ix, as_value
 from .shared_tiles import dynamic_shared_memory
-from .tma_copy import TmaCopy
+from .tma_copy import TmaCopy, TmaReduce, bulk_commit, bulk_wait
 
 PRODUCER_REGISTERS, CONSUMER_REGISTERS = 24, 240   # 128 x 24 + 256 x 240 <= 64K registers
 CONSUMER_BARRIER = 1                                 # named barrier id over the consumer threads
+DQ_FULL, DQ_FREE = 0, 1                              # the barriers of dQ's shared tile (dq_bulk)
 
 
 class ProducerConsumerBackward(FlashBackward):
@@ -38,30 +41,41 @@ class ProducerConsumerBackward(FlashBackward):
         super().__init__(op, spec, config, hardware)
         function = enclosing_op(op, "gpu.func")
         params = list(function.regions[0].blocks[0].arguments)[len(op.operands):]
-        if len(params) != len(PRODUCED_TILES):
-            raise ValueError(f"a producer body takes {len(PRODUCED_TILES)} tensor maps after the stage's operands "
-                             f"(fmha-stages-to-gpu adds them), the kernel has {len(params)}")
+        if len(params) != len(tensor_maps(config)):
+            raise ValueError(f"a producer body takes {len(tensor_maps(config))} tensor maps after the stage's "
+                             f"operands (fmha-stages-to-gpu adds them), the kernel has {len(params)}")
         self.function = function
         self.consumers = config.consumer_threads
+        # The producer warpgroup's threads that load; with dq_bulk its last warp writes dQ instead.
+        self.loaders = config.threads - self.consumers - (config.wave_size if config.dq_bulk else 0)
         self.smem = dynamic_shared_memory()
         self.maps = {name: TmaCopy.for_tile(param, self.tiles[name].layout, spec.dtype, outer=2)
                      for name, param in zip(PRODUCED_TILES, params)}
+        if config.dq_bulk:
+            self.dq_reduce = TmaReduce(params[len(PRODUCED_TILES)], self.bm, DQ_BOX_COLUMNS, SWIZZLE)
+            self.dq_offset = next(t.offset for t in TiledBody.shared_layout(spec, config) if t.name == "dq")
 
     def build(self) -> None:
         first_head, lo, hi, steps = self.walk()
-        producer = self.config.threads - self.consumers
-        declare_roles(self.function, [(0, self.consumers), (self.consumers, self.config.threads)])
+        config = self.config
+        writer = self.consumers + self.loaders
+        declare_roles(self.function, [(0, self.consumers), (self.consumers, writer)]
+                      + ([(writer, config.threads)] if config.dq_bulk else []))
         fix_entry_registers(self.function)
-        # full[s]: every producer thread arrives once its LSE and D are stored, plus the TMA issuer's
-        # expect-tx arrival; empty[s]: every consumer thread once the step is done.
-        self.pipeline = MbarrierPipeline(self.config.stages, self.consumers, producers=producer + 1)
+        # full[s]: every loader arrives once its LSE and D are stored, plus the TMA issuer's expect-tx
+        # arrival; empty[s]: every consumer thread once the step is done.
+        self.pipeline = MbarrierPipeline(config.stages, self.consumers, producers=self.loaders + 1)
         self.keys_ready = MbarrierGroup(1)
-        first = scf.IfOp(arith.cmpi(arith.CmpIPredicate.eq, self.tid, index(0)))
-        with ir.InsertionPoint(first.then_block):
+        # dQ's shared tile: DQ_FULL once every consumer stored its part, DQ_FREE once the writer's reduces
+        # have read it.
+        self.dq_barriers = MbarrierGroup(2) if config.dq_bulk else None
+        with if_then(arith.cmpi(arith.CmpIPredicate.eq, self.tid, index(0))):
             self.pipeline.init()
             self.keys_ready.init(0, 1)
+            if self.dq_barriers is not None:
+                self.dq_barriers.init(DQ_FULL, self.consumers)
+                self.dq_barriers.init(DQ_FREE, 1)
             fence_proxy_async()
-            scf.yield_([])
         gpu.barrier()
 
         role = scf.IfOp(arith.cmpi(arith.CmpIPredicate.ult, self.tid, index(self.consumers)), has_else=True)
@@ -73,7 +87,16 @@ class ProducerConsumerBackward(FlashBackward):
             scf.yield_([])
         with ir.InsertionPoint(role.else_block):
             set_max_registers(PRODUCER_REGISTERS, False)
-            self.produce(first_head, lo, hi, steps)
+            if config.dq_bulk:
+                loads = scf.IfOp(arith.cmpi(arith.CmpIPredicate.ult, self.tid, index(writer)), has_else=True)
+                with ir.InsertionPoint(loads.then_block):
+                    self.produce(first_head, lo, hi, steps)
+                    scf.yield_([])
+                with ir.InsertionPoint(loads.else_block):
+                    self.write_dq(first_head, lo, hi, steps)
+                    scf.yield_([])
+            else:
+                self.produce(first_head, lo, hi, steps)
             scf.yield_([])
 
     # -- the consumers' side of the pipeline ---------------------------------------------------------------
@@ -82,6 +105,7 @@ class ProducerConsumerBackward(FlashBackward):
         return arith.remui(it, index(self.config.stages))
 
     def before_step(self, it, steps, stage, head, m, next_head, next_m) -> None:
+        self.step_index = it
         self.pipeline.wait(stage, self.parity(arith.divui(it, index(self.config.stages))))
 
     def after_step(self, stage) -> None:
@@ -92,6 +116,44 @@ class ProducerConsumerBackward(FlashBackward):
 
     def step_barrier(self) -> None:
         named_barrier(CONSUMER_BARRIER, self.consumers)
+
+    def add_dq(self, dq, head, q0, tile) -> None:
+        """With dq_bulk: the step's dQ into the shared tile, for the writer's reduce-adds (once its reduces
+        of the previous step's tile have read it); else the atomics of FlashBackward."""
+        if not self.config.dq_bulk:
+            return super().add_dq(dq, head, q0, tile)
+        it = self.step_index
+        with if_then(arith.cmpi(arith.CmpIPredicate.uge, it, index(1))):
+            self.dq_barriers.wait(DQ_FREE, self.parity(arith.subi(it, index(1))))
+        atom, flat = self.atom, self.tiles["dq"].flat
+        for mi, row in enumerate(dq):
+            for ni, c in enumerate(row):
+                groups = atom.groups(c)
+                for rows, cols, pick in self.row_pieces():
+                    at = self.dq_tile_index(tile, mi * atom.m + rows, ni * atom.n + cols)
+                    value = pick(groups)
+                    if isinstance(value.type, ir.VectorType):
+                        vector.store(value, flat, [at], alignment=4 * atom.group_width)
+                    else:
+                        memref.store(value, flat, [at])
+        fence_proxy_async()    # the reduce-adds read the tile through the async proxy
+        self.dq_barriers.arrive(DQ_FULL)
+
+    def dq_tile_index(self, tile, row: int, col: int) -> "ir.Value":
+        """The f32 index in dQ's shared tile of this lane's first accumulator element of warp tile `tile`
+        at (row, col) more (row a multiple of 8): 32-column blocks of block_m rows x 128 bytes, the
+        128-byte swizzle XOR-ing each 16-byte chunk with the row modulo 8, which is the lane's own."""
+        block = DQ_BOX_COLUMNS * 4 * self.bm
+
+        def lane_part(column: int) -> "ir.Value":   # column: col modulo 32, a multiple of 8
+            r, c = Ix(self.lane_first(0)), Ix(self.lane_first(1))
+            chunk = ((c + column) // 4) ^ (r % 8)
+            base = Ix(tile.col0) * (block // DQ_BOX_COLUMNS) + (Ix(tile.row0) + r) * SWIZZLE
+            return as_value((base + chunk * 16 + (c % 4) * 4) // 4)
+
+        hoisted = self.lanes.get(("dq_tile", id(tile), col % DQ_BOX_COLUMNS), lambda: lane_part(col % DQ_BOX_COLUMNS))
+        constant = ((col // DQ_BOX_COLUMNS) * block + row * SWIZZLE) // 4
+        return arith.addi(hoisted, index(constant)) if constant else hoisted
 
     @staticmethod
     def parity(use: "ir.Value") -> "ir.Value":
@@ -135,15 +197,43 @@ class ProducerConsumerBackward(FlashBackward):
                                   outer=(head, self.batch))
 
     def load_row_values(self, mine, head, q0, stage) -> None:
-        """LSE and D of query rows q0 + mine (mine < block_m) into the stage, with CpAsyncCopy.row_values'
-        fills past seqlen_q (ordinary loads: rows of f32 need not meet TMA's 16-byte strides)."""
-        with if_then(arith.cmpi(arith.CmpIPredicate.ult, mine, index(self.bm))):
-            row = arith.addi(q0, mine)
-            valid = arith.cmpi(arith.CmpIPredicate.slt, row, self.seqlen_q)
-            clamped = arith.minsi(row, arith.subi(self.seqlen_q, index(1)))
-            at = [arith.addi(arith.muli(stage, index(self.bm)), mine)]
-            lse_fill = float("inf") if self.split_tail_loop else 0.0
-            for name, source, fill in (("lse", self.lse, lse_fill), ("d", self.d, 0.0)):
-                value = memref.load(source, [self.batch, head, clamped])
-                memref.store(arith.select(valid, value, arith.constant(ir.F32Type.get(), fill)),
-                             self.tiles[name].flat, at)
+        """LSE and D of query rows q0 + mine + i x loaders (< block_m) into the stage, with
+        CpAsyncCopy.row_values' fills past seqlen_q (ordinary loads: rows of f32 need not meet TMA's
+        16-byte strides)."""
+        for first in range(0, self.bm, self.loaders):
+            local = arith.addi(mine, index(first)) if first else mine
+            with if_then(arith.cmpi(arith.CmpIPredicate.ult, local, index(self.bm))):
+                row = arith.addi(q0, local)
+                valid = arith.cmpi(arith.CmpIPredicate.slt, row, self.seqlen_q)
+                clamped = arith.minsi(row, arith.subi(self.seqlen_q, index(1)))
+                at = [arith.addi(arith.muli(stage, index(self.bm)), local)]
+                lse_fill = float("inf") if self.split_tail_loop else 0.0
+                for name, source, fill in (("lse", self.lse, lse_fill), ("d", self.d, 0.0)):
+                    value = memref.load(source, [self.batch, head, clamped])
+                    memref.store(arith.select(valid, value, arith.constant(ir.F32Type.get(), fill)),
+                                 self.tiles[name].flat, at)
+
+    # -- the dQ writer (dq_bulk) ---------------------------------------------------------------------------
+
+    def write_dq(self, first_head, lo, hi, steps) -> None:
+        """The producer's last warp: per step, once the consumers stored the step's dQ tile, its first lane
+        reduce-adds it into dq_acc (one box per 32 columns) and frees the tile when the reduces have read
+        it; before the work-group ends, every reduce has completed."""
+        elected = arith.cmpi(arith.CmpIPredicate.eq, self.tid, index(self.consumers + self.loaders))
+        loop = scf.ForOp(index(0), steps, index(1), [first_head, lo])
+        with ir.InsertionPoint(loop.body):
+            it = loop.induction_variable
+            head, m = loop.inner_iter_args
+            self.dq_barriers.wait(DQ_FULL, self.parity(it))
+            with if_then(elected):
+                q0 = arith.muli(m, index(self.bm))
+                offset = self.dq_offset
+                for b in range(self.spec.hdim_q // DQ_BOX_COLUMNS):
+                    self.dq_reduce.reduce_add(self.smem, offset + b * self.dq_reduce.box_bytes,
+                                              [index(b * DQ_BOX_COLUMNS), q0, head, self.dq_batch])
+                bulk_commit()
+                bulk_wait(0, read=True)
+                self.dq_barriers.arrive(DQ_FREE)
+            scf.yield_(list(advance(head, m, lo, hi)))
+        with if_then(elected):
+            bulk_wait(0, read=False)

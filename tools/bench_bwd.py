@@ -143,9 +143,10 @@ SWEEP: dict[int, list[KernelConfig]] = {
 
 
 # wgmma candidates: the table row without its producer warpgroup (every warp copies by cp.async and
-# computes), against which the warp-specialised row is measured.
-WGMMA_SWEEP: dict[int, list[KernelConfig]] = {d: [dataclasses.replace(WGMMA_TABLE[d], producer=False)]
-                                              for d in WGMMA_TABLE}
+# computes), and with it but dQ by the consumers' atomics, against which the table row is measured.
+WGMMA_SWEEP: dict[int, list[KernelConfig]] = {
+    d: [dataclasses.replace(WGMMA_TABLE[d], producer=False, dq_bulk=False),
+        dataclasses.replace(WGMMA_TABLE[d], producer=True, dq_bulk=False)] for d in WGMMA_TABLE}
 
 
 BIAS_VARIANTS = {"elementwise": {"bias": "elementwise"}, "elementwise+dbias": {"bias": "elementwise", "dbias": True},

@@ -2,9 +2,10 @@
 does on a GPU machine, here, without one (tools/bench_host_path.py times it; tests check what it
 launches). What runs is ours and torch's real code; only what needs a GPU is replaced:
 
-- cuda-bindings' driver module: StandInDriver, one method per driver call the executor makes, each
-  returning success at once (one Python call each, as the real module's Cython functions are one
-  call each). Launches are counted, not run; `on_launch` sees each launch's arguments.
+- cuda-bindings' driver module: StandInDriver, one method per driver call the executor makes (tensor
+  maps are encoded as 128 zero bytes), each returning success at once (one Python call each, as the
+  real module's Cython functions are one call each). Launches are counted, not run; `on_launch` sees
+  each launch's arguments.
 - a torch CUDA tensor: a CPU tensor of the subclass CudaLike, whose `is_cuda` and `device` say
   cuda:0. They are class attributes (no Python call per access, like torch's C getters), and its
   __torch_function__ is off, so every torch op on it runs as on a plain CPU tensor (and returns one).
@@ -17,6 +18,7 @@ launches). What runs is ours and torch's real code; only what needs a GPU is rep
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import types
 
 import torch
@@ -26,6 +28,23 @@ STREAM = 7           # the handle torch.cuda.current_stream(...).cuda_stream giv
 MAJOR, MINOR = 75, 76   # CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR / _MINOR (their CUDA values)
 
 
+class _Members:
+    """A driver enum: each member is its name."""
+
+    def __getattr__(self, name: str) -> str:
+        return name
+
+
+class _TensorMap:
+    """cuTensorMapEncodeTiled's result: 128 bytes (zeros here) at getPtr()."""
+
+    def __init__(self):
+        self.data = ctypes.create_string_buffer(128)
+
+    def getPtr(self) -> int:
+        return ctypes.addressof(self.data)
+
+
 class StandInDriver:
     """cuda-bindings' `driver` as CudaExecutor uses it, on an sm_90 device."""
 
@@ -33,9 +52,12 @@ class StandInDriver:
                                                CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR=MINOR)
     CUfunction_attribute = types.SimpleNamespace(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES=8)
     CUdeviceptr = int
+    cuuint32_t = cuuint64_t = int
+    CUtensorMapDataType = CUtensorMapInterleave = CUtensorMapSwizzle = CUtensorMapL2promotion = _Members()
+    CUtensorMapFloatOOBfill = _Members()
 
     def __init__(self, on_launch=None, on_fill=None):
-        self.launches = self.fills = self.synchronizations = 0
+        self.launches = self.fills = self.synchronizations = self.tensor_maps = 0
         # Called with cuLaunchKernel's arguments (function, grid, block, shared, stream, params) and with
         # a zero fill's (pointer, bytes, stream) (tests); None: counted only.
         self.on_launch, self.on_fill = on_launch, on_fill
@@ -94,6 +116,10 @@ class StandInDriver:
         if self.on_fill is not None:
             self.on_fill(pointer, count, stream)
         return (0,)
+
+    def cuTensorMapEncodeTiled(self, *geometry):
+        self.tensor_maps += 1
+        return (0, _TensorMap())
 
     def cuLaunchKernel(self, function, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
         self.launches += 1

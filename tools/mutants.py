@@ -40,7 +40,8 @@ PACKAGE_DIRS = {"fmha_mlir": "fmha_mlir", "dialects": "fmha_mlir/dialects", "pas
 # the mask geometry against brute force and the rule written out, the NaN classes on the sm_90 tiled
 # body, the matrix layouts against the vendors' figures, the Hopper probe and its warp-specialised variant
 # in the interpreter, the wgmma descriptor the H200 verified, the dq_reduce rung in the interpreter, the wgmma
-# body's variants and planted synchronisation bugs in the interpreter. One pytest
+# body's variants and planted synchronisation bugs in the interpreter, the warp-specialised body's variants.
+# One pytest
 # process: the kernels compile once per mutant.
 SUBSET_FILES = ("test/python/test_interp_matrix.py", "test/python/test_interp_pipeline.py",
                 "test/python/test_interp_fmha_ops.py", "test/python/test_lowering.py",
@@ -49,7 +50,7 @@ SUBSET_FILES = ("test/python/test_interp_matrix.py", "test/python/test_interp_pi
                 "test/python/test_nan_classes.py", "test/python/test_interp_nvgpu.py",
                 "test/python/test_interp_hopper_ops.py", "test/python/test_wgmma_layouts.py",
                 "test/python/test_sinks.py", "test/python/test_hopper_probe_ladder.py",
-                "test/python/test_wgmma_body.py")
+                "test/python/test_wgmma_body.py", "test/python/test_warp_roles.py")
 SUBSET_SELECTION = ("(test_interp_matrix and (d64 and g4 or (softcap or alibi or bias) and bf16 and none))"
                     " or test_interp_pipeline"
                     " or (test_interp_fmha_ops and lowered)"
@@ -60,7 +61,8 @@ SUBSET_SELECTION = ("(test_interp_matrix and (d64 and g4 or (softcap or alibi or
                     " or (test_interp_hopper_ops and runs) or (test_wgmma_layouts and h200_verified)"
                     " or (test_hopper_probe_ladder and dq_reduce_in_the_interpreter)"
                     " or (test_sinks and (kernel_matches and bf16 or deterministic or stay_finite and sm_90))"
-                    " or (test_wgmma_body and (matches_the_oracle or planted))")
+                    " or (test_wgmma_body and (matches_the_oracle or planted))"
+                    " or (test_warp_roles and matches_the_oracle)")
 TIMEOUT_S = 900
 RESULTS = ROOT / "reports" / "mutants.json"
 TABLE = ROOT / "docs" / "mutants.md"
@@ -163,8 +165,9 @@ MUTANTS: list[Mutant] = [
                 'self.store_grad(self.dv_out, dv, self.dkv_v, 0.99 if spec.dtype == "{dt}" else None)',
                 TILED_DTYPES),
     *_per_dtype("tiled: dK x0.99", TILED,
-                "self.store_grad(self.dk_out, dk, self.dkv, spec.scale)",
-                'self.store_grad(self.dk_out, dk, self.dkv, spec.scale * (0.99 if spec.dtype == "{dt}" else 1.0))',
+                "self.store_grad(self.dk_out, dk, self.dkv, self.spec.scale)",
+                'self.store_grad(self.dk_out, dk, self.dkv, self.spec.scale * (0.99 if self.spec.dtype == "{dt}" '
+                'else 1.0))',
                 TILED_DTYPES),
     *_per_dtype("tiled: dQ x0.99", TILED,
                 "self.add_dq_value(pick(groups), head,",
@@ -192,7 +195,7 @@ MUTANTS: list[Mutant] = [
     Mutant("interp: a vector atomic's elements all land on the first index", "fmha_mlir/runtime/interp/ops_memory.py",
            "at[:-1] + [at[-1] + e]", "at[:-1] + [at[-1]]"),
     Mutant("tiled: GQA group starts at head kv (not kv * g)", TILED,
-           "first_head = arith.muli(self.kv_head, index(g))", "first_head = self.kv_head"),
+           "first_head = arith.muli(self.kv_head, index(self.spec.gqa_ratio))", "first_head = self.kv_head"),
     Mutant("tiled: first key of each block dropped (K copied one row late)", TILED,
            "self.copy.rows(self.k, kv_prefix, self.k0, self.seqlen_k,",
            "self.copy.rows(self.k, kv_prefix, arith.addi(self.k0, index(1)), self.seqlen_k,"),
@@ -309,6 +312,18 @@ MUTANTS: list[Mutant] = [
            "8 * (register // 4) + register % 2\n", "8 * (register // 4)\n"),
     Mutant("tiled: bf16 dQ atomics add dS K unscaled", TILED,
            "scaled = arith.mulf(value, splat(f32(self.spec.scale), [2]))", "scaled = value"),
+    # -- the warp-specialised wgmma body (a producer warpgroup, dQ's bulk reduce-adds) ------------------
+    Mutant("producer: consumers do not wait for a stage's TMA bytes", "passes/warp_roles.py",
+           "self.pipeline.wait(stage, self.parity(arith.divui(it, index(self.config.stages))))", "None"),
+    Mutant("producer: tensor maps in the 64-byte swizzle (the tiles are in the 128-byte one)",
+           "fmha_mlir/bodies/wgmma.py", "(1, 1, getattr(config, rows), BLOCK_COLUMNS), SWIZZLE)",
+           "(1, 1, getattr(config, rows), BLOCK_COLUMNS // 2), SWIZZLE // 2)"),
+    Mutant("producer: dQ's tile reduce-added one query row late", "passes/warp_roles.py",
+           "[index(b * DQ_BOX_COLUMNS), q0, head, self.dq_batch]",
+           "[index(b * DQ_BOX_COLUMNS), arith.addi(q0, index(1)), head, self.dq_batch]"),
+    Mutant("producer: dQ's tile written before the writer freed it", "passes/warp_roles.py",
+           "            self.dq_barriers.wait(DQ_FREE, self.parity(arith.subi(it, index(1))))\n",
+           "            pass\n"),
 ]
 
 

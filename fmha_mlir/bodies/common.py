@@ -60,6 +60,7 @@ class TensorMap:
     operand: str
     box: tuple[int, ...]
     swizzle: int
+    access: str = "read"      # how the kernel uses the tensor through it (ACCESSES)
 
 
 @dataclass(frozen=True)

@@ -102,6 +102,10 @@ class TiledBody(Body):
         if config.producer and spec.varlen:
             out.append(Reason("config.producer", "the producer's tensor maps span whole sequences of one batch "
                                                  "entry; varlen sequences are packed", "use producer = false"))
+        if config.dq_bulk and (spec.deterministic or spec.grad_accum != "f32"):
+            out.append(Reason("config.dq_bulk", "dQ's bulk reduce-adds add f32 tiles into dq_acc in any order; "
+                                                "deterministic mode and bf16 dQ atomics write dQ their own way",
+                              "use dq_bulk = false"))
         return out
 
     def default_config(self, spec, target):
@@ -160,6 +164,8 @@ class TiledBody(Body):
         if not config.p_in_registers:
             wanted.append(("p", bn, bm, ELEMENT_BYTES, 1))
         wanted += [("lse", 1, bm, LSE_BYTES, stages), ("d", 1, bm, LSE_BYTES, stages)]
+        if config.dq_bulk:   # one step's dQ tile, f32, in 128-byte swizzled blocks of 32 columns
+            wanted.append(("dq", bm, spec.hdim_q, LSE_BYTES, 1))
         pad = config.mfma.k_per_lane if config.swizzle == "pad" else 0
         align = SWIZZLE_ALIGNMENT[128] if config.swizzle == "sw128" else TILE_ALIGN   # the swizzle's period
         tiles, offset = [], 0
@@ -206,11 +212,14 @@ def tiled_config(spec: AttentionBwdSpec, target: Target) -> TiledConfig:
     row runs without its producer where that is measured faster or the producer cannot take the spec."""
     table = tiled_table(target.arch)
     row = replace(table.get(_bucket(spec)) or table[max(table)], wave_size=target.wave_size)
-    if row.producer and (mask_geometry.hides_nothing(spec.mask) or TiledBody().reasons(spec, target, row)):
-        # The producer is measured faster where the mask cuts tiles (+5-8% causal, flat to -4% without a
-        # mask: bench_notes.md, "Warp specialisation"); varlen cannot take it. The same tiles, copied by
-        # every warp, serve the rest.
-        row = replace(row, producer=False)
+    if row.dq_bulk and TiledBody().reasons(spec, target, row):
+        row = replace(row, dq_bulk=False)    # deterministic, bf16 dQ atomics: the consumers write dQ
+    if row.producer and ((not row.dq_bulk and mask_geometry.hides_nothing(spec.mask))
+                         or TiledBody().reasons(spec, target, row)):
+        # Measured (bench_notes.md, "Warp specialisation"): with dQ's bulk reduce-adds the producer is
+        # faster on every row; with the consumers' atomics only where the mask cuts tiles (+5-8% causal,
+        # -4% without a mask). Varlen cannot take it. The same tiles, copied by every warp, serve the rest.
+        row = replace(row, producer=False, dq_bulk=False)
     if row.instruction == WGMMA and TiledBody().reasons(spec, target, row):
         row = TILED_TABLE[_bucket(spec)]
     if row.split_tail_loop and (spec.softcap or spec.bias != "none"):

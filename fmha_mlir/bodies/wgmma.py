@@ -10,15 +10,15 @@ from __future__ import annotations
 
 from ..errors import Reason
 from ..kernel_config import WGMMA, TiledConfig
-from .common import TensorMap
+from .common import ACCUMULATE, TensorMap
 
 HOPPER_ARCH = "sm_90a"
 
-# Two consumer warpgroups fed by a producer warpgroup (TMA, passes/warp_roles.py), P^T and dS^T from
-# registers (RS), dQ's warpgroups side by side along the head dim: the shapes of FlashAttention-3's sm_90
-# backward (d64: 128 x 128; d128: 64 x 128) on this schedule.
+# Two consumer warpgroups fed by a producer warpgroup (TMA, passes/warp_roles.py) whose last warp
+# reduce-adds dQ's tiles (dq_bulk), P^T and dS^T from registers (RS), dQ's warpgroups side by side along
+# the head dim: the shapes of FlashAttention-3's sm_90 backward (d64: 128 x 128; d128: 64 x 128).
 _SM90A = dict(wave_size=32, warps=8, instruction=WGMMA, swizzle="sw128", stages=2, p_in_registers=True,
-              sdp_warps=(2, 1), dkv_warps=(2, 1), producer=True)
+              sdp_warps=(2, 1), dkv_warps=(2, 1), producer=True, dq_bulk=True)
 WGMMA_TABLE: dict[int, TiledConfig] = {
     64: TiledConfig(**_SM90A, block_m=128, block_n=128, dq_warps=(2, 1)),
     128: TiledConfig(**_SM90A, block_m=64, block_n=128, dq_warps=(1, 2)),
@@ -29,11 +29,18 @@ SWIZZLE = 128
 PRODUCED_TILES = {"k": "block_n", "v": "block_n", "q": "block_m", "do": "block_m"}
 
 
+DQ_BOX_COLUMNS = SWIZZLE // 4   # f32 columns of one swizzled row of dQ's shared tile
+
+
 def tensor_maps(config: TiledConfig) -> tuple[TensorMap, ...]:
     """The producer's tensor maps, in PRODUCED_TILES' order: boxes of one (batch, head)'s rows x one
-    swizzled 64-column block, so a box that crosses a sequence end is zero-filled there."""
-    return tuple(TensorMap(name, (1, 1, getattr(config, rows), BLOCK_COLUMNS), SWIZZLE)
+    swizzled 64-column block, so a box that crosses a sequence end is zero-filled there; then, with
+    dq_bulk, dQ's accumulator (dq_acc) in boxes of a query block x 32 f32 columns, reduced into."""
+    maps = tuple(TensorMap(name, (1, 1, getattr(config, rows), BLOCK_COLUMNS), SWIZZLE)
                  for name, rows in PRODUCED_TILES.items())
+    if config.dq_bulk:
+        maps += (TensorMap("dq_out", (1, 1, config.block_m, DQ_BOX_COLUMNS), SWIZZLE, ACCUMULATE),)
+    return maps
 
 
 def instruction_reasons(target, config: TiledConfig, spec) -> list[Reason]:

@@ -19,12 +19,14 @@ from test_wgmma_body import ONE_WARPGROUP, run_variant
 
 PRODUCED = dataclasses.replace(ONE_WARPGROUP, producer=True)
 ONE_STAGE = dataclasses.replace(PRODUCED, stages=1)
+BULK_DQ = dataclasses.replace(PRODUCED, dq_bulk=True)
 
 
 @pytest.mark.parametrize("spec,size,config", [
     (AttentionBwdSpec("bf16", 64), ProblemSize(1, 1, 100, 150), PRODUCED),
+    (AttentionBwdSpec("bf16", 64), ProblemSize(2, 2, 200, 150), BULK_DQ),
     (AttentionBwdSpec("f16", 64, mask=Mask("causal_bottom_right"), gqa_ratio=2), ProblemSize(1, 4, 150, 100),
-     PRODUCED),
+     BULK_DQ),
     (AttentionBwdSpec("bf16", 64, mask=Mask("sliding_window", 20, 7)), ProblemSize(2, 1, 90, 170), ONE_STAGE),
     (AttentionBwdSpec("bf16", 128, mask=Mask("causal_top_left"), gqa_ratio=4), ProblemSize(1, 4, 70, 200),
      WGMMA_TABLE[128]),
@@ -35,14 +37,20 @@ ONE_STAGE = dataclasses.replace(PRODUCED, stages=1)
     (AttentionBwdSpec("bf16", 64, gqa_ratio=2, grad_accum="bf16"), ProblemSize(1, 2, 80, 150), PRODUCED),
     (AttentionBwdSpec("f16", 64, gqa_ratio=2, mask=Mask("causal_bottom_right"), sinks=True, lse_grad=True),
      ProblemSize(2, 4, 90, 70), PRODUCED),
-], ids=["none-bf16", "br-gqa-f16", "window-one-stage-batch2", "table-d128-gqa4", "softcap-alibi-dslopes",
-        "deterministic", "bf16-dq-atomics", "sinks-dlse"])
+], ids=["none-bf16", "bulk-dq-batch2", "bulk-dq-br-gqa-f16", "window-one-stage-batch2", "table-d128-gqa4",
+        "softcap-alibi-dslopes", "deterministic", "bf16-dq-atomics", "sinks-dlse"])
 def test_the_producer_body_matches_the_oracle(spec, size, config):
     assert config.producer
     isa = run_variant(spec, size, config).isa
     # The consumers copy nothing themselves: every tile comes by TMA, each warpgroup's budget is moved.
     assert "cp.async.bulk.tensor" in isa and "cp.async.cg" not in isa
     assert "setmaxnreg.inc.sync.aligned.u32 \t240" in isa and "setmaxnreg.dec.sync.aligned.u32 \t24" in isa
+    # dQ by bulk reduce-adds of the shared tile, or by the consumers' atomics
+    import re
+
+    bulk = "cp.reduce.async.bulk.tensor" in isa
+    assert bulk == config.dq_bulk
+    assert not (bulk and re.search(r"\b(red|atom)\.[a-z.]*global\.add", isa))
 
 
 @pytest.mark.parametrize("owner,planted,words", [
@@ -62,6 +70,27 @@ def test_the_interpreter_reports_a_planted_pipeline_bug(monkeypatch, owner, plan
     monkeypatch.setattr(cls, planted, lambda self, *args: None)
     with pytest.raises(InterpreterError, match=words):
         run_variant(AttentionBwdSpec("bf16", 64), ProblemSize(1, 1, 300, 70), PRODUCED)
+
+
+@pytest.mark.parametrize("planted,words", [
+    ("wait", "deadlock|bulk reduce"),   # the consumers run ahead: their DQ_FULL phases alias the writer's
+    ("fence", "no fence.proxy.async since"),
+], ids=["dq-tile-overwritten-while-reduced", "dq-tile-reduced-without-a-proxy-fence"])
+def test_the_interpreter_reports_a_planted_dq_writer_bug(monkeypatch, planted, words):
+    """The consumers' wait for the writer to free dQ's tile, or their proxy fence after storing it, left
+    out: the interpreter reports the run-ahead (its barrier phases can no longer pair up) or a reduce
+    reading ordinary stores unfenced."""
+    from fmha_mlir.passes import warp_roles
+    from fmha_mlir.runtime.interp.errors import InterpreterError
+
+    if planted == "wait":
+        wait = warp_roles.MbarrierGroup.wait
+        monkeypatch.setattr(warp_roles.MbarrierGroup, "wait", lambda self, barrier, parity: None
+                            if self.count == 2 and barrier == warp_roles.DQ_FREE else wait(self, barrier, parity))
+    else:
+        monkeypatch.setattr(warp_roles, "fence_proxy_async", lambda: None)
+    with pytest.raises(InterpreterError, match=words):
+        run_variant(AttentionBwdSpec("bf16", 64), ProblemSize(1, 1, 300, 70), BULK_DQ)
 
 
 def test_a_wrong_expect_tx_byte_count_is_a_deadlock_naming_the_bytes(monkeypatch):
@@ -98,13 +127,25 @@ def test_the_producer_needs_wgmma_and_whole_sequences():
     assert any(r.field == "config.producer" and "varlen" in r.message for r in caught.value.reasons)
     # The table's row serves varlen without its producer: the same tiles, copied by every warp.
     chosen = choose_config(varlen, TARGETS["sm_90a"])
-    assert chosen == dataclasses.replace(WGMMA_TABLE[64], producer=False)
+    assert chosen == dataclasses.replace(WGMMA_TABLE[64], producer=False, dq_bulk=False)
+    # dQ's bulk reduce-adds need the producer and f32 accumulation in any order
+    with pytest.raises(SpecError) as caught:
+        check_config(AttentionBwdSpec("bf16", 64), TARGETS["sm_90a"], dataclasses.replace(ONE_WARPGROUP, dq_bulk=True))
+    assert any(r.field == "config.dq_bulk" and "producer" in r.message for r in caught.value.reasons)
+    for spec in (AttentionBwdSpec("bf16", 64, deterministic=True), AttentionBwdSpec("bf16", 64, grad_accum="bf16")):
+        with pytest.raises(SpecError) as caught:
+            check_config(spec, TARGETS["sm_90a"], BULK_DQ)
+        assert any(r.field == "config.dq_bulk" for r in caught.value.reasons)
+        assert not choose_config(dataclasses.replace(spec, mask=Mask("causal_top_left")), TARGETS["sm_90a"]).dq_bulk
 
 
-@pytest.mark.parametrize("mask,producer", [("none", False), ("causal_bottom_right", True),
-                                           ("sliding_window", True)])
-def test_the_table_takes_the_producer_where_the_mask_cuts_tiles(mask, producer):
-    """Measured on the H200 (reports/bench_notes.md, "Warp specialisation"): faster under causal masks,
-    not without a mask."""
-    spec = AttentionBwdSpec("bf16", 128, mask=Mask(mask, 64, 0) if mask == "sliding_window" else Mask(mask))
-    assert choose_config(spec, TARGETS["sm_90a"]).producer is producer
+@pytest.mark.parametrize("mask,extra,producer,dq_bulk", [
+    ("none", {}, True, True), ("causal_bottom_right", {}, True, True),
+    ("causal_bottom_right", {"deterministic": True}, True, False), ("none", {"deterministic": True}, False, False),
+    ("none", {"grad_accum": "bf16"}, False, False),
+])
+def test_the_table_takes_the_producer_where_it_is_measured_faster(mask, extra, producer, dq_bulk):
+    """Measured on the H200 (reports/bench_notes.md, "Warp specialisation"): with dQ's bulk reduce-adds
+    faster on every row; with the consumers' writing dQ (deterministic, bf16 atomics) only under a mask."""
+    chosen = choose_config(AttentionBwdSpec("bf16", 128, mask=Mask(mask), **extra), TARGETS["sm_90a"])
+    assert (chosen.producer, chosen.dq_bulk) == (producer, dq_bulk)

@@ -99,6 +99,10 @@ class HopperSync:
         self._wgmma_groups: dict[tuple, list[list[int]]] = {}
         self._wgmma_writer: dict[int, dict[tuple, int]] = {}
         self._wgmma_count = 0
+        # a warpgroup-collective op whose warpgroup is split over roles: lanes that executed it so far, by
+        # (op, work-group, warpgroup), and what the op is
+        self._collective: dict[tuple, set[int]] = {}
+        self._collective_what: dict[tuple, str] = {}
 
     # --- mbarriers ---------------------------------------------------------------------------------
 
@@ -245,8 +249,27 @@ class HopperSync:
         product = self._wgmma_writer.get(slot, {}).get(warpgroup)
         return product is not None and any(product in group for group in self._wgmma_groups.get(warpgroup, []))
 
+    def collective(self, key, lanes: np.ndarray, what: str) -> np.ndarray:
+        """Record that `lanes` executed the warpgroup-collective op `key` (its roles run one after another,
+        each with its part of a warpgroup); the lanes of the warpgroups that have now executed it whole."""
+        g = self.grid
+        done = []
+        for w, k in set(zip(g.group_local[lanes].tolist(), (g.thread_linear[lanes] // WARPGROUP).tolist())):
+            part = (key, w, k)
+            seen = self._collective.setdefault(part, set())
+            seen.update(lanes[(g.group_local[lanes] == w) & (g.thread_linear[lanes] // WARPGROUP == k)].tolist())
+            self._collective_what[part] = what
+            if len(seen) == WARPGROUP:
+                done += sorted(self._collective.pop(part))
+        return np.asarray(done, dtype=np.int64)
+
     def finish(self, what: str) -> None:
-        """The end of the chunk's work-groups: an error if a lane left bulk reduces not waited for."""
+        """The end of the chunk's work-groups: an error if a lane left bulk reduces not waited for, or a
+        warpgroup executed a collective op in part."""
+        for part, seen in self._collective.items():
+            raise InterpreterError(f"{self._collective_what[part]}: {self.grid.describe(min(seen))} is in a "
+                                   f"warpgroup that does not execute it whole ({len(seen)} of {WARPGROUP} threads): "
+                                   "wgmma and setmaxnreg are warpgroup-collective")
         for lane, left in [*self._bulk_open.items(), *self._bulk_groups.items()]:
             if left:
                 raise InterpreterError(f"{what}: {self.grid.describe(lane)} ends with bulk reduces it has not "

@@ -572,10 +572,17 @@ def compile_setmaxregister(op: Operation, cc: KernelCompiler):
     if not 24 <= count <= 256 or count % 8:
         raise cc.error(op, f"setmaxnreg takes 24..256 registers in steps of 8, not {count}")
 
+    key = id(op)
+
     def run(st, mask):
-        g = st.grid
-        lanes = np.concatenate(_warpgroups(st, mask, what))
-        _hopper(st, what).set_budget(g.group_local[lanes], g.thread_linear[lanes] // WARPGROUP, count, increase, what)
+        g, sync = st.grid, _hopper(st, what)
+        if st.scheduler is None:
+            lanes = np.concatenate(_warpgroups(st, mask, what))
+        else:   # roles may split a warpgroup: its budget moves once every part has executed the op
+            lanes = sync.collective(key, _lanes(st, mask), what)
+            if not lanes.size:
+                return
+        sync.set_budget(g.group_local[lanes], g.thread_linear[lanes] // WARPGROUP, count, increase, what)
 
     return run
 
