@@ -1,7 +1,9 @@
 """The FlashAttention backward schedule of the tiled bodies (docs/design/tiled-body.md), written once over
 a matrix atom and a copy atom (passes/atoms.py): the mma.sync body on sm_90, the wgmma body on sm_90a and
 the MFMA body on gfx942 / gfx950 are this module with MmaSyncAtom, WgmmaMmaAtom + CpAsyncCopy or
-MfmaAtom + BufferLoadCopy and their config table (fmha_mlir/bodies/).
+MfmaAtom + BufferLoadCopy and their config table (fmha_mlir/bodies/); passes/warp_roles.py runs its steps
+in the consumer warps of a warp-specialised work-group (the frame's hooks: stage_of, before_step,
+after_step, before_shared_stores, step_barrier, add_dq).
 
 One work-group per (key block of Bc keys, kv head, batch) (their block ids: bodies.tiled_grid), `warps`
 warps. K and V of the block stay in shared memory and dK, dV in registers; the work-group walks the

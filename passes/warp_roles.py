@@ -7,6 +7,10 @@ warpgroup feeds the consumer warpgroups, which run the schedule's steps unchange
     consumers (setmaxnreg 240): wait for K, V; per step wait for the stage's `full` phase, compute the
                                 step (FlashBackward.step), then release the stage (`empty`)
 
+With config.dq_bulk the producer's last warp is a writer instead (its own role): the consumers store each
+step's dQ tile into shared memory and the writer reduce-adds it into dq_acc with bulk tensor reduces
+(write_dq), in place of the consumers' per-element atomics.
+
 The consumers sync among themselves with a named barrier over their threads (the producer runs ahead),
 twice per step: before they store dS^T (every warpgroup's previous dQ product has read it) and after
 (it is published). Q, dO, K and V come through tensor maps (fmha_mlir.bodies.wgmma.tensor_maps, kernel
@@ -190,7 +194,7 @@ class ProducerConsumerBackward(FlashBackward):
     def load(self, name: str, stage, row, head, barriers, barrier) -> None:
         """Tile `name`'s boxes at (row, column 0) of (batch, head) into its copy `stage`."""
         tile = self.tiles[name]
-        copy_bytes = tile.rows * tile.cols * 2
+        copy_bytes = tile.layout.nbytes
         offset = (tile.offset + stage * copy_bytes if isinstance(stage, int)
                   else arith.addi(index(tile.offset), arith.muli(stage, index(copy_bytes))))
         self.maps[name].load_tile(self.smem, offset, tile.layout, row, 0, barriers, barrier,

@@ -321,6 +321,10 @@ MUTANTS: list[Mutant] = [
     Mutant("producer: dQ's tile reduce-added one query row late", "passes/warp_roles.py",
            "[index(b * DQ_BOX_COLUMNS), q0, head, self.dq_batch]",
            "[index(b * DQ_BOX_COLUMNS), arith.addi(q0, index(1)), head, self.dq_batch]"),
+    Mutant("producer: dQ's tile x0.99 (bulk reduce-adds)", "passes/warp_roles.py",
+           "                    value = pick(groups)\n",
+           "                    value = arith.mulf(pick(groups), vector.broadcast(pick(groups).type, "
+           "arith.constant(ir.F32Type.get(), 0.99)))\n"),
     Mutant("producer: dQ's tile written before the writer freed it", "passes/warp_roles.py",
            "            self.dq_barriers.wait(DQ_FREE, self.parity(arith.subi(it, index(1))))\n",
            "            pass\n"),

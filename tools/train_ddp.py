@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import os
 import sys
 from pathlib import Path
@@ -24,7 +23,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from train_gpt import WRAPS, DataShard, add_config_arguments, configs, train
+from train_gpt import WRAPS, DataShard, add_config_arguments, configs, train, write_record
 
 # What torchrun tells each process (its contract: environment variables).
 TORCHRUN = ("RANK", "WORLD_SIZE", "LOCAL_RANK")
@@ -52,10 +51,7 @@ def main(argv=None) -> int:
     finally:
         dist.destroy_process_group()
     if rank == 0:
-        print(f"{record['attention']}, seed {args.seed}, {world} ranks ({args.wrap}): loss {record['loss'][0]:.3f} -> "
-              f"{record['loss'][-1]:.3f}, {record['steps_per_s'] or float('nan'):.2f} steps/s")
-        if args.json:
-            args.json.write_text(json.dumps(record) + "\n")
+        write_record(record, f"seed {args.seed}, {world} ranks ({args.wrap})", args.json)
     return 0
 
 

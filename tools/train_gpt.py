@@ -394,11 +394,16 @@ def main(argv=None) -> int:
             print(f"built {path}")
         return 0
     record = train(*configs(run, args, args.attention, args.seed), profile=args.profile)
-    print(f"{record['attention']}, seed {args.seed}: loss {record['loss'][0]:.3f} -> {record['loss'][-1]:.3f}, "
-          f"{record['steps_per_s'] or float('nan'):.2f} steps/s")
-    if args.json:
-        args.json.write_text(json.dumps(record) + "\n")
+    write_record(record, f"seed {args.seed}", args.json)
     return 0
+
+
+def write_record(record: dict, what: str, path: Path | None) -> None:
+    """Print a run's one-line summary (`what`: its seed and setup) and write its record to `path`."""
+    print(f"{record['attention']}, {what}: loss {record['loss'][0]:.3f} -> {record['loss'][-1]:.3f}, "
+          f"{record['steps_per_s'] or float('nan'):.2f} steps/s")
+    if path:
+        path.write_text(json.dumps(record) + "\n")
 
 
 if __name__ == "__main__":

@@ -221,7 +221,7 @@ def _rsqrt(x):
 def flush_subnormals(x):
     """Flush-to-zero (the .ftz of NVIDIA's approximate math): subnormals become signed zeros."""
     tiny = np.finfo(np.asarray(x).dtype).tiny
-    return np.where(np.abs(x) < tiny, x * 0, x)
+    return np.where(np.abs(x) < tiny, np.copysign(np.zeros_like(x), x), x)   # (x * 0 warns on inf)
 
 
 # The hardware's approximate math, as whole f32 ulps off the correctly rounded result: MUFU.EX2
