@@ -24,6 +24,7 @@ constant group_offset, offset by the warp's and the tile's first row and column.
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable
 
@@ -591,29 +592,18 @@ class FlashBackward:
                                 memref.store(piece, out, at)
                     scf.yield_([])
 
-    def inside_head_dim(self, col: "ir.Value", head_dim: int, tile_head_dim: int) -> "_Inside":
+    @staticmethod
+    @contextmanager
+    def inside_head_dim(col: "ir.Value", head_dim: int, tile_head_dim: int):
         """Build under `scf.if col < head_dim` where the tile is wider than the head dim (col: a piece's
-        first column; head dims are multiples of 8, so a piece never straddles it), else as is."""
-        return _Inside(None if head_dim == tile_head_dim else arith.cmpi(arith.CmpIPredicate.ult, col, index(head_dim)))
-
-
-class _Inside:
-    """Builds its block under `scf.if condition`, or in place when the condition is None."""
-
-    def __init__(self, condition: "ir.Value | None"):
-        self.condition = condition
-
-    def __enter__(self):
-        if self.condition is not None:
-            self.guard = scf.IfOp(self.condition)
-            self.point = ir.InsertionPoint(self.guard.then_block)
-            self.point.__enter__()
-
-    def __exit__(self, *exc):
-        if self.condition is not None:
-            if exc[0] is None:
-                scf.yield_([])
-            self.point.__exit__(*exc)
+        first column; head dims are multiples of 8, so a piece never straddles it), else in place."""
+        if head_dim == tile_head_dim:
+            yield
+            return
+        guard = scf.IfOp(arith.cmpi(arith.CmpIPredicate.ult, col, index(head_dim)))
+        with ir.InsertionPoint(guard.then_block):
+            yield
+            scf.yield_([])
 
 
 def advance(head, m, lo, hi):
