@@ -120,7 +120,7 @@ class CopyAtom(Protocol):
     def rows(self, source: "ir.Value", prefix: list, first: "ir.Value", limit: "ir.Value", tile,
              row_offset: "ir.Value | None") -> None:
         """Rows [first, first + tile.rows) of source[prefix..., row, :] into the tile (from row_offset),
-        zeros for rows at or past `limit`."""
+        zeros for rows at or past `limit` and for the tile's columns past the source's head dim."""
 
     def row_values(self, source: "ir.Value", prefix: list, first: "ir.Value", tile, stage: "ir.Value",
                    offset: int, fill: float = 0.0) -> None:

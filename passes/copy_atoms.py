@@ -1,7 +1,8 @@
 """Copy atoms: how a tiled body moves rows of a global tensor into a shared tile on each target.
 
 A copy atom offers what the schedule asks (passes/atoms.py, CopyAtom): `rows` copies a block of rows
-[first, first + tile.rows) of source[prefix..., row, :], zero past `limit` (a sequence end), `row_values`
+[first, first + tile.rows) of source[prefix..., row, :], zero past `limit` (a sequence end) and in the
+tile's columns past the source's head dim (a tile wider than it: bodies.tile_hdims), `row_values`
 one f32 per query row of a block (LSE, D), a given fill past seqlen_q, `commit` closes what was issued into one
 group and `wait(pending)` waits until at most `pending` groups are in flight. Which thread copies what
 comes from matrix_layouts.copy_chunk: thread t takes the 16-byte chunks t, t + threads, ...
@@ -31,7 +32,8 @@ class CpAsyncCopy:
     def rows(self, source: "ir.Value", prefix: list, first: "ir.Value", limit: "ir.Value", tile: Tile,
              row_offset: "ir.Value") -> None:
         """Async-copy rows [first, first + tile.rows) of source[prefix..., row, :] into the tile from row
-        `row_offset` on, 16 bytes per copy; rows at or past `limit` are zero-filled (and read nothing).
+        `row_offset` on, 16 bytes per copy; rows at or past `limit` and chunks at or past the source's head
+        dim are zero-filled (and read nothing: the copy's source size 0, at a column clamped into the row).
         When a round covers whole rows, a multiple of 8, its shared address is the thread's hoisted one
         plus a constant."""
         kernel = self.kernel
@@ -42,6 +44,7 @@ class CpAsyncCopy:
         if regular:
             lane_row, lane_chunk = copy_chunk(Ix.lane(kernel.tid, kernel.lanes), chunks)
         last = i32(arith.subi(limit, index(1)))
+        head_dim = narrower_head_dim(source, tile.cols)
         for start in range(0, total, threads):
             chunk = arith.addi(kernel.tid, index(start))
             if regular:
@@ -54,6 +57,8 @@ class CpAsyncCopy:
                 row, col = as_value(row), as_value(col8 * COPY_ELEMENTS)
             src_row = i32(arith.addi(first, row))   # rows and their bounds fit i32: cheaper compares
             valid = arith.cmpi(arith.CmpIPredicate.sle, src_row, last)
+            if head_dim is not None:
+                valid, col = inside_columns(valid, col, head_dim)
             clamped = arith.index_cast(ir.IndexType.get(), arith.minsi(src_row, last))
             count = arith.select(valid, index(COPY_ELEMENTS), index(0))
             copy = lambda: async_copy(tile.flat, [dst], source, prefix + [clamped, col], COPY_ELEMENTS, count)
@@ -112,7 +117,8 @@ class BufferLoadCopy:
     def rows(self, source: "ir.Value", prefix: list, first: "ir.Value", limit: "ir.Value", tile: Grid,
              row_offset: "ir.Value | None" = None) -> None:
         """Rows [first, first + tile.rows) of source[prefix..., row, :] into grid rows [0, tile.rows), 16
-        bytes per lane and load; rows at or past `limit` become zeros. All of a round's loads are issued
+        bytes per lane and load; rows at or past `limit` and chunks at or past the source's head dim become
+        zeros (loaded from a column clamped into the row, then selected away). All of a round's loads are issued
         before its stores, so their latencies overlap. One buffer: `row_offset` must be None."""
         if row_offset is not None:
             raise ValueError("BufferLoadCopy fills one buffer; a row offset names a stage it does not have")
@@ -121,6 +127,7 @@ class BufferLoadCopy:
         total, threads = tile.rows * chunks, kernel.config.threads
         chunk_type = ir.VectorType.get([COPY_ELEMENTS], kernel.element)
         last = arith.subi(limit, index(1))
+        head_dim = narrower_head_dim(source, tile.cols)
         pending = []
         for start in range(0, total, threads):
             chunk = arith.addi(kernel.tid, index(start))
@@ -128,7 +135,10 @@ class BufferLoadCopy:
             row, col = as_value(row), as_value(chunk8 * COPY_ELEMENTS)
             src_row = arith.addi(first, row)
             valid = arith.cmpi(arith.CmpIPredicate.slt, src_row, limit)
-            at = prefix + [arith.minsi(src_row, last), col]
+            src_col = col   # the grid's column stays the chunk's own
+            if head_dim is not None:
+                valid, src_col = inside_columns(valid, col, head_dim)
+            at = prefix + [arith.minsi(src_row, last), src_col]
             if total - start >= threads:
                 pending.append((self._load(chunk_type, source, at, valid), row, col))
             else:  # the last round has fewer chunks than threads
@@ -156,6 +166,19 @@ class BufferLoadCopy:
 
     def wait(self, pending: int) -> None:
         """Nothing in flight: the loads complete in registers."""
+
+
+def narrower_head_dim(source: "ir.Value", tile_cols: int) -> int | None:
+    """The source's head dim (its static last dimension) where the tile is wider, else None."""
+    head_dim = ir.MemRefType(source.type).shape[-1]
+    return head_dim if head_dim < tile_cols else None
+
+
+def inside_columns(valid: "ir.Value", col: "ir.Value", head_dim: int) -> tuple["ir.Value", "ir.Value"]:
+    """(valid and the 16-byte chunk at `col` lies inside the head dim, col clamped to the row's last
+    chunk): a chunk past the head dim is zero-filled, and its clamped address reads inside the row."""
+    inside = arith.cmpi(arith.CmpIPredicate.ult, col, index(head_dim))
+    return arith.andi(valid, inside), arith.minui(col, index(head_dim - COPY_ELEMENTS))
 
 
 def i32(value: "ir.Value") -> "ir.Value":

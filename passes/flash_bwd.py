@@ -24,11 +24,12 @@ constant group_offset, offset by the warp's and the tile's first row and column.
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable
 
 from fmha_mlir import mask_geometry
-from fmha_mlir.bodies import TiledBody, tiled_block_ids
+from fmha_mlir.bodies import TiledBody, tile_hdims, tiled_block_ids
 from fmha_mlir.dialects import fmha
 from fmha_mlir.dialects.fmha_types import element_type
 from fmha_mlir.kernel_config import KernelConfig
@@ -78,6 +79,9 @@ class FlashBackward:
         self.dq_out, self.dk_out, self.dv_out = (self.operands[n] for n in ("dq_out", "dk_out", "dv_out"))
         self.element = element_type(spec.dtype)
         self.bm, self.bn = config.block_m, config.block_n
+        # The tiles' head dims (bodies.tile_hdims): wider than the spec's where its warp layouts need it;
+        # the copies zero-fill the columns past the head dim and the gradients skip them.
+        self.hdim_q, self.hdim_v = tile_hdims(spec, config)
         self.tid = gpu.thread_id(gpu.Dimension.x)
         # `warp` numbers the units the warp layouts count (warps, or warpgroups for wgmma); `lane` is the
         # thread's index in its unit, `wave_lane` in its wave.
@@ -102,9 +106,9 @@ class FlashBackward:
         self.split_tail_loop = config.split_tail_loop and mask_geometry.hides_nothing(spec.mask)
         with self.lanes.hoist:   # each warp's part of the products
             self.sdp = warp_tile(self.warp, config.sdp_warps, self.bn, self.bm)          # S^T, dP^T
-            self.dkv = warp_tile(self.warp, config.dkv_warps, self.bn, spec.hdim_q)      # dK
-            self.dkv_v = warp_tile(self.warp, config.dkv_warps, self.bn, spec.hdim_v)    # dV
-            self.dq_tile = warp_tile(self.warp, config.dq_warps, self.bm, spec.hdim_q)   # dQ
+            self.dkv = warp_tile(self.warp, config.dkv_warps, self.bn, self.hdim_q)      # dK
+            self.dkv_v = warp_tile(self.warp, config.dkv_warps, self.bn, self.hdim_v)    # dV
+            self.dq_tile = warp_tile(self.warp, config.dq_warps, self.bm, self.hdim_q)   # dQ
 
     # -- the loop ------------------------------------------------------------------------------------
 
@@ -152,8 +156,8 @@ class FlashBackward:
 
     def store_gradients(self, results: list) -> None:
         dk, dv = self.gradients(results[2:])
-        self.store_grad(self.dk_out, dk, self.dkv, self.spec.scale)
-        self.store_grad(self.dv_out, dv, self.dkv_v, None)
+        self.store_grad(self.dk_out, dk, self.dkv, self.spec.scale, self.hdim_q)
+        self.store_grad(self.dv_out, dv, self.dkv_v, None, self.hdim_v)
 
     def gradients(self, values: list) -> tuple[list, list]:
         """dK's and dV's accumulator tiles from the loop's flat values (dK's first)."""
@@ -263,10 +267,10 @@ class FlashBackward:
         # S^T = K Q^T and dP^T = V dO^T: A = K / V rows, B^T = Q / dO rows (all k-major). An asynchronous
         # atom has dP^T in flight while P^T is computed.
         overlap = atom.asynchronous
-        s = atom.gemm(self.zeros(sdp), sdp, spec.hdim_q, Operand(tiles["k"], True, sdp.row0),
+        s = atom.gemm(self.zeros(sdp), sdp, self.hdim_q, Operand(tiles["k"], True, sdp.row0),
                       Operand(tiles["q"], True, query_rows), wait=not overlap)
         if overlap:
-            dp = atom.gemm(self.zeros(sdp), sdp, spec.hdim_v, Operand(tiles["v"], True, sdp.row0),
+            dp = atom.gemm(self.zeros(sdp), sdp, self.hdim_v, Operand(tiles["v"], True, sdp.row0),
                            Operand(tiles["do"], True, query_rows), wait=False)
             atom.complete(1)
         # With dP^T in flight, each LSE is read where P^T first needs it and D once dS^T does: fewer values
@@ -282,7 +286,7 @@ class FlashBackward:
             atom.complete(0)
             dsum, = self.row_values(stage, ("d",))
         else:
-            dp = atom.gemm(self.zeros(sdp), sdp, spec.hdim_v, Operand(tiles["v"], True, sdp.row0),
+            dp = atom.gemm(self.zeros(sdp), sdp, self.hdim_v, Operand(tiles["v"], True, sdp.row0),
                            Operand(tiles["do"], True, query_rows))
         column = self.group_columns
         ds = [[[arith.mulf(p_g, arith.subf(dp_g, self.per_group(dsum[ni][column[g]])))
@@ -492,15 +496,18 @@ class FlashBackward:
 
     def add_dq(self, dq, head, q0, tile: WarpTile) -> None:
         """dq_acc[b, head, q0 + row, col...] += dS K, one f32 atomic (deterministic: a store) per piece
-        (rows are padded to whole query blocks; the convert applies the softmax scale)."""
+        (rows are padded to whole query blocks; the convert applies the softmax scale); none at the
+        tile's columns past hdim_q."""
         atom = self.atom
         q_first, col_first = arith.addi(q0, tile.row0), tile.col0
         for mi, row in enumerate(dq):
             for ni, c in enumerate(row):
                 groups = atom.groups(c)
                 for rows, cols, pick in self.row_pieces():
-                    self.add_dq_value(pick(groups), head, self.coordinate(q_first, mi * atom.m + rows, 0),
-                                      self.coordinate(col_first, ni * atom.n + cols, 1))
+                    value, q = pick(groups), self.coordinate(q_first, mi * atom.m + rows, 0)
+                    col = self.coordinate(col_first, ni * atom.n + cols, 1)
+                    with self.inside_head_dim(col, self.spec.hdim_q, self.hdim_q):
+                        self.add_dq_value(value, head, q, col)
 
     def add_dq_value(self, value: "ir.Value", head, q, col) -> None:
         """dQ's value (f32 or a vector of adjacent, even-aligned columns) at (head, q, col) for this key
@@ -516,7 +523,7 @@ class FlashBackward:
         transposed = atom.group_axis == "row"
         if transposed:
             with self.lanes.hoist:
-                tile = warp_tile(self.warp, self.config.dq_warps[::-1], self.spec.hdim_q, self.bm)
+                tile = warp_tile(self.warp, self.config.dq_warps[::-1], self.hdim_q, self.bm)
             product = atom.gemm(self.zeros(tile), tile, self.bn, Operand(tiles["k"], False, None, tile.row0),
                                 Operand(tiles["ds"], False, None, tile.col0))
             by_query = [list(column) for column in zip(*product)]   # [query tile][head-dim tile]
@@ -554,19 +561,21 @@ class FlashBackward:
         with ir.InsertionPoint(inside.then_block):
             pair_type = ir.VectorType.get([2], self.element)
             for value, col in pairs():
-                scaled = arith.mulf(value, splat(f32(self.spec.scale), [2]))
-                fmha.AtomicAddOp.build(arith.truncf(pair_type, scaled), self.dq_out, [self.batch, head, q, col])
+                with self.inside_head_dim(col, self.spec.hdim_q, self.hdim_q):
+                    scaled = arith.mulf(value, splat(f32(self.spec.scale), [2]))
+                    fmha.AtomicAddOp.build(arith.truncf(pair_type, scaled), self.dq_out, [self.batch, head, q, col])
             scf.yield_([])
 
-    def store_grad(self, out, acc, tile: WarpTile, scale: float | None) -> None:
+    def store_grad(self, out, acc, tile: WarpTile, scale: float | None, tile_head_dim: int) -> None:
         """out[b, kv_head, k0 + row, col...] = acc (times scale), rounded, one store per piece; rows past
-        seqlen_k are not stored."""
+        seqlen_k and the columns of the tile (tile_head_dim wide) past out's head dim are not stored."""
         atom = self.atom
         width = atom.group_width
         rounded = [[[arith.truncf(ir.VectorType.get([width], self.element),
                                   g if scale is None else arith.mulf(g, splat(f32(scale), [width])))
                      for g in atom.groups(c)] for c in row] for row in acc]
         first = arith.addi(self.k0, tile.row0)
+        head_dim = ir.MemRefType(out.type).shape[-1]
         for mi, row in enumerate(rounded):
             for rows, cols, pick in self.row_pieces():
                 key = self.coordinate(first, mi * atom.m + rows, 0)
@@ -574,12 +583,27 @@ class FlashBackward:
                 with ir.InsertionPoint(inside.then_block):
                     for ni, groups in enumerate(row):
                         piece = pick(groups)
-                        at = [self.batch, self.kv_head, key, self.coordinate(tile.col0, ni * atom.n + cols, 1)]
-                        if isinstance(piece.type, ir.VectorType):   # a group's adjacent columns: one access
-                            vector.store(piece, out, at, alignment=2 * width)
-                        else:
-                            memref.store(piece, out, at)
+                        col = self.coordinate(tile.col0, ni * atom.n + cols, 1)
+                        at = [self.batch, self.kv_head, key, col]
+                        with self.inside_head_dim(col, head_dim, tile_head_dim):
+                            if isinstance(piece.type, ir.VectorType):   # a group's adjacent columns: one access
+                                vector.store(piece, out, at, alignment=2 * width)
+                            else:
+                                memref.store(piece, out, at)
                     scf.yield_([])
+
+    @staticmethod
+    @contextmanager
+    def inside_head_dim(col: "ir.Value", head_dim: int, tile_head_dim: int):
+        """Build under `scf.if col < head_dim` where the tile is wider than the head dim (col: a piece's
+        first column; head dims are multiples of 8, so a piece never straddles it), else in place."""
+        if head_dim == tile_head_dim:
+            yield
+            return
+        guard = scf.IfOp(arith.cmpi(arith.CmpIPredicate.ult, col, index(head_dim)))
+        with ir.InsertionPoint(guard.then_block):
+            yield
+            scf.yield_([])
 
 
 def advance(head, m, lo, hi):

@@ -18,6 +18,7 @@ Variants (names read target/body/row/feature):
 - per target, features on the d128 row (gfx950: d128, gfx942: d128): every mask kind (and windows with an
   unbounded side), softcap, ALiBi (standard and slopes, with d(slopes)), an elementwise bias with dbias,
   GQA, varlen, deterministic, bf16 dQ atomics, f16, hdim_q != hdim_v;
+- head dims 80 / 48, on tiles the kernel zero-pads;
 - non-table configs that exercise other paths of the tiled body: one Q / dO buffer, P^T in registers,
   no swizzle (sm_90), P^T through shared memory and one warpgroup (sm_90a), the 32x32 MFMA shapes (AMD);
 - the warp body (f32 and bf16) on every target.
@@ -98,6 +99,8 @@ def variants() -> dict[str, tuple[str, AttentionBwdSpec, dict]]:
                                                        {"config": config})
         for feature, spec in _features().items():
             out[f"{arch}/tiled/d{FEATURE_HDIM}/{feature}"] = (arch, spec, {"body": "tiled"})
+        # Head dims on tiles zero-padded inside the kernel (bodies.tile_hdims), each on its own.
+        out[f"{arch}/tiled/d80x48/padded"] = (arch, AttentionBwdSpec("bf16", 80, hdim_v=48), {"body": "tiled"})
         for name, config in _other_configs(arch).items():
             for label, spec in (("none", AttentionBwdSpec("bf16", 64)),
                                 ("causal_top_left", AttentionBwdSpec("bf16", 64, mask=Mask("causal_top_left"))),

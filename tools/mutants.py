@@ -40,7 +40,8 @@ PACKAGE_DIRS = {"fmha_mlir": "fmha_mlir", "dialects": "fmha_mlir/dialects", "pas
 # the mask geometry against brute force and the rule written out, the NaN classes on the sm_90 tiled
 # body, the matrix layouts against the vendors' figures, the Hopper probe and its warp-specialised variant
 # in the interpreter, the wgmma descriptor the H200 verified, the dq_reduce rung in the interpreter, the wgmma
-# body's variants and planted synchronisation bugs in the interpreter, the warp-specialised body's variants.
+# body's variants and planted synchronisation bugs in the interpreter, the warp-specialised body's variants,
+# head dims on zero-padded tiles.
 # One pytest
 # process: the kernels compile once per mutant.
 SUBSET_FILES = ("test/python/test_interp_matrix.py", "test/python/test_interp_pipeline.py",
@@ -50,7 +51,8 @@ SUBSET_FILES = ("test/python/test_interp_matrix.py", "test/python/test_interp_pi
                 "test/python/test_nan_classes.py", "test/python/test_interp_nvgpu.py",
                 "test/python/test_interp_hopper_ops.py", "test/python/test_wgmma_layouts.py",
                 "test/python/test_sinks.py", "test/python/test_hopper_probe_ladder.py",
-                "test/python/test_wgmma_body.py", "test/python/test_warp_roles.py")
+                "test/python/test_wgmma_body.py", "test/python/test_warp_roles.py",
+                "test/python/test_padded_head_dim.py")
 SUBSET_SELECTION = ("(test_interp_matrix and (d64 and g4 or (softcap or alibi or bias) and bf16 and none))"
                     " or test_interp_pipeline"
                     " or (test_interp_fmha_ops and lowered)"
@@ -62,7 +64,8 @@ SUBSET_SELECTION = ("(test_interp_matrix and (d64 and g4 or (softcap or alibi or
                     " or (test_hopper_probe_ladder and dq_reduce_in_the_interpreter)"
                     " or (test_sinks and (kernel_matches and bf16 or deterministic or stay_finite and sm_90))"
                     " or (test_wgmma_body and (matches_the_oracle or planted))"
-                    " or (test_warp_roles and matches_the_oracle)")
+                    " or (test_warp_roles and matches_the_oracle)"
+                    " or (test_padded_head_dim and pass_the_gate)")
 TIMEOUT_S = 900
 RESULTS = ROOT / "reports" / "mutants.json"
 TABLE = ROOT / "docs" / "mutants.md"
@@ -161,18 +164,19 @@ MUTANTS: list[Mutant] = [
            "groups.append(fmha.Exp2Op.build(arith.mulf(exp2_argument(score, row_lse(ni, column[g]), spec, contract()), "
            "splat(f32(1.005), [atom.group_width]))))"),
     *_per_dtype("tiled: dV x0.99", TILED,
-                "self.store_grad(self.dv_out, dv, self.dkv_v, None)",
-                'self.store_grad(self.dv_out, dv, self.dkv_v, 0.99 if spec.dtype == "{dt}" else None)',
+                "self.store_grad(self.dv_out, dv, self.dkv_v, None, self.hdim_v)",
+                'self.store_grad(self.dv_out, dv, self.dkv_v, 0.99 if self.spec.dtype == "{dt}" else None, '
+                'self.hdim_v)',
                 TILED_DTYPES),
     *_per_dtype("tiled: dK x0.99", TILED,
-                "self.store_grad(self.dk_out, dk, self.dkv, self.spec.scale)",
+                "self.store_grad(self.dk_out, dk, self.dkv, self.spec.scale, self.hdim_q)",
                 'self.store_grad(self.dk_out, dk, self.dkv, self.spec.scale * (0.99 if self.spec.dtype == "{dt}" '
-                'else 1.0))',
+                'else 1.0), self.hdim_q)',
                 TILED_DTYPES),
     *_per_dtype("tiled: dQ x0.99", TILED,
-                "self.add_dq_value(pick(groups), head,",
-                'self.add_dq_value(arith.mulf(pick(groups), splat(f32(0.99 if self.spec.dtype == "{dt}" else 1.0), '
-                'vector_shape(pick(groups).type))), head,',
+                "value, q = pick(groups), self.coordinate(",
+                'value, q = arith.mulf(pick(groups), splat(f32(0.99 if self.spec.dtype == "{dt}" else 1.0), '
+                'vector_shape(pick(groups).type))), self.coordinate(',
                 TILED_DTYPES),
     # -- the matrix layouts: the interpreter and the lowering evaluate the same functions, so a wrong
     # -- instruction layout fools both alike and only the second source (the vendors' figures) catches it;
@@ -233,6 +237,12 @@ MUTANTS: list[Mutant] = [
     Mutant("tiled: a cut tile's keys one row late", TILED,
            "keys = self.along(arith.addi(self.k0, sdp.row0), mi * atom.m, g, 0)",
            "keys = self.along(arith.addi(self.k0, sdp.row0), mi * atom.m + 1, g, 0)"),
+    Mutant("tiled (padded head dim): the copies read the columns past the head dim", "passes/copy_atoms.py",
+           "return arith.andi(valid, inside), arith.minui(col, index(head_dim - COPY_ELEMENTS))",
+           "return valid, arith.minui(col, index(head_dim - COPY_ELEMENTS))"),
+    Mutant("tiled (padded head dim): dQ, dK, dV skip the head dim's last 8 columns too", TILED,
+           "guard = scf.IfOp(arith.cmpi(arith.CmpIPredicate.ult, col, index(head_dim)))",
+           "guard = scf.IfOp(arith.cmpi(arith.CmpIPredicate.ult, col, index(head_dim - 8)))"),
     Mutant("mma.sync atom: a register's second element takes the first's position", "passes/mma_atoms.py",
            "return LAYOUT.c.offset(group, element)", "return LAYOUT.c.offset(group, 0)"),
     Mutant("mfma atom: every register takes the first register's row", "passes/mfma_atom.py",

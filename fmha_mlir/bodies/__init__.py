@@ -18,11 +18,12 @@ from .common import (ACCESSES, ACCUMULATE, COPY_ELEMENTS, ELEMENT_BYTES, GRADS, 
                      READ, ROW_BYTES, ROW_KERNEL_WAVES, STAGES, TILE_ALIGN, WRITE, Body, Launch, SharedTile, TensorMap,
                      Workspace,
                      bias_accumulation, partials_zeroed, row_alignment, row_lanes, row_launch, row_reasons,
-                     row_stage_hdim, row_stage_output_access, sink_accumulation)
+                     row_stage_hdim, row_stage_output_access, sink_accumulation, tiled_row_reasons)
 from .mfma import AMD_TILED_TABLE
 from .mma_sync import TILED_TABLE
 from .plan import BodyPlan, body_plan
-from .tiled import TiledBody, instruction_tile, key_blocks, tiled_block_ids, tiled_config, tiled_grid, tiled_table
+from .tiled import (TiledBody, instruction_tile, key_blocks, tile_hdims, tiled_block_ids, tiled_config, tiled_grid,
+                    tiled_table)
 from .warp import WarpBody
 
 __all__ = [
@@ -31,8 +32,9 @@ __all__ = [
     "ROW_BYTES", "ROW_KERNEL_WAVES", "STAGES", "TILE_ALIGN", "WRITE", "Body", "Launch", "SharedTile", "TensorMap",
     "Workspace",
     "bias_accumulation", "partials_zeroed", "row_alignment", "row_lanes", "row_launch", "row_reasons", "row_stage_hdim",
-    "row_stage_output_access", "sink_accumulation",
+    "row_stage_output_access", "sink_accumulation", "tiled_row_reasons",
     "AMD_TILED_TABLE", "TILED_TABLE", "BodyPlan", "body_plan",
-    "TiledBody", "instruction_tile", "key_blocks", "tiled_block_ids", "tiled_config", "tiled_grid", "tiled_table",
+    "TiledBody", "instruction_tile", "key_blocks", "tile_hdims", "tiled_block_ids", "tiled_config", "tiled_grid",
+    "tiled_table",
     "WarpBody",
 ]

@@ -141,14 +141,19 @@ def row_stage_output_access(spec: AttentionBwdSpec) -> dict[str, str]:
 
 def row_lanes(hdim: int | None, wave_size: int, element_bytes: int) -> int:
     """Lanes that share one row in the row kernels: each lane moves 16 bytes (a power-of-two number of
-    lanes per row, at most a wave); else, and for rows of dynamic length (hdim None), the whole wave."""
+    lanes per row, at most a wave); else, and for rows of dynamic length (hdim None), the whole wave where
+    it divides the row, else the largest power of two that does."""
     if hdim is None:
         return wave_size
     wide = ROW_BYTES // element_bytes
     lanes = hdim // wide if hdim % wide == 0 else 0
     if 1 <= lanes <= wave_size and lanes & (lanes - 1) == 0:
         return lanes
-    return wave_size
+    if hdim % wave_size == 0:
+        return wave_size
+    # A head dim the wave does not divide (the tiled bodies take any multiple of 8): the largest power of
+    # two that divides it, so every lane of a row holds as many elements.
+    return min(hdim & -hdim, wave_size)
 
 
 def row_stage_hdim(stage: str, spec: AttentionBwdSpec) -> int | None:
@@ -179,6 +184,19 @@ def row_reasons(spec: AttentionBwdSpec, wave_size: int, where: str, body: str) -
         if value % wave_size or value // wave_size > MAX_ELEMENTS_PER_LANE:
             out.append(Reason(name, f"{value} is not supported by the {body} body{on} (wave size {wave_size})",
                               f"use a multiple of {wave_size} from {wave_size} to {wave_size * MAX_ELEMENTS_PER_LANE}"))
+    return out
+
+
+def tiled_row_reasons(spec: AttentionBwdSpec, wave_size: int, body: str) -> list[Reason]:
+    """Limits of the row kernels of a tiled body: head dims in whole 16-byte copies (multiples of 8),
+    up to the row kernels' MAX_ELEMENTS_PER_LANE per lane of a wave."""
+    out = []
+    for name in ("hdim_q", "hdim_v"):
+        value = getattr(spec, name)
+        if value % COPY_ELEMENTS or value > wave_size * MAX_ELEMENTS_PER_LANE:
+            out.append(Reason(name, f"{value} is not supported by the {body} body (wave size {wave_size})",
+                              f"use a multiple of {COPY_ELEMENTS} up to {wave_size * MAX_ELEMENTS_PER_LANE}, "
+                              "or let the torch op pad it"))
     return out
 
 

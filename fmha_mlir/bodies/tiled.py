@@ -5,6 +5,7 @@ instruction families lives here; each family's configs and table live in mma_syn
 from __future__ import annotations
 
 from dataclasses import replace
+from math import lcm
 
 from .. import mask_geometry
 from ..dtypes import BYTES
@@ -18,7 +19,7 @@ from ..target import Target
 from ..wgmma_layouts import SWIZZLE_ALIGNMENT
 from . import mfma, mma_sync, wgmma
 from .common import (COPY_ELEMENTS, ELEMENT_BYTES, LSE_BYTES, TILE_ALIGN, Body, Launch, SharedTile, Workspace,
-                     dims_of, row_alignment, row_launch, row_reasons)
+                     dims_of, row_alignment, row_launch, tiled_row_reasons)
 from .mfma import AMD_TILED_TABLE
 from .mma_sync import TILED_TABLE
 from .wgmma import HOPPER_ARCH, WGMMA_TABLE
@@ -39,6 +40,20 @@ def instruction_tile(config: TiledConfig) -> tuple[int, int, int, int]:
     if shape is None:
         return MMA_M16N8K16.m, 2 * MMA_M16N8K16.n, MMA_M16N8K16.n, MMA_M16N8K16.k
     return shape.m, shape.n, shape.n, shape.k
+
+
+def tile_hdims(spec: AttentionBwdSpec, config: TiledConfig) -> tuple[int, int]:
+    """(hdim_q, hdim_v) of the tiles: each head dim rounded up to the next width whose products the warp
+    layouts split into whole instruction tiles (k steps of the contractions, n columns per warp of dK /
+    dV and dQ). The columns past the head dim are zeros: the copies fill them without reading, the
+    products add nothing from them, and dK / dV / dQ skip them (passes/flash_bwd.py). The wgmma body takes
+    the head dims as they are (whole 64-column swizzled blocks)."""
+    if config.instruction == WGMMA:
+        return spec.hdim_q, spec.hdim_v
+    _, _, n, k = instruction_tile(config)
+    dkv = n * config.dkv_warps[1]
+    steps = (lcm(k, dkv, n * config.dq_warps[1]), lcm(k, dkv))
+    return tuple(-(-hdim // step) * step for hdim, step in zip((spec.hdim_q, spec.hdim_v), steps))
 
 
 class TiledBody(Body):
@@ -68,28 +83,31 @@ class TiledBody(Body):
         if spec.dtype not in ("f16", "bf16"):
             return [Reason("dtype", f"the tiled body computes f16 and bf16 on matrix instructions, not {spec.dtype}",
                            "use body='warp' for f32")]
-        return row_reasons(spec, config.wave_size, "", self.name) + self._tile_reasons(spec, config)
+        return tiled_row_reasons(spec, config.wave_size, self.name) + self._tile_reasons(spec, config)
 
     @staticmethod
     def _tile_reasons(spec, config) -> list[Reason]:
         """The divisibility the fragment arithmetic relies on: each warp's part of a product is whole
         instruction tiles (rows m, columns n; S^T's columns in pairs of mma.sync n-tiles, one ldmatrix x4)
-        and every contraction whole instruction k steps. Threads [0, 2 block_m) copy LSE and D."""
+        and every contraction whole instruction k steps, on the tile head dims (tile_hdims). Threads
+        [0, 2 block_m) copy LSE and D."""
         m, n_sdp, n, k = instruction_tile(config)
         out = []
-        for name in ("hdim_q", "hdim_v"):
-            if getattr(spec, name) % k:
-                out.append(Reason(name, f"{getattr(spec, name)} is not a multiple of {k} (the matrix instruction's K)",
-                                  f"use a multiple of {k}, or body='warp'"))
+        if config.instruction == WGMMA:   # its tiles take the head dims as they are
+            for name in ("hdim_q", "hdim_v"):
+                if getattr(spec, name) % k:
+                    out.append(Reason(name, f"{getattr(spec, name)} is not a multiple of {k} (the matrix "
+                                            "instruction's K)", f"use a multiple of {k}, or body='warp'"))
+        hdim_q, hdim_v = tile_hdims(spec, config)
         bm, bn = config.block_m, config.block_n
         checks = [
             ("sdp_warps", bn % (m * config.sdp_warps[0]) == 0 and bm % (n_sdp * config.sdp_warps[1]) == 0,
              f"block_n / keys must be a multiple of {m} and block_m / queries of {n_sdp}"),
             ("dkv_warps", bn % (m * config.dkv_warps[0]) == 0 and bm % k == 0
-             and all(d % (n * config.dkv_warps[1]) == 0 for d in (spec.hdim_q, spec.hdim_v)),
+             and all(d % (n * config.dkv_warps[1]) == 0 for d in (hdim_q, hdim_v)),
              f"block_n / keys must be a multiple of {m}, each head dim / columns of {n} and block_m of {k}"),
             ("dq_warps", bm % (m * config.dq_warps[0]) == 0 and bn % k == 0
-             and spec.hdim_q % (n * config.dq_warps[1]) == 0,
+             and hdim_q % (n * config.dq_warps[1]) == 0,
              f"block_m / rows must be a multiple of {m}, hdim_q / columns of {n} and block_n of {k}"),
         ]
         out += [Reason(f"config.{name}", f"{getattr(config, name)} does not tile block_m {bm} x block_n {bn} x "
@@ -158,14 +176,15 @@ class TiledBody(Body):
     def shared_layout(spec: AttentionBwdSpec, config: TiledConfig) -> list[SharedTile]:
         """The dynamic shared memory of dq_dk_dv, in order; the last tile's end is the size."""
         bm, bn, stages = config.block_m, config.block_n, config.stages
-        wanted = [("k", bn, spec.hdim_q, ELEMENT_BYTES, 1), ("v", bn, spec.hdim_v, ELEMENT_BYTES, 1),
-                  ("q", bm, spec.hdim_q, ELEMENT_BYTES, stages), ("do", bm, spec.hdim_v, ELEMENT_BYTES, stages),
+        hdim_q, hdim_v = tile_hdims(spec, config)
+        wanted = [("k", bn, hdim_q, ELEMENT_BYTES, 1), ("v", bn, hdim_v, ELEMENT_BYTES, 1),
+                  ("q", bm, hdim_q, ELEMENT_BYTES, stages), ("do", bm, hdim_v, ELEMENT_BYTES, stages),
                   ("ds", bn, bm, ELEMENT_BYTES, 1)]
         if not config.p_in_registers:
             wanted.append(("p", bn, bm, ELEMENT_BYTES, 1))
         wanted += [("lse", 1, bm, LSE_BYTES, stages), ("d", 1, bm, LSE_BYTES, stages)]
         if config.dq_bulk:   # one step's dQ tile, f32, in 128-byte swizzled blocks of 32 columns
-            wanted.append(("dq", bm, spec.hdim_q, LSE_BYTES, 1))
+            wanted.append(("dq", bm, hdim_q, LSE_BYTES, 1))
         pad = config.mfma.k_per_lane if config.swizzle == "pad" else 0
         align = SWIZZLE_ALIGNMENT[128] if config.swizzle == "sw128" else TILE_ALIGN   # the swizzle's period
         tiles, offset = [], 0

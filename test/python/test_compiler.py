@@ -88,8 +88,8 @@ def test_matrix_compiles_to_ptx(compiler, spec):
 
 
 def test_spec_is_checked_before_any_ir(compiler):
-    with pytest.raises(SpecError, match="hdim_q: 32 is not supported by the warp body on gfx942"):
-        compiler.compile_spec(AttentionBwdSpec("f16", 32), "gfx942")
+    with pytest.raises(SpecError, match="hdim_q: 36 is not supported by the warp body on gfx942"):
+        compiler.compile_spec(AttentionBwdSpec("f16", 36), "gfx942")
     with pytest.raises(SpecError, match="unknown architecture 'gfx90a'"):
         compiler.compile_spec(AttentionBwdSpec("f16", 64), "gfx90a")
     with pytest.raises(SpecError, match="the tiled body computes f16 and bf16 on matrix instructions, not f32"):

@@ -1,7 +1,7 @@
 // An invalid spec prints every reason and exits 2, without a traceback; a bad stage restart (exit 1)
 // and a bad --ptxas give one clear error too.
 // RUN: not fmha-compile --dtype f16 --hdim 100 --gqa 0 --target gfx942 --emit isa 2>&1 | FileCheck %s --check-prefix=SPEC
-// RUN: not fmha-compile --dtype f16 --hdim 48 --target sm_90 --emit isa 2>&1 | FileCheck %s --check-prefix=WARP
+// RUN: not fmha-compile --dtype f16 --hdim 44 --target sm_90 --emit isa 2>&1 | FileCheck %s --check-prefix=WARP
 // RUN: not fmha-compile --mask diagonal --emit isa 2>&1 | FileCheck %s --check-prefix=MASK
 // RUN: not fmha-compile %s --from-stage gpu --target sm_90 --emit isa 2>&1 | FileCheck %s --check-prefix=STAGE
 // RUN: not fmha-compile --target sm_90 --ptxas %s --emit isa 2>&1 | FileCheck %s --check-prefix=PTXAS
@@ -10,7 +10,7 @@
 // SPEC-NEXT: gqa_ratio: must be a positive integer (got 0)
 // SPEC-NOT: Traceback
 
-// WARP: hdim_q: 48 is not supported by the warp body on sm_90 (wave size 32)
+// WARP: hdim_q: 44 is not supported by the warp body on sm_90 (wave size 32)
 // WARP-NOT: Traceback
 
 // MASK: mask: unknown mask 'diagonal'

@@ -1,0 +1,115 @@
+"""Head dims that are multiples of 8 but not of what the tiled bodies' warp layouts split (bodies.tile_hdims):
+computed on tiles of the next width they take, the columns past the head dim zero-filled by the copies
+and skipped by the gradients, through the NumPy API and the interpreter against the oracle under the gate.
+Odd lengths (keys over more than one key block on gfx942), GQA, both dtypes, masks; bf16 dQ atomics and
+deterministic mode on one head dim each; packed sequences."""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from fmha_mlir.api import compile_bundle
+from fmha_mlir.bodies import choose_config, tile_hdims
+from fmha_mlir.compiler import Compiler
+from fmha_mlir.errors import SpecError
+from fmha_mlir.problem import ProblemSize, make_problem
+from fmha_mlir.runtime.cpu_executor import CpuExecutor
+from fmha_mlir.runtime.runner import run_bundle
+from fmha_mlir.spec import AttentionBwdSpec, Mask
+from fmha_mlir.target import get_target
+
+BR, TL = Mask("causal_bottom_right"), Mask("causal_top_left")
+CASES = [   # (arch, spec)
+    ("sm_90", AttentionBwdSpec("bf16", 40)),
+    ("sm_90", AttentionBwdSpec("f16", 72, mask=BR)),
+    ("sm_90", AttentionBwdSpec("bf16", 80, gqa_ratio=2, mask=TL)),
+    ("sm_90", AttentionBwdSpec("f16", 104)),
+    ("sm_90", AttentionBwdSpec("bf16", 136, mask=BR)),
+    ("sm_90", AttentionBwdSpec("f16", 200, gqa_ratio=2)),
+    ("sm_90", AttentionBwdSpec("bf16", 80, hdim_v=48, mask=BR)),
+    ("sm_90", AttentionBwdSpec("bf16", 80, hdim_v=48, grad_accum="bf16")),
+    ("sm_90", AttentionBwdSpec("f16", 104, hdim_v=72, mask=TL, deterministic=True)),
+    ("gfx942", AttentionBwdSpec("f16", 40, mask=BR)),
+    ("gfx942", AttentionBwdSpec("bf16", 72)),
+    ("gfx942", AttentionBwdSpec("f16", 80, gqa_ratio=2)),
+    ("gfx942", AttentionBwdSpec("bf16", 104, mask=TL)),
+    ("gfx942", AttentionBwdSpec("f16", 80, hdim_v=48, mask=BR)),
+    ("gfx942", AttentionBwdSpec("bf16", 80, hdim_v=48, mask=TL, grad_accum="bf16")),
+    ("gfx942", AttentionBwdSpec("bf16", 72, deterministic=True)),
+    ("gfx950", AttentionBwdSpec("bf16", 200, mask=BR)),
+]
+
+
+def _id(case) -> str:
+    arch, s = case
+    extra = "-bf16acc" if s.grad_accum == "bf16" else "-det" if s.deterministic else ""
+    return f"{arch}-{s.dtype}-d{s.hdim_q}x{s.hdim_v}-g{s.gqa_ratio}-{s.mask.kind}{extra}"
+
+
+@pytest.fixture(scope="module")
+def compiler():
+    return Compiler()
+
+
+@pytest.mark.parametrize("arch,spec", CASES, ids=map(_id, CASES))
+def test_padded_tiles_pass_the_gate(compiler, arch, spec):
+    bundle = compile_bundle(spec, arch, compiler, body="tiled")
+    tiles = tile_hdims(spec, bundle.config)
+    assert bundle.config.body == "tiled" and tiles != (spec.hdim_q, spec.hdim_v)   # the padding is exercised
+    seqlens = (37, 83) if arch == "gfx942" else (21, 29)   # gfx942's key blocks are 64 wide
+    problem = make_problem(spec, ProblemSize(1, 2 * spec.gqa_ratio, *seqlens), seed=spec.hdim_q, layout="bshd")
+    grads = run_bundle(bundle, CpuExecutor(atomic_order="random", seed=spec.hdim_v), problem.tensors)
+    assert all(np.isfinite(g).all() for g in grads.values())
+    checks = problem.check(grads, bundle.numerics)
+    assert all(c.passed for c in checks), [str(c) for c in checks]
+    assert max(c.scale for c in checks) > 0.1   # a real problem, not all-masked zeros
+
+
+@pytest.mark.parametrize("arch", ["sm_90", "gfx942", "gfx950"])
+def test_the_tables_own_head_dims_take_no_padding(arch):
+    """A head dim every warp layout splits is its own tile width: the kernels of the specs the bodies took
+    before padding existed are unchanged."""
+    for hdim in (64, 128, 256):
+        spec = AttentionBwdSpec("bf16", hdim)
+        try:
+            config = choose_config(spec, get_target(arch), "tiled")
+        except SpecError:
+            continue
+        assert tile_hdims(spec, config) == (hdim, hdim)
+
+
+def test_tiles_are_the_next_width_the_warp_layouts_split():
+    """sm_90's d128 row splits dQ's columns over 4 warps of 8-column tiles (32) and dK / dV's over 2 (16):
+    hdim_q 80 takes 96-column tiles, hdim_v 80 its own; gfx942's 16-column MFMA tiles double both."""
+    spec = AttentionBwdSpec("bf16", 80)
+    assert tile_hdims(spec, choose_config(spec, get_target("sm_90"), "tiled")) == (96, 80)
+    assert tile_hdims(spec, choose_config(spec, get_target("gfx942"), "tiled")) == (128, 96)
+    sm90a = choose_config(spec, get_target("sm_90a"), "tiled")   # wgmma's rows give way to mma.sync's
+    assert sm90a.instruction == "mma.m16n8k16" and tile_hdims(spec, sm90a) == (96, 80)
+
+
+def test_a_head_dim_not_a_multiple_of_8_is_refused_with_the_reason():
+    """The copies move 16-byte chunks: hdim 84 is the torch op's to pad (torch.call.computed_spec)."""
+    with pytest.raises(SpecError, match=r"hdim_q: 84 is not supported by the tiled body .*multiple of 8"):
+        choose_config(AttentionBwdSpec("bf16", 84), get_target("sm_90"), "tiled")
+    with pytest.raises(SpecError, match="hdim_v: 52"):
+        choose_config(dataclasses.replace(AttentionBwdSpec("bf16", 80), hdim_v=52), get_target("gfx942"), "tiled")
+
+
+@pytest.mark.parametrize("arch,spec", [
+    ("sm_90", AttentionBwdSpec("bf16", 80, hdim_v=48, gqa_ratio=2, mask=BR, varlen=True)),
+    ("gfx942", AttentionBwdSpec("f16", 72, gqa_ratio=2, varlen=True)),
+], ids=["sm_90-d80x48", "gfx942-d72"])
+def test_packed_sequences_on_padded_tiles_pass_the_gate(compiler, arch, spec):
+    """Varlen views keep the head dim static, so the copies' and the gradients' column bounds hold per
+    sequence too (an empty side included)."""
+    from fmha_mlir.varlen_problem import make_varlen_problem
+
+    bundle = compile_bundle(spec, arch, compiler, body="tiled")
+    problem = make_varlen_problem(spec, (0, 7, 19), (5, 0, 70), heads_q=4, seed=3)
+    outputs = run_bundle(bundle, CpuExecutor(atomic_order="random", seed=2), problem.tensors, problem.scalars)
+    checks = problem.check(outputs, bundle.numerics)
+    assert all(c.passed for c in checks), [str(c) for c in checks]
+    assert max(c.scale for c in checks) > 0.1
