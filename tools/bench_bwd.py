@@ -125,7 +125,9 @@ SHAPES = [(4, 16, 16, 2048, 64, False), (4, 16, 16, 2048, 128, True), (2, 16, 16
           (2, 8, 8, 2048, 256, False), (1, 32, 8, 8192, 128, True)]
 LONG_SHAPES = [(2, 16, 16, 8192, 128, False), (2, 16, 16, 8192, 128, True), (1, 16, 16, 16384, 128, False),
                (1, 16, 16, 16384, 128, True)]
-# Head dims the bodies do not take as they are (Stable Diffusion's 80, and 160), which the op pads.
+# Head dims no table row is made for (Stable Diffusion's 80, and 160): the tiled bodies pad them inside the
+# kernel (bodies.tile_hdims: d80 on 96-column Q / K tiles on sm_90); a head dim that is not a multiple of 8
+# the op pads (Row.spec).
 PADDED_SHAPES = [(4, 16, 16, 2048, 80, False), (4, 16, 16, 2048, 160, False)]
 ROWS = [Row(*shape, dtype) for dtype in ("bf16", "f16") for shape in SHAPES + LONG_SHAPES + PADDED_SHAPES]
 # cuDNN 9.19 on an H200, d128 backward at long sequences (TFLOP/s as counted here): the record to compare with.
