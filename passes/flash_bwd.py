@@ -38,7 +38,7 @@ from fmha_mlir.mlir import arith, gpu, ir, memref, scf, vector
 from fmha_mlir.spec import AttentionBwdSpec
 
 from .atoms import CopyAtom, MmaAtom, Operand
-from .ir_builders import accumulate, dims, f32, index, scalar_elements, splat, vector_shape
+from .ir_builders import accumulate, dims, f32, if_then, index, scalar_elements, splat, vector_shape
 from .ix import Ix, LaneValues, as_value
 from .score_mods import ScoreBias, exp2_argument, lse_operand, masked_lse, softcap_grad, softmax_input
 
@@ -600,10 +600,8 @@ class FlashBackward:
         if head_dim == tile_head_dim:
             yield
             return
-        guard = scf.IfOp(arith.cmpi(arith.CmpIPredicate.ult, col, index(head_dim)))
-        with ir.InsertionPoint(guard.then_block):
+        with if_then(arith.cmpi(arith.CmpIPredicate.ult, col, index(head_dim))):
             yield
-            scf.yield_([])
 
 
 def advance(head, m, lo, hi):

@@ -21,10 +21,6 @@ def _op(name: str, operands: list, attributes: dict | None = None, results: list
     return ir.Operation.create(name, results=results or [], operands=operands, attributes=attributes or {})
 
 
-def _index(value) -> "ir.Value":
-    return as_value(value) if not isinstance(value, ir.Value) else value
-
-
 class MbarrierGroup:
     """`count` mbarriers in static shared memory (one nvgpu.mbarrier.group)."""
 
@@ -36,22 +32,22 @@ class MbarrierGroup:
 
     def init(self, barrier, arrivals: int) -> None:
         """Expect `arrivals` arrivals per phase (one thread initialises; a barrier follows before use)."""
-        _op("nvgpu.mbarrier.init", [self.value, index(arrivals), _index(barrier)])
+        _op("nvgpu.mbarrier.init", [self.value, index(arrivals), as_value(barrier)])
 
     def arrive(self, barrier) -> None:
-        _op("nvgpu.mbarrier.arrive", [self.value, _index(barrier)], results=[ir.Type.parse("!nvgpu.mbarrier.token")])
+        _op("nvgpu.mbarrier.arrive", [self.value, as_value(barrier)], results=[ir.Type.parse("!nvgpu.mbarrier.token")])
 
     def arrive_expect_tx(self, barrier, nbytes) -> None:
         """Arrive and add `nbytes` to the transaction count the phase waits for (the TMA loads' bytes)."""
-        _op("nvgpu.mbarrier.arrive.expect_tx", [self.value, _index(nbytes), _index(barrier)],
+        _op("nvgpu.mbarrier.arrive.expect_tx", [self.value, as_value(nbytes), as_value(barrier)],
             {"operandSegmentSizes": ir.DenseI32ArrayAttr.get([1, 1, 1, 0])})
 
     def wait(self, barrier, parity) -> None:
         """Block until the barrier's phase of `parity` (an i1 value, an Ix or a Python bool) completes."""
         if isinstance(parity, int):
             parity = bool(parity)
-        parity = parity if isinstance(parity, ir.Value) else as_value(parity)
-        _op("nvgpu.mbarrier.try_wait.parity", [self.value, parity, index(WAIT_TICKS), _index(barrier)])
+        parity = as_value(parity)
+        _op("nvgpu.mbarrier.try_wait.parity", [self.value, parity, index(WAIT_TICKS), as_value(barrier)])
 
 
 class MbarrierPipeline:
@@ -86,7 +82,7 @@ class MbarrierPipeline:
         self.barriers.wait(self._empty(stage), parity)
 
     def _empty(self, stage):
-        return stage + self.stages if isinstance(stage, int) else arith.addi(_index(stage), index(self.stages))
+        return stage + self.stages if isinstance(stage, int) else arith.addi(as_value(stage), index(self.stages))
 
 
 def fence_proxy_async() -> None:

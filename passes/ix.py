@@ -23,7 +23,10 @@ _PREDICATES = {"lt": "slt", "le": "sle", "gt": "sgt", "ge": "sge", "eq": "eq", "
 
 
 def as_value(x) -> "ir.Value":
-    """The ir.Value of an Ix, of a Python int (an index constant) or of a bool (an i1 constant)."""
+    """The ir.Value of an Ix, of a Python int (an index constant) or of a bool (an i1 constant); an
+    ir.Value as it is."""
+    if isinstance(x, ir.Value):
+        return x
     if isinstance(x, Ix):
         return x.value
     if isinstance(x, bool):

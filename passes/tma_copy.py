@@ -79,10 +79,10 @@ class TmaCopy:
         """One box at `coordinates` (innermost first: column, then row, then the outer dimensions, as the
         tensor map's dimensions) into the dynamic shared buffer `shared` (i8) at `byte_offset` (a multiple
         of the swizzle period), completing on barrier `barrier` of the MbarrierGroup `barriers`."""
-        view = memref.view(self.shared_type, shared, _value(byte_offset), [])
-        coords = [_value(c) for c in coordinates]
+        view = memref.view(self.shared_type, shared, as_value(byte_offset), [])
+        coords = [as_value(c) for c in coordinates]
         ir.Operation.create("nvgpu.tma.async.load", results=[], operands=[
-            view, barriers.value, self.descriptor, *coords, _value(barrier)],
+            view, barriers.value, self.descriptor, *coords, as_value(barrier)],
             attributes={"operandSegmentSizes": ir.DenseI32ArrayAttr.get([1, 1, 1, len(coords), 1, 0, 0])})
 
     def load_tile(self, shared: "ir.Value", byte_offset, tile: OperandTile, row, column, barriers,
@@ -113,10 +113,6 @@ def host_tensor_map(tensor: "ir.Value", box: tuple[int, ...], swizzle: int) -> "
                                operands=[created]).result
 
 
-def _value(x) -> "ir.Value":
-    return x if isinstance(x, ir.Value) else as_value(x)
-
-
 def _shape(box: tuple[int, ...]) -> str:
     return "x".join(str(n) for n in box)
 
@@ -138,10 +134,10 @@ class TmaReduce:
     def reduce_add(self, shared: "ir.Value", byte_offset, coordinates) -> None:
         """tensor[box at `coordinates`] += the box at `byte_offset` of the dynamic shared buffer `shared`
         (i8; a multiple of the swizzle period, of 128 bytes without one); coordinates innermost first."""
-        address = arith.addi(memref.extract_aligned_pointer_as_index(shared), _value(byte_offset))
+        address = arith.addi(memref.extract_aligned_pointer_as_index(shared), as_value(byte_offset))
         pointer = ir.Operation.create("llvm.inttoptr", results=[ir.Type.parse("!llvm.ptr<3>")], operands=[
             arith.index_cast(ir.IntegerType.get_signless(64), address)]).result
-        coords = [arith.index_cast(ir.IntegerType.get_signless(32), _value(c)) for c in coordinates]
+        coords = [arith.index_cast(ir.IntegerType.get_signless(32), as_value(c)) for c in coordinates]
         ir.Operation.create("nvvm.cp.async.bulk.tensor.reduce", results=[], operands=[
             self.tensor_map, pointer, *coords],
             attributes={"redKind": ir.Attribute.parse("#nvvm.tma_redux_kind<add>"),
