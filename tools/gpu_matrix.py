@@ -1,13 +1,15 @@
 """The variant matrix on a GPU: build bundles where MLIR is (here), run them where the GPU is.
 
-    python tools/gpu_matrix.py build DIR [--arch sm_90] [--body auto] [score features]
+    python tools/gpu_matrix.py build DIR [--arch sm_90] [--body auto] [--ptxas PTXAS] [score features]
     python tools/gpu_matrix.py run DIR --report FILE [--jobs N] [--resume] [score features]
 
 Score features (the same on build and run): --softcap C, --bias elementwise|alibi, --alibi-slopes,
 --dbias. A bias tensor's shape cycles over the problems: [1, H, Sq, Sk], [B, 1, ...],
 [1, 1, ...], [B, H, ...]; a slopes tensor's over [1, H] and [B, H].
 
-(build needs MLIR and compiles every variant; run needs numpy and the GPU executor only.)
+(build needs MLIR and compiles every variant, to cubins where a CUDA toolkit's ptxas is found: PTX would
+be JIT-compiled by the driver at every load on the GPU, seconds per variant; run needs numpy and the GPU
+executor only.)
 
 Variants: dtype {f16, bf16, f32} x mask {none, top-left, bottom-right, window 64,0} x hdim {64, 128,
 256} x GQA ratio {1, 4}, each on the body `--body` picks (auto: the tiled body for f16 / bf16 on sm_90,
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import platform
+import shutil
 import sys
 import time
 import zlib
@@ -83,9 +86,10 @@ def jobs(arch: str, body: str, smoke: bool = False, score_mods: dict | None = No
     return out
 
 
-def build(directory: Path, arch: str, body: str, score_mods: dict | None = None) -> None:
-    built = build_bundles(directory, arch, configs(arch, body, score_mods))
-    print(f"built {built} bundles for {arch} under {directory / arch}")
+def build(directory: Path, arch: str, body: str, score_mods: dict | None = None, ptxas: str | None = None) -> None:
+    ptxas = (ptxas or shutil.which("ptxas")) if arch.startswith("sm_") else None
+    built = build_bundles(directory, arch, configs(arch, body, score_mods), ptxas)
+    print(f"built {built} bundles for {arch} under {directory / arch} ({'cubin' if ptxas else 'no cubin'})")
 
 
 def _reference(job):
@@ -192,10 +196,11 @@ def main(argv=None) -> int:
                    help="every variant with this bias")
     p.add_argument("--alibi-slopes", action="store_true", help="ALiBi's slopes from a tensor")
     p.add_argument("--dbias", action="store_true", help="also the bias's gradient (dbias or d(slopes))")
+    p.add_argument("--ptxas", help="build: ptxas of a CUDA toolkit (default: the one on PATH) for cubins")
     args = p.parse_args(argv)
     score_mods = {"softcap": args.softcap, "bias": args.bias, "alibi_slopes": args.alibi_slopes, "dbias": args.dbias}
     if args.action == "build":
-        build(args.directory, args.arch, args.body, score_mods)
+        build(args.directory, args.arch, args.body, score_mods, args.ptxas)
         return 0
     return run(args.directory, args.arch, args.body, args.report, args.jobs, args.smoke, args.resume, score_mods)
 
