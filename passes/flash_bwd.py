@@ -315,20 +315,28 @@ class FlashBackward:
         ds_t = atom.registers(ds) if config.p_in_registers else Operand(tiles["ds"], True, dkv.row0)
         if not early_dv:
             dv = atom.gemm(dv, dkv_v, self.bm, p_t, Operand(tiles["do"], False, rows, dkv_v.col0), wait=not overlap)
-        dk = atom.gemm(dk, dkv, self.bm, ds_t, Operand(tiles["q"], False, rows, dkv.col0), wait=not overlap)
+        def dk_product():
+            return atom.gemm(dk, dkv, self.bm, ds_t, Operand(tiles["q"], False, rows, dkv.col0), wait=not overlap)
+
         if spec.grad_accum == "bf16":
+            dk = dk_product()
             if overlap:
                 atom.complete(0)
             self.add_dq_pairs(head, q0)
-        else:
-            # dQ = dS K: A = (dS^T)^T and B = K, both with k (keys) along the rows of their tiles (in flight
-            # with dV and dK on an asynchronous atom).
-            dqt = self.dq_tile
-            dq = atom.gemm(self.zeros(dqt), dqt, self.bn, Operand(tiles["ds"], False, None, dqt.row0),
-                           Operand(tiles["k"], False, None, dqt.col0), wait=not overlap)
-            if overlap:
-                atom.complete(0)
-            self.add_dq(dq, head, q0, dqt)
+            return dk, dv
+        # dQ = dS K: A = (dS^T)^T and B = K, both with k (keys) along the rows of their tiles. An
+        # asynchronous atom issues it before dK and waits for it alone, so dQ's adds overlap dK's product.
+        dqt = self.dq_tile
+        if not overlap:
+            dk = dk_product()
+        dq = atom.gemm(self.zeros(dqt), dqt, self.bn, Operand(tiles["ds"], False, None, dqt.row0),
+                       Operand(tiles["k"], False, None, dqt.col0), wait=not overlap)
+        if overlap:
+            dk = dk_product()
+            atom.complete(1)
+        self.add_dq(dq, head, q0, dqt)
+        if overlap:
+            atom.complete(0)
         return dk, dv
 
     def zeros(self, tile: WarpTile) -> list[list["ir.Value"]]:
