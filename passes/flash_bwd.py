@@ -92,6 +92,9 @@ class FlashBackward:
         marker = index(0)
         self.lanes = LaneValues(ir.InsertionPoint(marker.owner))
         self.atom = hardware.atom(config, self.element, self.lane, self.lanes)
+        # S^T's and dP^T's contractions over the head dims stop at the last k step that holds one of its
+        # columns: the tiles' zero columns past it would only add zeros.
+        self.k_hdim_q, self.k_hdim_v = (-(-h // self.atom.k) * self.atom.k for h in (spec.hdim_q, spec.hdim_v))
         self.tiles = self.atom.shared_tiles(TiledBody.shared_layout(spec, config), config)
         self.copy = hardware.copy(self)
         self.key_block, self.kv_head, self.batch = tiled_block_ids(
@@ -267,10 +270,10 @@ class FlashBackward:
         # S^T = K Q^T and dP^T = V dO^T: A = K / V rows, B^T = Q / dO rows (all k-major). An asynchronous
         # atom has dP^T in flight while P^T is computed.
         overlap = atom.asynchronous
-        s = atom.gemm(self.zeros(sdp), sdp, self.hdim_q, Operand(tiles["k"], True, sdp.row0),
+        s = atom.gemm(self.zeros(sdp), sdp, self.k_hdim_q, Operand(tiles["k"], True, sdp.row0),
                       Operand(tiles["q"], True, query_rows), wait=not overlap)
         if overlap:
-            dp = atom.gemm(self.zeros(sdp), sdp, self.hdim_v, Operand(tiles["v"], True, sdp.row0),
+            dp = atom.gemm(self.zeros(sdp), sdp, self.k_hdim_v, Operand(tiles["v"], True, sdp.row0),
                            Operand(tiles["do"], True, query_rows), wait=False)
             atom.complete(1)
         # With dP^T in flight, each LSE is read where P^T first needs it and D once dS^T does: fewer values
@@ -286,7 +289,7 @@ class FlashBackward:
             atom.complete(0)
             dsum, = self.row_values(stage, ("d",))
         else:
-            dp = atom.gemm(self.zeros(sdp), sdp, self.hdim_v, Operand(tiles["v"], True, sdp.row0),
+            dp = atom.gemm(self.zeros(sdp), sdp, self.k_hdim_v, Operand(tiles["v"], True, sdp.row0),
                            Operand(tiles["do"], True, query_rows))
         column = self.group_columns
         ds = [[[arith.mulf(p_g, arith.subf(dp_g, self.per_group(dsum[ni][column[g]])))

@@ -232,7 +232,8 @@ class ProducerConsumerBackward(FlashBackward):
             with if_then(elected):
                 q0 = arith.muli(m, index(self.bm))
                 offset = self.dq_offset
-                for b in range(self.spec.hdim_q // DQ_BOX_COLUMNS):
+                # Boxes over the head dim's columns only; TMA drops a box's part past it.
+                for b in range(-(-self.spec.hdim_q // DQ_BOX_COLUMNS)):
                     self.dq_reduce.reduce_add(self.smem, offset + b * self.dq_reduce.box_bytes,
                                               [index(b * DQ_BOX_COLUMNS), q0, head, self.dq_batch])
                 bulk_commit()

@@ -125,10 +125,10 @@ SHAPES = [(4, 16, 16, 2048, 64, False), (4, 16, 16, 2048, 128, True), (2, 16, 16
           (2, 8, 8, 2048, 256, False), (1, 32, 8, 8192, 128, True)]
 LONG_SHAPES = [(2, 16, 16, 8192, 128, False), (2, 16, 16, 8192, 128, True), (1, 16, 16, 16384, 128, False),
                (1, 16, 16, 16384, 128, True)]
-# Head dims no table row is made for (Stable Diffusion's 80, and 160): the tiled bodies pad them inside the
-# kernel (bodies.tile_hdims: d80 on 96-column Q / K tiles on sm_90); a head dim that is not a multiple of 8
-# the op pads (Row.spec).
-PADDED_SHAPES = [(4, 16, 16, 2048, 80, False), (4, 16, 16, 2048, 160, False)]
+# Head dims no table row is made for (Stable Diffusion's 80, 96, and 160): the tiled bodies pad them inside
+# the kernel where their warp layouts need it (bodies.tile_hdims: d80 on 96-column Q / K tiles on sm_90, on
+# 128-column ones on the wgmma rows); a head dim that is not a multiple of 8 the op pads (Row.spec).
+PADDED_SHAPES = [(4, 16, 16, 2048, 80, False), (4, 16, 16, 2048, 96, False), (4, 16, 16, 2048, 160, False)]
 ROWS = [Row(*shape, dtype) for dtype in ("bf16", "f16") for shape in SHAPES + LONG_SHAPES + PADDED_SHAPES]
 # cuDNN 9.19 on an H200, d128 backward at long sequences (TFLOP/s as counted here): the record to compare with.
 CUDNN_PUBLISHED = {False: 612, True: 581}
@@ -171,8 +171,10 @@ def row_configs(row: Row, sweep: bool, warp: bool = False, wgmma: bool = False,
     (where it takes the spec: not in deterministic mode)."""
     default = choose_config(row.spec, get_target(ARCH), "tiled")
     extra = SWEEP.get(row.hdim, []) if sweep else []
-    hopper = [WGMMA_TABLE[row.hdim]] if wgmma and row.hdim in WGMMA_TABLE else []
-    hopper += WGMMA_SWEEP.get(row.hdim, []) if wgmma and (sweep or wgmma_sweep) else []
+    # The wgmma row of the head dim's bucket: a head dim between the rows runs on zero-padded tiles.
+    bucket = next((d for d in sorted(WGMMA_TABLE) if max(row.spec.hdim_q, row.spec.hdim_v) <= d), None)
+    hopper = [WGMMA_TABLE[bucket]] if wgmma and bucket else []
+    hopper += WGMMA_SWEEP.get(bucket, []) if wgmma and (sweep or wgmma_sweep) else []
     hopper = [c for c in hopper if not BODIES["tiled"].reasons(row.spec, get_target(HOPPER_ARCH), c)]
     scalar = [WARP] if warp and not BODIES["warp"].spec_reasons(row.spec, WARP) else []
     return list(dict.fromkeys([default, *extra, *hopper, *scalar]))

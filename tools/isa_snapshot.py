@@ -101,6 +101,9 @@ def variants() -> dict[str, tuple[str, AttentionBwdSpec, dict]]:
             out[f"{arch}/tiled/d{FEATURE_HDIM}/{feature}"] = (arch, spec, {"body": "tiled"})
         # Head dims on tiles zero-padded inside the kernel (bodies.tile_hdims), each on its own.
         out[f"{arch}/tiled/d80x48/padded"] = (arch, AttentionBwdSpec("bf16", 80, hdim_v=48), {"body": "tiled"})
+        if arch == "sm_90a":   # the d128 wgmma row on 128 / 64-column tiles (the table keeps d80 on mma.sync)
+            out[f"{arch}/tiled/d80x48/padded_wgmma"] = (arch, AttentionBwdSpec("bf16", 80, hdim_v=48),
+                                                        {"config": TABLES[arch][128]})
         for name, config in _other_configs(arch).items():
             for label, spec in (("none", AttentionBwdSpec("bf16", 64)),
                                 ("causal_top_left", AttentionBwdSpec("bf16", 64, mask=Mask("causal_top_left"))),

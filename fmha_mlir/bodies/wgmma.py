@@ -43,8 +43,9 @@ def tensor_maps(config: TiledConfig) -> tuple[TensorMap, ...]:
     return maps
 
 
-def instruction_reasons(target, config: TiledConfig, spec) -> list[Reason]:
-    """wgmma needs the arch-specific chip and tiles in its own swizzle; every tile is whole 64-column blocks."""
+def instruction_reasons(target, config: TiledConfig) -> list[Reason]:
+    """wgmma needs the arch-specific chip and tiles in its own swizzle; every tile is whole 64-column blocks
+    (the head dims' tiles are padded to them: bodies.tile_hdims)."""
     if not target.arch_specific:
         return [Reason("config.instruction", f"{WGMMA} needs an arch-specific chip (sm_90a), not {target.arch}",
                        "compile with --target sm_90a, or use instruction mma.m16n8k16")]
@@ -52,8 +53,8 @@ def instruction_reasons(target, config: TiledConfig, spec) -> list[Reason]:
     if config.swizzle != "sw128":
         out.append(Reason("config.swizzle", f"wgmma reads tiles in the hardware's 128-byte swizzle, not "
                                             f"{config.swizzle!r}", "use swizzle='sw128'"))
-    for name, value in (("hdim_q", spec.hdim_q), ("hdim_v", spec.hdim_v), ("config.block_m", config.block_m)):
-        if value % BLOCK_COLUMNS:
-            out.append(Reason(name, f"{value} is not a whole number of {BLOCK_COLUMNS}-column swizzled blocks",
-                              "use a multiple of 64, or the mma.sync body"))
+    if config.block_m % BLOCK_COLUMNS:
+        out.append(Reason("config.block_m", f"{config.block_m} query rows are not a whole number of "
+                                            f"{BLOCK_COLUMNS}-column swizzled blocks (dS^T's columns)",
+                          f"use a multiple of {BLOCK_COLUMNS}"))
     return out

@@ -18,13 +18,13 @@ from fmha_mlir.spec import Mask  # noqa: E402
 
 def test_rows_are_the_issue_rows_then_the_long_ones_then_the_padded_ones_bf16_first():
     labels = [r.label for r in bench_bwd.ROWS]
-    assert labels[:11] == ["bf16 B4 H16 S2048 D64", "bf16 B4 H16 S2048 D128 causal", "bf16 B2 H16 S4096 D128",
+    assert labels[:12] == ["bf16 B4 H16 S2048 D64", "bf16 B4 H16 S2048 D128 causal", "bf16 B2 H16 S4096 D128",
                            "bf16 B2 H8 S2048 D256", "bf16 B1 H32 Hkv8 S8192 D128 causal", "bf16 B2 H16 S8192 D128",
                            "bf16 B2 H16 S8192 D128 causal", "bf16 B1 H16 S16384 D128",
                            "bf16 B1 H16 S16384 D128 causal", "bf16 B4 H16 S2048 D80",
-                           "bf16 B4 H16 S2048 D160"]
-    assert labels[11:] == [label.replace("bf16", "f16") for label in labels[:11]]
-    assert [r.label for r in bench_bwd.ROWS[:11] if r.long] == labels[5:9]
+                           "bf16 B4 H16 S2048 D96", "bf16 B4 H16 S2048 D160"]
+    assert labels[12:] == [label.replace("bf16", "f16") for label in labels[:12]]
+    assert [r.label for r in bench_bwd.ROWS[:12] if r.long] == labels[5:9]
 
 
 def test_a_padded_row_computes_the_op_s_padded_spec_at_its_own_scale_and_counts_its_own_flops():
@@ -123,3 +123,13 @@ def test_gate_refuses_a_mask_it_cannot_cut():
     problem, _ = _problem("none")
     with pytest.raises(ValueError, match="causal top-left"):
         bench_gate.references(bench_gate.Problem(**{**problem.__dict__, "mask": Mask("causal_bottom_right")}))
+
+
+def test_a_head_dim_between_the_wgmma_rows_is_timed_on_the_next_row_up_padded():
+    """--wgmma: d80 and d96 are timed on the d128 wgmma row (128-column tiles), d160 on none (no row)."""
+    from fmha_mlir.bodies.wgmma import WGMMA_TABLE
+
+    for hdim, expected in ((80, WGMMA_TABLE[128]), (96, WGMMA_TABLE[128]), (160, None)):
+        configs = bench_bwd.row_configs(bench_bwd.Row(4, 16, 16, 2048, hdim, False, "bf16"), False, wgmma=True)
+        wgmma = [c for c in configs if c.instruction == WGMMA_TABLE[128].instruction]
+        assert wgmma == ([expected] if expected else [])

@@ -113,3 +113,35 @@ def test_packed_sequences_on_padded_tiles_pass_the_gate(compiler, arch, spec):
     checks = problem.check(outputs, bundle.numerics)
     assert all(c.passed for c in checks), [str(c) for c in checks]
     assert max(c.scale for c in checks) > 0.1
+
+
+WGMMA_CASES = [   # (spec, the wgmma table row's fields changed, problem size): sm_90a, in the interpreter
+    (AttentionBwdSpec("bf16", 80, mask=BR), {}, ProblemSize(1, 2, 150, 140)),
+    (AttentionBwdSpec("f16", 40, gqa_ratio=2), {}, ProblemSize(2, 4, 70, 90)),
+    (AttentionBwdSpec("bf16", 72, hdim_v=48, mask=TL), {}, ProblemSize(1, 2, 90, 100)),
+    (AttentionBwdSpec("f16", 104), {"producer": False, "dq_bulk": False}, ProblemSize(1, 1, 100, 70)),
+    (AttentionBwdSpec("bf16", 88, mask=BR, deterministic=True), {"dq_bulk": False}, ProblemSize(1, 1, 130, 150)),
+]
+
+
+@pytest.mark.parametrize("spec,changes,size", WGMMA_CASES,
+                         ids=[_id(("sm_90a", s)) + ("-cp.async" if c.get("producer") is False else "")
+                              for s, c, _ in WGMMA_CASES])
+def test_padded_wgmma_tiles_pass_the_gate(spec, changes, size):
+    """The wgmma rows on head dims padded to whole 64-column blocks: TMA boxes (or cp.async copies)
+    zero-fill the columns past the head dim, dQ's bulk reduce-adds drop them, the stores skip them."""
+    from fmha_mlir.bodies.wgmma import WGMMA_TABLE
+    from test_wgmma_body import run_variant
+
+    config = dataclasses.replace(WGMMA_TABLE[64 if max(spec.hdim_q, spec.hdim_v) <= 64 else 128], **changes)
+    tiles = tile_hdims(spec, config)
+    assert tiles != (spec.hdim_q, spec.hdim_v) and all(t % 64 == 0 for t in tiles)
+    isa = run_variant(spec, size, config).isa
+    assert ("cp.reduce.async.bulk.tensor" in isa) == config.dq_bulk
+
+
+def test_the_table_keeps_padded_head_dims_on_mma_sync_until_measured():
+    """sm_90a takes wgmma for the head dims its rows take whole (measured); padded ones stay on mma.sync."""
+    target = get_target("sm_90a")
+    assert choose_config(AttentionBwdSpec("bf16", 128), target, "tiled").instruction.startswith("wgmma")
+    assert choose_config(AttentionBwdSpec("bf16", 80), target, "tiled").instruction.startswith("mma.")
