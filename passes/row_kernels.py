@@ -74,7 +74,9 @@ def dot_do_o(op: "ir.Operation", spec: AttentionBwdSpec, wave: Wave) -> None:
     reading = wave.clamped(seqlen)
     row = reading.indices
     lanes = wave.slice_of(o)
-    total = fmha.WaveReduceOp.build(dot(load_f32(do, row, lanes), load_f32(o, row, lanes)), wave.size)
+    total = dot(load_f32(do, row, lanes), load_f32(o, row, lanes))
+    if wave.size > 1:   # a row one lane holds whole (d8 in 16 bytes) has nothing to reduce
+        total = fmha.WaveReduceOp.build(total, wave.size)
     if spec.lse_grad:   # dS gains P dLSE: D - dLSE carries it into every body unchanged
         total = arith.subf(total, memref.load(operands["dlse"], row))
     stores = arith.andi(arith.cmpi(arith.CmpIPredicate.eq, wave.lane, index(0)),

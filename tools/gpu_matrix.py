@@ -7,8 +7,8 @@ Score features (the same on build and run): --softcap C, --bias elementwise|alib
 --dbias. A bias tensor's shape cycles over the problems: [1, H, Sq, Sk], [B, 1, ...],
 [1, 1, ...], [B, H, ...]; a slopes tensor's over [1, H] and [B, H].
 
-(build needs MLIR and compiles every variant, to cubins where a CUDA toolkit's ptxas is found: PTX would
-be JIT-compiled by the driver at every load on the GPU, seconds per variant; run needs numpy and the GPU
+(build needs MLIR and compiles every variant, to cubins with --ptxas of a CUDA toolkit: PTX is
+JIT-compiled by the driver at every load on the GPU, seconds per variant; run needs numpy and the GPU
 executor only.)
 
 Variants: dtype {f16, bf16, f32} x mask {none, top-left, bottom-right, window 64,0} x hdim {64, 128,
@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import dataclasses
 import platform
-import shutil
 import sys
 import time
 import zlib
@@ -87,9 +86,12 @@ def jobs(arch: str, body: str, smoke: bool = False, score_mods: dict | None = No
 
 
 def build(directory: Path, arch: str, body: str, score_mods: dict | None = None, ptxas: str | None = None) -> None:
-    ptxas = (ptxas or shutil.which("ptxas")) if arch.startswith("sm_") else None
+    from fmha_mlir.backends.nvidia import cuda_toolkit
+
     built = build_bundles(directory, arch, configs(arch, body, score_mods), ptxas)
-    print(f"built {built} bundles for {arch} under {directory / arch} ({'cubin' if ptxas else 'no cubin'})")
+    binary = "hsaco" if not arch.startswith("sm_") else "cubin" if cuda_toolkit(ptxas) else (
+        "PTX, which the driver JIT-compiles at every load: pass --ptxas of a CUDA toolkit for cubins")
+    print(f"built {built} bundles for {arch} under {directory / arch} ({binary})")
 
 
 def _reference(job):
@@ -196,7 +198,7 @@ def main(argv=None) -> int:
                    help="every variant with this bias")
     p.add_argument("--alibi-slopes", action="store_true", help="ALiBi's slopes from a tensor")
     p.add_argument("--dbias", action="store_true", help="also the bias's gradient (dbias or d(slopes))")
-    p.add_argument("--ptxas", help="build: ptxas of a CUDA toolkit (default: the one on PATH) for cubins")
+    p.add_argument("--ptxas", help="build: ptxas of a CUDA toolkit (e.g. /usr/local/cuda-13.0/bin/ptxas) for cubins")
     args = p.parse_args(argv)
     score_mods = {"softcap": args.softcap, "bias": args.bias, "alibi_slopes": args.alibi_slopes, "dbias": args.dbias}
     if args.action == "build":

@@ -90,13 +90,14 @@ _PLANS = BoundPlans()
 
 def prebuild(bundle_dir, q, k, v, *, arch: str = "sm_90", mask="none", scale: float | None = None, bias=None,
              alibi_slopes=None, softcap: float = 0.0, sinks=None, lse_grad: bool = False, layout: str = "bhsd",
-             deterministic: bool = False) -> Path:
+             deterministic: bool = False, ptxas: str | None = None) -> Path:
     """Compile, where MLIR is installed, the bundle attention(q, k, v, ...) will look for under bundle_dir
     on the GPU machine; returns its path. q, k, v (and bias, alibi_slopes, sinks) may be meta tensors
     (torch.empty(shape, dtype=..., device="meta")); a bias or slopes tensor with requires_grad=True
     asks for the bundle that also computes its gradient, as attention() would; lse_grad: the bundle of a
     backward a gradient into the returned lse flows to (return_lse=True). layout='thd': the bundle of
-    attention_varlen on packed q [total_q, Hq, D], k, v [total_k, Hkv, D] (one for any lengths)."""
+    attention_varlen on packed q [total_q, Hq, D], k, v [total_k, Hkv, D] (one for any lengths). ptxas: a
+    CUDA toolkit's, for a bundle with a cubin, which the GPU loads without JIT-compiling PTX first."""
     bias_tensor = bias if isinstance(bias, torch.Tensor) else None
     text = describe(mask, scale, softcap, None if bias_tensor is not None else bias,
                     any(t is not None and t.requires_grad for t in (bias_tensor, alibi_slopes)), layout,
@@ -105,5 +106,10 @@ def prebuild(bundle_dir, q, k, v, *, arch: str = "sm_90", mask="none", scale: fl
     spec = checked_call(text, q, k, v, bias_tensor, alibi_slopes, sinks, arch=arch,
                         cu_seqlens=cu_seqlens).backward_spec(lse_grad)
     path = bundle_path(bundle_dir, spec, arch)
-    compile_bundle(spec, arch).save(path)
+    compiler = None
+    if ptxas:
+        from ..compiler import Compiler   # MLIR is imported only when something is compiled
+
+        compiler = Compiler(ptxas=ptxas)
+    compile_bundle(spec, arch, compiler).save(path)
     return path

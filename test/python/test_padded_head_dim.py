@@ -22,6 +22,7 @@ from fmha_mlir.target import get_target
 
 BR, TL = Mask("causal_bottom_right"), Mask("causal_top_left")
 CASES = [   # (arch, spec)
+    ("sm_90", AttentionBwdSpec("f16", 8)),     # a row of 16 bytes: one lane of the row kernels holds it whole
     ("sm_90", AttentionBwdSpec("bf16", 40)),
     ("sm_90", AttentionBwdSpec("f16", 72, mask=BR)),
     ("sm_90", AttentionBwdSpec("bf16", 80, gqa_ratio=2, mask=TL)),
@@ -31,6 +32,7 @@ CASES = [   # (arch, spec)
     ("sm_90", AttentionBwdSpec("bf16", 80, hdim_v=48, mask=BR)),
     ("sm_90", AttentionBwdSpec("bf16", 80, hdim_v=48, grad_accum="bf16")),
     ("sm_90", AttentionBwdSpec("f16", 104, hdim_v=72, mask=TL, deterministic=True)),
+    ("gfx942", AttentionBwdSpec("bf16", 8, mask=TL)),
     ("gfx942", AttentionBwdSpec("f16", 40, mask=BR)),
     ("gfx942", AttentionBwdSpec("bf16", 72)),
     ("gfx942", AttentionBwdSpec("f16", 80, gqa_ratio=2)),

@@ -340,6 +340,7 @@ def ring_bundle_builds():
 # pads (q, k, v zero-padded, the gradients sliced)
 
 PADDED_CASES = {   # name: (dtype, head dim of q and k, of v, the spec's head dims, kwargs)
+    "f16-d8": (torch.float16, 8, 8, (8, 8), {}),
     "f16-d16": (torch.float16, 16, 16, (16, 16), {}),
     "bf16-d40-causal": (torch.bfloat16, 40, 40, (40, 40), dict(mask="bottom_right")),
     "f16-d59-causal-bshd": (torch.float16, 59, 59, (64, 64), dict(mask="top_left", layout="bshd")),
@@ -1028,12 +1029,53 @@ def test_empty_inputs_give_empty_outputs_and_zero_gradients(b, h, sq, sk):
         assert x.grad.shape == x.shape and not x.grad.abs().sum()
 
 
+# ---------------------------------------------------------------------------------------------------
+# every head dim a user may bring, on the GPU: multiples of 8 up to 256, two that are not, MLA's 192 / 128;
+# f16 and bf16, with and without a causal mask (the CPU tests above cover each padding path once)
+
+HEAD_DIM_SWEEP = [(dtype, d, dv, mask) for d, dv in [(h, h) for h in range(8, 257, 8)] + [(59, 59), (111, 111),
+                                                                                        (192, 128)]
+                  for dtype in (torch.float16, torch.bfloat16) for mask in ("none", "bottom_right")]
+
+
+def _sweep_id(case) -> str:
+    dtype, d, dv, mask = case
+    return f"{str(dtype)[6:]}-d{d}" + (f"x{dv}" if dv != d else "") + ("-causal" if mask != "none" else "")
+
+
+def _sweep_tensors(case, device):
+    dtype, d, dv, mask = case
+    return _tensors((1, 2, 70, d), (1, 2, 90, d), dtype, device=device, seed=d, dv=dv)
+
+
+def head_dim_bundle_builds():
+    for case in HEAD_DIM_SWEEP:
+        yield _sweep_id(case), _sweep_tensors(case, "meta"), dict(mask=case[3])
+
+
+@cuda
+@pytest.mark.parametrize("case", HEAD_DIM_SWEEP, ids=map(_sweep_id, HEAD_DIM_SWEEP))
+def test_cuda_every_head_dim_passes_the_gate(case, prebuilt_bundles):
+    """Natively or padded (in the kernel, or by the op), a head dim is never refused and never wrong."""
+    q, k, v = (x.requires_grad_() for x in _sweep_tensors(case, "cuda"))
+    mask = case[3]
+    out = attention(q, k, v, mask=mask, bundle_dir=prebuilt_bundles)
+    do = (0.5 * torch.randn(out.shape, generator=torch.Generator().manual_seed(1))).to("cuda", out.dtype)
+    out.backward(do)
+    _gate(q, k, v, None, None, _call(q, k, v, mask=mask), [x.grad for x in (q, k, v)], do,
+          backward_runner("cuda", 0, prebuilt_bundles))
+
+
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
-        sys.exit(f"usage: {sys.argv[0]} OUTPUT_DIR   (builds the bundles the CUDA tests load; needs MLIR)")
+    if len(sys.argv) not in (2, 3):
+        sys.exit(f"usage: {sys.argv[0]} OUTPUT_DIR [PTXAS]   (builds the bundles the CUDA tests load; needs MLIR; "
+                 "with a CUDA toolkit's ptxas they carry cubins, which the GPU loads without JIT)")
     from fmha_mlir.torch import prebuild
 
+    ptxas = sys.argv[2] if len(sys.argv) == 3 else None
     for name, tensors, kwargs in [*prebuilt_bundle_builds(), *row_cuda_bundle_builds(), *ring_bundle_builds(),
                                   *transformers_bundle_builds()]:
         for arch in ("sm_90a", "sm_90"):   # the H200's own target (CUDA tests), the interpreter's (CPU tests)
-            print(name, prebuild(sys.argv[1], *tensors, arch=arch, **kwargs))
+            print(name, prebuild(sys.argv[1], *tensors, arch=arch, ptxas=ptxas, **kwargs))
+    for name, tensors, kwargs in head_dim_bundle_builds():   # CUDA tests only
+        print(name, prebuild(sys.argv[1], *tensors, arch="sm_90a", ptxas=ptxas, **kwargs))

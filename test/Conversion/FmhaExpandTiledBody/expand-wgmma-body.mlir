@@ -4,7 +4,8 @@
 // proxy before the step's barrier; S^T and dP^T as two chains of four m64n64k16 (K-major A and B, the
 // first product of each with scale-d zero) committed as two groups, P^T computed once S^T's group is
 // done (wait 1); dV and dK as RS products (P^T, dS^T from registers: inline PTX, B = dO / Q MN-major);
-// dS^T stored and fenced before the barrier that dQ's products (both operands MN-major) follow.
+// dS^T stored and fenced before the barrier that dQ's products (both operands MN-major) follow; dQ is
+// issued before dK and waited for alone (wait 1), so its atomics overlap dK's product (wait 0 after them).
 
 // CHECK-LABEL: gpu.func @{{.*}}_dq_dk_dv(
 // CHECK:       nvvm.cp.async.wait.group 0
@@ -23,11 +24,13 @@
 // CHECK:       nvvm.wgmma.commit.group.sync.aligned
 // CHECK:       nvvm.fence.proxy {kind = #nvvm.proxy_kind<async.shared>, space = #nvvm.shared_space<cta>}
 // CHECK-NEXT:  gpu.barrier
-// CHECK:       llvm.inline_asm has_side_effects {{.*}}wgmma.mma_async
-// CHECK:       nvvm.wgmma.commit.group.sync.aligned
 // CHECK:       nvvm.wgmma.mma_async {{.*}} D[<f32>, <zero>], A[<bf16>, <one>, <col>], B[<bf16>, <one>, <row>]
 // CHECK:       nvvm.wgmma.commit.group.sync.aligned
-// CHECK-NEXT:  nvvm.wgmma.wait.group.sync.aligned 0
+// CHECK:       llvm.inline_asm has_side_effects {{.*}}wgmma.mma_async
+// CHECK:       nvvm.wgmma.commit.group.sync.aligned
+// CHECK-NEXT:  nvvm.wgmma.wait.group.sync.aligned 1
+// CHECK:       fmha.atomic_add
+// CHECK:       nvvm.wgmma.wait.group.sync.aligned 0
 // CHECK-LABEL: gpu.func @{{.*}}_convert_dq(
 
 module {
