@@ -9,9 +9,10 @@ bindings and the LLVM backends; the figure is the median of three. The benchmark
 the machine is doing: this tool is the one to quote.
 
 --rows covers every row of the tiled tables (fmha_mlir/bodies/mma_sync.py TILED_TABLE for sm_90,
-AMD_TILED_TABLE for gfx942 / gfx950) and the warp body on each target, bf16, without a mask and
-causal: compile time spec to binary (a cubin with --ptxas; wall and CPU seconds), and for the dq_dk_dv
-kernel on sm_90 registers, spill bytes and stack frame (ptxas -v), on AMD VGPRs, AGPRs, SGPRs, scratch
+AMD_TILED_TABLE for gfx942 / gfx950, wgmma.py WGMMA_TABLE for sm_90a) and the warp body on sm_90 and
+AMD, bf16, without a mask and causal: compile time spec to binary (a cubin with --ptxas; wall and CPU
+seconds), and for the dq_dk_dv kernel on NVIDIA registers at entry (sm_90a: before setmaxnreg moves
+them), spill bytes and stack frame (ptxas -v), on AMD VGPRs, AGPRs, SGPRs, scratch
 bytes and the MFMAs and instructions of one iteration of the innermost loop (one step of the tiled
 body; the warp body's key loop). A change to the pipeline is judged on this table
 (reports/cleanup_passes.md).
@@ -27,6 +28,7 @@ from pathlib import Path
 from amd_static_report import innermost_loops   # run as a script: tools/ is on sys.path
 from bench_bwd import ptxas_facts
 from fmha_mlir.bodies import AMD_TILED_TABLE, TILED_TABLE
+from fmha_mlir.bodies.wgmma import HOPPER_ARCH, WGMMA_TABLE
 from fmha_mlir.compiler import Compiler
 from fmha_mlir.kernel_config import KernelConfig
 from fmha_mlir.spec import AttentionBwdSpec, Mask
@@ -42,14 +44,15 @@ MAIN_KERNEL = "dq_dk_dv"
 
 def table_rows() -> list[tuple[str, str, AttentionBwdSpec, KernelConfig | None]]:
     """(arch, row label, spec, config) per table row and mask; config None: the warp body's default."""
-    tables = {"sm_90": TILED_TABLE, **AMD_TILED_TABLE}
+    tables = {"sm_90": TILED_TABLE, **AMD_TILED_TABLE, HOPPER_ARCH: WGMMA_TABLE}
     rows = []
     for arch, table in tables.items():
         for hdim, config in sorted(table.items()):
             rows += [(arch, f"tiled d{hdim}", AttentionBwdSpec("bf16", hdim, mask=mask), config)
                      for mask in ROW_MASKS]
-        rows += [(arch, f"warp d{WARP_HDIM}", AttentionBwdSpec("bf16", WARP_HDIM, mask=mask), None)
-                 for mask in ROW_MASKS]
+        if arch != HOPPER_ARCH:   # (sm_90a's warp body is sm_90's)
+            rows += [(arch, f"warp d{WARP_HDIM}", AttentionBwdSpec("bf16", WARP_HDIM, mask=mask), None)
+                     for mask in ROW_MASKS]
     return rows
 
 
@@ -79,7 +82,7 @@ def row_facts(arch: str, result, ptxas: str | None) -> str:
     """The static columns of one row's main kernel, as markdown cells."""
     name = next(k for k in result.kernel_names if k.endswith(MAIN_KERNEL))
     if arch.startswith("sm_"):
-        k = ptxas_facts(result.isa, ptxas)[name] if ptxas else {}
+        k = ptxas_facts(result.isa, ptxas, arch)[name] if ptxas else {}
         return (f"{k.get('registers', 'n/a')} | {k.get('spill_bytes', 'n/a')} | {k.get('stack_bytes', 'n/a')} | "
                 f"{len(result.isa.splitlines())} PTX lines")
     from fmha_mlir.runtime.hsaco_metadata import read_hsaco_metadata
@@ -91,8 +94,8 @@ def row_facts(arch: str, result, ptxas: str | None) -> str:
 
 
 def rows_table(ptxas: str | None) -> list[str]:
-    lines = ["| arch | row | mask | compile wall s | compile CPU s | sm_90: registers / AMD: VGPR + AGPR | "
-             "sm_90: spill B / AMD: SGPR | sm_90: stack B / AMD: scratch B | code |",
+    lines = ["| arch | row | mask | compile wall s | compile CPU s | NVIDIA: registers / AMD: VGPR + AGPR | "
+             "NVIDIA: spill B / AMD: SGPR | NVIDIA: stack B / AMD: scratch B | code |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for arch, label, spec, config in table_rows():
         compile_args = {"body": "warp"} if config is None else {"config": config}
