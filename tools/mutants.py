@@ -329,6 +329,10 @@ MUTANTS: list[Mutant] = [
     Mutant("tiled: bf16 dQ atomics add dS K unscaled", TILED,
            "scaled = arith.mulf(value, splat(f32(self.spec.scale), [2]))", "scaled = value"),
     # -- the warp-specialised wgmma body (a producer warpgroup, dQ's bulk reduce-adds) ------------------
+    Mutant("producer: no named barrier before the dS^T stores (the other warpgroup's dQ product read them)",
+           "passes/warp_roles.py",
+           "    def before_shared_stores(self) -> None:\n        named_barrier(CONSUMER_BARRIER, self.consumers)\n",
+           "    def before_shared_stores(self) -> None:\n        pass\n"),
     Mutant("producer: consumers do not wait for a stage's TMA bytes", "passes/warp_roles.py",
            "self.pipeline.wait(stage, self.parity(arith.divui(it, index(self.config.stages))))", "None"),
     Mutant("producer: tensor maps in the 64-byte swizzle (the tiles are in the 128-byte one)",

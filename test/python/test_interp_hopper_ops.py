@@ -138,12 +138,41 @@ def test_reading_tma_data_with_an_ordinary_load_needs_the_wait_too():
     buffer = type("Buffer", (), {"data": np.zeros(64, np.uint8)})()
     sync.tma_write(buffer, np.arange(16, 32), group, 0, 1)
     units, lanes = np.array([[8], [20]]), np.array([3, 4])
-    spot, problem = sync.generic_access(buffer, "read", units, lanes)
+    spot, problem = sync.generic_access(buffer, "read", units, lanes, np.zeros(2, np.int64))
     assert spot == (0, 0) and "mbarrier 1 of the group (phase 0)" in problem
     group.pending[0, 1] = 0
     group.complete()
     sync.observed[3, group.first_id + 1] = group.phase[0, 1]
-    assert sync.generic_access(buffer, "read", units[:1], lanes[:1]) is None
+    assert sync.generic_access(buffer, "read", units[:1], lanes[:1], np.zeros(1, np.int64)) is None
+
+
+def test_a_store_over_a_wgmma_operand_needs_the_wait_and_from_another_warpgroup_a_barrier():
+    """hopper_sync on its own: warpgroup 0's product reads units 8..11 in epoch 5. A store over them while it
+    is in flight is an error from any thread; once waited for, warpgroup 0's own threads may store, and
+    warpgroup 1's only from a later epoch (a barrier after the read); a TMA load over a product in flight
+    is an error too."""
+    from fmha_mlir.runtime.interp.errors import InterpreterError
+    from fmha_mlir.runtime.interp.hopper_sync import HopperSync
+    from fmha_mlir.runtime.interp.lanes import LaneGrid
+
+    sync = HopperSync(LaneGrid((1, 1, 1), (256, 1, 1), 32, 0, 1))
+    buffer = type("Buffer", (), {"data": np.zeros(64, np.uint8)})()
+    read = np.arange(8, 12)
+    sync.wgmma_issue((0, 0), slot=7, reads=[(buffer, read)], lane=0, meetings=5)
+    sync.wgmma_commit((0, 0))
+    units, epoch5, epoch6 = read[None, :], np.array([5]), np.array([6])
+    for lane in (3, 130):   # its own warpgroup's thread, the other's
+        spot, problem = sync.generic_access(buffer, "write", units, np.array([lane]), epoch6)
+        assert spot == (0, 0) and "may still be reading" in problem and "nvvm.wgmma.wait.group" in problem
+    group = sync.group(0, 1, "the group")
+    with pytest.raises(InterpreterError, match="a TMA load: overwrites shared memory that a wgmma"):
+        sync.tma_write(buffer, np.arange(20, 22), group, 0, 0)
+    sync.wgmma_wait((0, 0), 0)
+    spot, problem = sync.generic_access(buffer, "write", units, np.array([130]), epoch5)
+    assert "write after read" in problem and "thread (0, 0, 0)" in problem
+    assert sync.generic_access(buffer, "write", units, np.array([130]), epoch6) is None
+    assert sync.generic_access(buffer, "write", units, np.array([3]), epoch5) is None
+    sync.tma_write(buffer, np.arange(20, 22), group, 0, 0)   # waited for: the stage may be refilled
 
 
 # -- roles: the warp-specialised probe (a producer and a consumer warpgroup) -----------------------------

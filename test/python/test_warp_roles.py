@@ -149,3 +149,15 @@ def test_the_table_takes_the_producer_where_it_is_measured_faster(mask, extra, p
     faster on every row; with the consumers' writing dQ (deterministic, bf16 atomics) only under a mask."""
     chosen = choose_config(AttentionBwdSpec("bf16", 128, mask=Mask(mask), **extra), TARGETS["sm_90a"])
     assert (chosen.producer, chosen.dq_bulk) == (producer, dq_bulk)
+
+
+def test_a_missing_barrier_before_the_ds_stores_is_a_write_after_read(monkeypatch):
+    """Two consumer warpgroups each read the other's dS^T rows in dQ's product; without the named barrier
+    before the next step's dS^T stores (the full barrier's wait orders only the producer's work), a
+    warpgroup overwrites rows the other's product read."""
+    from fmha_mlir.passes import warp_roles
+    from fmha_mlir.runtime.interp.errors import InterpreterError
+
+    monkeypatch.setattr(warp_roles.ProducerConsumerBackward, "before_shared_stores", lambda self: None)
+    with pytest.raises(InterpreterError, match="write after read"):
+        run_variant(AttentionBwdSpec("bf16", 128), ProblemSize(1, 1, 200, 100), WGMMA_TABLE[128])

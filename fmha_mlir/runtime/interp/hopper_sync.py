@@ -23,6 +23,16 @@ lane until that lane's wait_group retires the group. An ordinary store to such a
 box is overwritten while the reduce may still read it), and so is a work-group that ends with reduces
 not waited for (its shared memory is handed to the next work-group).
 
+wgmma operand reads. A product reads its shared-memory operands through the async proxy from issue
+until its group is waited for: each unit it reads keeps the product (in flight until then), the first
+lane of its warpgroup and how many barriers that lane had met (gpu.barrier, bar.sync: WorkgroupMemory.
+meetings). An ordinary store to such a unit is an error while the product is in flight (by any thread),
+and after that too when the storing thread is in another warpgroup and has met no barrier since the read
+(write after read: the barrier that orders another warpgroup's product before the store is missing; an
+mbarrier phase does not count, it orders only what its arrivals did); a TMA load over a unit of a product
+in flight is an error as well. A warpgroup's own later stores need only the wait (wgmma.wait_group is
+collective).
+
 Register budgets. setmaxnreg moves a warpgroup's per-thread budget (24..256, multiples of 8); the
 warpgroups of a work-group share the SM's 64K registers, so their budgets may not sum past that.
 """
@@ -75,6 +85,9 @@ class _Shadow:
         self.generic_writer = np.full(units, NONE, np.int64)
         self.written = np.zeros(units, bool)     # by anything, ever: an async read of others reads garbage
         self.bulk_reader = np.full(units, NONE, np.int64)   # the lane whose bulk reduce may still read it
+        self.wgmma_product = np.full(units, NONE, np.int64)  # the last wgmma product that read it
+        self.wgmma_reader = np.full(units, NONE, np.int64)   # the first lane of that product's warpgroup
+        self.wgmma_meetings = np.zeros(units, np.int64)      # the barriers its first lane had met at issue
 
 
 class HopperSync:
@@ -99,6 +112,7 @@ class HopperSync:
         self._wgmma_groups: dict[tuple, list[list[int]]] = {}
         self._wgmma_writer: dict[int, dict[tuple, int]] = {}
         self._wgmma_count = 0
+        self._wgmma_flying = np.zeros(1024, bool)    # by product number: issued, its group not waited for
         # a warpgroup-collective op whose warpgroup is split over roles: lanes that executed it so far, by
         # (op, work-group, warpgroup), and what the op is
         self._collective: dict[tuple, set[int]] = {}
@@ -127,9 +141,16 @@ class HopperSync:
             self._shadows[key] = _Shadow(buffer.data.size // UNIT)
         return self._shadows[key]
 
-    def tma_write(self, buffer, byte_offsets: np.ndarray, group: MbarrierGroup, workgroup: int, barrier: int) -> None:
-        """A TMA load wrote these bytes (global indices into buffer.data), completing on `barrier`."""
+    def tma_write(self, buffer, byte_offsets: np.ndarray, group: MbarrierGroup, workgroup: int, barrier: int,
+                  what: str = "a TMA load") -> None:
+        """A TMA load wrote these bytes (global indices into buffer.data), completing on `barrier`; an error
+        (naming the product's warpgroup) if a wgmma in flight reads any of them."""
         shadow, units = self._shadow(buffer), np.unique(byte_offsets // UNIT)
+        reader = self._flying_reader(shadow, units)
+        if reader is not None:
+            raise InterpreterError(f"{what}: overwrites shared memory that a wgmma of "
+                                   f"{self.grid.describe(int(shadow.wgmma_reader[units][reader]))}'s warpgroup may still be "
+                                   "reading (its group is not waited for: nvvm.wgmma.wait.group.sync.aligned)")
         shadow.tma_barrier[units] = group.first_id + barrier
         shadow.tma_phase[units] = group.phase[workgroup, barrier]
         shadow.generic_writer[units] = NONE
@@ -159,9 +180,11 @@ class HopperSync:
         row, column = np.unravel_index(int(np.argmax(bad)), bad.shape)
         return row, column, int(barrier[row, column]), int(shadow.tma_phase[units[row, column]])
 
-    def generic_access(self, buffer, kind: str, units: np.ndarray, lanes: np.ndarray) -> tuple | None:
-        """An ordinary load or store of `units` [rows, n] by `lanes` [rows]: (spot, problem) if it
-        touches TMA-written bytes not waited for; a store becomes the units' unfenced generic write."""
+    def generic_access(self, buffer, kind: str, units: np.ndarray, lanes: np.ndarray,
+                       meetings: np.ndarray) -> tuple | None:
+        """An ordinary load or store of `units` [rows, n] by `lanes` [rows], which have met `meetings` [rows]
+        barriers: (spot, problem) if it touches TMA-written bytes not waited for, or stores over a wgmma
+        operand unordered with its read; a store becomes the units' unfenced generic write."""
         found = self.unobserved(buffer, units, lanes)
         if found is not None:
             row, column, barrier, phase = found
@@ -170,6 +193,9 @@ class HopperSync:
                                    f"it {verb} them without waiting for that phase (nvgpu.mbarrier.try_wait.parity)")
         if kind != "read":
             shadow = self._shadow(buffer)
+            problem = self._wgmma_write_after_read(shadow, units, lanes, meetings)
+            if problem is not None:
+                return problem
             readers = shadow.bulk_reader[units]
             if (readers != NONE).any():
                 spot = tuple(int(i) for i in np.unravel_index(int(np.argmax(readers != NONE)), units.shape))
@@ -180,6 +206,42 @@ class HopperSync:
             shadow.tma_barrier[units] = NONE
             shadow.written[units] = True
         return None
+
+    def _flying_reader(self, shadow: _Shadow, units: np.ndarray):
+        """The index (into units) of the first unit a wgmma product in flight reads, else None."""
+        product = shadow.wgmma_product[units]
+        read = product != NONE
+        if not read.any():
+            return None
+        flying = np.zeros(units.shape, bool)
+        flying[read] = self._wgmma_flying[product[read]]
+        return np.unravel_index(int(np.argmax(flying)), units.shape) if flying.any() else None
+
+    def _wgmma_write_after_read(self, shadow: _Shadow, units: np.ndarray, lanes: np.ndarray,
+                                meetings: np.ndarray) -> tuple | None:
+        """(spot, problem) of a store over a wgmma operand: its product in flight, or read by another
+        warpgroup with no barrier met between; None if there is none."""
+        spot = self._flying_reader(shadow, units)
+        if spot is not None:
+            spot = tuple(int(i) for i in spot)
+            return spot, (f"which a wgmma of {self.grid.describe(int(shadow.wgmma_reader[units][spot]))}'s warpgroup "
+                          "may still be reading: its group is not waited for (nvvm.wgmma.wait.group.sync.aligned)")
+        reader = shadow.wgmma_reader[units]
+        g, writers = self.grid, np.broadcast_to(lanes[:, None], units.shape)
+        read = reader != NONE
+        if not read.any():
+            return None
+        other = np.zeros(units.shape, bool)
+        r, w = reader[read], writers[read]
+        other[read] = ((g.group_local[r] != g.group_local[w])
+                       | (g.thread_linear[r] // WARPGROUP != g.thread_linear[w] // WARPGROUP))
+        racing = other & (shadow.wgmma_meetings[units] >= np.broadcast_to(meetings[:, None], units.shape))
+        if not racing.any():
+            return None
+        spot = tuple(int(i) for i in np.unravel_index(int(np.argmax(racing)), units.shape))
+        return spot, (f"which a wgmma of {self.grid.describe(int(reader[spot]))}'s warpgroup read with no barrier "
+                      "met since (write after read: no gpu.barrier or bar.sync orders that product's reads "
+                      "before this store)")
 
     def unfenced(self, buffer, units: np.ndarray) -> int | None:
         """The chunk lane of an unfenced generic write among `units`, else None."""
@@ -223,11 +285,21 @@ class HopperSync:
 
     # --- wgmma groups --------------------------------------------------------------------------------
 
-    def wgmma_issue(self, warpgroup: tuple, slot: int) -> None:
-        """A product of `warpgroup` writes the accumulator value in `slot`: in flight until its group is waited for."""
+    def wgmma_issue(self, warpgroup: tuple, slot: int, reads=(), lane: int = NONE, meetings: int = 0) -> None:
+        """A product of `warpgroup` writes the accumulator value in `slot` and reads `reads` ((buffer,
+        global units) of its shared-memory operands), issued with `lane` its warpgroup's first lane, which
+        has met `meetings` barriers: in flight until its group is waited for."""
         self._wgmma_count += 1
-        self._wgmma_open.setdefault(warpgroup, []).append(self._wgmma_count)
-        self._wgmma_writer.setdefault(slot, {})[warpgroup] = self._wgmma_count
+        product = self._wgmma_count
+        if product >= self._wgmma_flying.size:
+            self._wgmma_flying = np.concatenate([self._wgmma_flying, np.zeros(self._wgmma_flying.size, bool)])
+        self._wgmma_flying[product] = True
+        for buffer, units in reads:
+            shadow = self._shadow(buffer)
+            shadow.wgmma_product[units], shadow.wgmma_reader[units] = product, lane
+            shadow.wgmma_meetings[units] = meetings
+        self._wgmma_open.setdefault(warpgroup, []).append(product)
+        self._wgmma_writer.setdefault(slot, {})[warpgroup] = product
 
     def wgmma_commit(self, warpgroup: tuple) -> None:
         products = self._wgmma_open.pop(warpgroup, [])
@@ -236,7 +308,10 @@ class HopperSync:
 
     def wgmma_wait(self, warpgroup: tuple, pending: int) -> None:
         groups = self._wgmma_groups.get(warpgroup, [])
-        self._wgmma_groups[warpgroup] = groups[max(len(groups) - pending, 0):]
+        split = max(len(groups) - pending, 0)
+        for products in groups[:split]:
+            self._wgmma_flying[products] = False
+        self._wgmma_groups[warpgroup] = groups[split:]
 
     def wgmma_in_flight_any(self, slot: int) -> bool:
         """Whether any warpgroup's product that wrote `slot` may be in flight (a cheap first test)."""

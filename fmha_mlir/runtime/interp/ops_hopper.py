@@ -130,7 +130,7 @@ def _barrier_handler(kind: str):
                                        "initialised")
             if kind == "expect_tx":
                 np.add.at(group.tx, (wg, b), _per_lane(env[value_slot], lanes, g.lanes).astype(np.int64))
-            st.workgroup.barrier(mask, what)   # an arrival releases what the lane did before it
+            st.workgroup.barrier(mask, what, meeting=False)   # an arrival releases what the lane did before it
             np.maximum.at(group.release, (wg, b), st.workgroup.base[lanes].astype(np.int64))
             np.subtract.at(group.pending, (wg, b), 1)
             if (group.pending < 0).any():
@@ -226,7 +226,7 @@ def compile_tma_load(op: Operation, cc: KernelCompiler):
             local = int(np.broadcast_to(dst.offset, (g.lanes,))[lane]) * itemsize - w * buffer.stride
             image = buffer.data[w * buffer.stride:(w + 1) * buffer.stride]
             written = place_box(image, local, data, swizzle)
-            sync.tma_write(buffer, (w * buffer.stride + written).reshape(-1), group, w, barrier)
+            sync.tma_write(buffer, (w * buffer.stride + written).reshape(-1), group, w, barrier, what)
             group.tx[w, barrier] -= data.nbytes
         group.complete()
 
@@ -388,8 +388,10 @@ def _product(st, mask, what: str, acc, a, b_descriptor, n: int, element: str, a_
     out = np.array(acc, np.float32)
     decode, dtype = _decode(element), STORAGE[element]
     rows, cols = ACC_ROWS[:, :registers], ACC_COLS[:, :registers]
+    reads = {}   # by (work-group, warpgroup): the (buffer, global units) its product reads
     for members in _warpgroups(st, mask, what):
         w = int(g.group_local[members[0]])
+        key = reads.setdefault((w, int(g.thread_linear[members[0]]) // WARPGROUP), [])
         image = buffer.data[w * buffer.stride:(w + 1) * buffer.stride]
         descriptors = [_uniform(b_descriptor, members, g, what, "B")]
         if a.ndim == 1:
@@ -404,13 +406,14 @@ def _product(st, mask, what: str, acc, a, b_descriptor, n: int, element: str, a_
                                        f"{int(offsets.max()) + 1} of the {st.workgroup.dynamic_bytes} bytes of "
                                        "dynamic shared memory")
             _check_async_read(sync, buffer, w, offsets, members, what)
+            key.append((buffer, np.unique((w * buffer.stride + offsets) // UNIT)))
         c = np.zeros((64, n), np.float32)
         c[rows, cols] = acc[members]
         first_lane = bool(np.broadcast_to(first, (g.lanes,))[members[0]])
         a_operand = a_matrix if isinstance(a_matrix, np.ndarray) else int(a_matrix)
         product = wgmma(image, c, a_operand, int(descriptors[0]), n, b_major, dtype, first_lane, a_major, decode)
         out[members] = product[rows, cols]
-    return out
+    return out, reads
 
 
 def _uniform(values, members, g, what: str, operand: str) -> int:
@@ -469,17 +472,19 @@ def compile_wgmma(op: Operation, cc: KernelCompiler):
     def run(st, mask):
         env = st.env
         descriptors = np.broadcast_to(env[a_slot], (st.grid.lanes,))
-        env[out] = _product(st, mask, what, env[acc_slot], descriptors, env[b_slot], n, element, a_major, b_major,
-                            first)
-        _issued(st, mask, what, out)
+        env[out], reads = _product(st, mask, what, env[acc_slot], descriptors, env[b_slot], n, element, a_major,
+                                   b_major, first)
+        _issued(st, mask, what, out, reads)
 
     return run
 
 
-def _issued(st, mask, what: str, slot: int) -> None:
-    sync = _hopper(st, what)
-    for key in _warpgroup_keys(st, mask, what):
-        sync.wgmma_issue(key, slot)
+def _issued(st, mask, what: str, slot: int, reads: dict) -> None:
+    """Each executing warpgroup's product is in flight, reading its operands (`reads`, by warpgroup)."""
+    sync, g, meetings = _hopper(st, what), st.grid, st.workgroup.meetings
+    for members in _warpgroups(st, mask, what):
+        key = (int(g.group_local[members[0]]), int(g.thread_linear[members[0]]) // WARPGROUP)
+        sync.wgmma_issue(key, slot, reads.get(key, ()), int(members[0]), int(meetings[members].max()))
 
 
 def compile_inline_asm(op: Operation, cc: KernelCompiler):
@@ -502,8 +507,8 @@ def compile_inline_asm(op: Operation, cc: KernelCompiler):
         acc = np.stack([np.broadcast_to(env[s], (lanes,)) for s in acc_slots], axis=1)
         a = np.stack([np.broadcast_to(env[s], (lanes,)) for s in a_slots], axis=1)
         first = np.broadcast_to(env[scale_slot], (lanes,)) == 0
-        env[out] = _product(st, mask, what, acc, a, env[b_slot], n, element, "K", b_major, first)
-        _issued(st, mask, what, out)
+        env[out], reads = _product(st, mask, what, acc, a, env[b_slot], n, element, "K", b_major, first)
+        _issued(st, mask, what, out, reads)
 
     return run
 

@@ -73,6 +73,9 @@ class WorkgroupMemory:
         self.stamp = self.base + self.thread                # the lane's stamp in its epoch
         self.stamp_low = self.base + (ATOMIC - 1 - self.thread)  # the same, ordered from the top
         self.epochs = 0                                     # barriers executed in this chunk
+        # barriers each lane met other lanes at (gpu.barrier, bar.sync; not an mbarrier arrival): what
+        # orders one warpgroup's wgmma operand reads before another's stores (hopper_sync)
+        self.meetings = np.zeros(grid.lanes, np.int64)
         self.committed = np.zeros(grid.lanes, np.int64)     # async groups each lane committed
         self.retired = np.zeros(grid.lanes, np.int64)       # groups below this index are complete
         self.pending: list[tuple] = []                      # (buffer, units, lanes, group) not retired
@@ -107,8 +110,14 @@ class WorkgroupMemory:
 
     # --- epochs and async groups -----------------------------------------------------------------
 
-    def barrier(self, mask, what: str) -> None:
-        """Start a new epoch for the work-groups that execute the barrier (whole groups, checked)."""
+    def barrier(self, mask, what: str, meeting: bool = True) -> None:
+        """Start a new epoch for the lanes that execute the barrier (whole groups, checked), or an mbarrier
+        arrival (meeting False: the arriving lanes meet nobody)."""
+        if meeting:
+            if mask is None:
+                self.meetings += 1
+            else:
+                self.meetings[mask] += 1
         self.epochs += 1
         if self.epochs > MAX_EPOCH:
             raise InterpreterError(f"{what}: more than {MAX_EPOCH} barriers in one launch chunk: the race "
@@ -175,7 +184,9 @@ class WorkgroupMemory:
         oldest = base.min()
         context = (buffer, kind, units, lanes, per, what, element)
         if self.hopper is not None:
-            problem = self.hopper.generic_access(buffer, kind, units, np.broadcast_to(lanes, (units.shape[0],)))
+            rows = units.shape[0]
+            problem = self.hopper.generic_access(buffer, kind, units, np.broadcast_to(lanes, (rows,)),
+                                                 np.broadcast_to(self.meetings[pick], (rows,)))
             if problem is not None:
                 raise InterpreterError(f"{what}: {self._where(context, problem[0])}, {problem[1]}")
         writer = buffer.writer.take(every)
