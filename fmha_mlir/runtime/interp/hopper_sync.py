@@ -148,9 +148,10 @@ class HopperSync:
         shadow, units = self._shadow(buffer), np.unique(byte_offsets // UNIT)
         reader = self._flying_reader(shadow, units)
         if reader is not None:
-            raise InterpreterError(f"{what}: overwrites shared memory that a wgmma of "
-                                   f"{self.grid.describe(int(shadow.wgmma_reader[units][reader]))}'s warpgroup may still be "
-                                   "reading (its group is not waited for: nvvm.wgmma.wait.group.sync.aligned)")
+            lane = int(shadow.wgmma_reader[units][reader])
+            raise InterpreterError(f"{what}: overwrites shared memory that a wgmma of {self.grid.describe(lane)}'s "
+                                   "warpgroup may still be reading (its group is not waited for: "
+                                   "nvvm.wgmma.wait.group.sync.aligned)")
         shadow.tma_barrier[units] = group.first_id + barrier
         shadow.tma_phase[units] = group.phase[workgroup, barrier]
         shadow.generic_writer[units] = NONE
