@@ -393,9 +393,12 @@ def snapshot(directory: Path) -> Path:
 BROKEN_ERRORS = "NameError|SyntaxError|IndentationError|ImportError|UnboundLocalError|AttributeError|TypeError"
 
 
-def run_subset(base: Path, mutant: Mutant | None, first_failure: bool = False) -> Outcome:
+def run_subset(base: Path, mutant: Mutant | None, first_failure: bool = False, hint: tuple[str, ...] = ()
+               ) -> Outcome:
     """The subset on a scratch copy with `mutant` applied; first_failure: stop at the first failing test
-    (enough to know a mutant is killed, and what CI needs; docs/mutants.md's counts come from full runs)."""
+    (enough to know a mutant is killed, and what CI needs; docs/mutants.md's counts come from full runs).
+    hint: subset tests that killed it before (the results file's), run first with first_failure: if one
+    fails the mutant is killed by the subset without running the rest, else the whole subset runs."""
     start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="fmha-mutant-") as tmp:
         scratch = Path(tmp) / "copy"
@@ -403,24 +406,41 @@ def run_subset(base: Path, mutant: Mutant | None, first_failure: bool = False) -
         if mutant is not None:
             target = scratch / "pkg" / _package_path(mutant.path)
             target.write_text(target.read_text().replace(mutant.original, mutant.replacement))
-        env = {**os.environ, "PYTHONPATH": str(scratch / "pkg"), "PYTHONDONTWRITEBYTECODE": "1"}
-        command = [sys.executable, "-m", "pytest", "-q", "-rfE", "-p", "no:cacheprovider", *SUBSET_FILES,
-                   "-k", SUBSET_SELECTION, *(["-x"] if first_failure else [])]
-        try:
-            done = subprocess.run(command, cwd=scratch, env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            return Outcome(mutant, [f"the subset (timed out after {TIMEOUT_S} s)"], time.monotonic() - start,
-                           first_failure=first_failure)
-        killers = re.findall(r"^(?:FAILED|ERROR) (\S+)", done.stdout, re.MULTILINE)
-        note = ""
-        broken = sorted(set(re.findall(rf"^(?:FAILED|ERROR) \S+ - ({BROKEN_ERRORS})\b", done.stdout, re.MULTILINE)))
-        if broken:   # the mutated code does not run: its tests died of that, not of a wrong gradient
-            return Outcome(mutant, [], time.monotonic() - start, f"the mutant is broken ({', '.join(broken)}): "
-                           + done.stdout[-2000:], first_failure)
-        if done.returncode not in (0, 1) or (done.returncode == 1 and not killers):
-            killers.append(f"the subset (pytest exit {done.returncode})")
-            note = done.stdout[-2000:] + done.stderr[-2000:]
-        return Outcome(mutant, killers, time.monotonic() - start, note, first_failure)
+        if first_failure and hint:
+            outcome = _pytest(scratch, mutant, [_nodeid(t) for t in hint], True, start, hinted=True)
+            if outcome.killed or outcome.note.startswith("the mutant is broken"):
+                return outcome
+        return _pytest(scratch, mutant, list(SUBSET_FILES), first_failure, start)
+
+
+def _pytest(scratch: Path, mutant: Mutant | None, tests: list[str], first_failure: bool, start: float,
+            hinted: bool = False) -> Outcome:
+    """Run `tests` (files or node ids) of the copy, under the subset's selection, as one pytest process.
+    hinted: node ids from the results file, which may be gone or deselected since (pytest exit 4 / 5:
+    then nothing is known yet, not a kill)."""
+    env = {**os.environ, "PYTHONPATH": str(scratch / "pkg"), "PYTHONDONTWRITEBYTECODE": "1"}
+    command = [sys.executable, "-m", "pytest", "-q", "-rfE", "-p", "no:cacheprovider", *tests,
+               "-k", SUBSET_SELECTION, *(["-x"] if first_failure else [])]
+    try:
+        done = subprocess.run(command, cwd=scratch, env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return Outcome(mutant, [f"the subset (timed out after {TIMEOUT_S} s)"], time.monotonic() - start,
+                       first_failure=first_failure)
+    killers = re.findall(r"^(?:FAILED|ERROR) (\S+)", done.stdout, re.MULTILINE)
+    note = ""
+    broken = sorted(set(re.findall(rf"^(?:FAILED|ERROR) \S+ - ({BROKEN_ERRORS})\b", done.stdout, re.MULTILINE)))
+    if broken:   # the mutated code does not run: its tests died of that, not of a wrong gradient
+        return Outcome(mutant, [], time.monotonic() - start, f"the mutant is broken ({', '.join(broken)}): "
+                       + done.stdout[-2000:], first_failure)
+    if done.returncode not in ((0, 1, 4, 5) if hinted else (0, 1)) or (done.returncode == 1 and not killers):
+        killers.append(f"the subset (pytest exit {done.returncode})")
+        note = done.stdout[-2000:] + done.stderr[-2000:]
+    return Outcome(mutant, killers, time.monotonic() - start, note, first_failure)
+
+
+def _nodeid(short: str) -> str:
+    """A results file's test name (_short's) as a pytest node id."""
+    return "test/python/" + short.replace("::variant[", "::test_variant_matches_the_oracle[")
 
 
 def _package_path(path: str) -> str:
@@ -522,8 +542,11 @@ def _run(base: Path, mutants: list[Mutant], args) -> int:
         return 2
     print(f"baseline: the subset passes unmutated ({baseline.seconds:.0f} s); {len(mutants)} mutants", flush=True)
     outcomes = []
+    known = read_results(RESULTS).get("mutants", {})   # each mutant's killing tests of earlier runs: tried first
+    hints = {m.name: tuple((known.get(m.name) or {}).get("first") or ()) for m in mutants}
     with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        for outcome in pool.map(lambda mutant: run_subset(base, mutant, args.first_failure), mutants):
+        for outcome in pool.map(lambda mutant: run_subset(base, mutant, args.first_failure, hints[mutant.name]),
+                                mutants):
             state = ("SURVIVED" if not outcome.killed else f"killed by {outcome.killers[0]}" if args.first_failure
                      else f"killed by {len(outcome.killers)} tests")
             print(f"  {outcome.mutant.name}: {state} ({outcome.seconds:.0f} s)", flush=True)

@@ -45,3 +45,23 @@ def test_table_flag_writes_the_table_and_runs_nothing(tmp_path, monkeypatch):
     out = tmp_path / "table.md"
     assert mutants.main(["--table", str(out)]) == 0
     assert out.read_text() == TABLE.read_text()
+
+
+def test_a_mutant_s_recorded_killer_runs_first_and_the_subset_only_if_it_passes(tmp_path, monkeypatch):
+    """--first-failure with a results entry: the recorded killing tests (as node ids) run first, under the
+    subset's selection; the whole subset runs only when they kill nothing (a test gone, or now passing)."""
+    calls = []
+
+    def fake(scratch, mutant, tests, first_failure, start, hinted=False):
+        calls.append((tests, hinted))
+        return Outcome(mutant, ["killer"] if hinted == kills_hinted else [], 0.0, first_failure=first_failure)
+
+    monkeypatch.setattr(mutants, "_pytest", fake)
+    base = tmp_path / "base"
+    (base / "pkg").mkdir(parents=True)
+    hint = ("test_a.py::variant[x]",)
+    for kills_hinted in (True, False):
+        calls.clear()
+        mutants.run_subset(base, None, True, hint)
+        expected = [(["test/python/test_a.py::test_variant_matches_the_oracle[x]"], True)]
+        assert calls == expected + ([] if kills_hinted else [(list(mutants.SUBSET_FILES), False)])
