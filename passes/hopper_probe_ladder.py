@@ -15,7 +15,7 @@ from . import hopper_probe, wgmma_atom
 from .hopper_sync import MbarrierGroup, fence_proxy_async
 from .ir_builders import if_then, index
 from .ix import Ix
-from .tma_copy import TmaCopy, TmaReduce, bulk_commit, bulk_wait, tensor_map_params
+from .tma_copy import TmaCopy, TmaWrite, bulk_commit, bulk_wait, tensor_map_params
 from .wgmma_atom import WgmmaAtom
 
 WORD = 4
@@ -160,7 +160,7 @@ def _dq_reduce_body(shape, dq_map, images) -> None:
     fence_proxy_async()
     gpu.barrier()
     with if_then((Ix(thread) == 0).value):
-        TmaReduce(dq_map, plan.rows, plan.inner, 128).reduce_add(smem, 0, [0, plan.row])
+        TmaWrite(dq_map, plan.rows, plan.inner, 128).reduce_add(smem, 0, [0, plan.row])
         bulk_commit()
         bulk_wait(0, read=True)
     gpu.barrier()

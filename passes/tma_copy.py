@@ -10,12 +10,12 @@ parameter after lowering. Inside the kernel it is cast to the !nvgpu.tensormap.d
 fmha_mlir.wgmma_layouts.swizzle says, and zero-fills what lies outside the tensor; its bytes count
 towards the barrier's transaction (commit the stage with `tile_bytes`).
 
-A box reduce-add (TmaReduce) reads a box from shared memory, laid out as a load through the same map
-would leave it, and adds it element-wise into the tensor, atomically per element, dropping what lies
-outside the tensor. It reads shared memory through the async proxy and completes in bulk groups, not on an
-mbarrier: ordinary stores to the box need fence_proxy_async by their threads before it; the issuing thread
-commits its reduces as a group (bulk_commit) and waits for groups (bulk_wait) before the box is written
-again (read=True) and before the kernel ends.
+A box reduce-add or box store (TmaWrite) reads a box from shared memory, laid out as a load through the
+same map would leave it, and adds it element-wise into the tensor, atomically per element, or stores it
+there, dropping what lies outside the tensor. It reads shared memory through the async proxy and completes
+in bulk groups, not on an mbarrier: ordinary stores to the box need fence_proxy_async by their threads
+before it; the issuing thread commits its writes as a group (bulk_commit) and waits for groups (bulk_wait)
+before the box is written again (read=True) and before the kernel ends.
 """
 from __future__ import annotations
 
@@ -117,13 +117,13 @@ def _shape(box: tuple[int, ...]) -> str:
     return "x".join(str(n) for n in box)
 
 
-class TmaReduce:
-    """Box reduce-adds through one tensor map of f32 elements whose box is `rows` x `inner`, swizzled by
-    `swizzle` bytes (the module's docstring says what orders them)."""
+class TmaWrite:
+    """Box reduce-adds or stores through one tensor map of f32 elements whose box is `rows` x `inner`,
+    swizzled by `swizzle` bytes (the module's docstring says what orders them)."""
 
     def __init__(self, tensor_map: "ir.Value", rows: int, inner: int, swizzle: int, element: str = "f32"):
         if element != "f32":
-            raise ValueError(f"the reduce-add here takes f32 tensors (the dQ accumulator), not {element}")
+            raise ValueError(f"the box writes here take f32 tensors (the dQ accumulator), not {element}")
         _check_box(inner, element, swizzle)
         self.tensor_map, self.rows, self.inner, self.swizzle = tensor_map, rows, inner, swizzle
 
@@ -134,15 +134,26 @@ class TmaReduce:
     def reduce_add(self, shared: "ir.Value", byte_offset, coordinates) -> None:
         """tensor[box at `coordinates`] += the box at `byte_offset` of the dynamic shared buffer `shared`
         (i8; a multiple of the swizzle period, of 128 bytes without one); coordinates innermost first."""
+        ir.Operation.create("nvvm.cp.async.bulk.tensor.reduce", results=[], operands=[
+            self.tensor_map, *self._source_and_coordinates(shared, byte_offset, coordinates)],
+            attributes={"redKind": ir.Attribute.parse("#nvvm.tma_redux_kind<add>"),
+                        "mode": ir.Attribute.parse("#nvvm.tma_store_mode<tile>"),
+                        "operandSegmentSizes": ir.DenseI32ArrayAttr.get([1, 1, len(coordinates), 0])})
+
+    def store(self, shared: "ir.Value", byte_offset, coordinates) -> None:
+        """tensor[box at `coordinates`] = the box at `byte_offset` of `shared`, as reduce_add takes them."""
+        ir.Operation.create("nvvm.cp.async.bulk.tensor.global.shared.cta", results=[], operands=[
+            self.tensor_map, *self._source_and_coordinates(shared, byte_offset, coordinates)],
+            attributes={"mode": ir.Attribute.parse("#nvvm.tma_store_mode<tile>"),
+                        "operandSegmentSizes": ir.DenseI32ArrayAttr.get([1, 1, len(coordinates), 0, 0])})
+
+    @staticmethod
+    def _source_and_coordinates(shared: "ir.Value", byte_offset, coordinates) -> list["ir.Value"]:
+        """The box's shared address as an !llvm.ptr<3>, then the coordinates as i32."""
         address = arith.addi(memref.extract_aligned_pointer_as_index(shared), as_value(byte_offset))
         pointer = ir.Operation.create("llvm.inttoptr", results=[ir.Type.parse("!llvm.ptr<3>")], operands=[
             arith.index_cast(ir.IntegerType.get_signless(64), address)]).result
-        coords = [arith.index_cast(ir.IntegerType.get_signless(32), as_value(c)) for c in coordinates]
-        ir.Operation.create("nvvm.cp.async.bulk.tensor.reduce", results=[], operands=[
-            self.tensor_map, pointer, *coords],
-            attributes={"redKind": ir.Attribute.parse("#nvvm.tma_redux_kind<add>"),
-                        "mode": ir.Attribute.parse("#nvvm.tma_store_mode<tile>"),
-                        "operandSegmentSizes": ir.DenseI32ArrayAttr.get([1, 1, len(coords), 0])})
+        return [pointer, *(arith.index_cast(ir.IntegerType.get_signless(32), as_value(c)) for c in coordinates)]
 
 
 def bulk_commit() -> None:

@@ -9,7 +9,8 @@ warpgroup feeds the consumer warpgroups, which run the schedule's steps unchange
 
 With config.dq_bulk the producer's last warp is a writer instead (its own role): the consumers store each
 step's dQ tile into shared memory and the writer reduce-adds it into dq_acc with bulk tensor reduces
-(write_dq), in place of the consumers' per-element atomics.
+(write_dq), in place of the consumers' per-element atomics; in deterministic mode it stores the tile into
+the work-group's own partial of dq_acc with bulk tensor stores instead.
 
 The consumers sync among themselves with a named barrier over their threads (the producer runs ahead),
 twice per step: before they store dS^T (every warpgroup's previous dQ product has read it) and after
@@ -31,7 +32,7 @@ from .hopper_sync import (MbarrierGroup, MbarrierPipeline, declare_roles, fence_
 from .ir_builders import enclosing_op, if_then, index
 from .ix import Ix, as_value
 from .shared_tiles import dynamic_shared_memory
-from .tma_copy import TmaCopy, TmaReduce, bulk_commit, bulk_wait
+from .tma_copy import TmaCopy, TmaWrite, bulk_commit, bulk_wait
 
 PRODUCER_REGISTERS, CONSUMER_REGISTERS = 24, 240   # 128 x 24 + 256 x 240 <= 64K registers
 CONSUMER_BARRIER = 1                                 # named barrier id over the consumer threads
@@ -45,9 +46,10 @@ class ProducerConsumerBackward(FlashBackward):
         super().__init__(op, spec, config, hardware)
         function = enclosing_op(op, "gpu.func")
         params = list(function.regions[0].blocks[0].arguments)[len(op.operands):]
-        if len(params) != len(tensor_maps(config)):
-            raise ValueError(f"a producer body takes {len(tensor_maps(config))} tensor maps after the stage's "
-                             f"operands (fmha-stages-to-gpu adds them), the kernel has {len(params)}")
+        maps = tensor_maps(config, spec.deterministic)
+        if len(params) != len(maps):
+            raise ValueError(f"a producer body takes {len(maps)} tensor maps after the stage's operands "
+                             f"(fmha-stages-to-gpu adds them), the kernel has {len(params)}")
         self.function = function
         self.consumers = config.consumer_threads
         # The producer warpgroup's threads that load; with dq_bulk its last warp writes dQ instead.
@@ -56,7 +58,7 @@ class ProducerConsumerBackward(FlashBackward):
         self.maps = {name: TmaCopy.for_tile(param, self.tiles[name].layout, spec.dtype, outer=2)
                      for name, param in zip(PRODUCED_TILES, params)}
         if config.dq_bulk:
-            self.dq_reduce = TmaReduce(params[len(PRODUCED_TILES)], self.bm, DQ_BOX_COLUMNS, SWIZZLE)
+            self.dq_write = TmaWrite(params[len(PRODUCED_TILES)], self.bm, DQ_BOX_COLUMNS, SWIZZLE)
             self.dq_offset = next(t.offset for t in TiledBody.shared_layout(spec, config) if t.name == "dq")
 
     def build(self) -> None:
@@ -221,8 +223,8 @@ class ProducerConsumerBackward(FlashBackward):
 
     def write_dq(self, first_head, lo, hi, steps) -> None:
         """The producer's last warp: per step, once the consumers stored the step's dQ tile, its first lane
-        reduce-adds it into dq_acc (one box per 32 columns) and frees the tile when the reduces have read
-        it; before the work-group ends, every reduce has completed."""
+        reduce-adds it into dq_acc, or stores it into its partial (one box per 32 columns), and frees the
+        tile when the writes have read it; before the work-group ends, every write has completed."""
         elected = arith.cmpi(arith.CmpIPredicate.eq, self.tid, index(self.consumers + self.loaders))
         loop = scf.ForOp(index(0), steps, index(1), [first_head, lo])
         with ir.InsertionPoint(loop.body):
@@ -232,10 +234,12 @@ class ProducerConsumerBackward(FlashBackward):
             with if_then(elected):
                 q0 = arith.muli(m, index(self.bm))
                 offset = self.dq_offset
-                # Boxes over the head dim's columns only; TMA drops a box's part past it.
+                # Boxes over the head dim's columns only; TMA drops a box's part past it. Deterministic
+                # mode stores each key block's partial (dq_batch), which no other work-group writes.
+                write = self.dq_write.store if self.spec.deterministic else self.dq_write.reduce_add
                 for b in range(-(-self.spec.hdim_q // DQ_BOX_COLUMNS)):
-                    self.dq_reduce.reduce_add(self.smem, offset + b * self.dq_reduce.box_bytes,
-                                              [index(b * DQ_BOX_COLUMNS), q0, head, self.dq_batch])
+                    write(self.smem, offset + b * self.dq_write.box_bytes,
+                          [index(b * DQ_BOX_COLUMNS), q0, head, self.dq_batch])
                 bulk_commit()
                 bulk_wait(0, read=True)
                 self.dq_barriers.arrive(DQ_FREE)

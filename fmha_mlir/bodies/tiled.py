@@ -113,10 +113,9 @@ class TiledBody(Body):
         if config.producer and spec.varlen:
             out.append(Reason("config.producer", "the producer's tensor maps span whole sequences of one batch "
                                                  "entry; varlen sequences are packed", "use producer = false"))
-        if config.dq_bulk and (spec.deterministic or spec.grad_accum != "f32"):
-            out.append(Reason("config.dq_bulk", "dQ's bulk reduce-adds add f32 tiles into dq_acc in any order; "
-                                                "deterministic mode and bf16 dQ atomics write dQ their own way",
-                              "use dq_bulk = false"))
+        if config.dq_bulk and spec.grad_accum != "f32":
+            out.append(Reason("config.dq_bulk", "dQ's bulk writes move f32 tiles into dq_acc; bf16 dQ atomics "
+                                                "add into dq itself", "use dq_bulk = false"))
         return out
 
     def default_config(self, spec, target):
@@ -147,7 +146,7 @@ class TiledBody(Body):
         if stage == "dq_dk_dv":
             return Launch(tiled_grid(config, key_blocks(config), Dim("k", 1), Dim("k", 0)),
                           (config.threads, 1, 1), self.shared_layout(spec, config)[-1].end,
-                          wgmma.tensor_maps(config) if config.producer else ())
+                          wgmma.tensor_maps(config, spec.deterministic) if config.producer else ())
         return row_launch(stage, spec, config)
 
     def alignment(self, spec, config):
@@ -224,8 +223,10 @@ def tiled_config(spec: AttentionBwdSpec, target: Target) -> TiledConfig:
     row runs without its producer where that is measured faster or the producer cannot take the spec."""
     table = tiled_table(target.arch)
     row = replace(table.get(_bucket(spec)) or table[max(table)], wave_size=target.wave_size)
-    if row.dq_bulk and TiledBody().reasons(spec, target, row):
-        row = replace(row, dq_bulk=False)    # deterministic, bf16 dQ atomics: the consumers write dQ
+    if row.dq_bulk and (spec.deterministic or TiledBody().reasons(spec, target, row)):
+        # bf16 dQ atomics: the consumers write dQ. Deterministic mode's bulk stores of the partials are
+        # not measured yet (bench_notes.md, "Deterministic dQ by bulk stores"): the consumers store them.
+        row = replace(row, dq_bulk=False)
     if row.producer and ((not row.dq_bulk and mask_geometry.hides_nothing(spec.mask))
                          or TiledBody().reasons(spec, target, row)):
         # Measured (bench_notes.md, "Warp specialisation"): with dQ's bulk reduce-adds the producer is

@@ -128,14 +128,16 @@ def test_the_producer_needs_wgmma_and_whole_sequences():
     # The table's row serves varlen without its producer: the same tiles, copied by every warp.
     chosen = choose_config(varlen, TARGETS["sm_90a"])
     assert chosen == dataclasses.replace(WGMMA_TABLE[64], producer=False, dq_bulk=False)
-    # dQ's bulk reduce-adds need the producer and f32 accumulation in any order
+    # dQ's bulk writes need the producer and an f32 dq_acc (bf16 atomics add into dq itself)
     with pytest.raises(SpecError) as caught:
         check_config(AttentionBwdSpec("bf16", 64), TARGETS["sm_90a"], dataclasses.replace(ONE_WARPGROUP, dq_bulk=True))
     assert any(r.field == "config.dq_bulk" and "producer" in r.message for r in caught.value.reasons)
-    for spec in (AttentionBwdSpec("bf16", 64, deterministic=True), AttentionBwdSpec("bf16", 64, grad_accum="bf16")):
-        with pytest.raises(SpecError) as caught:
-            check_config(spec, TARGETS["sm_90a"], BULK_DQ)
-        assert any(r.field == "config.dq_bulk" for r in caught.value.reasons)
+    bf16_atomics = AttentionBwdSpec("bf16", 64, grad_accum="bf16")
+    with pytest.raises(SpecError) as caught:
+        check_config(bf16_atomics, TARGETS["sm_90a"], BULK_DQ)
+    assert any(r.field == "config.dq_bulk" for r in caught.value.reasons)
+    check_config(AttentionBwdSpec("bf16", 64, deterministic=True), TARGETS["sm_90a"], BULK_DQ)   # bulk stores
+    for spec in (AttentionBwdSpec("bf16", 64, deterministic=True), bf16_atomics):
         assert not choose_config(dataclasses.replace(spec, mask=Mask("causal_top_left")), TARGETS["sm_90a"]).dq_bulk
 
 
@@ -161,3 +163,15 @@ def test_a_missing_barrier_before_the_ds_stores_is_a_write_after_read(monkeypatc
     monkeypatch.setattr(warp_roles.ProducerConsumerBackward, "before_shared_stores", lambda self: None)
     with pytest.raises(InterpreterError, match="write after read"):
         run_variant(AttentionBwdSpec("bf16", 128), ProblemSize(1, 1, 200, 100), WGMMA_TABLE[128])
+
+
+def test_deterministic_dq_by_bulk_stores_matches_the_oracle():
+    """Deterministic mode with dq_bulk: the writer stores each step's dQ tile into its key block's partial
+    (a bulk tensor store: no reduce-add, no atomics), which the convert sums in key-block order."""
+    import re
+
+    spec = AttentionBwdSpec("bf16", 64, mask=Mask("causal_bottom_right"), deterministic=True, gqa_ratio=2)
+    isa = run_variant(spec, ProblemSize(1, 4, 150, 300), WGMMA_TABLE[64]).isa
+    assert "cp.async.bulk.tensor.4d.global.shared::cta" in isa and "cp.reduce.async.bulk" not in isa
+    assert not re.search(r"\b(red|atom)\.[a-z.]*global\.add", isa)
+    assert choose_config(spec, TARGETS["sm_90a"]).dq_bulk is False   # the table's, until it is measured

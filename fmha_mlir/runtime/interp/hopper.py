@@ -1,11 +1,11 @@
 """NumPy emulation of the Hopper data movement and products, from what the hardware reads: TMA box loads
-(swizzled placement, out-of-bounds zero fill) into a shared-memory byte image, TMA box reduce-adds out
-of it (out-of-bounds elements dropped), and wgmma operands read back through their 64-bit descriptors
-(address, LBO, SBO, swizzle mode) in either major order.
+(swizzled placement, out-of-bounds zero fill) into a shared-memory byte image, TMA box reduce-adds and
+stores out of it (out-of-bounds elements dropped), and wgmma operands read back through their 64-bit
+descriptors (address, LBO, SBO, swizzle mode) in either major order.
 
 These are the semantics the interpreter's handlers for nvgpu.tma.async.load,
-nvvm.cp.async.bulk.tensor.reduce and nvvm.wgmma.mma_async (ops_hopper.py) apply; a wrong swizzle mode, LBO
-or SBO in a descriptor reads a different matrix here, as on the GPU.
+nvvm.cp.async.bulk.tensor.reduce / .global.shared.cta and nvvm.wgmma.mma_async (ops_hopper.py) apply;
+a wrong swizzle mode, LBO or SBO in a descriptor reads a different matrix here, as on the GPU.
 """
 from __future__ import annotations
 
@@ -78,14 +78,28 @@ def take_box(shared: np.ndarray, byte_offset: int, shape, dtype, swizzle_bytes: 
 
 def add_box(tensor: np.ndarray, start, values: np.ndarray) -> None:
     """tensor[box from `start`] += values, dropping the elements outside the tensor (a TMA reduce-add)."""
+    inside = _inside(tensor, start, values.shape)
+    if inside is not None:
+        tensor[inside[0]] += values[inside[1]]
+
+
+def store_box(tensor: np.ndarray, start, values: np.ndarray) -> None:
+    """tensor[box from `start`] = values, dropping the elements outside the tensor (a TMA store)."""
+    inside = _inside(tensor, start, values.shape)
+    if inside is not None:
+        tensor[inside[0]] = values[inside[1]]
+
+
+def _inside(tensor: np.ndarray, start, shape):
+    """(tensor's slices, the box's slices) of the part of a box at `start` inside the tensor; None if none."""
     src, dst = [], []
-    for first, n, size in zip(start, values.shape, tensor.shape):
+    for first, n, size in zip(start, shape, tensor.shape):
         lo, hi = max(first, 0), min(first + n, size)
         if hi <= lo:
-            return
+            return None
         dst.append(slice(lo, hi))
         src.append(slice(lo - first, hi - first))
-    tensor[tuple(dst)] += values[tuple(src)]
+    return tuple(dst), tuple(src)
 
 
 def operand_offsets(descriptor: int, mn: int, major: str, element_bytes: int) -> np.ndarray:
