@@ -113,10 +113,11 @@ class _Probe:
         self.v_ready.wait(0, False)
         rs = WgmmaAtom(shape.n2, "bf16", thread)
         acc2 = rs.zeros()
+        # C's A fragments are packed before the fence: registers a product reads are written before it.
+        operands = [atom.as_operand(acc, kb) for kb in range(shape.n // 16)]
         wgmma_atom.fence()
-        for kb in range(shape.n // 16):
-            acc2 = rs.mma_rs(acc2, atom.as_operand(acc, kb),
-                             descriptors.descriptor(shape.v_tile, self.v_base, 0, 16 * kb),
+        for kb, operand in enumerate(operands):
+            acc2 = rs.mma_rs(acc2, operand, descriptors.descriptor(shape.v_tile, self.v_base, 0, 16 * kb),
                              first=kb == 0, b_major="MN")
         wgmma_atom.commit()
         wgmma_atom.wait(0)

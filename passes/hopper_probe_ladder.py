@@ -136,10 +136,11 @@ def _ss_body(shape, image, c, c2=None) -> None:
     if c2 is not None:
         rs = WgmmaAtom(shape.n2, "bf16", thread)
         acc2 = rs.zeros()
+        operands = [atom.as_operand(acc, kb) for kb in range(shape.n // 16)]   # packed before the fence
         wgmma_atom.fence()
-        for kb in range(shape.n // 16):
+        for kb, operand in enumerate(operands):
             v = descriptors.descriptor(shape.v_tile, layout["v"], 0, 16 * kb)
-            acc2 = rs.mma_rs(acc2, atom.as_operand(acc, kb), v, first=kb == 0, b_major="MN")
+            acc2 = rs.mma_rs(acc2, operand, v, first=kb == 0, b_major="MN")
         wgmma_atom.commit()
         wgmma_atom.wait(0)
         outputs.append((c2, rs, acc2))

@@ -151,3 +151,14 @@ def test_the_interpreter_reports_a_planted_synchronisation_bug(monkeypatch, plan
     monkeypatch.setattr(WgmmaMmaAtom, planted, lambda self, *args: None)
     with pytest.raises(InterpreterError, match=words):
         run_variant(AttentionBwdSpec("bf16", 64), ProblemSize(1, 1, 70, 70), ONE_WARPGROUP)
+
+
+def test_the_interpreter_reports_a_planted_missing_wgmma_fence(monkeypatch):
+    """The atom's wgmma.fence before each chain left out: the first product reads an accumulator (zeros)
+    and later ones packed A fragments written with no fence by their warpgroup since (PTX ISA, wgmma.fence)."""
+    from fmha_mlir.passes import wgmma_atom
+    from fmha_mlir.runtime.interp.errors import InterpreterError
+
+    monkeypatch.setattr(wgmma_atom, "fence", lambda: None)
+    with pytest.raises(InterpreterError, match="written after the last wgmma.fence"):
+        run_variant(AttentionBwdSpec("bf16", 64), ProblemSize(1, 1, 70, 70), ONE_WARPGROUP)

@@ -33,6 +33,10 @@ mbarrier phase does not count, it orders only what its arrivals did); a TMA load
 in flight is an error as well. A warpgroup's own later stores need only the wait (wgmma.wait_group is
 collective).
 
+wgmma fences. A product's registers written by other instructions (an accumulator's zeros, the packed
+A fragments of an RS product) need a wgmma.fence by its warpgroup after the write and before the
+product: each such value keeps the tick of its write, each warpgroup the tick of its last fence.
+
 Register budgets. setmaxnreg moves a warpgroup's per-thread budget (24..256, multiples of 8); the
 warpgroups of a work-group share the SM's 64K registers, so their budgets may not sum past that.
 """
@@ -113,6 +117,11 @@ class HopperSync:
         self._wgmma_writer: dict[int, dict[tuple, int]] = {}
         self._wgmma_count = 0
         self._wgmma_flying = np.zeros(1024, bool)    # by product number: issued, its group not waited for
+        # ticks of the wgmma fences: each value slot a product reads as registers (written by an op other
+        # than wgmma), and each warpgroup's last fence
+        self._tick = 0
+        self._written_at: dict[int, int] = {}
+        self._fenced: dict[tuple, int] = {}
         # a warpgroup-collective op whose warpgroup is split over roles: lanes that executed it so far, by
         # (op, work-group, warpgroup), and what the op is
         self._collective: dict[tuple, set[int]] = {}
@@ -301,6 +310,20 @@ class HopperSync:
             shadow.wgmma_meetings[units] = meetings
         self._wgmma_open.setdefault(warpgroup, []).append(product)
         self._wgmma_writer.setdefault(slot, {})[warpgroup] = product
+
+    def register_written(self, slot: int) -> None:
+        """An op other than wgmma wrote the value in `slot`, which a product may read as registers."""
+        self._tick += 1
+        self._written_at[slot] = self._tick
+
+    def wgmma_fence(self, warpgroup: tuple) -> None:
+        self._tick += 1
+        self._fenced[warpgroup] = self._tick
+
+    def unfenced_registers(self, warpgroup: tuple, slots) -> bool:
+        """Whether a value in `slots` was written after the warpgroup's last wgmma.fence (or it has none)."""
+        fenced = self._fenced.get(warpgroup, -1)
+        return any(self._written_at.get(slot, -1) > fenced for slot in slots)
 
     def wgmma_commit(self, warpgroup: tuple) -> None:
         products = self._wgmma_open.pop(warpgroup, [])

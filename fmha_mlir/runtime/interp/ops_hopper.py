@@ -331,8 +331,15 @@ def compile_zero(op: Operation, cc: KernelCompiler):
 
     def run(st, mask):
         st.env[out] = np.zeros(registers, np.float32)
+        _written(st, out)
 
     return run
+
+
+def _written(st, slot: int) -> None:
+    """A value a wgmma may read as registers was written here (the fence rule: HopperSync.register_written)."""
+    if st.workgroup.hopper is not None:
+        st.workgroup.hopper.register_written(slot)
 
 
 def _warpgroup_keys(st, mask, what: str) -> list[tuple]:
@@ -376,6 +383,7 @@ def compile_bitcast(op: Operation, cc: KernelCompiler):
         x = st.env[src]
         bits = bf16_bits(x) if element == "bf16" else np.asarray(x, np.float16).view(np.uint16)
         st.env[out] = (bits[..., 0].astype(np.uint32) | (bits[..., 1].astype(np.uint32) << 16)).view(np.int32)
+        _written(st, out)
 
     return run
 
@@ -480,16 +488,21 @@ def compile_wgmma(op: Operation, cc: KernelCompiler):
         descriptors = np.broadcast_to(env[a_slot], (st.grid.lanes,))
         env[out], reads = _product(st, mask, what, env[acc_slot], descriptors, env[b_slot], n, element, a_major,
                                    b_major, first)
-        _issued(st, mask, what, out, reads)
+        _issued(st, mask, what, out, reads, (acc_slot,))
 
     return run
 
 
-def _issued(st, mask, what: str, slot: int, reads: dict) -> None:
-    """Each executing warpgroup's product is in flight, reading its operands (`reads`, by warpgroup)."""
+def _issued(st, mask, what: str, slot: int, reads: dict, registers=()) -> None:
+    """Each executing warpgroup's product is in flight, reading its operands (`reads`, by warpgroup) and the
+    value slots `registers` (its accumulator, its A fragments), which must be fenced since written."""
     sync, g, meetings = _hopper(st, what), st.grid, st.workgroup.meetings
     for members in _warpgroups(st, mask, what):
         key = (int(g.group_local[members[0]]), int(g.thread_linear[members[0]]) // WARPGROUP)
+        if sync.unfenced_registers(key, registers):
+            raise InterpreterError(f"{what}: registers it reads (its accumulator or A fragments) were written after "
+                                   f"the last wgmma.fence of {g.describe(int(members[0]))}'s warpgroup "
+                                   "(nvvm.wgmma.fence.aligned must come between the write and the product)")
         sync.wgmma_issue(key, slot, reads.get(key, ()), int(members[0]), int(meetings[members].max()))
 
 
@@ -514,7 +527,7 @@ def compile_inline_asm(op: Operation, cc: KernelCompiler):
         a = np.stack([np.broadcast_to(env[s], (lanes,)) for s in a_slots], axis=1)
         first = np.broadcast_to(env[scale_slot], (lanes,)) == 0
         env[out], reads = _product(st, mask, what, acc, a, env[b_slot], n, element, "K", b_major, first)
-        _issued(st, mask, what, out, reads)
+        _issued(st, mask, what, out, reads, a_slots)
 
     return run
 
@@ -530,7 +543,9 @@ def compile_warpgroup_sync(op: Operation, cc: KernelCompiler):
         keys = _warpgroup_keys(st, mask, what)
         sync = st.workgroup.hopper
         for key in keys if sync is not None else ():
-            if kind == "commit":
+            if kind == "fence":
+                sync.wgmma_fence(key)
+            elif kind == "commit":
                 sync.wgmma_commit(key)
             elif kind == "wait":
                 sync.wgmma_wait(key, pending)
