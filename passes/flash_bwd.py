@@ -318,6 +318,7 @@ class FlashBackward:
         ds_t = atom.registers(ds) if config.p_in_registers else Operand(tiles["ds"], True, dkv.row0)
         if not early_dv:
             dv = atom.gemm(dv, dkv_v, self.bm, p_t, Operand(tiles["do"], False, rows, dkv_v.col0), wait=not overlap)
+
         def dk_product():
             return atom.gemm(dk, dkv, self.bm, ds_t, Operand(tiles["q"], False, rows, dkv.col0), wait=not overlap)
 
@@ -327,19 +328,23 @@ class FlashBackward:
                 atom.complete(0)
             self.add_dq_pairs(head, q0)
             return dk, dv
-        # dQ = dS K: A = (dS^T)^T and B = K, both with k (keys) along the rows of their tiles. An
-        # asynchronous atom issues it before dK and waits for it alone, so dQ's adds overlap dK's product.
+        # dQ = dS K: A = (dS^T)^T and B = K, both with k (keys) along the rows of their tiles.
         dqt = self.dq_tile
-        if not overlap:
+
+        def dq_product():
+            return atom.gemm(self.zeros(dqt), dqt, self.bn, Operand(tiles["ds"], False, None, dqt.row0),
+                             Operand(tiles["k"], False, None, dqt.col0), wait=not overlap)
+
+        if not overlap:   # synchronous products: dK first, so dQ's registers live only for their adds
             dk = dk_product()
-        dq = atom.gemm(self.zeros(dqt), dqt, self.bn, Operand(tiles["ds"], False, None, dqt.row0),
-                       Operand(tiles["k"], False, None, dqt.col0), wait=not overlap)
-        if overlap:
-            dk = dk_product()
-            atom.complete(1)
+            self.add_dq(dq_product(), head, q0, dqt)
+            return dk, dv
+        # Asynchronous: dQ is issued before dK and waited for alone, so its adds overlap dK's product.
+        dq = dq_product()
+        dk = dk_product()
+        atom.complete(1)
         self.add_dq(dq, head, q0, dqt)
-        if overlap:
-            atom.complete(0)
+        atom.complete(0)
         return dk, dv
 
     def zeros(self, tile: WarpTile) -> list[list["ir.Value"]]:

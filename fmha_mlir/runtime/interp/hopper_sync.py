@@ -79,6 +79,11 @@ class MbarrierGroup:
         self.release = np.where(done, 0, self.release)
 
 
+def warpgroup_ids(grid: LaneGrid, lanes: np.ndarray) -> np.ndarray:
+    """Each chunk lane's warpgroup as one number: its work-group and its warpgroup in it."""
+    return grid.group_local[lanes] * WARPGROUP * 64 + grid.thread_linear[lanes] // WARPGROUP
+
+
 class _Shadow:
     """Per 2-byte unit of one workgroup buffer: the barrier id and phase a TMA write completes on
     (NONE: not TMA-written) and the last generic writer (a chunk lane) not yet fenced."""
@@ -237,14 +242,12 @@ class HopperSync:
             return spot, (f"which a wgmma of {self.grid.describe(int(shadow.wgmma_reader[units][spot]))}'s warpgroup "
                           "may still be reading: its group is not waited for (nvvm.wgmma.wait.group.sync.aligned)")
         reader = shadow.wgmma_reader[units]
-        g, writers = self.grid, np.broadcast_to(lanes[:, None], units.shape)
         read = reader != NONE
         if not read.any():
             return None
         other = np.zeros(units.shape, bool)
-        r, w = reader[read], writers[read]
-        other[read] = ((g.group_local[r] != g.group_local[w])
-                       | (g.thread_linear[r] // WARPGROUP != g.thread_linear[w] // WARPGROUP))
+        writers = np.broadcast_to(lanes[:, None], units.shape)
+        other[read] = warpgroup_ids(self.grid, reader[read]) != warpgroup_ids(self.grid, writers[read])
         racing = other & (shadow.wgmma_meetings[units] >= np.broadcast_to(meetings[:, None], units.shape))
         if not racing.any():
             return None

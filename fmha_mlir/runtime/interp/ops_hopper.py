@@ -27,7 +27,7 @@ from .compiler import KernelCompiler
 from .errors import InterpreterError
 from .hopper import (TensorMap, add_box, box_of, box_offsets, operand_offsets, place_box, store_box, take_box,
                      wgmma)
-from .hopper_sync import UNIT, WARPGROUP
+from .hopper_sync import UNIT, WARPGROUP, warpgroup_ids
 from .parser import Operation
 from .types import MemRefType, VectorType
 
@@ -76,7 +76,7 @@ def _warpgroups(st, mask, what: str) -> list[np.ndarray]:
     """The executing lanes by warpgroup, each all 128 threads of one warpgroup (else an error)."""
     g = st.grid
     lanes = _lanes(st, mask)
-    key = g.group_local[lanes] * WARPGROUP * 64 + g.thread_linear[lanes] // WARPGROUP
+    key = warpgroup_ids(g, lanes)
     out = []
     for k in np.unique(key):
         members = lanes[key == k]
@@ -344,8 +344,12 @@ def _written(st, slot: int) -> None:
 
 def _warpgroup_keys(st, mask, what: str) -> list[tuple]:
     """(work-group, warpgroup) of each warpgroup executing (whole, else an error)."""
-    g = st.grid
-    return [(int(g.group_local[m[0]]), int(g.thread_linear[m[0]]) // WARPGROUP) for m in _warpgroups(st, mask, what)]
+    return [_key(st.grid, m) for m in _warpgroups(st, mask, what)]
+
+
+def _key(g, members: np.ndarray) -> tuple:
+    """(work-group, warpgroup) of a warpgroup's lanes."""
+    return int(g.group_local[members[0]]), int(g.thread_linear[members[0]]) // WARPGROUP
 
 
 def compile_extractvalue(op: Operation, cc: KernelCompiler):
@@ -402,10 +406,11 @@ def _product(st, mask, what: str, acc, a, b_descriptor, n: int, element: str, a_
     out = np.array(acc, np.float32)
     decode, dtype = _decode(element), STORAGE[element]
     rows, cols = ACC_ROWS[:, :registers], ACC_COLS[:, :registers]
-    reads = {}   # by (work-group, warpgroup): the (buffer, global units) its product reads
+    issued = []   # per warpgroup: (its key, its lanes, the (buffer, global units) its product reads)
     for members in _warpgroups(st, mask, what):
         w = int(g.group_local[members[0]])
-        key = reads.setdefault((w, int(g.thread_linear[members[0]]) // WARPGROUP), [])
+        reads = []
+        issued.append((_key(g, members), members, reads))
         image = buffer.data[w * buffer.stride:(w + 1) * buffer.stride]
         descriptors = [_uniform(b_descriptor, members, g, what, "B")]
         if a.ndim == 1:
@@ -420,14 +425,14 @@ def _product(st, mask, what: str, acc, a, b_descriptor, n: int, element: str, a_
                                        f"{int(offsets.max()) + 1} of the {st.workgroup.dynamic_bytes} bytes of "
                                        "dynamic shared memory")
             _check_async_read(sync, buffer, w, offsets, members, what)
-            key.append((buffer, np.unique((w * buffer.stride + offsets) // UNIT)))
+            reads.append((buffer, np.unique((w * buffer.stride + offsets) // UNIT)))
         c = np.zeros((64, n), np.float32)
         c[rows, cols] = acc[members]
         first_lane = bool(np.broadcast_to(first, (g.lanes,))[members[0]])
         a_operand = a_matrix if isinstance(a_matrix, np.ndarray) else int(a_matrix)
         product = wgmma(image, c, a_operand, int(descriptors[0]), n, b_major, dtype, first_lane, a_major, decode)
         out[members] = product[rows, cols]
-    return out, reads
+    return out, issued
 
 
 def _uniform(values, members, g, what: str, operand: str) -> int:
@@ -486,24 +491,23 @@ def compile_wgmma(op: Operation, cc: KernelCompiler):
     def run(st, mask):
         env = st.env
         descriptors = np.broadcast_to(env[a_slot], (st.grid.lanes,))
-        env[out], reads = _product(st, mask, what, env[acc_slot], descriptors, env[b_slot], n, element, a_major,
-                                   b_major, first)
-        _issued(st, mask, what, out, reads, (acc_slot,))
+        env[out], issued = _product(st, mask, what, env[acc_slot], descriptors, env[b_slot], n, element, a_major,
+                                    b_major, first)
+        _issued(st, what, out, issued, (acc_slot,))
 
     return run
 
 
-def _issued(st, mask, what: str, slot: int, reads: dict, registers=()) -> None:
-    """Each executing warpgroup's product is in flight, reading its operands (`reads`, by warpgroup) and the
-    value slots `registers` (its accumulator, its A fragments), which must be fenced since written."""
+def _issued(st, what: str, slot: int, issued: list, registers=()) -> None:
+    """Each warpgroup's product (_product's `issued`) is in flight, reading its shared-memory operands and
+    the value slots `registers` (its accumulator, its A fragments), which must be fenced since written."""
     sync, g, meetings = _hopper(st, what), st.grid, st.workgroup.meetings
-    for members in _warpgroups(st, mask, what):
-        key = (int(g.group_local[members[0]]), int(g.thread_linear[members[0]]) // WARPGROUP)
+    for key, members, reads in issued:
         if sync.unfenced_registers(key, registers):
             raise InterpreterError(f"{what}: registers it reads (its accumulator or A fragments) were written after "
                                    f"the last wgmma.fence of {g.describe(int(members[0]))}'s warpgroup "
                                    "(nvvm.wgmma.fence.aligned must come between the write and the product)")
-        sync.wgmma_issue(key, slot, reads.get(key, ()), int(members[0]), int(meetings[members].max()))
+        sync.wgmma_issue(key, slot, reads, int(members[0]), int(meetings[members].max()))
 
 
 def compile_inline_asm(op: Operation, cc: KernelCompiler):
@@ -526,8 +530,8 @@ def compile_inline_asm(op: Operation, cc: KernelCompiler):
         acc = np.stack([np.broadcast_to(env[s], (lanes,)) for s in acc_slots], axis=1)
         a = np.stack([np.broadcast_to(env[s], (lanes,)) for s in a_slots], axis=1)
         first = np.broadcast_to(env[scale_slot], (lanes,)) == 0
-        env[out], reads = _product(st, mask, what, acc, a, env[b_slot], n, element, "K", b_major, first)
-        _issued(st, mask, what, out, reads, a_slots)
+        env[out], issued = _product(st, mask, what, acc, a, env[b_slot], n, element, "K", b_major, first)
+        _issued(st, what, out, issued, a_slots)
 
     return run
 
