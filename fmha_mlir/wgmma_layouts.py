@@ -173,6 +173,11 @@ def descriptor(address, leading_byte_offset: int, stride_byte_offset: int, swizz
                                                                     swizzle_bytes)
 
 
+# A descriptor plus a constant (wgmma_atom.offset_descriptor), as inline PTX so that it is issued where the
+# product that reads it is: the interpreter recognises this text.
+DESCRIPTOR_OFFSET_PTX = "add.s64 $0, $1, $2;"
+
+
 def decode_descriptor(value: int) -> dict:
     """The fields of a descriptor (unsigned or as a signed i64), in bytes; `swizzle` in bytes."""
     value &= (1 << 64) - 1

@@ -38,7 +38,7 @@ from fmha_mlir.mlir import arith, gpu, ir, memref, scf, vector
 from fmha_mlir.spec import AttentionBwdSpec
 
 from .atoms import CopyAtom, MmaAtom, Operand
-from .ir_builders import accumulate, dims, f32, if_then, index, scalar_elements, splat, vector_shape
+from .ir_builders import accumulate, dims, f32, if_then, index, scalar_elements, splat, vector_shape, wave_uniform
 from .ix import Ix, LaneValues, as_value
 from .score_mods import ScoreBias, exp2_argument, lse_operand, masked_lse, softcap_grad, softmax_input
 
@@ -87,6 +87,8 @@ class FlashBackward:
         # thread's index in its unit, `wave_lane` in its wave.
         warp, lane = divmod(Ix.lane(self.tid), config.wave_size * config.warps_per_unit)
         self.warp, self.lane = as_value(warp), as_value(lane)
+        if config.warps_per_unit > 1:   # a warpgroup's id feeds its descriptors: uniform, ptxas keeps them so
+            self.warp = wave_uniform(self.warp, config.wave_size)
         self.wave_lane = self.lane if config.warps_per_unit == 1 else as_value(Ix.lane(self.tid) % config.wave_size)
         # Everything that depends on the lane and warp alone is built before this marker (LaneValues).
         marker = index(0)

@@ -6,7 +6,7 @@ Every helper builds at the current insertion point and location (callers open
 from __future__ import annotations
 
 from fmha_mlir.dialects import fmha
-from fmha_mlir.mlir import arith, ir, memref, scf, vector
+from fmha_mlir.mlir import arith, gpu, ir, memref, scf, vector
 
 
 def collect_ops(root: "ir.Operation", names) -> list["ir.Operation"]:
@@ -42,6 +42,14 @@ def index(value: int) -> "ir.Value":
 
 def i32(value: int) -> "ir.Value":
     return arith.constant(ir.IntegerType.get_signless(32), value)
+
+
+def wave_uniform(value: "ir.Value", wave: int) -> "ir.Value":
+    """An index every lane of a wave holds alike (a warp or warpgroup id), read from lane 0 by a shuffle, which
+    ptxas knows to be uniform: what is built from it (descriptors, tile offsets) can live in uniform registers."""
+    i32t = ir.IntegerType.get_signless(32)
+    same, _valid = gpu.shuffle(arith.index_cast(i32t, value), i32(0), i32(wave), gpu.ShuffleMode.IDX)
+    return arith.index_cast(ir.IndexType.get(), same)
 
 
 def f32(value: float) -> "ir.Value":

@@ -40,6 +40,18 @@ def wait(pending: int) -> None:
                                                                                pending)})
 
 
+def offset_descriptor(base: "ir.Value", constant: int) -> "ir.Value":
+    """The descriptor `base` plus `constant` (a sub-tile's offset: wraps as an i64), issued where it is used.
+    As a plain add, LLVM hoists each of a loop's loop-invariant descriptors out of it, and the dozens of
+    64-bit values then live across the loop in registers the consumers do not have (ptxas spills them and
+    reloads one before each product): as inline PTX with side effects it stays beside its product."""
+    i64 = ir.IntegerType.get_signless(64)
+    constant = constant - (1 << 64) if constant >= 1 << 63 else constant
+    return _op("llvm.inline_asm", [base, arith.constant(i64, constant)], {
+        "asm_string": ir.StringAttr.get(wgmma_layouts.DESCRIPTOR_OFFSET_PTX),
+        "constraints": ir.StringAttr.get("=l,l,n"), "has_side_effects": ir.UnitAttr.get()}, [i64]).result
+
+
 class SharedDescriptors:
     """Matrix descriptors of tiles in one shared buffer whose base address `base` (an index value,
     aligned to 1024) is read once: a descriptor is then the base's address field plus a constant (the

@@ -136,7 +136,7 @@ class WgmmaMmaAtom:
         layout = tile.operand(major)
         offset = layout.offset(mn0, k0)
         constant = wgmma_layouts.descriptor(offset, layout.leading_byte_offset, layout.stride_byte_offset, SWIZZLE)
-        return arith.addi(base, arith.constant(self.i64, constant - (1 << 64) if constant >= 1 << 63 else constant))
+        return wgmma_atom.offset_descriptor(base, constant)
 
     def _registers(self, a: Registers, mi: int, k0: int) -> list["ir.Value"]:
         """The RS A operand of k-block k0: the packed groups 4 j .. 4 j + 3 of the tile holding its columns

@@ -16,7 +16,8 @@ keys); a failure of ours makes the run's status 1, a peer's is marked in the rep
 Timing (tools/bench_timing.py): backward only, the GPU kept fed: each round queues a sleep, then many
 calls between two CUDA events, issued while the GPU still sleeps (checked per round: `ahead`), so the
 events hold GPU time only; the host time to issue a call is reported beside it. Three input sets are
-rotated so that no call finds its inputs in L2. Ours is the whole launch plan (D = rowsum(dO * O), zero
+rotated so that no call finds its inputs in L2. Ours is what the op runs on an H100 / H200 (sm_90a's
+table; sm_90's mma.sync row is timed beside it), the whole launch plan (D = rowsum(dO * O), zero
 fill, dq_dk_dv, converts) on buffers already on the device; a peer's call is torch.autograd.grad of its
 forward's output (retain_graph: the forward is run once, outside the timing). TFLOP/s counts the
 backward as 2.5 x the forward's 4 B Hq Sq Sk D, halved for causal masks.
@@ -125,10 +126,11 @@ SHAPES = [(4, 16, 16, 2048, 64, False), (4, 16, 16, 2048, 128, True), (2, 16, 16
           (2, 8, 8, 2048, 256, False), (1, 32, 8, 8192, 128, True)]
 LONG_SHAPES = [(2, 16, 16, 8192, 128, False), (2, 16, 16, 8192, 128, True), (1, 16, 16, 16384, 128, False),
                (1, 16, 16, 16384, 128, True)]
-# Head dims no table row is made for (Stable Diffusion's 80, 96, and 160): the tiled bodies pad them inside
-# the kernel where their warp layouts need it (bodies.tile_hdims: d80 on 96-column Q / K tiles on sm_90, on
-# 128-column ones on the wgmma rows); a head dim that is not a multiple of 8 the op pads (Row.spec).
-PADDED_SHAPES = [(4, 16, 16, 2048, 80, False), (4, 16, 16, 2048, 96, False), (4, 16, 16, 2048, 160, False)]
+# Head dims no table row is made for (small models' 32, Stable Diffusion's 80, 96, and 160): the tiled bodies
+# pad them inside the kernel where their warp layouts need it (bodies.tile_hdims: d80 on 96-column Q / K tiles
+# on sm_90, on 128-column ones on the wgmma rows); a head dim that is not a multiple of 8 the op pads (Row.spec).
+PADDED_SHAPES = [(4, 16, 16, 2048, 32, False), (4, 16, 16, 2048, 80, False), (4, 16, 16, 2048, 96, False),
+                 (4, 16, 16, 2048, 160, False)]
 ROWS = [Row(*shape, dtype) for dtype in ("bf16", "f16") for shape in SHAPES + LONG_SHAPES + PADDED_SHAPES]
 # cuDNN 9.19 on an H200, d128 backward at long sequences (TFLOP/s as counted here): the record to compare with.
 CUDNN_PUBLISHED = {False: 612, True: 581}
@@ -166,10 +168,12 @@ def bundle_dir(directory: Path, row: Row, config: KernelConfig) -> Path:
 
 def row_configs(row: Row, sweep: bool, warp: bool = False, wgmma: bool = False,
                 wgmma_sweep: bool = False) -> list[KernelConfig]:
-    """The default tiled config first, then the sweep's candidates, then the wgmma body's table row and,
-    with either sweep, its candidates (where they take the spec on sm_90a), then the scalar warp body
+    """What the op runs on an H100 / H200 first (sm_90a's table: ours), then sm_90's table row (the mma.sync
+    body on the generic chip) and the sweep's candidates, then the wgmma body's row of the head dim's bucket
+    and, with either sweep, its candidates (where they take the spec on sm_90a), then the scalar warp body
     (where it takes the spec: not in deterministic mode)."""
-    default = choose_config(row.spec, get_target(ARCH), "tiled")
+    default = choose_config(row.spec, get_target(HOPPER_ARCH), "tiled")
+    generic = choose_config(row.spec, get_target(ARCH), "tiled")
     extra = SWEEP.get(row.hdim, []) if sweep else []
     # The wgmma row of the head dim's bucket: a head dim between the rows runs on zero-padded tiles.
     bucket = next((d for d in sorted(WGMMA_TABLE) if max(row.spec.hdim_q, row.spec.hdim_v) <= d), None)
@@ -177,7 +181,7 @@ def row_configs(row: Row, sweep: bool, warp: bool = False, wgmma: bool = False,
     hopper += WGMMA_SWEEP.get(bucket, []) if wgmma and (sweep or wgmma_sweep) else []
     hopper = [c for c in hopper if not BODIES["tiled"].reasons(row.spec, get_target(HOPPER_ARCH), c)]
     scalar = [WARP] if warp and not BODIES["warp"].spec_reasons(row.spec, WARP) else []
-    return list(dict.fromkeys([default, *extra, *hopper, *scalar]))
+    return list(dict.fromkeys([default, generic, *extra, *hopper, *scalar]))
 
 
 # -- build (here) -------------------------------------------------------------------------------------
@@ -456,7 +460,7 @@ def run(directory: Path, report: Path, options: TimingOptions, sweep: bool, rows
             raise SystemExit(f"no bundle for {row.label} under {directory}: run `bench_bwd.py build` first")
         sets = [_inputs(torch, row, seed) for seed in range(3)]
         forwards = [_forward(torch, row, q, k, v, bias) for q, k, v, _, bias in sets]
-        numerics = load_bundle(directory, row.spec, ARCH, default).numerics
+        numerics = load_bundle(directory, row.spec, arch_of(default), default).numerics
         refs = bench_gate.references(_problem(row, sets[0], *forwards[0], numerics))
         entry = {"row": row.label, "flops": row.flops, "causal": row.causal, "long": row.long, "ours": {}, "peers": {}}
         for config in row_configs(row, sweep, warp, wgmma, wgmma_sweep):
@@ -466,13 +470,12 @@ def run(directory: Path, report: Path, options: TimingOptions, sweep: bool, rows
                 continue  # the scalar body would take minutes here: it is timed on the smaller rows only
             bundle = load_bundle(directory, row.spec, arch_of(config), config)
             scalar = config.body == "warp"
-            gated = config == default or arch_of(config) == HOPPER_ARCH   # every new body under the gate
-            measured = _ours(torch, bundle, device, row, sets[:1] if scalar else sets, forwards,
-                             refs if gated else None,
+            measured = _ours(torch, bundle, device, row, sets[:1] if scalar else sets, forwards, refs,
                              dataclasses.replace(options, calls=1, rounds=1) if scalar else options, not scalar)
-            if gated and not measured["passed"]:
+            if not measured["passed"]:
                 failures += 1
-            entry["ours"][config.tag] = {**measured, "body": config.body}
+            entry["ours"][config.tag] = {**measured, "body": config.body, "arch": arch_of(config),
+                                         "about": config_about(config)}
         if not row.score_features:
             for backend in ("FLASH_ATTENTION", "CUDNN_ATTENTION"):
                 entry["peers"][backend] = _sdpa_peer(torch, row, backend, sets, refs, options)
@@ -515,6 +518,28 @@ def contenders(entry: dict) -> dict[str, dict | None]:
     """A row's measured entry per contender name: ours is its default (first) config."""
     ours = next(iter(entry["ours"].values()), None)
     return {name: ours if key is None else entry["peers"].get(key) for name, key in CONTENDERS}
+
+
+def config_about(config: KernelConfig) -> str:
+    """A config in a few words: its matrix instruction and, on the wgmma body, its producer and dQ path."""
+    if config.body != "tiled":
+        return config.body
+    words = [config.instruction]
+    if config.instruction == WGMMA:
+        words.append("producer" if config.producer else "no producer")
+        words.append("dQ bulk" if config.dq_bulk else "dQ by consumers")
+    return ", ".join(words)
+
+
+def config_lines(results: list[dict]) -> list[str]:
+    """Every config of ours timed on each row (the first is the op's choice on an H100 / H200)."""
+    lines = ["", "Every config of ours per row (the first is ours above):", "",
+             "| row | config | chip | what | TFLOP/s | gate |", "| --- | --- | --- | --- | --- | --- |"]
+    for entry in results:
+        for tag, measured in entry["ours"].items():
+            lines.append(f"| {entry['row']} | {tag} | {measured.get('arch', 'n/a')} | {measured.get('about', '')} | "
+                         f"{tflops_cell(measured)} | {gate_cell(measured)} |")
+    return lines
 
 
 def tflops_cell(measured: dict | None) -> str:
@@ -601,7 +626,7 @@ def _write(report: Path, results: list[dict], skipped: list[str], torch) -> None
              "rotated (torch.Generator seeds 0, 1, 2 on the GPU). Ours: the prepared launch plan; peers: "
              "torch.autograd.grad of a forward run once. Every contender's gradients of seed 0 judged by the gate "
              "first (tools/bench_gate.py).", ""]
-    lines += table_lines(results)
+    lines += table_lines(results) + config_lines(results)
     if skipped:
         lines += ["", "Not run (past the run's time budget): " + "; ".join(skipped) + "."]
     meta = {"command": command, "device": props.name, "driver": driver, "torch": torch.__version__,

@@ -223,9 +223,9 @@ def tiled_config(spec: AttentionBwdSpec, target: Target) -> TiledConfig:
     row runs without its producer where that is measured faster or the producer cannot take the spec."""
     table = tiled_table(target.arch)
     row = replace(table.get(_bucket(spec)) or table[max(table)], wave_size=target.wave_size)
-    if row.dq_bulk and (spec.deterministic or TiledBody().reasons(spec, target, row)):
-        # bf16 dQ atomics: the consumers write dQ. Deterministic mode's bulk stores of the partials are
-        # not measured yet (bench_notes.md, "Deterministic dQ by bulk stores"): the consumers store them.
+    if row.dq_bulk and TiledBody().reasons(spec, target, row):
+        # bf16 dQ atomics: the consumers write dQ. (Deterministic mode keeps the writer's bulk stores of
+        # its partials: measured 1.20x the consumers' stores, bench_notes.md "Deterministic dQ by bulk stores".)
         row = replace(row, dq_bulk=False)
     if row.producer and ((not row.dq_bulk and mask_geometry.hides_nothing(spec.mask))
                          or TiledBody().reasons(spec, target, row)):
@@ -233,10 +233,9 @@ def tiled_config(spec: AttentionBwdSpec, target: Target) -> TiledConfig:
         # faster on every row; with the consumers' atomics only where the mask cuts tiles (+5-8% causal,
         # -4% without a mask). Varlen cannot take it. The same tiles, copied by every warp, serve the rest.
         row = replace(row, producer=False, dq_bulk=False)
-    if row.instruction == WGMMA and (TiledBody().reasons(spec, target, row)
-                                     or tile_hdims(spec, row) != (spec.hdim_q, spec.hdim_v)):
-        # wgmma on head dims padded to whole 64-column blocks is not measured yet (bench_notes.md,
-        # "wgmma on padded head dims"): those stay on mma.sync's rows until it is.
+    if row.instruction == WGMMA and TiledBody().reasons(spec, target, row):
+        # (Head dims padded to whole 64-column blocks stay on wgmma: d80 1.42x and d96 1.39x the mma.sync
+        # row, bench_notes.md "wgmma on padded head dims".)
         row = TILED_TABLE[_bucket(spec)]
     if row.split_tail_loop and (spec.softcap or spec.bias != "none"):
         # Measured on plain scores only; a score modification's unmasked loop spills more once split

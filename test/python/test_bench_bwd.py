@@ -18,13 +18,24 @@ from fmha_mlir.spec import Mask  # noqa: E402
 
 def test_rows_are_the_issue_rows_then_the_long_ones_then_the_padded_ones_bf16_first():
     labels = [r.label for r in bench_bwd.ROWS]
-    assert labels[:12] == ["bf16 B4 H16 S2048 D64", "bf16 B4 H16 S2048 D128 causal", "bf16 B2 H16 S4096 D128",
+    assert labels[:13] == ["bf16 B4 H16 S2048 D64", "bf16 B4 H16 S2048 D128 causal", "bf16 B2 H16 S4096 D128",
                            "bf16 B2 H8 S2048 D256", "bf16 B1 H32 Hkv8 S8192 D128 causal", "bf16 B2 H16 S8192 D128",
                            "bf16 B2 H16 S8192 D128 causal", "bf16 B1 H16 S16384 D128",
-                           "bf16 B1 H16 S16384 D128 causal", "bf16 B4 H16 S2048 D80",
+                           "bf16 B1 H16 S16384 D128 causal", "bf16 B4 H16 S2048 D32", "bf16 B4 H16 S2048 D80",
                            "bf16 B4 H16 S2048 D96", "bf16 B4 H16 S2048 D160"]
-    assert labels[12:] == [label.replace("bf16", "f16") for label in labels[:12]]
-    assert [r.label for r in bench_bwd.ROWS[:12] if r.long] == labels[5:9]
+    assert labels[13:] == [label.replace("bf16", "f16") for label in labels[:13]]
+    assert [r.label for r in bench_bwd.ROWS[:13] if r.long] == labels[5:9]
+
+
+def test_ours_is_what_the_op_runs_on_an_h200_then_sm_90_s_row():
+    """The first config timed is sm_90a's choice (the op's on an H100 / H200), the second sm_90's mma.sync
+    row; a head dim past the wgmma rows has one config, mma.sync's, on both chips."""
+    row = bench_bwd.Row(2, 16, 16, 4096, 128, False, "bf16")
+    ours, generic = bench_bwd.row_configs(row, False)[:2]
+    assert (ours.instruction, bench_bwd.arch_of(ours)) == ("wgmma.m64n64k16", "sm_90a")
+    assert (generic.instruction, bench_bwd.arch_of(generic)) == ("mma.m16n8k16", "sm_90")
+    assert [c.instruction for c in bench_bwd.row_configs(bench_bwd.Row(2, 8, 8, 2048, 256, False, "bf16"), False)] \
+        == ["mma.m16n8k16"]
 
 
 def test_a_padded_row_computes_the_op_s_padded_spec_at_its_own_scale_and_counts_its_own_flops():

@@ -511,11 +511,16 @@ def _issued(st, what: str, slot: int, issued: list, registers=()) -> None:
 
 
 def compile_inline_asm(op: Operation, cc: KernelCompiler):
-    """The wgmma RS inline PTX of WgmmaAtom.mma_rs: accumulator registers, four A registers, the B
-    descriptor and scale-d (0: D = A B)."""
-    found = _RS.search(op.attributes.get("asm_string", ""))
+    """The inline PTX the wgmma body emits: a descriptor plus a constant (wgmma_atom.offset_descriptor), or
+    wgmma RS (WgmmaAtom.mma_rs: accumulator registers, four A registers, the B descriptor and scale-d, 0:
+    D = A B)."""
+    text = op.attributes.get("asm_string", "")
+    if text == layouts.DESCRIPTOR_OFFSET_PTX:
+        return _compile_descriptor_offset(op, cc)
+    found = _RS.search(text)
     if found is None:
-        raise cc.error(op, "the interpreter runs the inline PTX of wgmma RS (WgmmaAtom.mma_rs) only")
+        raise cc.error(op, "the interpreter runs the inline PTX of wgmma RS (WgmmaAtom.mma_rs) and of a "
+                           "descriptor's offset (wgmma_atom.offset_descriptor) only")
     n, element, b_major = int(found.group(1)), found.group(2), "K" if found.group(4) == "0" else "MN"
     slots = cc.operands(op)
     registers = n // 2
@@ -532,6 +537,17 @@ def compile_inline_asm(op: Operation, cc: KernelCompiler):
         first = np.broadcast_to(env[scale_slot], (lanes,)) == 0
         env[out], issued = _product(st, mask, what, acc, a, env[b_slot], n, element, "K", b_major, first)
         _issued(st, what, out, issued, a_slots)
+
+    return run
+
+
+def _compile_descriptor_offset(op: Operation, cc: KernelCompiler):
+    """add.s64 of a descriptor and a constant: arith.addi's i64 sum."""
+    base_slot, constant_slot = cc.operands(op)
+    out = cc.result(op)
+
+    def run(st, mask):
+        st.env[out] = np.add(st.env[base_slot], st.env[constant_slot])
 
     return run
 
