@@ -173,6 +173,25 @@ def descriptor(address, leading_byte_offset: int, stride_byte_offset: int, swizz
                                                                     swizzle_bytes)
 
 
+F32_BOX_COLUMNS = 32                  # f32 columns of one 128-byte swizzled row (dQ's shared tile, its TMA boxes)
+
+
+def f32_tile_offset(row, col, rows: int):
+    """Byte offset of f32 element (row, col) of a shared tile of 32-column boxes, each `rows` rows of 128
+    bytes in the 128-byte swizzle (the 16-byte chunk XORed with the row modulo 8): dQ's tile, which the
+    writer's TMA boxes read."""
+    box, column = col // F32_BOX_COLUMNS, col % F32_BOX_COLUMNS
+    return box * rows * 128 + row * 128 + ((column // 4) ^ (row % 8)) * CHUNK + (column % 4) * 4
+
+
+def f32_store_column(column, row):
+    """The 8-column group (a multiple of 8 inside a 32-column box) a thread at accumulator row `row` stores
+    in the store that is group `column`'s for even rows: odd rows store the group two over. A warp stores
+    a group of all its rows at once, two adjacent f32 a thread (a half-warp per pass); the swizzle maps
+    rows r and r ^ 1 onto the same 32 bytes of banks, and the swap moves one of them to other banks."""
+    return column ^ ((row % 2) * 16)
+
+
 # A descriptor plus a constant (wgmma_atom.offset_descriptor), as inline PTX so that it is issued where the
 # product that reads it is: the interpreter recognises this text.
 DESCRIPTOR_OFFSET_PTX = "add.s64 $0, $1, $2;"

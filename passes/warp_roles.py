@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from fmha_mlir.bodies import TiledBody
 from fmha_mlir.bodies.wgmma import DQ_BOX_COLUMNS, PRODUCED_TILES, SWIZZLE, tensor_maps
+from fmha_mlir.wgmma_layouts import f32_store_column, f32_tile_offset
 from fmha_mlir.mlir import arith, gpu, ir, memref, scf, vector
 
 from .flash_bwd import FlashBackward, advance
@@ -132,30 +133,29 @@ class ProducerConsumerBackward(FlashBackward):
         with if_then(arith.cmpi(arith.CmpIPredicate.uge, it, index(1))):
             self.dq_barriers.wait(DQ_FREE, self.parity(arith.subi(it, index(1))))
         atom, flat = self.atom, self.tiles["dq"].flat
+        odd = self.lanes.get(("odd_row",), lambda: as_value(Ix(self.lane_first(0)) % 2 == 1))
         for mi, row in enumerate(dq):
             for ni, c in enumerate(row):
                 groups = atom.groups(c)
-                for rows, cols, pick in self.row_pieces():
+                pieces = {(rows, cols): pick(groups) for rows, cols, pick in self.row_pieces()}
+                for (rows, cols), value in pieces.items():
+                    # odd rows store the piece wgmma_layouts.f32_store_column names (no bank conflict)
+                    value = arith.select(odd, pieces[rows, f32_store_column(cols, 1)], value)
                     at = self.dq_tile_index(tile, mi * atom.m + rows, ni * atom.n + cols)
-                    value = pick(groups)
-                    if isinstance(value.type, ir.VectorType):
-                        vector.store(value, flat, [at], alignment=4 * atom.group_width)
-                    else:
-                        memref.store(value, flat, [at])
+                    vector.store(value, flat, [at], alignment=4 * atom.group_width)
         fence_proxy_async()    # the reduce-adds read the tile through the async proxy
         self.dq_barriers.arrive(DQ_FULL)
 
     def dq_tile_index(self, tile, row: int, col: int) -> "ir.Value":
-        """The f32 index in dQ's shared tile of this lane's first accumulator element of warp tile `tile`
-        at (row, col) more (row a multiple of 8): 32-column blocks of block_m rows x 128 bytes, the
-        128-byte swizzle XOR-ing each 16-byte chunk with the row modulo 8, which is the lane's own."""
+        """The f32 index in dQ's shared tile (wgmma_layouts.f32_tile_offset) of the piece this lane stores
+        for its first accumulator element of warp tile `tile` at (row, col) more (row a multiple of 8):
+        at an odd row, the piece of the column group f32_store_column names."""
         block = DQ_BOX_COLUMNS * 4 * self.bm
 
         def lane_part(column: int) -> "ir.Value":   # column: col modulo 32, a multiple of 8
             r, c = Ix(self.lane_first(0)), Ix(self.lane_first(1))
-            chunk = ((c + column) // 4) ^ (r % 8)
-            base = Ix(tile.col0) * (block // DQ_BOX_COLUMNS) + (Ix(tile.row0) + r) * SWIZZLE
-            return as_value((base + chunk * 16 + (c % 4) * 4) // 4)
+            stored = Ix(tile.col0) + c + f32_store_column(column, r)
+            return as_value(f32_tile_offset(Ix(tile.row0) + r, stored, self.bm) // 4)
 
         hoisted = self.lanes.get(("dq_tile", id(tile), col % DQ_BOX_COLUMNS), lambda: lane_part(col % DQ_BOX_COLUMNS))
         constant = ((col // DQ_BOX_COLUMNS) * block + row * SWIZZLE) // 4

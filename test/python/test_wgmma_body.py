@@ -119,7 +119,7 @@ def test_wgmma_limits_are_refused_with_the_reason(spec, config, field, words):
 @pytest.mark.parametrize("spec,instruction", [
     (AttentionBwdSpec("bf16", 64), WGMMA),
     (AttentionBwdSpec("f16", 128, mask=Mask("causal_top_left")), WGMMA),
-    (AttentionBwdSpec("bf16", 96), "mma.m16n8k16"),       # padded wgmma tiles not measured yet: mma.sync's row
+    (AttentionBwdSpec("bf16", 96), WGMMA),                # on tiles padded to 128 columns (measured 1.39x)
     (AttentionBwdSpec("bf16", 256), "mma.m16n8k16"),      # no wgmma row
 ])
 def test_sm_90a_takes_the_wgmma_rows_where_they_take_the_spec(spec, instruction):

@@ -154,3 +154,38 @@ def test_swizzle_and_tile_offsets_emitted_through_ix_fold_to_their_int_answers()
         returned = list(function.regions[0].blocks[0].operations)[-1].operands
         folded = [ir.IntegerAttr(v.owner.attributes["value"]).value for v in returned]
     assert folded == [tile.physical(mn, k) for mn, k in cases]
+
+
+def _dq_store_passes(swap: bool) -> list[int]:
+    """Shared-memory passes of each of a warp's 64-bit stores of its accumulator into dQ's f32 tile (a
+    64-row tile of 32-column boxes; 16 lanes a pass, a pass per distinct dword in the busiest bank)."""
+    lanes = np.arange(32)
+    row, col = wl.accumulator(lanes, 0)          # warp 0: rows 0..7, columns 0, 2, 4, 6
+    counts = []
+    for rows in (0, 8):
+        for group in range(0, 64, 8):
+            column = wl.f32_store_column(group % 32, row) if swap else np.full(32, group % 32)
+            offsets = wl.f32_tile_offset(row + rows, 32 * (group // 32) + col + column, 64)
+            for half in (offsets[:16], offsets[16:]):
+                dwords = {int(o) // 4 + i for o in half for i in range(2)}
+                counts.append(max(sum(1 for d in dwords if d % 32 == bank) for bank in range(32)))
+    return counts
+
+
+def test_dq_tile_stores_take_one_pass_a_half_warp():
+    """With odd rows storing the column group two over (f32_store_column), every half-warp's 128 bytes
+    fall in distinct banks; stored in place, rows r and r ^ 1 share banks (ncu: 4 wavefronts, not 2)."""
+    assert set(_dq_store_passes(swap=True)) == {1}
+    assert set(_dq_store_passes(swap=False)) == {2}
+
+
+def test_the_swapped_dq_stores_cover_each_element_once():
+    """Every (row, column) of a warp's rows is stored exactly once, at its own swizzled offset."""
+    lanes = np.arange(32)
+    row, col = wl.accumulator(lanes, 0)
+    seen = []
+    for rows in (0, 8):
+        for group in range(0, 64, 8):
+            stored = 32 * (group // 32) + col + wl.f32_store_column(group % 32, row)
+            seen += [(int(r), int(c) + e) for r, c in zip(row + rows, stored) for e in (0, 1)]
+    assert sorted(seen) == [(r, c) for r in range(16) for c in range(64)]
