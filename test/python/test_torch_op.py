@@ -132,6 +132,22 @@ def test_auto_picks_by_device_and_options():
         pick(forward="flash")
 
 
+
+def test_compiled_flex_is_not_picked_for_head_dims_below_16():
+    """torch's inductor lowers flex only from head dim 16 (an InductorError from inside torch.compile at d8,
+    seen on the H200): on CUDA a d8 call past flash and efficient falls to math, and asking for flex says why."""
+    from fmha_mlir.spec import AttentionBwdSpec, Mask
+    from fmha_mlir.torch.forwards import ForwardCase, choose_forward
+
+    def case(hdim, forward="auto"):
+        spec = AttentionBwdSpec("bf16", hdim, gqa_ratio=2, mask=Mask("causal_bottom_right"))
+        return ForwardCase("cuda", torch.bfloat16, 1, 4, 2, 33, 40, hdim, hdim, spec, forward)
+
+    assert choose_forward(case(16)).name == "flex" and choose_forward(case(8)).name == "math"
+    with pytest.raises(SpecError, match="head dims of at least 16 on CUDA"):
+        choose_forward(case(8, "flex"))
+
+
 # ---------------------------------------------------------------------------------------------------
 # our backward under the gate (CPU tensors through the interpreter)
 
