@@ -349,9 +349,15 @@ MUTANTS: list[Mutant] = [
            "[index(b * DQ_BOX_COLUMNS), q0, head, self.dq_batch]",
            "[index(b * DQ_BOX_COLUMNS), arith.addi(q0, index(1)), head, self.dq_batch]"),
     Mutant("producer: dQ's tile x0.99 (bulk reduce-adds)", "passes/warp_roles.py",
-           "                    value = pick(groups)\n",
-           "                    value = arith.mulf(pick(groups), vector.broadcast(pick(groups).type, "
-           "arith.constant(ir.F32Type.get(), 0.99)))\n"),
+           "                    value = arith.select(odd, pieces[rows, f32_store_column(cols, 1)], value)\n",
+           "                    value = arith.mulf(arith.select(odd, pieces[rows, f32_store_column(cols, 1)], value), "
+           "vector.broadcast(value.type, arith.constant(ir.F32Type.get(), 0.99)))\n"),
+    Mutant("producer: odd rows store their own column group at the swapped group's place", "passes/warp_roles.py",
+           "                    value = arith.select(odd, pieces[rows, f32_store_column(cols, 1)], value)\n",
+           "                    pass\n"),
+    Mutant("wgmma: every k step's descriptor reads its operand's first 16 columns (offsets dropped)",
+           "passes/wgmma_mma_atom.py", "        return wgmma_atom.offset_descriptor(base, constant)\n",
+           "        return wgmma_atom.offset_descriptor(base, constant - offset // 16)\n"),
     Mutant("producer: dQ's tile written before the writer freed it", "passes/warp_roles.py",
            "            self.dq_barriers.wait(DQ_FREE, self.parity(arith.subi(it, index(1))))\n",
            "            pass\n"),
