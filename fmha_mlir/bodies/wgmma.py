@@ -1,11 +1,12 @@
 """The tiled body on NVIDIA's wgmma (sm_90a): which configs it takes, and its table. The IR builder is
 passes/flash_bwd.py on passes/wgmma_mma_atom.py (a warpgroup's m64n64k16 products, operands by
-shared-memory descriptors or, for P^T and dS^T, from registers) with cp.async copies into tiles in
-wgmma's 128-byte swizzle.
+shared-memory descriptors or, for P^T and dS^T, from registers) with its copies (TMA from a producer
+warpgroup on the table's rows, passes/warp_roles.py; cp.async otherwise) into tiles in wgmma's 128-byte swizzle.
 
-Its table is sm_90a's for the head dims it has (bodies.tiled.tiled_table): measured faster than the
-mma.sync body on every benchmark row it takes (reports/bench_notes.md, "The wgmma body"). sm_90 keeps
-mma.sync: wgmma needs the arch-specific chip."""
+Its table is sm_90a's for the head dims up to its largest row (bodies.tiled.tiled_table; the ones between
+its rows on padded tiles): measured faster than the mma.sync body on every benchmark row it takes
+(reports/bench_notes.md, "The wgmma body", "The Hopper body after this session"). sm_90 keeps mma.sync:
+wgmma needs the arch-specific chip."""
 from __future__ import annotations
 
 from ..errors import Reason
