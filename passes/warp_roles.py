@@ -150,7 +150,6 @@ class ProducerConsumerBackward(FlashBackward):
         """The f32 index in dQ's shared tile (wgmma_layouts.f32_tile_offset) of the piece this lane stores
         for its first accumulator element of warp tile `tile` at (row, col) more (row a multiple of 8):
         at an odd row, the piece of the column group f32_store_column names."""
-        block = DQ_BOX_COLUMNS * 4 * self.bm
 
         def lane_part(column: int) -> "ir.Value":   # column: col modulo 32, a multiple of 8
             r, c = Ix(self.lane_first(0)), Ix(self.lane_first(1))
@@ -158,7 +157,8 @@ class ProducerConsumerBackward(FlashBackward):
             return as_value(f32_tile_offset(Ix(tile.row0) + r, stored, self.bm) // 4)
 
         hoisted = self.lanes.get(("dq_tile", id(tile), col % DQ_BOX_COLUMNS), lambda: lane_part(col % DQ_BOX_COLUMNS))
-        constant = ((col // DQ_BOX_COLUMNS) * block + row * SWIZZLE) // 4
+        # row (a multiple of 8) and col's whole boxes do not move the swizzle: their offset adds
+        constant = f32_tile_offset(row, col - col % DQ_BOX_COLUMNS, self.bm) // 4
         return arith.addi(hoisted, index(constant)) if constant else hoisted
 
     @staticmethod

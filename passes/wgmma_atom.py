@@ -45,11 +45,15 @@ def offset_descriptor(base: "ir.Value", constant: int) -> "ir.Value":
     As a plain add, LLVM hoists each of a loop's loop-invariant descriptors out of it, and the dozens of
     64-bit values then live across the loop in registers the consumers do not have (ptxas spills them and
     reloads one before each product): as inline PTX with side effects it stays beside its product."""
-    i64 = ir.IntegerType.get_signless(64)
-    constant = constant - (1 << 64) if constant >= 1 << 63 else constant
-    return _op("llvm.inline_asm", [base, arith.constant(i64, constant)], {
+    return _op("llvm.inline_asm", [base, i64_constant(constant)], {
         "asm_string": ir.StringAttr.get(wgmma_layouts.DESCRIPTOR_OFFSET_PTX),
-        "constraints": ir.StringAttr.get("=l,l,n"), "has_side_effects": ir.UnitAttr.get()}, [i64]).result
+        "constraints": ir.StringAttr.get("=l,l,n"), "has_side_effects": ir.UnitAttr.get()},
+        [ir.IntegerType.get_signless(64)]).result
+
+
+def i64_constant(value: int) -> "ir.Value":
+    """An i64 constant of a descriptor's unsigned 64-bit value (one with bit 63 set wraps to negative)."""
+    return arith.constant(ir.IntegerType.get_signless(64), value - (1 << 64) if value >= 1 << 63 else value)
 
 
 class SharedDescriptors:
@@ -68,7 +72,7 @@ class SharedDescriptors:
             raise ValueError(f"a {tile.swizzle}-byte swizzled tile starts at a multiple of {tile.alignment} bytes, "
                              f"not at {byte_offset}")
         value = tile.descriptor(byte_offset, mn0, k0)
-        return arith.addi(self.base_field, arith.constant(self.i64, value - (1 << 64) if value >= 1 << 63 else value))
+        return arith.addi(self.base_field, i64_constant(value))
 
 
 class WgmmaAtom:

@@ -415,13 +415,13 @@ def _padded(torch, tensor, hdim: int):
 
 
 def _ours(torch, bundle, device, row: Row, sets, forwards, refs, options: TimingOptions, steps: bool) -> dict:
-    """Gate (when `refs`), then time, one bundle's launch plan on device-resident tensors; with `steps`
-    also each step of the plan alone (where the time goes), timed the same way."""
+    """Gate, then time, one bundle's launch plan on device-resident tensors; with `steps` also each step of
+    the plan alone (where the time goes), timed the same way."""
     runs = _prepared_runs(torch, bundle, device, row, sets, forwards)
     try:
         runs[0][0].launch()
         torch.cuda.synchronize()
-        gate = _gate_grads(row, refs, runs[0][1]) if refs else None
+        gate = _gate_grads(row, refs, runs[0][1])
         turn = itertools.cycle([run for run, _ in runs])
         entry = _measured(row, options.time(torch, lambda: next(turn).launch()), gate)
         entry["steps"] = _time_steps(torch, runs[0][0], options) if steps else {}
