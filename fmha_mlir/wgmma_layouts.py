@@ -43,6 +43,21 @@ def accumulator_offset(register: int) -> tuple[int, int]:
     return 8 * ((register // 2) % 2), 8 * (register // 4) + register % 2
 
 
+def dq_fragment_position(row, col, hdim: int):
+    """Where logical (row, col) of dQ lies in a dq_acc of `hdim` columns (a multiple of 128) kept in fragment
+    order (ints or Ix). Each block of 16 rows x 8 columns is 128 adjacent values of one row, thread-major:
+    lane l of a warp (rows r and r + 8, columns 2c and 2c + 1, l = 4 (r % 8) + c) has its four values there,
+    its accumulator registers 4j .. 4j + 3 in order, at 4 l: one aligned v4 atomic of adjacent registers a
+    thread, 512 contiguous bytes a warp. A 16-row group's blocks fill its 16 rows in column-block order.
+    bodies.tiled.dq_fragment_order says where; the convert puts the values back. FlashAttention-3 keeps its
+    dQ accumulator in fragment order likewise."""
+    r, c = row % 16, col % 8
+    lane = 4 * (r % 8) + c // 2
+    flat = 4 * lane + 2 * (r // 8) + c % 2
+    per_row, block = hdim // 128, col // 8
+    return row - r + block // per_row, 128 * (block % per_row) + flat
+
+
 def a_fragment(thread, element):
     """(row, col) of the 64 x 16 A operand held by 16-bit `element` (0 .. 7: four .b32 registers of two)
     of warpgroup `thread`, in wgmma's register-A (RS) form. It is the accumulator pattern over 16 columns,

@@ -70,6 +70,11 @@ class MmaAtom(Protocol):
     def complete(self, pending: int) -> None:
         """Wait until at most `pending` groups of products are in flight (nothing to do for a synchronous atom)."""
 
+    def narrowed(self, cols: int) -> "MmaAtom":
+        """The atom for a product whose unit tile is `cols` columns wide: one of that width where the
+        instruction has one and `cols` is under n (wgmma: m64n32 for S^T split over two warpgroups), else
+        this atom. Its accumulators are its own (zero, groups)."""
+
     def registers(self, groups: list) -> Registers:
         """Accumulator groups (f32, [mi][ni][g]) as the A operand of a later product, in the form the atom
         keeps it (wgmma: packed 16-bit pairs, made at once so that the f32 values die early)."""
@@ -106,6 +111,9 @@ class SynchronousAtom:
 
     def complete(self, pending: int) -> None:
         """Nothing in flight."""
+
+    def narrowed(self, cols: int) -> "SynchronousAtom":
+        return self   # one n: the unit tiles are whole instruction tiles (TiledBody._tile_reasons)
 
     def registers(self, groups: list) -> Registers:
         return Registers(groups)

@@ -20,7 +20,8 @@ cut tiles pay for masked scores.
 
 The schedule computes on the atom's accumulator groups (atoms.py): every position of a score, a bias,
 an atomic or a store is the lane's first accumulator position (atom.position(0, 0)) plus the atom's
-constant group_offset, offset by the warp's and the tile's first row and column.
+constant group_offset, offset by the warp's and the tile's first row and column. S^T and dP^T have an
+atom of their own (sdp_atom: a narrower wgmma where a unit holds part of a query block's columns).
 """
 from __future__ import annotations
 
@@ -29,13 +30,14 @@ from dataclasses import dataclass
 from typing import Callable
 
 from fmha_mlir import mask_geometry
-from fmha_mlir.bodies import TiledBody, tile_hdims, tiled_block_ids
+from fmha_mlir.bodies import TiledBody, dq_fragment_order, tile_hdims, tiled_block_ids
 from fmha_mlir.dialects import fmha
 from fmha_mlir.dialects.fmha_types import element_type
 from fmha_mlir.kernel_config import KernelConfig
 from fmha_mlir.matrix_layouts import warp_block
 from fmha_mlir.mlir import arith, gpu, ir, memref, scf, vector
 from fmha_mlir.spec import AttentionBwdSpec
+from fmha_mlir.wgmma_layouts import dq_fragment_position
 
 from .atoms import CopyAtom, MmaAtom, Operand
 from .ir_builders import accumulate, dims, f32, if_then, index, scalar_elements, splat, vector_shape, wave_uniform
@@ -114,6 +116,8 @@ class FlashBackward:
             self.dkv = warp_tile(self.warp, config.dkv_warps, self.bn, self.hdim_q)      # dK
             self.dkv_v = warp_tile(self.warp, config.dkv_warps, self.bn, self.hdim_v)    # dV
             self.dq_tile = warp_tile(self.warp, config.dq_warps, self.bm, self.hdim_q)   # dQ
+        # S^T's and dP^T's atom: narrower than the others' where a unit's S^T columns are fewer than its n.
+        self.sdp_atom = self.atom.narrowed(self.sdp.cols)
 
     # -- the loop ------------------------------------------------------------------------------------
 
@@ -263,7 +267,7 @@ class FlashBackward:
 
     def step(self, head, m, stage, dk, dv, masked: "bool | None" = None):
         """One query block: S^T, P^T, dP^T, dS^T, then dV, dK, dQ (`masked`: as loop's)."""
-        spec, config, atom, tiles = self.spec, self.config, self.atom, self.tiles
+        spec, config, atom, sdp_atom, tiles = self.spec, self.config, self.atom, self.sdp_atom, self.tiles
         q0 = arith.muli(m, index(self.bm))
         rows = self.stage_rows(stage)
         sdp, dkv, dkv_v = self.sdp, self.dkv, self.dkv_v
@@ -272,11 +276,11 @@ class FlashBackward:
         # S^T = K Q^T and dP^T = V dO^T: A = K / V rows, B^T = Q / dO rows (all k-major). An asynchronous
         # atom has dP^T in flight while P^T is computed.
         overlap = atom.asynchronous
-        s = atom.gemm(self.zeros(sdp), sdp, self.k_hdim_q, Operand(tiles["k"], True, sdp.row0),
+        s = sdp_atom.gemm(self.zeros(sdp, sdp_atom), sdp, self.k_hdim_q, Operand(tiles["k"], True, sdp.row0),
                       Operand(tiles["q"], True, query_rows), wait=not overlap)
         if overlap:
-            dp = atom.gemm(self.zeros(sdp), sdp, self.k_hdim_v, Operand(tiles["v"], True, sdp.row0),
-                           Operand(tiles["do"], True, query_rows), wait=False)
+            dp = sdp_atom.gemm(self.zeros(sdp, sdp_atom), sdp, self.k_hdim_v, Operand(tiles["v"], True, sdp.row0),
+                               Operand(tiles["do"], True, query_rows), wait=False)
             atom.complete(1)
         # With dP^T in flight, each LSE is read where P^T first needs it and D once dS^T does: fewer values
         # live next to the accumulators.
@@ -291,17 +295,17 @@ class FlashBackward:
             atom.complete(0)
             dsum, = self.row_values(stage, ("d",))
         else:
-            dp = atom.gemm(self.zeros(sdp), sdp, self.k_hdim_v, Operand(tiles["v"], True, sdp.row0),
-                           Operand(tiles["do"], True, query_rows))
+            dp = sdp_atom.gemm(self.zeros(sdp, sdp_atom), sdp, self.k_hdim_v, Operand(tiles["v"], True, sdp.row0),
+                               Operand(tiles["do"], True, query_rows))
         column = self.group_columns
         ds = [[[arith.mulf(p_g, arith.subf(dp_g, self.per_group(dsum[ni][column[g]])))
-                for g, (p_g, dp_g) in enumerate(zip(p[mi][ni], atom.groups(dp[mi][ni])))]
+                for g, (p_g, dp_g) in enumerate(zip(p[mi][ni], sdp_atom.groups(dp[mi][ni])))]
                for ni in range(len(p[0]))] for mi in range(len(p))]
         if spec.dbias:
             self.add_bias_grad(bias, [(ds[mi][ni][g], *self.score_positions(mi, ni, g, q0))
                                       for mi in range(len(p)) for ni in range(len(p[0]))
-                                      for g in range(atom.group_count)])
-        ds = [[[softcap_grad(ds_g, s_g, spec) for ds_g, s_g in zip(ds[mi][ni], atom.groups(s[mi][ni]))]
+                                      for g in range(sdp_atom.group_count)])
+        ds = [[[softcap_grad(ds_g, s_g, spec) for ds_g, s_g in zip(ds[mi][ni], sdp_atom.groups(s[mi][ni]))]
                for ni in range(len(p[0]))] for mi in range(len(p))]
 
         # dV += P^T dO, dK += dS^T Q: A = P^T / dS^T (registers or k-major rows); B = dO / Q rows (k). An
@@ -311,9 +315,9 @@ class FlashBackward:
         if early_dv:
             dv = atom.gemm(dv, dkv_v, self.bm, p_t, Operand(tiles["do"], False, rows, dkv_v.col0), wait=False)
         self.before_shared_stores()
-        atom.store_groups(tiles["ds"], ds, sdp.row0, sdp.col0)
+        sdp_atom.store_groups(tiles["ds"], ds, sdp.row0, sdp.col0)
         if not config.p_in_registers:
-            atom.store_groups(tiles["p"], p, sdp.row0, sdp.col0)
+            sdp_atom.store_groups(tiles["p"], p, sdp.row0, sdp.col0)
         atom.shared_written()
         self.step_barrier()
 
@@ -349,8 +353,9 @@ class FlashBackward:
         atom.complete(0)
         return dk, dv
 
-    def zeros(self, tile: WarpTile) -> list[list["ir.Value"]]:
-        return [[self.atom.zero for _ in range(tile.cols // self.atom.n)] for _ in range(tile.rows // self.atom.m)]
+    def zeros(self, tile: WarpTile, atom: "MmaAtom | None" = None) -> list[list["ir.Value"]]:
+        atom = atom or self.atom
+        return [[atom.zero for _ in range(tile.cols // atom.n)] for _ in range(tile.rows // atom.m)]
 
     # -- where a lane's accumulator elements lie ---------------------------------------------------------
 
@@ -377,7 +382,7 @@ class FlashBackward:
 
     def score_positions(self, mi: int, ni: int, g: int, q0) -> tuple["ir.Value", "ir.Value"]:
         """(queries, keys) of group g of S^T tile (mi, ni): an index for the shared one, a vector for the other."""
-        atom, sdp = self.atom, self.sdp
+        atom, sdp = self.sdp_atom, self.sdp
         keys = self.along(arith.addi(self.k0, sdp.row0), mi * atom.m, g, 0)
         queries = self.along(arith.addi(q0, sdp.col0), ni * atom.n, g, 1)
         return queries, keys
@@ -391,7 +396,7 @@ class FlashBackward:
         """For each group of an accumulator tile, which of the tile's distinct group columns it lies in
         (row_values holds one LSE and D per distinct column: one for mma.sync and MFMA, whose groups of a
         tile share their columns; eight for wgmma's 64-column tile)."""
-        offsets = [self.atom.group_offset(g, 0)[1] for g in range(self.atom.group_count)]
+        offsets = [self.sdp_atom.group_offset(g, 0)[1] for g in range(self.sdp_atom.group_count)]
         distinct = sorted(set(offsets))
         return [distinct.index(o) for o in offsets]
 
@@ -399,7 +404,7 @@ class FlashBackward:
         """Per name ("lse" or "d"), row_value of every [n-tile][distinct group column] (group_columns)."""
         columns = len(set(self.group_columns))
         out = [[] for _ in names]
-        for ni in range(self.sdp.cols // self.atom.n):
+        for ni in range(self.sdp.cols // self.sdp_atom.n):
             for values in out:
                 values.append([])
             for c in range(columns):
@@ -410,7 +415,7 @@ class FlashBackward:
     def row_value(self, name: str, stage, ni: int, column: int) -> "ir.Value":
         """LSE (name "lse", as the exponent takes it) or D ("d") of the query columns this lane holds in
         n-tile ni's distinct group column `column`: a vector over a group that runs along columns, else one f32."""
-        atom, sdp = self.atom, self.sdp
+        atom, sdp = self.sdp_atom, self.sdp
         width = atom.group_width if atom.group_axis == "col" else 1
         lane_col = self.lanes.get(("row_values", id(sdp.col0)), lambda: arith.addi(sdp.col0, self.lane_first(1)))
         offset = sorted({atom.group_offset(g, 0)[1] for g in range(atom.group_count)})[column]
@@ -424,7 +429,7 @@ class FlashBackward:
         them or they cross a sequence end: `masked` None tests the tile; True / False is the loop's
         decision for every step); with a bias (score_mods.ScoreBias of this step's head) its term is
         added first. lse(ni, c) gives row_value("lse", ...) of n-tile ni's group column c."""
-        atom, spec = self.atom, self.spec
+        atom, spec = self.sdp_atom, self.spec
         m_tiles, n_tiles = len(s), len(s[0])
 
         def compute(masked: bool):
@@ -515,9 +520,12 @@ class FlashBackward:
     def add_dq(self, dq, head, q0, tile: WarpTile) -> None:
         """dq_acc[b, head, q0 + row, col...] += dS K, one f32 atomic (deterministic: a store) per piece
         (rows are padded to whole query blocks; the convert applies the softmax scale); none at the
-        tile's columns past hdim_q."""
+        tile's columns past hdim_q. In fragment order (bodies.dq_fragment_order), one per 16-byte run."""
         atom = self.atom
         q_first, col_first = arith.addi(q0, tile.row0), tile.col0
+        if dq_fragment_order(self.spec, self.config):
+            self.add_dq_runs(dq, head, q_first, col_first)
+            return
         for mi, row in enumerate(dq):
             for ni, c in enumerate(row):
                 groups = atom.groups(c)
@@ -526,6 +534,30 @@ class FlashBackward:
                     col = self.coordinate(col_first, ni * atom.n + cols, 1)
                     with self.inside_head_dim(col, self.spec.hdim_q, self.hdim_q):
                         self.add_dq_value(value, head, q, col)
+
+    def add_dq_runs(self, dq, head, q_first, col_first) -> None:
+        """add_dq into a dq_acc in fragment order: the groups of one column pair 8 rows apart, in a block of
+        16 rows x 8 columns, as one vector<4> at the run's place (wgmma_layouts.dq_fragment_position). A
+        place is the lane's (with the warpgroup's first column) plus the run's constant one: blocks whole
+        in rows and in pairs of column blocks move by whole rows and 128 columns."""
+        atom, hdim = self.atom, self.spec.hdim_q
+        assert hdim == self.hdim_q, "fragment order is for head dims the tiles hold unpadded (dq_fragment_order)"
+        offsets = [atom.group_offset(g, 0) for g in range(atom.group_count)]
+        runs = [(g, offsets.index((rows + 8, cols))) for g, (rows, cols) in enumerate(offsets) if rows % 16 == 0]
+        lane_row, lane_col = (self.lanes.get(("dq_run", axis), lambda axis=axis: as_value(dq_fragment_position(
+            Ix.lane(self.lane_first(0), self.lanes), Ix.lane(col_first, self.lanes) + self.lane_first(1), hdim)[axis]))
+            for axis in (0, 1))
+        run_type = ir.VectorType.get([2 * atom.group_width], ir.F32Type.get())
+        for mi, row in enumerate(dq):
+            for ni, c in enumerate(row):
+                groups = atom.groups(c)
+                for first, second in runs:
+                    rows, cols = offsets[first]
+                    value = vector.from_elements(run_type, [vector.extract(groups[g], [], [e])
+                                                            for g in (first, second) for e in range(atom.group_width)])
+                    at_row, at_col = dq_fragment_position(mi * atom.m + rows, ni * atom.n + cols, hdim)
+                    q = arith.addi(arith.addi(q_first, index(at_row)), lane_row)
+                    self.add_dq_value(value, head, q, arith.addi(lane_col, index(at_col)))
 
     def add_dq_value(self, value: "ir.Value", head, q, col) -> None:
         """dQ's value (f32 or a vector of adjacent, even-aligned columns) at (head, q, col) for this key

@@ -14,8 +14,10 @@ from dataclasses import dataclass
 
 from fmha_mlir.dtypes import BYTES
 from fmha_mlir.mlir import arith, ir, memref, scf, vector
+from fmha_mlir.wgmma_layouts import dq_fragment_position
 
 from .ir_builders import f32, index, memref_type, scalar_elements, splat, to_f32, vector_shape
+from .ix import Ix, as_value
 
 
 @dataclass(frozen=True)
@@ -55,6 +57,23 @@ def copy_slice(source: "ir.Value", dest: "ir.Value", row: list["ir.Value"], lane
                factor: float = 1.0) -> None:
     """dest[row..., slice] = factor * source[row..., slice], converted through f32 as one (vector) value."""
     value = _load_f32(source, row, lane_slice)
+    if factor != 1.0:
+        value = arith.mulf(value, splat(f32(factor), vector_shape(value.type)))
+    _store(value, dest, row, lane_slice)
+
+
+def copy_fragment_slice(source: "ir.Value", dest: "ir.Value", row: list["ir.Value"], lane_slice: LaneSlice,
+                        factor: float = 1.0) -> None:
+    """copy_slice from a source in fragment order (wgmma_layouts.dq_fragment_position, which keeps each
+    column pair together): the slice's pairs gathered from where they lie, stored as one slice."""
+    logical_row, hdim = Ix.lane(row[-1]), memref_type(dest).shape[-1]
+    elements = []
+    for pair in range(0, lane_slice.width, 2):
+        col = Ix.lane(arith.addi(lane_slice.start, index(pair)) if pair else lane_slice.start)
+        at_row, at_col = (as_value(x) for x in dq_fragment_position(logical_row, col, hdim))
+        loaded = _load_f32(source, row[:-1] + [at_row], LaneSlice(at_col, 2))
+        elements += [vector.extract(loaded, [], [e]) for e in range(2)]
+    value = vector.from_elements(ir.VectorType.get([lane_slice.width], ir.F32Type.get()), elements)
     if factor != 1.0:
         value = arith.mulf(value, splat(f32(factor), vector_shape(value.type)))
     _store(value, dest, row, lane_slice)

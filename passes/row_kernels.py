@@ -13,13 +13,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fmha_mlir import mask_geometry
+from fmha_mlir.bodies import dq_fragment_order
 from fmha_mlir.dialects import fmha
 from fmha_mlir.mlir import arith, gpu, ir, memref, scf
 from fmha_mlir.spec import AttentionBwdSpec
 
 from .ir_builders import f32, index
 from .ix import Ix, as_value
-from .lane_slice import LaneSlice, copy_partial_sum, copy_slice, load_f32
+from .lane_slice import LaneSlice, copy_fragment_slice, copy_partial_sum, copy_slice, load_f32
 from .score_mods import LOG2_E
 
 
@@ -154,7 +155,9 @@ def convert_grad(op: "ir.Operation", spec: AttentionBwdSpec, wave: Wave) -> None
         partials = fmha.ConvertGradOp.partials_of(op)
         if fmha.ConvertGradOp.grad_of(op) != "dbias":
             if not partials:
-                copy_slice(acc, out, wave.indices, wave.slice_of(acc), factor)
+                fragments = fmha.ConvertGradOp.grad_of(op) == "dq" and dq_fragment_order(spec, fmha.config_of(op))
+                copy = copy_fragment_slice if fragments else copy_slice
+                copy(acc, out, wave.indices, wave.slice_of(acc), factor)
                 return
             copy_partial_sum(acc, out, wave.indices, wave.slice_of(acc), factor,
                              _visiting_key_blocks(op, spec, wave.indices[2]))

@@ -1,7 +1,9 @@
-"""The schedule's matrix atom on wgmma (passes/atoms.py, MmaAtom; sm_90a): a warpgroup's m64n64k16.
+"""The schedule's matrix atom on wgmma (passes/atoms.py, MmaAtom; sm_90a): a warpgroup's m64n64k16, or
+m64nNk16 with N dividing 64 for a product whose warpgroup holds fewer columns (`narrowed`: S^T split
+along the queries at d256).
 
-An instruction tile is 64 x 64 of one warpgroup: its accumulator an !llvm.struct of 32 f32 per thread
-(wgmma_layouts.accumulator), its groups the 16 register pairs that hold two adjacent columns of one row
+An instruction tile is 64 x n of one warpgroup: its accumulator an !llvm.struct of n / 2 f32 per thread
+(wgmma_layouts.accumulator), its groups the n / 4 register pairs that hold two adjacent columns of one row
 (group_axis "col", as mma.sync's). Operands are read from shared tiles in wgmma's layout
 (passes/wgmma_tiles.py) through matrix descriptors, either major; an A operand taken from accumulators
 (P^T, dS^T) is the RS form, since the accumulator's pattern over 16 columns is the A operand's.
@@ -23,31 +25,41 @@ from .atoms import Operand, Registers
 from .hopper_sync import fence_proxy_async
 from .ir_builders import index
 from .ix import Ix, LaneValues, as_value
-from .wgmma_tiles import SWIZZLE, WgmmaTile, wgmma_views
+from .wgmma_tiles import BLOCK, SWIZZLE, WgmmaTile, wgmma_views
 
-M, N, K = WGMMA_SHAPE   # one warpgroup's instruction tile: N is one swizzled block (wgmma_tiles.BLOCK)
+M, N, K = WGMMA_SHAPE   # one warpgroup's instruction tile: N, the default n, is one swizzled block (wgmma_tiles.BLOCK)
 
 
 class WgmmaMmaAtom:
-    m, n, k = M, N, K
+    m, k = M, K
     shape = None
-    group_axis, group_count, group_width = "col", N // 4, 2
+    group_axis, group_width = "col", 2
     asynchronous = True
 
-    def __init__(self, element: "ir.Type", thread: "ir.Value", lanes: LaneValues):
-        self.element, self.lanes = element, lanes
+    def __init__(self, element: "ir.Type", thread: "ir.Value", lanes: LaneValues, n: int = N):
+        self.element, self.lanes, self._thread = element, lanes, thread
+        self.n, self.group_count = n, n // 4
         self.thread = Ix.lane(thread, lanes)
-        self.ops = wgmma_atom.WgmmaAtom(N, str(element), thread)
+        self.ops = wgmma_atom.WgmmaAtom(n, str(element), thread)
         self.c_type = self.ops.acc_type
         with lanes.hoist:
             self.zero = self.ops.zeros()
         self.i64 = ir.IntegerType.get_signless(64)
         self.base_field = None    # set by shared_tiles, which the schedule calls before any product
 
+    def narrowed(self, cols: int) -> "WgmmaMmaAtom":
+        """The atom for a unit tile of `cols` columns: m64n{cols} where that is under one swizzled block
+        (S^T of a warpgroup that holds part of a query block's columns), else this one."""
+        if cols >= self.n:
+            return self
+        atom = WgmmaMmaAtom(self.element, self._thread, self.lanes, cols)
+        atom.base_field = self.base_field
+        return atom
+
     # -- positions -------------------------------------------------------------------------------------
 
     def position(self, register: int = 0, element: int = 0) -> tuple[Ix, Ix]:
-        """(row, col) inside the 64 x 64 tile of this thread's group `register`, element `element`."""
+        """(row, col) inside the 64 x n tile of this thread's group `register`, element `element`."""
         return wgmma_layouts.accumulator(self.thread, 2 * register + element)
 
     def group_offset(self, group: int, element: int) -> tuple[int, int]:
@@ -73,12 +85,18 @@ class WgmmaMmaAtom:
     def store_groups(self, tile: WgmmaTile, values, row: "ir.Value", col: "ir.Value") -> None:
         """Each group's two adjacent columns of one row, rounded, as one 4-byte store."""
         lane_row, lane_col = self.position(0, 0)
-        chunk_offset = self.lanes.get(("wgmma_chunks", id(col)), lambda: arith.divui(col, index(8)))
+        if self.n % BLOCK == 0:   # the unit's first column starts a swizzled block
+            chunk_lane = 0
+            chunk_offset = self.lanes.get(("wgmma_chunks", id(col)), lambda: arith.divui(col, index(8)))
+        else:   # a narrow unit's columns lie inside one block (n divides it), from a uniform chunk of it
+            chunk_lane = (Ix.lane(col, self.lanes) // 8) % (BLOCK // 8)
+            chunk_offset = self.lanes.get(("wgmma_blocks", id(col)),
+                                          lambda: arith.muli(arith.divui(col, index(BLOCK)), index(BLOCK // 8)))
         for mi, tiles in enumerate(values):
             for ni, groups in enumerate(tiles):
                 for g, pair in enumerate(groups):
                     rows, cols = self.group_offset(g, 0)
-                    at = tile.element(self.lanes, lane_row, 0, row=mi * M + rows, col=ni * N + cols,
+                    at = tile.element(self.lanes, lane_row, chunk_lane, row=mi * M + rows, col=ni * self.n + cols,
                                       row_offset=row, chunk_offset=chunk_offset)
                     at = arith.addi(at, self.lanes.get(("wgmma_pair", id(self)), lambda: as_value(lane_col)))
                     vector.store(arith.truncf(ir.VectorType.get([2], self.element), pair), tile.flat, [at],
@@ -88,18 +106,18 @@ class WgmmaMmaAtom:
 
     def gemm(self, acc: list[list["ir.Value"]], tile, k_extent: int, a: "Operand | Registers",
              b: Operand, wait: bool = True) -> list[list["ir.Value"]]:
-        """acc[mi][ni] += A B over k_extent for a warpgroup's tile, one wgmma chain per 64 x 64, committed
+        """acc[mi][ni] += A B over k_extent for a warpgroup's tile, one wgmma chain per 64 x n, committed
         as one group (waited for unless `wait` is False: then `complete` waits)."""
         a_base = None if isinstance(a, Registers) else self._operand_base(a)
         b_base = self._operand_base(b)
         wgmma_atom.fence()
         out = [list(row) for row in acc]
         for mi in range(tile.rows // M):
-            for ni in range(tile.cols // N):
+            for ni in range(tile.cols // self.n):
                 c = out[mi][ni]
                 first = c is self.zero
                 for k0 in range(0, k_extent, K):
-                    b_desc = self._descriptor(b, b_base, ni * N, k0)
+                    b_desc = self._descriptor(b, b_base, ni * self.n, k0)
                     if isinstance(a, Registers):
                         c = self.ops.mma_rs(c, self._registers(a, mi, k0), b_desc, first,
                                             "K" if b.k_major else "MN")
@@ -141,6 +159,6 @@ class WgmmaMmaAtom:
     def _registers(self, a: Registers, mi: int, k0: int) -> list["ir.Value"]:
         """The RS A operand of k-block k0: the packed groups 4 j .. 4 j + 3 of the tile holding its columns
         (j the k-block inside it)."""
-        j = (k0 % N) // K
-        return a.groups[mi][k0 // N][4 * j:4 * j + 4]
+        j = (k0 % self.n) // K
+        return a.groups[mi][k0 // self.n][4 * j:4 * j + 4]
 

@@ -151,6 +151,8 @@ SWEEP: dict[int, list[KernelConfig]] = {
 WGMMA_SWEEP: dict[int, list[KernelConfig]] = {
     d: [dataclasses.replace(WGMMA_TABLE[d], producer=False, dq_bulk=False),
         dataclasses.replace(WGMMA_TABLE[d], producer=True, dq_bulk=False)] for d in WGMMA_TABLE}
+# d256: dQ's f32 tile fits beside one Q / dO stage only: the writer's bulk reduce-adds against double buffering.
+WGMMA_SWEEP[256].append(dataclasses.replace(WGMMA_TABLE[256], stages=1, producer=True, dq_bulk=True))
 
 
 BIAS_VARIANTS = {"elementwise": {"bias": "elementwise"}, "elementwise+dbias": {"bias": "elementwise", "dbias": True},

@@ -19,7 +19,7 @@ from ..target import Target
 from ..wgmma_layouts import SWIZZLE_ALIGNMENT
 from . import mfma, mma_sync, wgmma
 from .common import (COPY_ELEMENTS, ELEMENT_BYTES, LSE_BYTES, TILE_ALIGN, Body, Launch, SharedTile, Workspace,
-                     dims_of, row_alignment, row_launch, tiled_row_reasons)
+                     dims_of, row_alignment, row_lanes, row_launch, tiled_row_reasons)
 from .mfma import AMD_TILED_TABLE
 from .mma_sync import TILED_TABLE
 from .wgmma import HOPPER_ARCH, WGMMA_TABLE
@@ -32,10 +32,11 @@ def key_blocks(config: TiledConfig) -> Expr:
 
 def instruction_tile(config: TiledConfig) -> tuple[int, int, int, int]:
     """(m, S^T column multiple, n, k) of a unit's instruction tile: mma.sync's S^T columns come in
-    pairs of n-tiles (one ldmatrix x4 feeds two)."""
+    pairs of n-tiles (one ldmatrix x4 feeds two); wgmma's S^T takes a narrower N where a unit holds fewer
+    than n columns (wgmma.instruction_reasons: otherwise whole n-tiles)."""
     if config.instruction == WGMMA:
         m, n, k = WGMMA_SHAPE
-        return m, n, n, k
+        return m, wgmma.NARROW_N_STEP, n, k
     shape = config.mfma
     if shape is None:
         return MMA_M16N8K16.m, 2 * MMA_M16N8K16.n, MMA_M16N8K16.n, MMA_M16N8K16.k
@@ -52,6 +53,18 @@ def tile_hdims(spec: AttentionBwdSpec, config: TiledConfig) -> tuple[int, int]:
     dkv = n * config.dkv_warps[1]
     steps = (lcm(k, dkv, n * config.dq_warps[1]), lcm(k, dkv))
     return tuple(-(-hdim // step) * step for hdim, step in zip((spec.hdim_q, spec.hdim_v), steps))
+
+
+def dq_fragment_order(spec: AttentionBwdSpec, config: TiledConfig) -> bool:
+    """Whether dq_acc is kept in wgmma's fragment order (wgmma_layouts.dq_fragment_position): where the
+    consumers add dQ by f32 atomics, each thread's four values in a block of 16 rows x 8 columns become one
+    v4 atomic, a warp's 512 contiguous bytes. Its rows hold whole pairs of 64-column units (hdim_q a multiple
+    of 128, so a unit's blocks move by whole rows: flash_bwd.add_dq_runs); the convert's lanes gather
+    column pairs (an even number of columns each, row_lanes)."""
+    if getattr(config, "instruction", "") != WGMMA or config.dq_bulk or spec.deterministic or spec.grad_accum != "f32":
+        return False
+    per_lane = spec.hdim_q // row_lanes(spec.hdim_q, config.wave_size, BYTES[spec.dtype])
+    return spec.hdim_q % 128 == 0 and per_lane % 2 == 0
 
 
 class TiledBody(Body):
@@ -223,19 +236,23 @@ def tiled_config(spec: AttentionBwdSpec, target: Target) -> TiledConfig:
     row runs without its producer where that is measured faster or the producer cannot take the spec."""
     table = tiled_table(target.arch)
     row = replace(table.get(_bucket(spec)) or table[max(table)], wave_size=target.wave_size)
-    if row.dq_bulk and TiledBody().reasons(spec, target, row):
+    lost_bulk = row.dq_bulk and bool(TiledBody().reasons(spec, target, row))
+    if lost_bulk:
         # bf16 dQ atomics: the consumers write dQ. (Deterministic mode keeps the writer's bulk stores of
         # its partials: measured 1.20x the consumers' stores, bench_notes.md "Deterministic dQ by bulk stores".)
         row = replace(row, dq_bulk=False)
-    if row.producer and ((not row.dq_bulk and mask_geometry.hides_nothing(spec.mask))
+    if row.producer and ((lost_bulk and mask_geometry.hides_nothing(spec.mask))
                          or TiledBody().reasons(spec, target, row)):
-        # Measured (bench_notes.md, "Warp specialisation"): with dQ's bulk reduce-adds the producer is
-        # faster on every row; with the consumers' atomics only where the mask cuts tiles (+5-8% causal,
-        # -4% without a mask). Varlen cannot take it. The same tiles, copied by every warp, serve the rest.
+        # Measured (bench_notes.md, "Warp specialisation"): on the rows made for dQ's bulk reduce-adds, the
+        # producer with the consumers' atomics instead pays only where the mask cuts tiles (+5-8% causal,
+        # -4% without a mask); the d256 row, made for atomics, keeps it (+9.7% without a mask, "A wgmma row
+        # for d256"). Varlen cannot take it. The same tiles, copied by every warp, serve the rest.
         row = replace(row, producer=False, dq_bulk=False)
-    if row.instruction == WGMMA and TiledBody().reasons(spec, target, row):
-        # (Head dims padded to whole 64-column blocks stay on wgmma: d80 1.42x and d96 1.39x the mma.sync
-        # row, bench_notes.md "wgmma on padded head dims".)
+    if row.instruction == WGMMA and (TiledBody().reasons(spec, target, row)
+                                     or max(spec.hdim_q, spec.hdim_v) < wgmma.SMALLEST_HDIM.get(_bucket(spec), 0)):
+        # (Head dims padded to whole 64-column blocks stay on wgmma down to the row's SMALLEST_HDIM: d80 1.42x
+        # and d96 1.39x the mma.sync row, bench_notes.md "wgmma on padded head dims"; d160 on the d256 row
+        # 0.98x, "A wgmma row for d256".)
         row = TILED_TABLE[_bucket(spec)]
     if row.split_tail_loop and (spec.softcap or spec.bias != "none"):
         # Measured on plain scores only; a score modification's unmasked loop spills more once split

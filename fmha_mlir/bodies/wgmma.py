@@ -23,8 +23,18 @@ _SM90A = dict(wave_size=32, warps=8, instruction=WGMMA, swizzle="sw128", stages=
 WGMMA_TABLE: dict[int, TiledConfig] = {
     64: TiledConfig(**_SM90A, block_m=128, block_n=128, dq_warps=(2, 1)),
     128: TiledConfig(**_SM90A, block_m=64, block_n=128, dq_warps=(1, 2)),
+    # d256 (FlashAttention's DSL shape): dK and dV of 128 keys would be 256 f32 a thread, so 64 keys whose
+    # head dim the warpgroups split; S^T's query columns split too (m64n32), so P^T and dS^T reach dV and
+    # dK through shared memory (all-SS). Two Q / dO stages leave no room for dQ's f32 tile: atomics.
+    256: TiledConfig(**{**_SM90A, "p_in_registers": False, "dq_bulk": False, "sdp_warps": (1, 2),
+                        "dkv_warps": (1, 2)}, block_m=64, block_n=64, dq_warps=(1, 2)),
 }
+# The smallest head dim a row takes (default: every one of its bucket): below it the zero columns the tiles
+# are padded with cost more than wgmma gains (d160 on the d256 row: 0.98x the mma.sync row, bench_notes.md
+# "A wgmma row for d256"; d192's 64 zero columns of 256 were not measured and stay on mma.sync too).
+SMALLEST_HDIM = {256: 193}
 BLOCK_COLUMNS = 64     # columns of one 128-byte swizzled block: head dims and query blocks come in whole ones
+NARROW_N_STEP = 8      # a warpgroup's S^T under 64 columns is one m64nN tile, N a multiple of 8 dividing 64
 SWIZZLE = 128
 # The tiles a producer loads by TMA, with the rows of one box: K and V once per work-group, Q and dO per step.
 PRODUCED_TILES = {"k": "block_n", "v": "block_n", "q": "block_m", "do": "block_m"}
@@ -56,6 +66,12 @@ def instruction_reasons(target, config: TiledConfig) -> list[Reason]:
     if config.swizzle != "sw128":
         out.append(Reason("config.swizzle", f"wgmma reads tiles in the hardware's 128-byte swizzle, not "
                                             f"{config.swizzle!r}", "use swizzle='sw128'"))
+    sdp_columns = config.block_m // config.sdp_warps[1]
+    if sdp_columns % BLOCK_COLUMNS and BLOCK_COLUMNS % sdp_columns:
+        out.append(Reason("config.sdp_warps", f"a warpgroup's {sdp_columns} S^T columns are neither whole "
+                                              f"{BLOCK_COLUMNS}-column tiles nor one narrower tile inside a "
+                                              "swizzled block", f"give each warpgroup a multiple or a divisor of "
+                                                                f"{BLOCK_COLUMNS} query columns"))
     if config.block_m % BLOCK_COLUMNS:
         out.append(Reason("config.block_m", f"{config.block_m} query rows are not a whole number of "
                                             f"{BLOCK_COLUMNS}-column swizzled blocks (dS^T's columns)",

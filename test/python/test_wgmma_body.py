@@ -26,6 +26,9 @@ ONE_WARPGROUP = TiledConfig(wave_size=32, instruction=WGMMA, swizzle="sw128", bl
                             stages=2, sdp_warps=(1, 1), dkv_warps=(1, 1), dq_warps=(1, 1), p_in_registers=True)
 P_IN_SHARED = dataclasses.replace(ONE_WARPGROUP, stages=1, p_in_registers=False)
 TABLE_128 = WGMMA_TABLE[128]     # two warpgroups; dQ's side by side along the head dim
+# Two warpgroups that split S^T's queries (m64n32 each), dK / dV's and dQ's head dim; P^T and dS^T in shared memory.
+TABLE_256 = WGMMA_TABLE[256]
+D256_BULK = dataclasses.replace(TABLE_256, stages=1, dq_bulk=True)   # dQ by the writer's reduce-adds
 
 
 def run_variant(spec: AttentionBwdSpec, size: ProblemSize, config: TiledConfig, seed: int = 5, **problem):
@@ -56,19 +59,31 @@ def run_variant(spec: AttentionBwdSpec, size: ProblemSize, config: TiledConfig, 
     (AttentionBwdSpec("bf16", 64, gqa_ratio=2, grad_accum="bf16"), ProblemSize(1, 2, 80, 150), ONE_WARPGROUP),
     (AttentionBwdSpec("f16", 64, gqa_ratio=2, mask=Mask("causal_bottom_right"), sinks=True, lse_grad=True),
      ProblemSize(2, 4, 90, 70), ONE_WARPGROUP),
+    (AttentionBwdSpec("bf16", 256, mask=Mask("causal_bottom_right"), gqa_ratio=2), ProblemSize(1, 2, 100, 130),
+     TABLE_256),
+    (AttentionBwdSpec("f16", 256, hdim_v=128, softcap=20.0), ProblemSize(1, 1, 70, 150), D256_BULK),
+    (AttentionBwdSpec("bf16", 200, mask=Mask("sliding_window", 30, 10), deterministic=True),
+     ProblemSize(1, 1, 130, 90), TABLE_256),
+    (AttentionBwdSpec("bf16", 256, gqa_ratio=2, grad_accum="bf16"), ProblemSize(1, 2, 80, 100), TABLE_256),
 ], ids=["none-bf16", "br-gqa-f16", "window-p-shared-batch2", "tl-dv64", "table-d128-gqa4", "softcap",
-        "bias-dbias", "alibi-dslopes", "deterministic", "bf16-dq-atomics", "sinks-dlse"])
+        "bias-dbias", "alibi-dslopes", "deterministic", "bf16-dq-atomics", "sinks-dlse", "table-d256-br-gqa2",
+        "d256-bulk-dv128-softcap", "d200-padded-window-deterministic", "d256-bf16-dq-atomics"])
 def test_wgmma_body_matches_the_oracle(spec, size, config):
     compiled = run_variant(spec, size, config)
     assert "wgmma.mma_async" in compiled.isa and "fence.proxy.async" in compiled.isa
 
 
-def test_wgmma_body_takes_packed_sequences():
-    """varlen: sequences of 0, 1, 70 and 150 queries against 130, 0, 70 and 1 keys, several tiles each."""
+@pytest.mark.parametrize("hdim", [64, 128])
+def test_wgmma_body_takes_packed_sequences(hdim):
+    """varlen: sequences of 0, 1, 70 and 150 queries against 130, 0, 70 and 1 keys, several tiles each; d128
+    on the table's choice (no producer: dQ by v4 atomics into a dq_acc in fragment order)."""
+    from fmha_mlir.bodies import choose_config, dq_fragment_order
     from fmha_mlir.varlen_problem import make_varlen_problem
 
-    spec = AttentionBwdSpec("bf16", 64, mask=Mask("causal_bottom_right"), varlen=True)
-    compiled = compile_spec(spec, "sm_90a", body="tiled", config=ONE_WARPGROUP)
+    spec = AttentionBwdSpec("bf16", hdim, mask=Mask("causal_bottom_right"), varlen=True)
+    config = ONE_WARPGROUP if hdim == 64 else choose_config(spec, TARGETS["sm_90a"])
+    assert hdim == 64 or dq_fragment_order(spec, config)
+    compiled = compile_spec(spec, "sm_90a", body="tiled", config=config)
     bundle = Bundle(compiled.manifest, compiled.bundle_files())
     problem = make_varlen_problem(spec, (0, 1, 70, 150), (130, 0, 70, 1), heads_q=2, seed=4)
     outputs = run_bundle(bundle, CpuExecutor(atomic_order="random", seed=4), problem.tensors, problem.scalars)
@@ -108,6 +123,8 @@ def test_wgmma_needs_sm_90a(change, field, words):
     (AttentionBwdSpec("bf16", 64), dataclasses.replace(ONE_WARPGROUP, swizzle="xor"), "config.swizzle", "128-byte"),
     (AttentionBwdSpec("bf16", 64), dataclasses.replace(ONE_WARPGROUP, warps=6), "config.warps", "4 warps together"),
     (AttentionBwdSpec("bf16", 64), dataclasses.replace(ONE_WARPGROUP, warps=8), "config.sdp_warps", "warpgroups"),
+    (AttentionBwdSpec("bf16", 256), dataclasses.replace(TABLE_256, block_m=192), "config.sdp_warps",
+     "96 S^T columns are neither whole 64-column tiles nor one narrower tile"),
     (AttentionBwdSpec("f32", 64), ONE_WARPGROUP, "dtype", "f16 and bf16"),
 ])
 def test_wgmma_limits_are_refused_with_the_reason(spec, config, field, words):
@@ -120,13 +137,26 @@ def test_wgmma_limits_are_refused_with_the_reason(spec, config, field, words):
     (AttentionBwdSpec("bf16", 64), WGMMA),
     (AttentionBwdSpec("f16", 128, mask=Mask("causal_top_left")), WGMMA),
     (AttentionBwdSpec("bf16", 96), WGMMA),                # on tiles padded to 128 columns (measured 1.39x)
-    (AttentionBwdSpec("bf16", 256), "mma.m16n8k16"),      # no wgmma row
+    (AttentionBwdSpec("bf16", 256), WGMMA),
+    (AttentionBwdSpec("bf16", 200, mask=Mask("causal_top_left")), WGMMA),   # on tiles padded to 256 columns
+    (AttentionBwdSpec("bf16", 160), "mma.m16n8k16"),      # the d256 row's zero columns cost more (measured)
 ])
 def test_sm_90a_takes_the_wgmma_rows_where_they_take_the_spec(spec, instruction):
     from fmha_mlir.bodies import choose_config
 
     assert choose_config(spec, TARGETS["sm_90a"]).instruction == instruction
     assert choose_config(spec, TARGETS["sm_90"]).instruction == "mma.m16n8k16"
+
+
+def test_d256_splits_s_t_over_narrow_products():
+    """Each warpgroup's S^T and dP^T are m64n32 (half a query block), the other products m64n64; no RS form."""
+    import re
+
+    ptx = compile_spec(AttentionBwdSpec("bf16", 256), "sm_90a", body="tiled", config=TABLE_256).isa
+    shapes = re.findall(r"wgmma\.mma_async\.sync\.aligned\.(m64n\d+k16)", ptx)
+    # per step: S^T and dP^T 256 / 16 k steps each; dV, dK, dQ 2 n-tiles x 64 / 16 k steps each
+    assert shapes.count("m64n32k16") == 2 * 256 // 16 and shapes.count("m64n64k16") == 3 * 2 * 64 // 16
+    assert _register_a_products(ptx) == 0
 
 
 def test_tiles_start_on_the_swizzle_period():

@@ -189,3 +189,53 @@ def test_the_swapped_dq_stores_cover_each_element_once():
             stored = 32 * (group // 32) + col + wl.f32_store_column(group % 32, row)
             seen += [(int(r), int(c) + e) for r, c in zip(row + rows, stored) for e in (0, 1)]
     assert sorted(seen) == [(r, c) for r in range(16) for c in range(64)]
+
+
+@pytest.mark.parametrize("hdim", [128, 256])
+def test_dq_fragment_order_makes_a_warps_block_one_512_byte_run(hdim):
+    """A permutation of every 16-row group, under which the four values a thread's accumulator holds in
+    a block of 16 rows x 8 columns (registers 4j .. 4j + 3 of wl.accumulator) lie in one row, in register
+    order, at 4 x the thread's lane in its warp from the block's start (a multiple of 128): one aligned v4
+    atomic a thread, 512 contiguous bytes a warp."""
+    for group in (0, 48):
+        places = {wl.dq_fragment_position(group + r, c, hdim) for r in range(16) for c in range(hdim)}
+        assert places == {(group + r, c) for r in range(16) for c in range(hdim)}
+    for thread in range(128):
+        for j in range(16):   # the 8-column blocks of a 64 x 128 accumulator
+            places = [wl.dq_fragment_position(*wl.accumulator(thread, 4 * j + r), hdim) for r in range(4)]
+            row, col = places[0]
+            assert places == [(row, col + r) for r in range(4)] and (col - 4 * (thread % 32)) % 128 == 0
+
+
+def test_dq_fragment_places_add_up_as_the_body_adds_them():
+    """flash_bwd.add_dq_runs adds the lane's place (its first element, with its warpgroup's first column)
+    to each run's constant one: the sum is the run's own place, for every thread of the d256 row's units."""
+    for hdim in (128, 256):
+        for col0 in range(0, hdim, 64):   # a unit's first column
+            for thread in range(128):
+                lane_row, lane_col = wl.dq_fragment_position(*(a + b for a, b in zip(wl.accumulator(thread, 0),
+                                                                                      (0, col0))), hdim)
+                for register in range(0, 32, 4):
+                    row, col = wl.accumulator_offset(register)
+                    for mi, ni in itertools.product(range(2), range(2)):
+                        r, c = wl.dq_fragment_position(64 * mi + row, 64 * ni + col, hdim)
+                        logical = wl.accumulator(thread, register)
+                        assert (lane_row + r, lane_col + c) == wl.dq_fragment_position(
+                            64 * mi + logical[0], col0 + 64 * ni + logical[1], hdim)
+
+
+def test_dq_fragment_order_is_taken_only_where_consumers_add_whole_runs():
+    import dataclasses
+
+    from fmha_mlir.bodies import dq_fragment_order
+    from fmha_mlir.bodies.wgmma import WGMMA_TABLE
+    from fmha_mlir.spec import AttentionBwdSpec
+
+    d256 = WGMMA_TABLE[256]
+    assert dq_fragment_order(AttentionBwdSpec("bf16", 256), d256)
+    assert not dq_fragment_order(AttentionBwdSpec("bf16", 128), WGMMA_TABLE[128])          # the writer's bulk adds
+    assert not dq_fragment_order(AttentionBwdSpec("bf16", 256, deterministic=True), d256)  # partials stored
+    assert not dq_fragment_order(AttentionBwdSpec("bf16", 256, grad_accum="bf16"), d256)   # no dq_acc
+    assert not dq_fragment_order(AttentionBwdSpec("bf16", 224), d256)   # the convert's lanes take 7 columns
+    assert not dq_fragment_order(AttentionBwdSpec("bf16", 192), d256)   # not whole 128-column rows
+    assert dq_fragment_order(AttentionBwdSpec("bf16", 128), dataclasses.replace(WGMMA_TABLE[128], dq_bulk=False))
