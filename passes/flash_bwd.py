@@ -544,8 +544,9 @@ class FlashBackward:
         assert hdim == self.hdim_q, "fragment order is for head dims the tiles hold unpadded (dq_fragment_order)"
         offsets = [atom.group_offset(g, 0) for g in range(atom.group_count)]
         runs = [(g, offsets.index((rows + 8, cols))) for g, (rows, cols) in enumerate(offsets) if rows % 16 == 0]
-        lane_row, lane_col = (self.lanes.get(("dq_run", axis), lambda axis=axis: as_value(dq_fragment_position(
-            Ix.lane(self.lane_first(0), self.lanes), Ix.lane(col_first, self.lanes) + self.lane_first(1), hdim)[axis]))
+        lane_row, lane_col = (self.lanes.get(("dq_run", axis, id(col_first)), lambda axis=axis: as_value(
+            dq_fragment_position(Ix.lane(self.lane_first(0), self.lanes),
+                                 Ix.lane(col_first, self.lanes) + self.lane_first(1), hdim)[axis]))
             for axis in (0, 1))
         run_type = ir.VectorType.get([2 * atom.group_width], ir.F32Type.get())
         for mi, row in enumerate(dq):

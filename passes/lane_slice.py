@@ -54,29 +54,26 @@ def store_from_f32(values: list["ir.Value"], buffer: "ir.Value", row: list["ir.V
 
 
 def copy_slice(source: "ir.Value", dest: "ir.Value", row: list["ir.Value"], lane_slice: LaneSlice,
-               factor: float = 1.0) -> None:
-    """dest[row..., slice] = factor * source[row..., slice], converted through f32 as one (vector) value."""
-    value = _load_f32(source, row, lane_slice)
+               factor: float = 1.0, read=None) -> None:
+    """dest[row..., slice] = factor * source[row..., slice], converted through f32 as one (vector) value;
+    `read` (default: as it lies) reads source's slice (read_fragments: a source in fragment order)."""
+    value = (read or _load_f32)(source, row, lane_slice)
     if factor != 1.0:
         value = arith.mulf(value, splat(f32(factor), vector_shape(value.type)))
     _store(value, dest, row, lane_slice)
 
 
-def copy_fragment_slice(source: "ir.Value", dest: "ir.Value", row: list["ir.Value"], lane_slice: LaneSlice,
-                        factor: float = 1.0) -> None:
-    """copy_slice from a source in fragment order (wgmma_layouts.dq_fragment_position, which keeps each
-    column pair together): the slice's pairs gathered from where they lie, stored as one slice."""
-    logical_row, hdim = Ix.lane(row[-1]), memref_type(dest).shape[-1]
+def read_fragments(source: "ir.Value", row: list["ir.Value"], lane_slice: LaneSlice) -> "ir.Value":
+    """The slice of logical row row[-1] of a source in fragment order (wgmma_layouts.dq_fragment_position,
+    which keeps each column pair together) as f32: its pairs gathered from where they lie."""
+    logical_row, hdim = Ix.lane(row[-1]), memref_type(source).shape[-1]
     elements = []
     for pair in range(0, lane_slice.width, 2):
         col = Ix.lane(arith.addi(lane_slice.start, index(pair)) if pair else lane_slice.start)
         at_row, at_col = (as_value(x) for x in dq_fragment_position(logical_row, col, hdim))
         loaded = _load_f32(source, row[:-1] + [at_row], LaneSlice(at_col, 2))
         elements += [vector.extract(loaded, [], [e]) for e in range(2)]
-    value = vector.from_elements(ir.VectorType.get([lane_slice.width], ir.F32Type.get()), elements)
-    if factor != 1.0:
-        value = arith.mulf(value, splat(f32(factor), vector_shape(value.type)))
-    _store(value, dest, row, lane_slice)
+    return vector.from_elements(ir.VectorType.get([lane_slice.width], ir.F32Type.get()), elements)
 
 
 def copy_partial_sum(source: "ir.Value", dest: "ir.Value", row: list["ir.Value"], lane_slice: LaneSlice,

@@ -20,7 +20,7 @@ from fmha_mlir.spec import AttentionBwdSpec
 
 from .ir_builders import f32, index
 from .ix import Ix, as_value
-from .lane_slice import LaneSlice, copy_fragment_slice, copy_partial_sum, copy_slice, load_f32
+from .lane_slice import LaneSlice, copy_partial_sum, copy_slice, load_f32, read_fragments
 from .score_mods import LOG2_E
 
 
@@ -156,8 +156,8 @@ def convert_grad(op: "ir.Operation", spec: AttentionBwdSpec, wave: Wave) -> None
         if fmha.ConvertGradOp.grad_of(op) != "dbias":
             if not partials:
                 fragments = fmha.ConvertGradOp.grad_of(op) == "dq" and dq_fragment_order(spec, fmha.config_of(op))
-                copy = copy_fragment_slice if fragments else copy_slice
-                copy(acc, out, wave.indices, wave.slice_of(acc), factor)
+                read = read_fragments if fragments else None
+                copy_slice(acc, out, wave.indices, wave.slice_of(acc), factor, read)
                 return
             copy_partial_sum(acc, out, wave.indices, wave.slice_of(acc), factor,
                              _visiting_key_blocks(op, spec, wave.indices[2]))

@@ -37,7 +37,7 @@ class WgmmaMmaAtom:
     asynchronous = True
 
     def __init__(self, element: "ir.Type", thread: "ir.Value", lanes: LaneValues, n: int = N):
-        self.element, self.lanes, self._thread = element, lanes, thread
+        self.element, self.lanes = element, lanes
         self.n, self.group_count = n, n // 4
         self.thread = Ix.lane(thread, lanes)
         self.ops = wgmma_atom.WgmmaAtom(n, str(element), thread)
@@ -52,7 +52,7 @@ class WgmmaMmaAtom:
         (S^T of a warpgroup that holds part of a query block's columns), else this one."""
         if cols >= self.n:
             return self
-        atom = WgmmaMmaAtom(self.element, self._thread, self.lanes, cols)
+        atom = WgmmaMmaAtom(self.element, self.ops.thread, self.lanes, cols)
         atom.base_field = self.base_field
         return atom
 

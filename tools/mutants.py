@@ -335,7 +335,7 @@ MUTANTS: list[Mutant] = [
            "for g in (first, second) for e in range(atom.group_width)])",
            "for g in (second, first) for e in range(atom.group_width)])"),
     Mutant("wgmma d256: the convert reads a fragment-order dq_acc in logical order", ROWS,
-           "copy = copy_fragment_slice if fragments else copy_slice", "copy = copy_slice"),
+           "read = read_fragments if fragments else None", "read = None"),
     Mutant("tiled: bf16 dQ atomics add dS K unscaled", TILED,
            "scaled = arith.mulf(value, splat(f32(self.spec.scale), [2]))", "scaled = value"),
     # -- the warp-specialised wgmma body (a producer warpgroup, dQ's bulk reduce-adds) ------------------
