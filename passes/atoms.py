@@ -71,9 +71,10 @@ class MmaAtom(Protocol):
         """Wait until at most `pending` groups of products are in flight (nothing to do for a synchronous atom)."""
 
     def narrowed(self, cols: int) -> "MmaAtom":
-        """The atom for a product whose unit tile is `cols` columns wide: one of that width where the
-        instruction has one and `cols` is under n (wgmma: m64n32 for S^T split over two warpgroups), else
-        this atom. Its accumulators are its own (zero, groups)."""
+        """The atom for a product whose unit tile is `cols` columns wide: a narrower one where the
+        instruction has one and `cols` is not whole n-tiles (wgmma: m64n32 for S^T split over two
+        warpgroups, and for d192's 96 head-dim columns a warpgroup), else this atom. Its accumulators are
+        its own (zero, groups)."""
 
     def registers(self, groups: list) -> Registers:
         """Accumulator groups (f32, [mi][ni][g]) as the A operand of a later product, in the form the atom

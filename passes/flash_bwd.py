@@ -116,8 +116,11 @@ class FlashBackward:
             self.dkv = warp_tile(self.warp, config.dkv_warps, self.bn, self.hdim_q)      # dK
             self.dkv_v = warp_tile(self.warp, config.dkv_warps, self.bn, self.hdim_v)    # dV
             self.dq_tile = warp_tile(self.warp, config.dq_warps, self.bm, self.hdim_q)   # dQ
-        # S^T's and dP^T's atom: narrower than the others' where a unit's S^T columns are fewer than its n.
+        # Each product's atom: narrower than the others' where a unit's columns are not whole n-tiles (S^T's
+        # queries split over warpgroups at d256; d192's head dim split over them: 96 columns each).
         self.sdp_atom = self.atom.narrowed(self.sdp.cols)
+        self.dk_atom, self.dv_atom, self.dq_atom = (self.atom.narrowed(t.cols)
+                                                    for t in (self.dkv, self.dkv_v, self.dq_tile))
 
     # -- the loop ------------------------------------------------------------------------------------
 
@@ -128,7 +131,7 @@ class FlashBackward:
         self.copy.rows(self.v, kv_prefix, self.k0, self.seqlen_k, self.tiles["v"], None)
         self.copy.commit()
 
-        dk0, dv0 = self.zeros(self.dkv), self.zeros(self.dkv_v)
+        dk0, dv0 = self.zero_gradients()
 
         if self.config.stages == 2:
             prologue = scf.IfOp(arith.cmpi(arith.CmpIPredicate.sgt, steps, index(0)))
@@ -163,15 +166,19 @@ class FlashBackward:
             return list(tail.results)
         return self.loop(carried, steps, lo, hi, None)
 
+    def zero_gradients(self) -> tuple[list, list]:
+        """dK's and dV's accumulator tiles before the first step."""
+        return self.zeros(self.dkv, self.dk_atom), self.zeros(self.dkv_v, self.dv_atom)
+
     def store_gradients(self, results: list) -> None:
         dk, dv = self.gradients(results[2:])
-        self.store_grad(self.dk_out, dk, self.dkv, self.spec.scale, self.hdim_q)
-        self.store_grad(self.dv_out, dv, self.dkv_v, None, self.hdim_v)
+        self.store_grad(self.dk_out, dk, self.dk_atom, self.dkv, self.spec.scale, self.hdim_q)
+        self.store_grad(self.dv_out, dv, self.dv_atom, self.dkv_v, None, self.hdim_v)
 
     def gradients(self, values: list) -> tuple[list, list]:
         """dK's and dV's accumulator tiles from the loop's flat values (dK's first)."""
-        (dk_rows, dk_cols), (dv_rows, dv_cols) = ((t.rows // self.atom.m, t.cols // self.atom.n)
-                                                  for t in (self.dkv, self.dkv_v))
+        (dk_rows, dk_cols), (dv_rows, dv_cols) = ((t.rows // atom.m, t.cols // atom.n)
+                                                  for t, atom in ((self.dkv, self.dk_atom), (self.dkv_v, self.dv_atom)))
         split = dk_rows * dk_cols
         return unflatten(values[:split], dk_rows, dk_cols), unflatten(values[split:], dv_rows, dv_cols)
 
@@ -313,7 +320,7 @@ class FlashBackward:
         early_dv = overlap and config.p_in_registers
         p_t = atom.registers(p) if config.p_in_registers else Operand(tiles["p"], True, dkv_v.row0)
         if early_dv:
-            dv = atom.gemm(dv, dkv_v, self.bm, p_t, Operand(tiles["do"], False, rows, dkv_v.col0), wait=False)
+            dv = self.dv_atom.gemm(dv, dkv_v, self.bm, p_t, Operand(tiles["do"], False, rows, dkv_v.col0), wait=False)
         self.before_shared_stores()
         sdp_atom.store_groups(tiles["ds"], ds, sdp.row0, sdp.col0)
         if not config.p_in_registers:
@@ -323,10 +330,12 @@ class FlashBackward:
 
         ds_t = atom.registers(ds) if config.p_in_registers else Operand(tiles["ds"], True, dkv.row0)
         if not early_dv:
-            dv = atom.gemm(dv, dkv_v, self.bm, p_t, Operand(tiles["do"], False, rows, dkv_v.col0), wait=not overlap)
+            dv = self.dv_atom.gemm(dv, dkv_v, self.bm, p_t, Operand(tiles["do"], False, rows, dkv_v.col0),
+                                   wait=not overlap)
 
         def dk_product():
-            return atom.gemm(dk, dkv, self.bm, ds_t, Operand(tiles["q"], False, rows, dkv.col0), wait=not overlap)
+            return self.dk_atom.gemm(dk, dkv, self.bm, ds_t, Operand(tiles["q"], False, rows, dkv.col0),
+                                     wait=not overlap)
 
         if spec.grad_accum == "bf16":
             dk = dk_product()
@@ -338,8 +347,9 @@ class FlashBackward:
         dqt = self.dq_tile
 
         def dq_product():
-            return atom.gemm(self.zeros(dqt), dqt, self.bn, Operand(tiles["ds"], False, None, dqt.row0),
-                             Operand(tiles["k"], False, None, dqt.col0), wait=not overlap)
+            return self.dq_atom.gemm(self.zeros(dqt, self.dq_atom), dqt, self.bn,
+                                     Operand(tiles["ds"], False, None, dqt.row0),
+                                     Operand(tiles["k"], False, None, dqt.col0), wait=not overlap)
 
         if not overlap:   # synchronous products: dK first, so dQ's registers live only for their adds
             dk = dk_product()
@@ -507,11 +517,11 @@ class FlashBackward:
 
     # -- results -------------------------------------------------------------------------------------------
 
-    def row_pieces(self):
+    @staticmethod
+    def row_pieces(atom: MmaAtom):
         """An accumulator tile's pieces, one per (lane, row): (rows, cols, pick), the piece's offsets from
         the lane's first element and pick(groups) the piece: a whole group where it runs along the
         columns, else one element."""
-        atom = self.atom
         if atom.group_axis == "col":
             return [(*atom.group_offset(g, 0), lambda groups, g=g: groups[g]) for g in range(atom.group_count)]
         return [(*atom.group_offset(0, e), lambda groups, e=e: vector.extract(groups[0], [], [e]))
@@ -521,7 +531,7 @@ class FlashBackward:
         """dq_acc[b, head, q0 + row, col...] += dS K, one f32 atomic (deterministic: a store) per piece
         (rows are padded to whole query blocks; the convert applies the softmax scale); none at the
         tile's columns past hdim_q. In fragment order (bodies.dq_fragment_order), one per 16-byte run."""
-        atom = self.atom
+        atom = self.dq_atom
         q_first, col_first = arith.addi(q0, tile.row0), tile.col0
         if dq_fragment_order(self.spec, self.config):
             self.add_dq_runs(dq, head, q_first, col_first)
@@ -529,7 +539,7 @@ class FlashBackward:
         for mi, row in enumerate(dq):
             for ni, c in enumerate(row):
                 groups = atom.groups(c)
-                for rows, cols, pick in self.row_pieces():
+                for rows, cols, pick in self.row_pieces(atom):
                     value, q = pick(groups), self.coordinate(q_first, mi * atom.m + rows, 0)
                     col = self.coordinate(col_first, ni * atom.n + cols, 1)
                     with self.inside_head_dim(col, self.spec.hdim_q, self.hdim_q):
@@ -540,7 +550,7 @@ class FlashBackward:
         16 rows x 8 columns, as one vector<4> at the run's place (wgmma_layouts.dq_fragment_position). A
         place is the lane's (with the warpgroup's first column) plus the run's constant one: blocks whole
         in rows and in pairs of column blocks move by whole rows and 128 columns."""
-        atom, hdim = self.atom, self.spec.hdim_q
+        atom, hdim = self.dq_atom, self.spec.hdim_q
         assert hdim == self.hdim_q, "fragment order is for head dims the tiles hold unpadded (dq_fragment_order)"
         offsets = [atom.group_offset(g, 0) for g in range(atom.group_count)]
         runs = [(g, offsets.index((rows + 8, cols))) for g, (rows, cols) in enumerate(offsets) if rows % 16 == 0]
@@ -570,7 +580,7 @@ class FlashBackward:
         """grad_accum = "bf16": dQ by packed bf16 atomics into dq, each on two adjacent head-dim columns
         of one query. A pair must lie inside one group, so the product is oriented for the atom: dQ = dS K
         where groups run along the columns (the head dim), else dQ^T = K^T dS^T (rows: the head dim)."""
-        atom, tiles = self.atom, self.tiles
+        atom, tiles = self.dq_atom, self.tiles
         transposed = atom.group_axis == "row"
         if transposed:
             with self.lanes.hoist:
@@ -580,7 +590,7 @@ class FlashBackward:
             by_query = [list(column) for column in zip(*product)]   # [query tile][head-dim tile]
         else:
             tile = self.dq_tile
-            by_query = atom.gemm(self.zeros(tile), tile, self.bn, Operand(tiles["ds"], False, None, tile.row0),
+            by_query = atom.gemm(self.zeros(tile, atom), tile, self.bn, Operand(tiles["ds"], False, None, tile.row0),
                                  Operand(tiles["k"], False, None, tile.col0))
         q_axis, d_axis = (1, 0) if transposed else (0, 1)
         q_start, d_start = (tile.col0, tile.row0) if transposed else (tile.row0, tile.col0)
@@ -617,10 +627,9 @@ class FlashBackward:
                     fmha.AtomicAddOp.build(arith.truncf(pair_type, scaled), self.dq_out, [self.batch, head, q, col])
             scf.yield_([])
 
-    def store_grad(self, out, acc, tile: WarpTile, scale: float | None, tile_head_dim: int) -> None:
-        """out[b, kv_head, k0 + row, col...] = acc (times scale), rounded, one store per piece; rows past
-        seqlen_k and the columns of the tile (tile_head_dim wide) past out's head dim are not stored."""
-        atom = self.atom
+    def store_grad(self, out, acc, atom: MmaAtom, tile: WarpTile, scale: float | None, tile_head_dim: int) -> None:
+        """out[b, kv_head, k0 + row, col...] = acc (atom's tiles; times scale), rounded, one store per piece;
+        rows past seqlen_k and the columns of the tile (tile_head_dim wide) past out's head dim are not stored."""
         width = atom.group_width
         rounded = [[[arith.truncf(ir.VectorType.get([width], self.element),
                                   g if scale is None else arith.mulf(g, splat(f32(scale), [width])))
@@ -628,7 +637,7 @@ class FlashBackward:
         first = arith.addi(self.k0, tile.row0)
         head_dim = ir.MemRefType(out.type).shape[-1]
         for mi, row in enumerate(rounded):
-            for rows, cols, pick in self.row_pieces():
+            for rows, cols, pick in self.row_pieces(atom):
                 key = self.coordinate(first, mi * atom.m + rows, 0)
                 inside = scf.IfOp(arith.cmpi(arith.CmpIPredicate.slt, key, self.seqlen_k))
                 with ir.InsertionPoint(inside.then_block):

@@ -89,7 +89,7 @@ class ProducerConsumerBackward(FlashBackward):
         with ir.InsertionPoint(role.then_block):
             set_max_registers(CONSUMER_REGISTERS, True)
             self.keys_ready.wait(0, False)
-            results = self.run_steps(first_head, lo, hi, steps, self.zeros(self.dkv), self.zeros(self.dkv_v))
+            results = self.run_steps(first_head, lo, hi, steps, *self.zero_gradients())
             self.store_gradients(results)
             scf.yield_([])
         with ir.InsertionPoint(role.else_block):
@@ -132,12 +132,12 @@ class ProducerConsumerBackward(FlashBackward):
         it = self.step_index
         with if_then(arith.cmpi(arith.CmpIPredicate.uge, it, index(1))):
             self.dq_barriers.wait(DQ_FREE, self.parity(arith.subi(it, index(1))))
-        atom, flat = self.atom, self.tiles["dq"].flat
+        atom, flat = self.dq_atom, self.tiles["dq"].flat
         odd = self.lanes.get(("odd_row",), lambda: as_value(Ix(self.lane_first(0)) % 2 == 1))
         for mi, row in enumerate(dq):
             for ni, c in enumerate(row):
                 groups = atom.groups(c)
-                pieces = {(rows, cols): pick(groups) for rows, cols, pick in self.row_pieces()}
+                pieces = {(rows, cols): pick(groups) for rows, cols, pick in self.row_pieces(atom)}
                 for (rows, cols), value in pieces.items():
                     # odd rows store the piece wgmma_layouts.f32_store_column names (no bank conflict)
                     value = arith.select(odd, pieces[rows, f32_store_column(cols, 1)], value)

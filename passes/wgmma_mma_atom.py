@@ -1,6 +1,6 @@
 """The schedule's matrix atom on wgmma (passes/atoms.py, MmaAtom; sm_90a): a warpgroup's m64n64k16, or
-m64nNk16 with N dividing 64 for a product whose warpgroup holds fewer columns (`narrowed`: S^T split
-along the queries at d256).
+m64nNk16 with N dividing 64 for a product whose warpgroup holds columns that are not whole 64-column
+blocks (`narrowed`: S^T split along the queries at d256; dK, dV and dQ split along a head dim of 192).
 
 An instruction tile is 64 x n of one warpgroup: its accumulator an !llvm.struct of n / 2 f32 per thread
 (wgmma_layouts.accumulator), its groups the n / 4 register pairs that hold two adjacent columns of one row
@@ -15,6 +15,8 @@ Shared tiles written by the generic proxy (cp.async, st.shared) are published to
 through the async proxy, by a proxy fence (`shared_written`).
 """
 from __future__ import annotations
+
+from math import gcd
 
 from fmha_mlir import wgmma_layouts
 from fmha_mlir.kernel_config import WGMMA_SHAPE
@@ -48,11 +50,12 @@ class WgmmaMmaAtom:
         self.base_field = None    # set by shared_tiles, which the schedule calls before any product
 
     def narrowed(self, cols: int) -> "WgmmaMmaAtom":
-        """The atom for a unit tile of `cols` columns: m64n{cols} where that is under one swizzled block
-        (S^T of a warpgroup that holds part of a query block's columns), else this one."""
-        if cols >= self.n:
+        """The atom for a unit tile of `cols` columns: where they are not whole swizzled blocks, m64nN with
+        N = gcd(cols, 64), so that every product's columns lie inside one block (S^T of a warpgroup that
+        holds 32 of a query block's columns; 96 of d192's head-dim columns: m64n32), else this one."""
+        if cols % self.n == 0:
             return self
-        atom = WgmmaMmaAtom(self.element, self.ops.thread, self.lanes, cols)
+        atom = WgmmaMmaAtom(self.element, self.ops.thread, self.lanes, gcd(cols, self.n))
         atom.base_field = self.base_field
         return atom
 
@@ -109,15 +112,20 @@ class WgmmaMmaAtom:
         """acc[mi][ni] += A B over k_extent for a warpgroup's tile, one wgmma chain per 64 x n, committed
         as one group (waited for unless `wait` is False: then `complete` waits)."""
         a_base = None if isinstance(a, Registers) else self._operand_base(a)
-        b_base = self._operand_base(b)
+        pieces = range(tile.cols // self.n)
+        if b.k_major or self.n % BLOCK == 0:   # every instruction tile a constant away from the unit's first
+            b_base = self._operand_base(b)
+            b_at = [(b_base, ni * self.n) for ni in pieces]
+        else:   # a narrow tile's columns along MN start anywhere inside a block: each its own base
+            b_at = [(self._operand_base(b, ni * self.n), 0) for ni in pieces]
         wgmma_atom.fence()
         out = [list(row) for row in acc]
         for mi in range(tile.rows // M):
-            for ni in range(tile.cols // self.n):
+            for ni in pieces:
                 c = out[mi][ni]
                 first = c is self.zero
                 for k0 in range(0, k_extent, K):
-                    b_desc = self._descriptor(b, b_base, ni * self.n, k0)
+                    b_desc = self._descriptor(b, *b_at[ni], k0)
                     if isinstance(a, Registers):
                         c = self.ops.mma_rs(c, self._registers(a, mi, k0), b_desc, first,
                                             "K" if b.k_major else "MN")
@@ -138,10 +146,15 @@ class WgmmaMmaAtom:
         """Each group rounded into one packed .b32 register (an A element pair, wgmma_layouts.a_fragment)."""
         return Registers([[[self.ops.pack(g) for g in tile] for tile in row] for row in groups])
 
-    def _operand_base(self, operand: Operand) -> "ir.Value":
-        """The descriptor address field of the operand's first element (unit row / column, stage)."""
+    def _operand_base(self, operand: Operand, col_offset: "int | None" = None) -> "ir.Value":
+        """The descriptor address field of the operand's first element (unit row / column, stage), or of
+        its column col_offset columns on, which may lie inside a swizzled block."""
         tile = operand.tile
-        offset = tile.bytes_at(operand.row, operand.col)
+        if col_offset is None:
+            offset = tile.bytes_at(operand.row, operand.col)
+        else:
+            col = index(col_offset) if operand.col is None else arith.addi(operand.col, index(col_offset))
+            offset = tile.bytes_at(operand.row, col, inside_block=True)
         if offset is None:
             return arith.addi(self.base_field, arith.constant(self.i64, tile.offset // 16))
         start = arith.addi(offset, index(tile.offset))

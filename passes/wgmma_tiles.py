@@ -71,17 +71,24 @@ class WgmmaTile:
         copy, inside = arith.divui(row, index(self.rows)), arith.remui(row, index(self.rows))
         return arith.addi(arith.muli(copy, index(self.rows * self.cols * 2)), arith.muli(inside, index(SWIZZLE)))
 
-    def bytes_at(self, row: "ir.Value | None", col: "ir.Value | None") -> "ir.Value | None":
+    def bytes_at(self, row: "ir.Value | None", col: "ir.Value | None",
+                 inside_block: bool = False) -> "ir.Value | None":
         """Unswizzled bytes from the tile's start to logical (row, col): row any copy's, col a multiple of
-        BLOCK (a unit's first column). None for (0, 0)."""
+        BLOCK (a unit's first column) or, inside_block, of 8 (a narrow product's first column, whose
+        descriptor starts inside a block: the hardware swizzles the absolute address). None for (0, 0)."""
         parts = []
         if row is not None:
             parts.append(self.row_bytes(row))
         if col is not None:
             parts.append(arith.muli(arith.divui(col, index(BLOCK)), index(self.rows * SWIZZLE)))
+            if inside_block:
+                parts.append(arith.muli(arith.remui(col, index(BLOCK)), index(2)))
         if not parts:
             return None
-        return parts[0] if len(parts) == 1 else arith.addi(*parts)
+        total = parts[0]
+        for part in parts[1:]:
+            total = arith.addi(total, part)
+        return total
 
     def operand(self, major: str) -> wgmma_layouts.OperandTile:
         """The tile as a wgmma operand: rows along MN, cols along K ("K"), or rows along K ("MN")."""

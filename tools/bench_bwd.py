@@ -126,11 +126,12 @@ SHAPES = [(4, 16, 16, 2048, 64, False), (4, 16, 16, 2048, 128, True), (2, 16, 16
           (2, 8, 8, 2048, 256, False), (1, 32, 8, 8192, 128, True)]
 LONG_SHAPES = [(2, 16, 16, 8192, 128, False), (2, 16, 16, 8192, 128, True), (1, 16, 16, 16384, 128, False),
                (1, 16, 16, 16384, 128, True)]
-# Head dims no table row is made for (small models' 32, Stable Diffusion's 80, 96, and 160): the tiled bodies
+# Head dims no table row is made for (small models' 32, Stable Diffusion's 80, 96, 160 and 192): the tiled bodies
 # pad them inside the kernel where their warp layouts need it (bodies.tile_hdims: d80 on 96-column Q / K tiles
-# on sm_90, on 128-column ones on the wgmma rows); a head dim that is not a multiple of 8 the op pads (Row.spec).
+# on sm_90, on 128-column ones on the wgmma rows; d160 on 192-column ones of the d256 row, whose warpgroups
+# split d192 at 96 columns); a head dim that is not a multiple of 8 the op pads (Row.spec).
 PADDED_SHAPES = [(4, 16, 16, 2048, 32, False), (4, 16, 16, 2048, 80, False), (4, 16, 16, 2048, 96, False),
-                 (4, 16, 16, 2048, 160, False)]
+                 (4, 16, 16, 2048, 160, False), (4, 16, 16, 2048, 192, False)]
 ROWS = [Row(*shape, dtype) for dtype in ("bf16", "f16") for shape in SHAPES + LONG_SHAPES + PADDED_SHAPES]
 # cuDNN 9.19 on an H200, d128 backward at long sequences (TFLOP/s as counted here): the record to compare with.
 CUDNN_PUBLISHED = {False: 612, True: 581}

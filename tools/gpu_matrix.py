@@ -1,7 +1,8 @@
 """The variant matrix on a GPU: build bundles where MLIR is (here), run them where the GPU is.
 
-    python tools/gpu_matrix.py build DIR [--arch sm_90] [--body auto] [--ptxas PTXAS] [score features]
-    python tools/gpu_matrix.py run DIR --report FILE [--jobs N] [--resume] [score features]
+    python tools/gpu_matrix.py build DIR [--arch sm_90] [--body auto] [--ptxas PTXAS] [score features] [--hdim N]
+                                         [--table-row D]
+    python tools/gpu_matrix.py run DIR --report FILE [--jobs N] [--resume] [the same options]
 
 Score features (the same on build and run): --softcap C, --bias elementwise|alibi, --alibi-slopes,
 --dbias. A bias tensor's shape cycles over the problems: [1, H, Sq, Sk], [B, 1, ...],
@@ -15,10 +16,13 @@ Variants: dtype {f16, bf16, f32} x mask {none, top-left, bottom-right, window 64
 256} x GQA ratio {1, 4}, each on the body `--body` picks (auto: the tiled body for f16 / bf16 on sm_90,
 the warp body otherwise; `--body warp` and `--body tiled` force one, where it applies). Sizes per variant:
 B2 H8 S1024 for hdim 128 (realistic), and the odd lengths Sq=77/Sk=1000 and Sq=1000/Sk=77 at B1 H4 for
-every variant; layouts alternate BHSD / BSHD. Every problem's seed is derived from its description by
-a fixed hash (CRC-32), printed in the report: a row can be regenerated exactly. The gate is
-fmha_mlir.tolerance (FACTOR x the same-dtype reference of the bundle's body); CK's table is the second
-column. The oracle (float64 NumPy) runs in worker processes while the GPU runs the kernels.
+every variant; layouts alternate BHSD / BSHD. --hdim N puts every variant at head dim N; --table-row D
+runs every variant the tiled table's row D takes on --arch instead of the table's choice (a row the
+table does not yet take for a head dim, gated on the GPU before it does: --hdim 192 --table-row 256).
+Every problem's seed is derived from its description by a fixed hash (CRC-32), printed in the report: a
+row can be regenerated exactly. The gate is fmha_mlir.tolerance (FACTOR x the same-dtype reference of the
+bundle's body); CK's table is the second column. The oracle (float64 NumPy) runs in worker processes while
+the GPU runs the kernels.
 """
 from __future__ import annotations
 
@@ -31,7 +35,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from fmha_mlir.api import load_bundle
-from fmha_mlir.bodies import BODIES, choose_config
+from fmha_mlir.bodies import BODIES, check_config, choose_config, tiled_table
 from fmha_mlir.errors import SpecError
 from fmha_mlir.problem import BIAS_BROADCASTS, SLOPES_BROADCASTS, ProblemSize, make_problem
 from fmha_mlir.runtime.executor import get_executor
@@ -50,9 +54,9 @@ SMOKE = (ProblemSize(1, 4, 9, 13),)  # --smoke: the same matrix at sizes the CPU
 
 def variants(score_mods: dict | None = None) -> list[AttentionBwdSpec]:
     """The variant matrix, every spec with the score features `score_mods` (spec fields, e.g.
-    {"softcap": 30.0, "bias": "alibi"})."""
-    return [dataclasses.replace(spec, **(score_mods or {}))
-            for spec in variant_matrix(window=Mask("sliding_window", 64, 0))]
+    {"softcap": 30.0, "bias": "alibi"}, or a head dim), each once."""
+    return list(dict.fromkeys(dataclasses.replace(spec, **(score_mods or {}))
+                              for spec in variant_matrix(window=Mask("sliding_window", 64, 0))))
 
 
 def problem_seed(spec: AttentionBwdSpec, size: ProblemSize, layout: str, broadcast: str = "batch") -> int:
@@ -63,20 +67,27 @@ def problem_seed(spec: AttentionBwdSpec, size: ProblemSize, layout: str, broadca
     return zlib.crc32(text.encode())
 
 
-def configs(arch: str, body: str, score_mods: dict | None = None) -> list[tuple]:
-    """(spec, config) for every variant the body (auto: the best per spec) can compute on `arch`."""
-    out = []
+def configs(arch: str, body: str, score_mods: dict | None = None, table_row: int | None = None) -> list[tuple]:
+    """(spec, config) for every variant the body (auto: the best per spec) can compute on `arch`; with
+    table_row, every variant that the tiled table's row of that bucket takes."""
+    out, target = [], get_target(arch)
     for spec in variants(score_mods):
         try:
-            out.append((spec, choose_config(spec, get_target(arch), body)))
-        except SpecError:  # a forced body that does not take this spec (e.g. tiled and f32)
+            if table_row is None:
+                out.append((spec, choose_config(spec, target, body)))
+            else:
+                config = dataclasses.replace(tiled_table(arch)[table_row], wave_size=target.wave_size)
+                check_config(spec, target, config)
+                out.append((spec, config))
+        except SpecError:  # a forced body or row that does not take this spec (e.g. tiled and f32)
             continue
     return out
 
 
-def jobs(arch: str, body: str, smoke: bool = False, score_mods: dict | None = None) -> list[tuple]:
+def jobs(arch: str, body: str, smoke: bool = False, score_mods: dict | None = None,
+         table_row: int | None = None) -> list[tuple]:
     out = []
-    for index, (spec, config) in enumerate(configs(arch, body, score_mods)):
+    for index, (spec, config) in enumerate(configs(arch, body, score_mods, table_row)):
         sizes = SMOKE if smoke else ((REALISTIC,) if spec.hdim_q == 128 else ()) + ODD
         broadcasts = SLOPES_BROADCASTS if spec.alibi_slopes else tuple(BIAS_BROADCASTS)
         for n, size in enumerate(sizes):
@@ -85,10 +96,11 @@ def jobs(arch: str, body: str, smoke: bool = False, score_mods: dict | None = No
     return out
 
 
-def build(directory: Path, arch: str, body: str, score_mods: dict | None = None, ptxas: str | None = None) -> None:
+def build(directory: Path, arch: str, body: str, score_mods: dict | None = None, ptxas: str | None = None,
+          table_row: int | None = None) -> None:
     from fmha_mlir.backends.nvidia import cuda_toolkit
 
-    built = build_bundles(directory, arch, configs(arch, body, score_mods), ptxas)
+    built = build_bundles(directory, arch, configs(arch, body, score_mods, table_row), ptxas)
     binary = "hsaco" if not arch.startswith("sm_") else "cubin" if cuda_toolkit(ptxas) else (
         "PTX, which the driver JIT-compiles at every load: pass --ptxas of a CUDA toolkit for cubins")
     print(f"built {built} bundles for {arch} under {directory / arch} ({binary})")
@@ -121,9 +133,9 @@ def _shape_tag(spec, broadcast: str) -> str:
 
 
 def run(directory: Path, arch: str, body: str, report: Path, workers: int, smoke: bool, resume: bool = False,
-        score_mods: dict | None = None) -> int:
+        score_mods: dict | None = None, table_row: int | None = None) -> int:
     device = get_executor(None, "nvidia" if arch.startswith("sm_") else "amd")
-    planned = jobs(arch, body, smoke, score_mods)
+    planned = jobs(arch, body, smoke, score_mods, table_row)
     # --resume: keep the rows an earlier, cut-short run of the same plan wrote, run the rest.
     rows = earlier_rows(report, resume)
     done = {f"{r['kernel']} {r['size']} {r['layout']}" for r in rows}   # the layout cell carries the shape tag
@@ -199,12 +211,17 @@ def main(argv=None) -> int:
     p.add_argument("--alibi-slopes", action="store_true", help="ALiBi's slopes from a tensor")
     p.add_argument("--dbias", action="store_true", help="also the bias's gradient (dbias or d(slopes))")
     p.add_argument("--ptxas", help="build: ptxas of a CUDA toolkit (e.g. /usr/local/cuda-13.0/bin/ptxas) for cubins")
+    p.add_argument("--hdim", type=int, help="every variant at this head dim (default: the matrix's)")
+    p.add_argument("--table-row", type=int, help="every variant on the tiled table's row of this head-dim bucket")
     args = p.parse_args(argv)
     score_mods = {"softcap": args.softcap, "bias": args.bias, "alibi_slopes": args.alibi_slopes, "dbias": args.dbias}
+    if args.hdim:
+        score_mods.update(hdim_q=args.hdim, hdim_v=args.hdim, scale=0.0)   # 0: the head dim's 1/sqrt
     if args.action == "build":
-        build(args.directory, args.arch, args.body, score_mods, args.ptxas)
+        build(args.directory, args.arch, args.body, score_mods, args.ptxas, args.table_row)
         return 0
-    return run(args.directory, args.arch, args.body, args.report, args.jobs, args.smoke, args.resume, score_mods)
+    return run(args.directory, args.arch, args.body, args.report, args.jobs, args.smoke, args.resume, score_mods,
+               args.table_row)
 
 
 if __name__ == "__main__":

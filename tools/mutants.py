@@ -164,14 +164,14 @@ MUTANTS: list[Mutant] = [
            "groups.append(fmha.Exp2Op.build(arith.mulf(exp2_argument(score, row_lse(ni, column[g]), spec, contract()), "
            "splat(f32(1.005), [atom.group_width]))))"),
     *_per_dtype("tiled: dV x0.99", TILED,
-                "self.store_grad(self.dv_out, dv, self.dkv_v, None, self.hdim_v)",
-                'self.store_grad(self.dv_out, dv, self.dkv_v, 0.99 if self.spec.dtype == "{dt}" else None, '
-                'self.hdim_v)',
+                "self.store_grad(self.dv_out, dv, self.dv_atom, self.dkv_v, None, self.hdim_v)",
+                'self.store_grad(self.dv_out, dv, self.dv_atom, self.dkv_v, 0.99 if self.spec.dtype == "{dt}" '
+                'else None, self.hdim_v)',
                 TILED_DTYPES),
     *_per_dtype("tiled: dK x0.99", TILED,
-                "self.store_grad(self.dk_out, dk, self.dkv, self.spec.scale, self.hdim_q)",
-                'self.store_grad(self.dk_out, dk, self.dkv, self.spec.scale * (0.99 if self.spec.dtype == "{dt}" '
-                'else 1.0), self.hdim_q)',
+                "self.store_grad(self.dk_out, dk, self.dk_atom, self.dkv, self.spec.scale, self.hdim_q)",
+                'self.store_grad(self.dk_out, dk, self.dk_atom, self.dkv, self.spec.scale * (0.99 if '
+                'self.spec.dtype == "{dt}" else 1.0), self.hdim_q)',
                 TILED_DTYPES),
     *_per_dtype("tiled: dQ x0.99", TILED,
                 "value, q = pick(groups), self.coordinate(",
@@ -336,6 +336,10 @@ MUTANTS: list[Mutant] = [
            "for g in (second, first) for e in range(atom.group_width)])"),
     Mutant("wgmma d256: the convert reads a fragment-order dq_acc in logical order", ROWS,
            "read = read_fragments if fragments else None", "read = None"),
+    Mutant("wgmma d192: a narrow product's B descriptor starts at its block, not at its column inside it",
+           "passes/wgmma_tiles.py", "            if inside_block:\n", "            if False:\n"),
+    Mutant("wgmma d192: a warpgroup's 96 columns as one m64n96 (a product across a swizzled block's edge)",
+           "passes/wgmma_mma_atom.py", "self.lanes, gcd(cols, self.n))", "self.lanes, cols)"),
     Mutant("tiled: bf16 dQ atomics add dS K unscaled", TILED,
            "scaled = arith.mulf(value, splat(f32(self.spec.scale), [2]))", "scaled = value"),
     # -- the warp-specialised wgmma body (a producer warpgroup, dQ's bulk reduce-adds) ------------------

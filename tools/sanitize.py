@@ -1,7 +1,7 @@
 """compute-sanitizer (memcheck, racecheck, synccheck) on every kernel variant of each body: build the
 bundles where MLIR is (here), run them under the sanitizer where the GPU is.
 
-    python tools/sanitize.py build DIR --arch sm_90 [--ptxas /usr/local/cuda-13.0/bin/ptxas]
+    python tools/sanitize.py build DIR --arch sm_90 [--ptxas /usr/local/cuda-13.0/bin/ptxas] [--only REGEX]
     PYTHONPATH=$PWD python3 tools/sanitize.py run DIR --tools memcheck,racecheck,synccheck --jobs 8 --report FILE
     python tools/sanitize.py run DIR --dry-run     # the commands, and the time they should take
 
@@ -180,8 +180,10 @@ def dry_run(options: RunOptions) -> int:
     return 0
 
 
-def build(directory: Path, arch: str, ptxas: str | None, command: str) -> None:
+def build(directory: Path, arch: str, ptxas: str | None, command: str, only: str | None = None) -> None:
     variants, skipped = plan(arch)
+    if only:   # as `run --only` selects: build only what that run needs
+        variants = [v for v in variants if re.search(only, v.name)]
     built = build_bundles(directory, arch, [(v.spec, v.config) for v in variants], ptxas)
     binary = "cubin" if ptxas else "PTX"
     (directory / BUILD_RECORD).write_text(json.dumps({"command": command, "bundles": built, "binary": binary}) + "\n")
@@ -242,15 +244,15 @@ def main(argv=None) -> int:
     p.add_argument("--dry-run", action="store_true", help="run: print the commands and the time estimate only")
     args = p.parse_args(argv)
     command = shlex.join(["python3", "tools/sanitize.py", *argv])
-    if args.action == "build":
-        build(args.directory, args.arch, args.ptxas, command)
-        return 0
     try:
         tools = parse_tools(args.tools)
         if args.only:
             re.compile(args.only)
     except (ValueError, re.error) as exc:
         p.error(f"--tools / --only: {exc}")
+    if args.action == "build":
+        build(args.directory, args.arch, args.ptxas, command, args.only)
+        return 0
     if args.jobs < 1 or args.timeout <= 0:
         p.error("--jobs must be at least 1 and --timeout positive")
     sanitizer = find_sanitizer(args.sanitizer)

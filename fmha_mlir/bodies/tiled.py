@@ -31,12 +31,13 @@ def key_blocks(config: TiledConfig) -> Expr:
 
 
 def instruction_tile(config: TiledConfig) -> tuple[int, int, int, int]:
-    """(m, S^T column multiple, n, k) of a unit's instruction tile: mma.sync's S^T columns come in
-    pairs of n-tiles (one ldmatrix x4 feeds two); wgmma's S^T takes a narrower N where a unit holds fewer
-    than n columns (wgmma.instruction_reasons: otherwise whole n-tiles)."""
+    """(m, S^T column multiple, column multiple, k) of a unit's instruction tiles: mma.sync's S^T columns
+    come in pairs of n-tiles (one ldmatrix x4 feeds two); wgmma takes a narrower N where a unit's columns
+    are not whole 64-column blocks (WgmmaMmaAtom.narrowed; wgmma.instruction_reasons for S^T), so its
+    units' columns are multiples of the narrowest step."""
     if config.instruction == WGMMA:
-        m, n, k = WGMMA_SHAPE
-        return m, wgmma.NARROW_N_STEP, n, k
+        m, _, k = WGMMA_SHAPE
+        return m, wgmma.NARROW_N_STEP, wgmma.NARROW_N_STEP, k
     shape = config.mfma
     if shape is None:
         return MMA_M16N8K16.m, 2 * MMA_M16N8K16.n, MMA_M16N8K16.n, MMA_M16N8K16.k
@@ -46,13 +47,20 @@ def instruction_tile(config: TiledConfig) -> tuple[int, int, int, int]:
 def tile_hdims(spec: AttentionBwdSpec, config: TiledConfig) -> tuple[int, int]:
     """(hdim_q, hdim_v) of the tiles: each head dim rounded up to the next width whose products the warp
     layouts split into whole instruction tiles (k steps of the contractions, n columns per warp of dK /
-    dV and dQ; on wgmma whole 64-column swizzled blocks). The columns past the head dim are zeros: the
+    dV and dQ). On wgmma: whole 64-column swizzled blocks (the TMA boxes) and at least one a unit; a unit
+    holding more than one block but not whole ones takes narrow products at their ends (d192 over two
+    warpgroups: 96 columns each; WgmmaMmaAtom.narrowed). The columns past the head dim are zeros: the
     copies (cp.async or TMA boxes) fill them without reading, the products add nothing from them, and
     dK / dV / dQ skip them (passes/flash_bwd.py)."""
     _, _, n, k = instruction_tile(config)
-    dkv = n * config.dkv_warps[1]
-    steps = (lcm(k, dkv, n * config.dq_warps[1]), lcm(k, dkv))
-    return tuple(-(-hdim // step) * step for hdim, step in zip((spec.hdim_q, spec.hdim_v), steps))
+    block = wgmma.BLOCK_COLUMNS if config.instruction == WGMMA else 1
+    splits = ((config.dkv_warps[1], config.dq_warps[1]), (config.dkv_warps[1],))   # units across each head dim
+    out = []
+    for hdim, units in zip((spec.hdim_q, spec.hdim_v), splits):
+        step = lcm(k, block, *(n * u for u in units))
+        least = block * max(units) if block > 1 else 0
+        out.append(max(-(-hdim // step) * step, least))
+    return tuple(out)
 
 
 def dq_fragment_order(spec: AttentionBwdSpec, config: TiledConfig) -> bool:

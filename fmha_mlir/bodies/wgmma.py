@@ -30,8 +30,9 @@ WGMMA_TABLE: dict[int, TiledConfig] = {
                         "dkv_warps": (1, 2)}, block_m=64, block_n=64, dq_warps=(1, 2)),
 }
 # The smallest head dim a row takes (default: every one of its bucket): below it the zero columns the tiles
-# are padded with cost more than wgmma gains (d160 on the d256 row: 0.98x the mma.sync row, bench_notes.md
-# "A wgmma row for d256"; d192's 64 zero columns of 256 were not measured and stay on mma.sync too).
+# are padded with cost more than wgmma gains, as measured (d160 padded to 256 on the d256 row: 0.98x the
+# mma.sync row, bench_notes.md "A wgmma row for d256"). The row now takes d136-d192 on 192-column tiles,
+# 96 columns a warpgroup ("d192 on the d256 row"): unmeasured, so they stay on mma.sync until measured.
 SMALLEST_HDIM = {256: 193}
 BLOCK_COLUMNS = 64     # columns of one 128-byte swizzled block: head dims and query blocks come in whole ones
 NARROW_N_STEP = 8      # a warpgroup's S^T under 64 columns is one m64nN tile, N a multiple of 8 dividing 64

@@ -92,6 +92,18 @@ def test_tiles_are_the_next_width_the_warp_layouts_split():
     assert sm90a.instruction == "wgmma.m64n64k16" and tile_hdims(spec, sm90a) == (128, 128)
 
 
+def test_wgmma_tiles_are_whole_blocks_and_at_least_one_a_unit():
+    """The d256 row's two warpgroups split a head dim: d136-d192 on 192-column tiles (96 columns a
+    warpgroup, narrow products at the block inside), d200 on 256; a head dim of one block split over two
+    units pads to two (hdim_q 64 beside hdim_v 128 on the d128 row: dQ's warpgroups a block each)."""
+    from fmha_mlir.bodies.wgmma import WGMMA_TABLE
+
+    for hdim, tiles in ((136, 192), (160, 192), (192, 192), (200, 256), (256, 256)):
+        assert tile_hdims(AttentionBwdSpec("bf16", hdim), WGMMA_TABLE[256]) == (tiles, tiles)
+    spec = dataclasses.replace(AttentionBwdSpec("bf16", 64), hdim_v=128)
+    assert tile_hdims(spec, WGMMA_TABLE[128]) == (128, 128)
+
+
 def test_a_head_dim_not_a_multiple_of_8_is_refused_with_the_reason():
     """The copies move 16-byte chunks: hdim 84 is the torch op's to pad (torch.call.computed_spec)."""
     with pytest.raises(SpecError, match=r"hdim_q: 84 is not supported by the tiled body .*multiple of 8"):

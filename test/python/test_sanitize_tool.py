@@ -225,3 +225,12 @@ def test_child_refuses_a_folder_without_a_bundle(tmp_path):
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
     assert "no bundle manifest here (build one with fmha-compile -o DIR)" in done.stderr
+
+
+def test_build_only_builds_what_run_only_selects(tmp_path):
+    """`build --only` compiles the variants `run --only` would run (a device call that checks a few needs no
+    build of all of them)."""
+    variant = next(v for v in VARIANTS if v.body == "warp" and v.spec.dtype == "f32" and v.feature == "varlen")
+    assert sanitize.main(["build", str(tmp_path), "--arch", ARCH, "--only", f"^{variant.name}$"]) == 0
+    assert [p.name for p in (tmp_path / ARCH).iterdir()] == [variant.name]
+    assert json.loads((tmp_path / sanitize.BUILD_RECORD).read_text())["bundles"] == 1

@@ -65,9 +65,15 @@ def run_variant(spec: AttentionBwdSpec, size: ProblemSize, config: TiledConfig, 
     (AttentionBwdSpec("bf16", 200, mask=Mask("sliding_window", 30, 10), deterministic=True),
      ProblemSize(1, 1, 130, 90), TABLE_256),
     (AttentionBwdSpec("bf16", 256, gqa_ratio=2, grad_accum="bf16"), ProblemSize(1, 2, 80, 100), TABLE_256),
+    (AttentionBwdSpec("bf16", 192, mask=Mask("causal_bottom_right"), gqa_ratio=2), ProblemSize(1, 2, 100, 130),
+     TABLE_256),
+    (AttentionBwdSpec("f16", 160, mask=Mask("sliding_window", 30, 10)), ProblemSize(1, 1, 90, 110), TABLE_256),
+    (AttentionBwdSpec("f16", 192, hdim_v=128, softcap=20.0), ProblemSize(1, 1, 70, 150), D256_BULK),
+    (AttentionBwdSpec("bf16", 192, gqa_ratio=2, grad_accum="bf16"), ProblemSize(1, 2, 80, 100), TABLE_256),
 ], ids=["none-bf16", "br-gqa-f16", "window-p-shared-batch2", "tl-dv64", "table-d128-gqa4", "softcap",
         "bias-dbias", "alibi-dslopes", "deterministic", "bf16-dq-atomics", "sinks-dlse", "table-d256-br-gqa2",
-        "d256-bulk-dv128-softcap", "d200-padded-window-deterministic", "d256-bf16-dq-atomics"])
+        "d256-bulk-dv128-softcap", "d200-padded-window-deterministic", "d256-bf16-dq-atomics",
+        "d192-split-96-br-gqa2", "d160-on-192-window", "d192-bulk-dv128-softcap", "d192-bf16-dq-atomics"])
 def test_wgmma_body_matches_the_oracle(spec, size, config):
     compiled = run_variant(spec, size, config)
     assert "wgmma.mma_async" in compiled.isa and "fence.proxy.async" in compiled.isa
@@ -139,7 +145,8 @@ def test_wgmma_limits_are_refused_with_the_reason(spec, config, field, words):
     (AttentionBwdSpec("bf16", 96), WGMMA),                # on tiles padded to 128 columns (measured 1.39x)
     (AttentionBwdSpec("bf16", 256), WGMMA),
     (AttentionBwdSpec("bf16", 200, mask=Mask("causal_top_left")), WGMMA),   # on tiles padded to 256 columns
-    (AttentionBwdSpec("bf16", 160), "mma.m16n8k16"),      # the d256 row's zero columns cost more (measured)
+    (AttentionBwdSpec("bf16", 160), "mma.m16n8k16"),      # padded to 256 on the d256 row: 0.98x (measured)
+    (AttentionBwdSpec("bf16", 192), "mma.m16n8k16"),      # the row's 192-column tiles: not yet measured
 ])
 def test_sm_90a_takes_the_wgmma_rows_where_they_take_the_spec(spec, instruction):
     from fmha_mlir.bodies import choose_config
@@ -157,6 +164,19 @@ def test_d256_splits_s_t_over_narrow_products():
     # per step: S^T and dP^T 256 / 16 k steps each; dV, dK, dQ 2 n-tiles x 64 / 16 k steps each
     assert shapes.count("m64n32k16") == 2 * 256 // 16 and shapes.count("m64n64k16") == 3 * 2 * 64 // 16
     assert _register_a_products(ptx) == 0
+
+
+def test_d192_splits_the_head_dim_over_narrow_products():
+    """On the d256 row's config, d192's warpgroups hold 96 head-dim columns each: dV, dK and dQ are three
+    m64n32 a k step (the second warpgroup's first inside a swizzled block), S^T and dP^T m64n32 as at d256;
+    dQ's atomics are v2 pairs (fragment order takes head dims of whole 128-column rows)."""
+    import re
+
+    ptx = compile_spec(AttentionBwdSpec("bf16", 192), "sm_90a", body="tiled", config=TABLE_256).isa
+    shapes = re.findall(r"wgmma\.mma_async\.sync\.aligned\.(m64n\d+k16)", ptx)
+    # per step: S^T and dP^T 192 / 16 k steps each; dV, dK, dQ 3 n-tiles x 64 / 16 k steps each
+    assert shapes.count("m64n32k16") == 2 * 192 // 16 + 3 * 3 * 64 // 16 and "m64n64k16" not in shapes
+    assert len(re.findall(r"red\.[a-z.]*global\.add\.v2\.f32", ptx)) == 64 * 96 // 128 // 2
 
 
 def test_tiles_start_on_the_swizzle_period():
