@@ -17,6 +17,7 @@ the hardware swizzles absolute shared addresses.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from math import gcd
 
 WARPGROUP = 128                       # threads of one wgmma: four warps
 M = 64                                # rows of a wgmma per warpgroup
@@ -44,18 +45,38 @@ def accumulator_offset(register: int) -> tuple[int, int]:
 
 
 def dq_fragment_position(row, col, hdim: int):
-    """Where logical (row, col) of dQ lies in a dq_acc of `hdim` columns (a multiple of 128) kept in fragment
-    order (ints or Ix). Each block of 16 rows x 8 columns is 128 adjacent values of one row, thread-major:
-    lane l of a warp (rows r and r + 8, columns 2c and 2c + 1, l = 4 (r % 8) + c) has its four values there,
-    its accumulator registers 4j .. 4j + 3 in order, at 4 l: one aligned v4 atomic of adjacent registers a
-    thread, 512 contiguous bytes a warp. A 16-row group's blocks fill its 16 rows in column-block order.
-    bodies.tiled.dq_fragment_order says where; the convert puts the values back. FlashAttention-3 keeps its
-    dQ accumulator in fragment order likewise."""
+    """Where logical (row, col) of dQ lies in a dq_acc of `hdim` columns (a multiple of 8) kept in fragment
+    order (ints or Ix). Each block of 16 rows x 8 columns is 128 adjacent values, thread-major: lane l of a
+    warp (rows r and r + 8, columns 2c and 2c + 1, l = 4 (r % 8) + c) has its four values there, its
+    accumulator registers 4j .. 4j + 3 in order, at 4 l: one aligned v4 atomic of adjacent registers a thread
+    (in one row, as hdim is a multiple of 4), 512 contiguous bytes a warp where rows hold whole blocks. A
+    16-row group's blocks fill its 16 rows in column-block order. bodies.tiled.dq_fragment_order says where;
+    the convert puts the values back. FlashAttention-3 keeps its dQ accumulator in fragment order likewise."""
     r, c = row % 16, col % 8
     lane = 4 * (r % 8) + c // 2
     flat = 4 * lane + 2 * (r // 8) + c % 2
-    per_row, block = hdim // 128, col // 8
-    return row - r + block // per_row, 128 * (block % per_row) + flat
+    if hdim % 128 == 0:   # rows of whole blocks: the place below, in fewer operations
+        per_row, block = hdim // 128, col // 8
+        return row - r + block // per_row, 128 * (block % per_row) + flat
+    inside = 128 * (col // 8) + flat   # from the group's first row
+    return row - r + inside // hdim, inside % hdim
+
+
+def dq_run_period(hdim: int) -> int:
+    """Column blocks after which blocks start a row of dq_acc again in fragment order: 1 where rows hold
+    whole blocks (hdim a multiple of 128) or blocks whole rows (64); 3 at d192, 5 at d160."""
+    return 1 if hdim % 128 == 0 else hdim // gcd(hdim, 128)
+
+
+def dq_run_place(rows: int, cols: int, hdim: int) -> tuple[int, tuple[int, int]]:
+    """How flash_bwd.add_dq_runs places the run of a thread's accumulator block at (rows, cols) from its
+    first element (rows a multiple of 16, cols of 8): (shift, constant), the run's place being the lane's
+    place at `shift` more columns (dq_fragment_position of its first element) plus `constant`. Where rows
+    hold whole blocks nothing shifts: the lane's place plus the block's. Else a block's 128 values may
+    continue on the next row, so each class of blocks (modulo dq_run_period) has its own lane place, and
+    what remains is whole rows."""
+    shift = (cols // 8) % dq_run_period(hdim)
+    return 8 * shift, dq_fragment_position(rows, cols - 8 * shift, hdim)
 
 
 def a_fragment(thread, element):

@@ -37,7 +37,7 @@ from fmha_mlir.kernel_config import KernelConfig
 from fmha_mlir.matrix_layouts import warp_block
 from fmha_mlir.mlir import arith, gpu, ir, memref, scf, vector
 from fmha_mlir.spec import AttentionBwdSpec
-from fmha_mlir.wgmma_layouts import dq_fragment_position
+from fmha_mlir.wgmma_layouts import dq_fragment_position, dq_run_place
 
 from .atoms import CopyAtom, MmaAtom, Operand
 from .ir_builders import accumulate, dims, f32, if_then, index, scalar_elements, splat, vector_shape, wave_uniform
@@ -548,16 +548,19 @@ class FlashBackward:
     def add_dq_runs(self, dq, head, q_first, col_first) -> None:
         """add_dq into a dq_acc in fragment order: the groups of one column pair 8 rows apart, in a block of
         16 rows x 8 columns, as one vector<4> at the run's place (wgmma_layouts.dq_fragment_position). A
-        place is the lane's (with the warpgroup's first column) plus the run's constant one: blocks whole
-        in rows and in pairs of column blocks move by whole rows and 128 columns."""
+        place is the lane's (with the warpgroup's first column, and the shift of the run's class of blocks)
+        plus the run's constant one (wgmma_layouts.dq_run_place). Blocks of the tiles' zero columns past
+        hdim_q have no place: none is added."""
         atom, hdim = self.dq_atom, self.spec.hdim_q
-        assert hdim == self.hdim_q, "fragment order is for head dims the tiles hold unpadded (dq_fragment_order)"
         offsets = [atom.group_offset(g, 0) for g in range(atom.group_count)]
         runs = [(g, offsets.index((rows + 8, cols))) for g, (rows, cols) in enumerate(offsets) if rows % 16 == 0]
-        lane_row, lane_col = (self.lanes.get(("dq_run", axis, id(col_first)), lambda axis=axis: as_value(
-            dq_fragment_position(Ix.lane(self.lane_first(0), self.lanes),
-                                 Ix.lane(col_first, self.lanes) + self.lane_first(1), hdim)[axis]))
-            for axis in (0, 1))
+
+        def lane_place(shift: int) -> tuple["ir.Value", "ir.Value"]:
+            return tuple(self.lanes.get(("dq_run", axis, id(col_first), shift), lambda axis=axis: as_value(
+                dq_fragment_position(Ix.lane(self.lane_first(0), self.lanes),
+                                     Ix.lane(col_first, self.lanes) + self.lane_first(1) + shift, hdim)[axis]))
+                         for axis in (0, 1))
+
         run_type = ir.VectorType.get([2 * atom.group_width], ir.F32Type.get())
         for mi, row in enumerate(dq):
             for ni, c in enumerate(row):
@@ -566,9 +569,12 @@ class FlashBackward:
                     rows, cols = offsets[first]
                     value = vector.from_elements(run_type, [vector.extract(groups[g], [], [e])
                                                             for g in (first, second) for e in range(atom.group_width)])
-                    at_row, at_col = dq_fragment_position(mi * atom.m + rows, ni * atom.n + cols, hdim)
-                    q = arith.addi(arith.addi(q_first, index(at_row)), lane_row)
-                    self.add_dq_value(value, head, q, arith.addi(lane_col, index(at_col)))
+                    block = arith.addi(col_first, index(ni * atom.n + cols)) if hdim != self.hdim_q else None
+                    with self.inside_head_dim(block, hdim, self.hdim_q):
+                        shift, (at_row, at_col) = dq_run_place(mi * atom.m + rows, ni * atom.n + cols, hdim)
+                        lane_row, lane_col = lane_place(shift)
+                        q = arith.addi(arith.addi(q_first, index(at_row)), lane_row)
+                        self.add_dq_value(value, head, q, arith.addi(lane_col, index(at_col)))
 
     def add_dq_value(self, value: "ir.Value", head, q, col) -> None:
         """dQ's value (f32 or a vector of adjacent, even-aligned columns) at (head, q, col) for this key

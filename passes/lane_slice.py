@@ -65,14 +65,18 @@ def copy_slice(source: "ir.Value", dest: "ir.Value", row: list["ir.Value"], lane
 
 def read_fragments(source: "ir.Value", row: list["ir.Value"], lane_slice: LaneSlice) -> "ir.Value":
     """The slice of logical row row[-1] of a source in fragment order (wgmma_layouts.dq_fragment_position,
-    which keeps each column pair together) as f32: its pairs gathered from where they lie."""
+    which keeps each column pair together) as f32: its pairs gathered from where they lie, or its elements
+    where the slice's width is odd (so that its start, lane x width, is not always a pair's)."""
     logical_row, hdim = Ix.lane(row[-1]), memref_type(source).shape[-1]
+    step = 2 if lane_slice.width % 2 == 0 else 1
     elements = []
-    for pair in range(0, lane_slice.width, 2):
-        col = Ix.lane(arith.addi(lane_slice.start, index(pair)) if pair else lane_slice.start)
+    for first in range(0, lane_slice.width, step):
+        col = Ix.lane(arith.addi(lane_slice.start, index(first)) if first else lane_slice.start)
         at_row, at_col = (as_value(x) for x in dq_fragment_position(logical_row, col, hdim))
-        loaded = _load_f32(source, row[:-1] + [at_row], LaneSlice(at_col, 2))
-        elements += [vector.extract(loaded, [], [e]) for e in range(2)]
+        loaded = _load_f32(source, row[:-1] + [at_row], LaneSlice(at_col, step))
+        elements += [vector.extract(loaded, [], [e]) for e in range(step)] if step > 1 else [loaded]
+    if lane_slice.width == 1:
+        return elements[0]
     return vector.from_elements(ir.VectorType.get([lane_slice.width], ir.F32Type.get()), elements)
 
 

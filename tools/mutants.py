@@ -340,6 +340,9 @@ MUTANTS: list[Mutant] = [
            "passes/wgmma_tiles.py", "            if inside_block:\n", "            if False:\n"),
     Mutant("wgmma d192: a warpgroup's 96 columns as one m64n96 (a product across a swizzled block's edge)",
            "passes/wgmma_mma_atom.py", "self.lanes, gcd(cols, self.n))", "self.lanes, cols)"),
+    Mutant("wgmma d192: a dQ run that continues on the next row takes the lane's unshifted place",
+           "fmha_mlir/wgmma_layouts.py", "    return 8 * shift, dq_fragment_position(rows, cols - 8 * shift, hdim)",
+           "    return 0, dq_fragment_position(rows, cols, hdim)"),
     Mutant("tiled: bf16 dQ atomics add dS K unscaled", TILED,
            "scaled = arith.mulf(value, splat(f32(self.spec.scale), [2]))", "scaled = value"),
     # -- the warp-specialised wgmma body (a producer warpgroup, dQ's bulk reduce-adds) ------------------

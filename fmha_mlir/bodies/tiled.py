@@ -16,10 +16,10 @@ from ..numerics import MATRIX_K16
 from ..shape_expr import Dim, Expr, ceildiv, mul
 from ..spec import AttentionBwdSpec
 from ..target import Target
-from ..wgmma_layouts import SWIZZLE_ALIGNMENT
+from ..wgmma_layouts import SWIZZLE_ALIGNMENT, dq_run_period
 from . import mfma, mma_sync, wgmma
 from .common import (COPY_ELEMENTS, ELEMENT_BYTES, LSE_BYTES, TILE_ALIGN, Body, Launch, SharedTile, Workspace,
-                     dims_of, row_alignment, row_lanes, row_launch, tiled_row_reasons)
+                     dims_of, row_alignment, row_launch, tiled_row_reasons)
 from .mfma import AMD_TILED_TABLE
 from .mma_sync import TILED_TABLE
 from .wgmma import HOPPER_ARCH, WGMMA_TABLE
@@ -66,13 +66,15 @@ def tile_hdims(spec: AttentionBwdSpec, config: TiledConfig) -> tuple[int, int]:
 def dq_fragment_order(spec: AttentionBwdSpec, config: TiledConfig) -> bool:
     """Whether dq_acc is kept in wgmma's fragment order (wgmma_layouts.dq_fragment_position): where the
     consumers add dQ by f32 atomics, each thread's four values in a block of 16 rows x 8 columns become one
-    v4 atomic, a warp's 512 contiguous bytes. Its rows hold whole pairs of 64-column units (hdim_q a multiple
-    of 128, so a unit's blocks move by whole rows: flash_bwd.add_dq_runs); the convert's lanes gather
-    column pairs (an even number of columns each, row_lanes)."""
+    v4 atomic, a warp's 512 contiguous bytes; the convert gathers them back (lane_slice.read_fragments).
+    A thread keeps a place per class of blocks (wgmma_layouts.dq_run_period; flash_bwd.add_dq_runs): one
+    where rows hold whole blocks (hdim_q a multiple of 128), else up to wgmma.FRAGMENT_PLACES on rows
+    whose P^T and dS^T are not held in registers (the d256 row's d160 / d192). With P^T in registers there
+    is no room for them: ptxas -v, varlen on sm_90a's table, spill bytes 112 -> 220 at d64, 20 -> 64 at d96."""
     if getattr(config, "instruction", "") != WGMMA or config.dq_bulk or spec.deterministic or spec.grad_accum != "f32":
         return False
-    per_lane = spec.hdim_q // row_lanes(spec.hdim_q, config.wave_size, BYTES[spec.dtype])
-    return spec.hdim_q % 128 == 0 and per_lane % 2 == 0
+    places = dq_run_period(spec.hdim_q)
+    return spec.hdim_q % 128 == 0 or (not config.p_in_registers and places <= wgmma.FRAGMENT_PLACES)
 
 
 class TiledBody(Body):

@@ -34,6 +34,10 @@ WGMMA_TABLE: dict[int, TiledConfig] = {
 # mma.sync row, bench_notes.md "A wgmma row for d256"). The row now takes d136-d192 on 192-column tiles,
 # 96 columns a warpgroup ("d192 on the d256 row"): unmeasured, so they stay on mma.sync until measured.
 SMALLEST_HDIM = {256: 193}
+# dQ in fragment order: the most places of a lane (classes of column blocks, wgmma_layouts.dq_run_period)
+# the consumers keep, two registers each beside the accumulators: d160's 5 (no spills on the d256 row,
+# ptxas -v), not d200's 25.
+FRAGMENT_PLACES = 5
 BLOCK_COLUMNS = 64     # columns of one 128-byte swizzled block: head dims and query blocks come in whole ones
 NARROW_N_STEP = 8      # a warpgroup's S^T under 64 columns is one m64nN tile, N a multiple of 8 dividing 64
 SWIZZLE = 128

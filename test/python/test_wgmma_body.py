@@ -169,14 +169,14 @@ def test_d256_splits_s_t_over_narrow_products():
 def test_d192_splits_the_head_dim_over_narrow_products():
     """On the d256 row's config, d192's warpgroups hold 96 head-dim columns each: dV, dK and dQ are three
     m64n32 a k step (the second warpgroup's first inside a swizzled block), S^T and dP^T m64n32 as at d256;
-    dQ's atomics are v2 pairs (fragment order takes head dims of whole 128-column rows)."""
+    dQ's atomics are v4 runs (fragment order: a block's run may continue on the next row of dq_acc)."""
     import re
 
     ptx = compile_spec(AttentionBwdSpec("bf16", 192), "sm_90a", body="tiled", config=TABLE_256).isa
     shapes = re.findall(r"wgmma\.mma_async\.sync\.aligned\.(m64n\d+k16)", ptx)
     # per step: S^T and dP^T 192 / 16 k steps each; dV, dK, dQ 3 n-tiles x 64 / 16 k steps each
     assert shapes.count("m64n32k16") == 2 * 192 // 16 + 3 * 3 * 64 // 16 and "m64n64k16" not in shapes
-    assert len(re.findall(r"red\.[a-z.]*global\.add\.v2\.f32", ptx)) == 64 * 96 // 128 // 2
+    assert len(re.findall(r"red\.[a-z.]*global\.add\.v4\.f32", ptx)) == 64 * 96 // 128 // 4
 
 
 def test_tiles_start_on_the_swizzle_period():

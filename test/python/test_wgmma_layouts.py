@@ -7,6 +7,7 @@ Then the same functions on NumPy arrays and on passes.ix.Ix (folded by canonical
 from __future__ import annotations
 
 import itertools
+import math
 
 import numpy as np
 import pytest
@@ -191,37 +192,50 @@ def test_the_swapped_dq_stores_cover_each_element_once():
     assert sorted(seen) == [(r, c) for r in range(16) for c in range(64)]
 
 
-@pytest.mark.parametrize("hdim", [128, 256])
+@pytest.mark.parametrize("hdim", [64, 128, 160, 192, 256])
 def test_dq_fragment_order_makes_a_warps_block_one_512_byte_run(hdim):
     """A permutation of every 16-row group, under which the four values a thread's accumulator holds in
     a block of 16 rows x 8 columns (registers 4j .. 4j + 3 of wl.accumulator) lie in one row, in register
-    order, at 4 x the thread's lane in its warp from the block's start (a multiple of 128): one aligned v4
-    atomic a thread, 512 contiguous bytes a warp."""
+    order, at 4 x the thread's lane in its warp from the block's start (a multiple of 128 values from the
+    group's first): one aligned v4 atomic a thread, 512 contiguous bytes a warp. Where rows do not hold
+    whole blocks (d64, d160, d192), a block's run continues on the next row."""
     for group in (0, 48):
         places = {wl.dq_fragment_position(group + r, c, hdim) for r in range(16) for c in range(hdim)}
         assert places == {(group + r, c) for r in range(16) for c in range(hdim)}
     for thread in range(128):
-        for j in range(16):   # the 8-column blocks of a 64 x 128 accumulator
-            places = [wl.dq_fragment_position(*wl.accumulator(thread, 4 * j + r), hdim) for r in range(4)]
+        for j in range(hdim // 8):   # the 8-column blocks of a 64 x hdim accumulator
+            logical = [wl.accumulator(thread, 4 * j + r) for r in range(4)]
+            places = [wl.dq_fragment_position(row, 8 * j + col % 8, hdim) for row, col in logical]
             row, col = places[0]
-            assert places == [(row, col + r) for r in range(4)] and (col - 4 * (thread % 32)) % 128 == 0
+            assert places == [(row, col + r) for r in range(4)]
+            from_group = (row - logical[0][0] // 16 * 16) * hdim + col
+            assert from_group % 128 == 4 * (thread % 32)
 
 
-def test_dq_fragment_places_add_up_as_the_body_adds_them():
-    """flash_bwd.add_dq_runs adds the lane's place (its first element, with its warpgroup's first column)
-    to each run's constant one: the sum is the run's own place, for every thread of the d256 row's units."""
-    for hdim in (128, 256):
-        for col0 in range(0, hdim, 64):   # a unit's first column
-            for thread in range(128):
-                lane_row, lane_col = wl.dq_fragment_position(*(a + b for a, b in zip(wl.accumulator(thread, 0),
-                                                                                      (0, col0))), hdim)
-                for register in range(0, 32, 4):
-                    row, col = wl.accumulator_offset(register)
-                    for mi, ni in itertools.product(range(2), range(2)):
-                        r, c = wl.dq_fragment_position(64 * mi + row, 64 * ni + col, hdim)
-                        logical = wl.accumulator(thread, register)
-                        assert (lane_row + r, lane_col + c) == wl.dq_fragment_position(
-                            64 * mi + logical[0], col0 + 64 * ni + logical[1], hdim)
+@pytest.mark.parametrize("hdim,tile,unit", [(64, 64, 64), (128, 128, 64), (160, 192, 96), (192, 192, 96),
+                                            (256, 256, 128)])
+def test_dq_fragment_places_add_up_as_the_body_adds_them(hdim, tile, unit):
+    """flash_bwd.add_dq_runs adds the lane's place (its first element, with its unit's first column and the
+    run's shift) to each run's constant one (wl.dq_run_place): the sum is the run's own place, for every
+    thread of every unit of a `tile`-column tile, on its narrow products too (96 columns a unit: m64n32),
+    except the runs of zero columns past the head dim, which it skips. The shifts are dq_run_period's."""
+    n = math.gcd(unit, 64)
+    shifts = set()
+    for col0 in range(0, tile, unit):
+        for thread in range(128):
+            for piece, register in itertools.product(range(unit // n), range(0, n // 2, 4)):
+                row, col = wl.accumulator_offset(register)
+                if col0 + piece * n + col >= hdim:   # the tile's zero columns: no run
+                    continue
+                for mi in range(2):
+                    shift, (r, c) = wl.dq_run_place(64 * mi + row, piece * n + col, hdim)
+                    shifts.add(shift)
+                    first = wl.accumulator(thread, 0)
+                    lane_row, lane_col = wl.dq_fragment_position(first[0], col0 + first[1] + shift, hdim)
+                    logical = wl.accumulator(thread, register)
+                    assert (lane_row + r, lane_col + c) == wl.dq_fragment_position(
+                        64 * mi + logical[0], col0 + piece * n + logical[1], hdim)
+    assert shifts == {8 * s for s in range(wl.dq_run_period(hdim))}
 
 
 def test_dq_fragment_order_is_taken_only_where_consumers_add_whole_runs():
@@ -236,6 +250,10 @@ def test_dq_fragment_order_is_taken_only_where_consumers_add_whole_runs():
     assert not dq_fragment_order(AttentionBwdSpec("bf16", 128), WGMMA_TABLE[128])          # the writer's bulk adds
     assert not dq_fragment_order(AttentionBwdSpec("bf16", 256, deterministic=True), d256)  # partials stored
     assert not dq_fragment_order(AttentionBwdSpec("bf16", 256, grad_accum="bf16"), d256)   # no dq_acc
-    assert not dq_fragment_order(AttentionBwdSpec("bf16", 224), d256)   # the convert's lanes take 7 columns
-    assert not dq_fragment_order(AttentionBwdSpec("bf16", 192), d256)   # not whole 128-column rows
+    assert dq_fragment_order(AttentionBwdSpec("bf16", 192), d256)   # a block's run may continue on the next row
+    assert dq_fragment_order(AttentionBwdSpec("bf16", 160), d256)   # five places a lane; on 192-column tiles
+    assert not dq_fragment_order(AttentionBwdSpec("bf16", 224), d256)   # seven: more than FRAGMENT_PLACES
+    assert not dq_fragment_order(AttentionBwdSpec("bf16", 200), d256)   # 25
+    # P^T in registers leaves no room for the places of rows that are not whole blocks
+    assert not dq_fragment_order(AttentionBwdSpec("bf16", 64), dataclasses.replace(WGMMA_TABLE[64], dq_bulk=False))
     assert dq_fragment_order(AttentionBwdSpec("bf16", 128), dataclasses.replace(WGMMA_TABLE[128], dq_bulk=False))

@@ -4,9 +4,8 @@
 // measured it): the two warpgroups split the head dim at 96 columns, so dV, dK and dQ are three m64n32k16 a
 // k step (WgmmaMmaAtom.narrowed: 96 is not whole 64-column blocks), none m64n64. S^T and dP^T are chains of
 // 12 m64n32k16 over the 192 columns. A narrow product's B descriptor starts at its own column, inside a
-// block where it must: its base adds (column mod 64) x 2 bytes (WgmmaTile.bytes_at). dQ reaches dq_acc by 24
-// v2 atomics a step (fragment order takes head dims of whole 128-column rows), which the convert reads as
-// they lie.
+// block where it must: its base adds (column mod 64) x 2 bytes (WgmmaTile.bytes_at). dQ reaches a dq_acc in
+// fragment order, 192 columns wide, by 12 v4 atomics a step.
 
 // CHECK-LABEL: gpu.func @{{.*}}_dq_dk_dv(
 // CHECK:       nvvm.wgmma.mma_async {{.*}} <m = 64, n = 32, k = 16>, D[<f32>, <zero>], A[<bf16>, <one>, <row>], B[<bf16>, <one>, <col>]
@@ -19,10 +18,10 @@
 // CHECK-NOT:   <m = 64, n = 64, k = 16>
 // CHECK:       nvvm.wgmma.mma_async {{.*}} <m = 64, n = 32, k = 16>, D[<f32>, <one>], A[<bf16>, <one>, <row>], B[<bf16>, <one>, <row>]
 // CHECK-NOT:   <m = 64, n = 64, k = 16>
-// CHECK-COUNT-24: "fmha.atomic_add"({{.*}}) : (vector<2xf32>, memref<?x?x?x192xf32
+// CHECK-COUNT-12: "fmha.atomic_add"({{.*}}) : (vector<4xf32>, memref<?x?x?x192xf32
 // CHECK-NOT:   "fmha.atomic_add"
 // CHECK-LABEL: gpu.func @{{.*}}_convert_dq(
-// CHECK:       vector.load {{.*}} vector<4xf32>
+// CHECK:       vector.load {{.*}} vector<2xf32>
 
 module {
   func.func @fmha_bwd_bf16_d192x192_g1_nomask(%arg0: memref<?x?x?x192xbf16, strided<[?, ?, ?, 1]>> {fmha.operand = "q"}, %arg1: memref<?x?x?x192xbf16, strided<[?, ?, ?, 1]>> {fmha.operand = "k"}, %arg2: memref<?x?x?x192xbf16, strided<[?, ?, ?, 1]>> {fmha.operand = "v"}, %arg3: memref<?x?x?x192xbf16, strided<[?, ?, ?, 1]>> {fmha.operand = "o"}, %arg4: memref<?x?x?x192xbf16, strided<[?, ?, ?, 1]>> {fmha.operand = "do"}, %arg5: memref<?x?x?xf32, strided<[?, ?, 1]>> {fmha.operand = "lse"}, %arg6: memref<?x?x?x192xbf16, strided<[?, ?, ?, 1]>> {fmha.operand = "dq"}, %arg7: memref<?x?x?x192xbf16, strided<[?, ?, ?, 1]>> {fmha.operand = "dk"}, %arg8: memref<?x?x?x192xbf16, strided<[?, ?, ?, 1]>> {fmha.operand = "dv"}) {
