@@ -73,8 +73,7 @@ def read_fragments(source: "ir.Value", row: list["ir.Value"], lane_slice: LaneSl
     for first in range(0, lane_slice.width, step):
         col = Ix.lane(arith.addi(lane_slice.start, index(first)) if first else lane_slice.start)
         at_row, at_col = (as_value(x) for x in dq_fragment_position(logical_row, col, hdim))
-        loaded = _load_f32(source, row[:-1] + [at_row], LaneSlice(at_col, step))
-        elements += [vector.extract(loaded, [], [e]) for e in range(step)] if step > 1 else [loaded]
+        elements += load_f32(source, row[:-1] + [at_row], LaneSlice(at_col, step))
     if lane_slice.width == 1:
         return elements[0]
     return vector.from_elements(ir.VectorType.get([lane_slice.width], ir.F32Type.get()), elements)
