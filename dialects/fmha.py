@@ -101,6 +101,13 @@ def _create_checked(name: str, problems_of, results, operands, attributes, loc) 
     return op
 
 
+def _read_flag(op, name: str, problems: list[str]) -> bool:
+    """An optional bool attribute of a stage op: False when absent."""
+    if name not in op.attributes:
+        return False
+    return bool(read_attribute(op, name, "bool", problems))
+
+
 def config_of(op) -> "KernelConfig":
     """The KernelConfig of a problem or stage op's `config` attribute; VerifyError if absent or bad."""
     return _read_checked(stored_config, op)
@@ -309,10 +316,14 @@ class DotDoOOp(_SpecOp):
 
 
 class DqDkDvOp(_SpecOp):
-    """The main stage; each output is T or an f32 accumulator, as the body chooses."""
+    """The main stage; each output is T or an f32 accumulator, as the body chooses. With the attribute
+    `dq_semaphores = true` (deterministic mode), an i32 [B, Hq, query blocks] operand after the gradients,
+    zero-filled: the key blocks that visit a query block add their dQ into dq_out one at a time, in a
+    fixed order, each waiting until that block's counter holds its turn (docs/ir.md)."""
 
     NAME = "fmha.dq_dk_dv"
     OPERANDS = ("q", "k", "v", "do", "lse", "d", "dq_out", "dk_out", "dv_out")
+    SEMAPHORES = "dq_semaphores"
 
     @classmethod
     def operand_names(cls, spec):
@@ -320,6 +331,40 @@ class DqDkDvOp(_SpecOp):
         bias_in, bias_grad = spec.bias_operands()
         return (cls.OPERANDS[:6] + bias_in + cls.OPERANDS[6:] + tuple(f"{g}_out" for g in bias_grad)
                 + varlen_operands(spec))
+
+    @classmethod
+    def names_of(cls, op, spec):
+        names = cls.operand_names(spec)
+        if not cls._read_semaphores(op, []):
+            return names
+        cu = len(varlen_operands(spec))
+        return names[:len(names) - cu] + (cls.SEMAPHORES,) + names[len(names) - cu:]
+
+    @classmethod
+    def build(cls, spec, operands, config=None, *, dq_semaphores: bool = False, loc=None) -> "ir.Operation":
+        extra = {cls.SEMAPHORES: ir.BoolAttr.get(True)} if dq_semaphores else {}
+        return cls._create(spec, config, operands, extra, loc)
+
+    @classmethod
+    def _read_semaphores(cls, op, problems: list[str]) -> bool:
+        return _read_flag(op, cls.SEMAPHORES, problems)
+
+    @classmethod
+    def operand_kinds(cls, op, spec):
+        kinds = tensor_kinds(spec)
+        kinds[cls.SEMAPHORES] = TensorKind(ROWS_RANK, ("i32",))
+        return {name: kinds[name] for name in cls.names_of(op, spec)}
+
+    @classmethod
+    def problems(cls, op) -> list[str]:
+        problems: list[str] = []
+        semaphores = cls._read_semaphores(op, problems)
+        if problems:
+            return problems
+        spec = _valid_spec(op, [])
+        if semaphores and spec is not None and not spec.deterministic:
+            return [f"{cls.SEMAPHORES} = true orders deterministic mode's dQ adds: it needs deterministic = true"]
+        return super().problems(op)
 
 
 class ConvertGradOp(_SpecOp):
@@ -360,9 +405,7 @@ class ConvertGradOp(_SpecOp):
 
     @classmethod
     def _read_partials(cls, op, problems: list[str]) -> bool:
-        if "partials" not in op.attributes:
-            return False
-        return bool(read_attribute(op, "partials", "bool", problems))
+        return _read_flag(op, "partials", problems)
 
     @classmethod
     def grad_of(cls, op) -> str:
@@ -607,6 +650,17 @@ class MaskedScoreOp:
         return problems
 
 
+def _index_problems(buffer: "ir.Value", indices, first: int) -> list[str]:
+    """One index-typed operand per dim of memref `buffer`, the first of them operand #first."""
+    problems = []
+    if len(indices) != buffer.type.rank:
+        problems.append(f"needs {buffer.type.rank} indices for {buffer.type}, got {len(indices)}")
+    for dim, value in enumerate(indices):
+        if str(value.type) != "index":
+            problems.append(f"operand #{first + dim} (index of dim {dim}) must be index, got {value.type}")
+    return problems
+
+
 class AtomicAddOp:
     """buffer[indices] += value: a relaxed, device-scope float add with no result. A vector<N x f32> value
     (N = 2 or 4) adds element i at the last index + i: one vector atomic where the target has one. A
@@ -638,12 +692,7 @@ class AtomicAddOp:
             packed = f" for a {cls.PACKED_BF16} value" if element == "bf16" else ""
             problems.append(f"operand #1 ('buffer') must be a ranked memref of {element}{packed}, got {buffer.type}")
             return problems
-        if len(indices) != buffer.type.rank:
-            problems.append(f"needs {buffer.type.rank} indices for {buffer.type}, got {len(indices)}")
-        for dim, value in enumerate(indices):
-            if str(value.type) != "index":
-                problems.append(f"operand #{dim + 2} (index of dim {dim}) must be index, got {value.type}")
-        return problems
+        return problems + _index_problems(buffer, indices, 2)
 
     @classmethod
     def width_of(cls, value: "ir.Value") -> int | None:
@@ -661,7 +710,61 @@ class AtomicAddOp:
         return str(value.type) == cls.PACKED_BF16
 
 
-OPS = {cls.NAME: cls for cls in (AttentionBwdOp, *STAGE_OPS, WaveReduceOp, Exp2Op, MaskedScoreOp, AtomicAddOp)}
+class _SemaphoreOp:
+    """An i32 counter of a global buffer that work-groups take turns on (deterministic dQ): the buffer, one
+    index per dim, and (wait) the value to wait for. Each executing thread acts on its own element."""
+
+    NAME: ClassVar[str]
+    VALUE: ClassVar[bool]   # whether the op takes the value to wait for first
+
+    @classmethod
+    def problems(cls, op) -> list[str]:
+        operands = list(op.operands)
+        if len(op.results):
+            return [f"must have no results, got {len(op.results)}"]
+        first = 1 if cls.VALUE else 0
+        if len(operands) < first + 1:
+            return [f"takes {'a value, ' if cls.VALUE else ''}a buffer and one index per buffer dim, "
+                    f"got {len(operands)} operands"]
+        problems = []
+        if cls.VALUE and str(operands[0].type) != "i32":
+            problems.append(f"operand #0 ('value') must be i32, got {operands[0].type}")
+        buffer, indices = operands[first], operands[first + 1:]
+        if not isinstance(buffer.type, ir.MemRefType) or str(buffer.type.element_type) != "i32":
+            problems.append(f"operand #{first} ('buffer') must be a ranked memref of i32, got {buffer.type}")
+            return problems
+        if ir.MemRefType(buffer.type).memory_space is not None:
+            problems.append(f"operand #{first} ('buffer') must be in global memory, got {buffer.type}")
+        return problems + _index_problems(buffer, indices, first + 1)
+
+
+class SemaphoreWaitOp(_SemaphoreOp):
+    """Each executing thread waits until buffer[indices] == value, then acquires at device scope: what the
+    threads whose signals it observed wrote before signalling is visible to it."""
+
+    NAME = "fmha.semaphore_wait"
+    VALUE = True
+
+    @classmethod
+    def build(cls, value: "ir.Value", buffer: "ir.Value", indices: Sequence["ir.Value"], loc=None) -> "ir.Operation":
+        return _create_checked(cls.NAME, cls.problems, [], [value, buffer, *indices], {}, loc)
+
+
+class SemaphoreSignalOp(_SemaphoreOp):
+    """Each executing thread releases at device scope (its writes before it, bulk writes included once
+    waited for, become visible to whoever acquires what it wrote), then adds 1 to buffer[indices]."""
+
+    NAME = "fmha.semaphore_signal"
+    VALUE = False
+
+    @classmethod
+    def build(cls, buffer: "ir.Value", indices: Sequence["ir.Value"], loc=None) -> "ir.Operation":
+        return _create_checked(cls.NAME, cls.problems, [], [buffer, *indices], {}, loc)
+
+
+SEMAPHORE_OPS = (SemaphoreWaitOp, SemaphoreSignalOp)
+OPS = {cls.NAME: cls for cls in (AttentionBwdOp, *STAGE_OPS, WaveReduceOp, Exp2Op, MaskedScoreOp, AtomicAddOp,
+                                 *SEMAPHORE_OPS)}
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -305,9 +305,16 @@ def _float_constant(value: "ir.Value", user: "ir.Operation") -> float:
 def _check_zero(memset: "ir.Operation") -> None:
     value = memset.opview.value
     owner = value.owner
-    if (isinstance(owner, ir.Block) or owner.operation.name != "arith.constant"
-            or ir.FloatAttr(owner.operation.attributes["value"]).value != 0.0):
-        raise PlanError("gpu.memset must fill with the constant 0.0 (the runtime only zero-fills)", memset)
+    if isinstance(owner, ir.Block) or owner.operation.name != "arith.constant" or not _is_zero(
+            owner.operation.attributes["value"]):
+        raise PlanError("gpu.memset must fill with the constant 0 (the runtime only zero-fills)", memset)
+
+
+def _is_zero(attribute: "ir.Attribute") -> bool:
+    """A float 0.0 or an integer 0 (i32 workspaces: deterministic dQ's semaphores)."""
+    if isinstance(attribute.type, ir.IntegerType):
+        return ir.IntegerAttr(attribute).value == 0
+    return ir.FloatAttr(attribute).value == 0.0
 
 
 def _memref_facts(memref_type: "ir.Type", op: "ir.Operation") -> dict:

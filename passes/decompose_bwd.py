@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import dataclasses
 
-from fmha_mlir.bodies import BodyPlan, Workspace
+from fmha_mlir.bodies import DQ_SEMAPHORES, BodyPlan, Workspace
 from fmha_mlir.dialects import fmha
 from fmha_mlir.dialects.fmha_attrs import WORKSPACE_ATTRIBUTE
-from fmha_mlir.dialects.fmha_types import rows_type, tensor_type
+from fmha_mlir.dialects.fmha_types import TensorKind
 from fmha_mlir.mlir import arith, gpu, ir, memref
 from fmha_mlir.spec import AttentionBwdSpec
 
@@ -65,7 +65,9 @@ def _decompose(op: "ir.Operation", plan: BodyPlan) -> None:
     zero = f32(0.0)
     for workspace in workspaces:
         if workspace.zero:
-            gpu.memset(None, [], allocated[workspace.name].strided, zero)
+            element = ir.Type.parse(workspace.element)
+            gpu.memset(None, [], allocated[workspace.name].strided,
+                       zero if element == zero.type else arith.constant(element, 0))
     for name in plan.zeroed_outputs:
         element = ir.MemRefType(operands[name].type).element_type
         gpu.memset(None, [], operands[name], zero if element == zero.type else arith.constant(element, 0.0))
@@ -73,8 +75,10 @@ def _decompose(op: "ir.Operation", plan: BodyPlan) -> None:
     bias_inputs, bias_grads = spec.bias_operands()
     outs = [allocated[accumulators[g].name].strided if g in accumulators else operands[g]
             for g in fmha.GRADS + bias_grads]
+    semaphores = [allocated[DQ_SEMAPHORES].strided] if DQ_SEMAPHORES in allocated else []
     fmha.DqDkDvOp.build(spec, [operands[n] for n in ("q", "k", "v", "do", "lse")] + [allocated["d"].strided]
-                        + [operands[n] for n in bias_inputs] + outs + cu, config)
+                        + [operands[n] for n in bias_inputs] + outs + semaphores + cu, config,
+                        dq_semaphores=bool(semaphores))
     for grad, workspace in accumulators.items():
         by_key_block = workspace.partials and grad == "dq"   # the convert reads only the partials written
         fmha.ConvertGradOp.build(spec, [allocated[workspace.name].strided, operands[grad]]
@@ -91,14 +95,14 @@ class _Allocated:
 
 
 def _allocate(workspace: Workspace, op: "ir.Operation", spec: AttentionBwdSpec, operands: dict) -> _Allocated:
-    """A contiguous f32 buffer of the workspace's shape, named for the launch plan, cast to the contract
-    type. Varlen: padded per batch, [B, H, max length, D] (fmha_mlir/varlen.py)."""
+    """A contiguous buffer of the workspace's shape and element, named for the launch plan, cast to the
+    contract type. Varlen: padded per batch, [B, H, max length, D] (fmha_mlir/varlen.py)."""
     dynamic = ir.ShapedType.get_dynamic_size()
     shape = [d if isinstance(d, int) else dynamic for d in workspace.dims]
     dims, operands = sized(workspace.dims, op, spec, operands)
     sizes = [expr_value(d, operands) for d in dims if not isinstance(d, int)]
-    alloc = memref.alloc(ir.MemRefType.get(shape, ir.F32Type.get()), sizes, [])
+    alloc = memref.alloc(ir.MemRefType.get(shape, ir.Type.parse(workspace.element)), sizes, [])
     alloc.owner.attributes[WORKSPACE_ATTRIBUTE] = ir.StringAttr.get(workspace.name)
     inner = workspace.dims[-1] if isinstance(workspace.dims[-1], int) else None
-    strided = rows_type() if len(shape) == 3 else tensor_type("f32", inner)
+    strided = TensorKind(len(shape), (workspace.element,), inner).contract_type()
     return _Allocated(alloc, memref.cast(strided, alloc))

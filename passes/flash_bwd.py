@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from fmha_mlir import mask_geometry
-from fmha_mlir.bodies import TiledBody, dq_fragment_order, tile_hdims, tiled_block_ids
+from fmha_mlir.bodies import TiledBody, dq_fragment_order, dq_in_turns, tile_hdims, tiled_block_ids
 from fmha_mlir.dialects import fmha
 from fmha_mlir.dialects.fmha_types import element_type
 from fmha_mlir.kernel_config import KernelConfig
@@ -101,13 +101,17 @@ class FlashBackward:
         self.k_hdim_q, self.k_hdim_v = (-(-h // self.atom.k) * self.atom.k for h in (spec.hdim_q, spec.hdim_v))
         self.tiles = self.atom.shared_tiles(TiledBody.shared_layout(spec, config), config)
         self.copy = hardware.copy(self)
-        self.key_block, self.kv_head, self.batch = tiled_block_ids(
+        key_block, self.kv_head, self.batch = tiled_block_ids(
             config, [gpu.block_id(d) for d in (gpu.Dimension.x, gpu.Dimension.y, gpu.Dimension.z)])
         self.heads_q, self.seqlen_q = dims(self.q, [1, 2])
         self.seqlen_k, = dims(self.k, [2])
+        if dq_in_turns(spec, config):   # key blocks take dQ turns last to first: the grid dispatches them so
+            key_block = arith.subi(arith.subi(arith.ceildivui(self.seqlen_k, index(self.bn)), index(1)), key_block)
+        self.key_block = key_block
         self.k0 = arith.muli(self.key_block, index(self.bn))
-        # Deterministic mode: this work-group's dQ partial, row batch x key blocks + key block of dq_acc.
-        self.dq_batch = self.batch if not spec.deterministic else arith.addi(
+        # Deterministic mode with partials: this work-group's, row batch x key blocks + key block of dq_acc.
+        self.dq_partials = spec.deterministic and not dq_in_turns(spec, config)
+        self.dq_batch = self.batch if not self.dq_partials else arith.addi(
             arith.muli(self.batch, arith.ceildivui(self.seqlen_k, index(self.bn))), self.key_block)
         # A mask that hides nothing cuts only tails; the config says whether its loop is split by them.
         self.split_tail_loop = config.split_tail_loop and mask_geometry.hides_nothing(spec.mask)
@@ -580,7 +584,7 @@ class FlashBackward:
         """dQ's value (f32 or a vector of adjacent, even-aligned columns) at (head, q, col) for this key
         block: an f32 atomic add into dq_acc, or in deterministic mode a store into this key block's
         partial, which no other work-group writes (each element has one owning lane)."""
-        accumulate(value, self.dq_out, [self.dq_batch, head, q, col], stored=self.spec.deterministic)
+        accumulate(value, self.dq_out, [self.dq_batch, head, q, col], stored=self.dq_partials)
 
     def add_dq_pairs(self, head, q0) -> None:
         """grad_accum = "bf16": dQ by packed bf16 atomics into dq, each on two adjacent head-dim columns

@@ -16,8 +16,8 @@ from fmha_mlir.target import TARGETS
 from .base import FmhaPass
 from .ir_builders import create_op
 from .kernel_target import check_attached_chips, check_kernels_for
-from .kernel_op_lowering import (elementwise, is_vector_atomic_add, lower_kernel_ops, reduce_width, shared_lowerings,
-                                 shuffle_xor_reduce)
+from .kernel_op_lowering import (elementwise, is_vector_atomic_add, is_semaphore, lower_kernel_ops,
+                                 reduce_width, shared_lowerings, shuffle_xor_reduce)
 
 EX2_INTRINSIC = "llvm.nvvm.ex2.approx.ftz.f32"
 WARP_SIZE = TARGETS["sm_90"].wave_size
@@ -45,7 +45,7 @@ class ConvertFmhaToNvvm(FmhaPass):
         lowerings[fmha.WaveReduceOp.NAME] = lower_wave_reduce
         lowerings[fmha.Exp2Op.NAME] = lower_exp2
         # Vector atomic adds need the buffer's address: fmha-vector-atomics-to-nvvm lowers them later.
-        lower_kernel_ops(module, lowerings, deferred=is_vector_atomic_add)
+        lower_kernel_ops(module, lowerings, deferred=lambda op: is_vector_atomic_add(op) or is_semaphore(op))
 
 
 def lower_wave_reduce(op: "ir.Operation") -> "ir.Value":

@@ -22,8 +22,8 @@ from fmha_mlir.target import TARGETS
 from .base import FmhaPass
 from .ir_builders import collect_ops, create_op, f32
 from .kernel_target import check_attached_chips, check_kernels_for
-from .kernel_op_lowering import (elementwise, is_packed_atomic_add, lower_kernel_ops, reduce_width, shared_lowerings,
-                                 shuffle_xor_reduce)
+from .kernel_op_lowering import (elementwise, is_packed_atomic_add, is_semaphore, lower_kernel_ops,
+                                 reduce_width, shared_lowerings, shuffle_xor_reduce)
 
 DPP_WAVE = 64
 # Group widths whose sum the in-row steps leave in every lane: width 2**k after the first k steps.
@@ -66,7 +66,7 @@ class ConvertFmhaToRocdl(FmhaPass):
         lowerings[fmha.WaveReduceOp.NAME] = self._lower_wave_reduce
         lowerings[fmha.Exp2Op.NAME] = lower_exp2
         # Packed bf16 atomic adds need the buffer's address: fmha-packed-atomics-to-rocdl lowers them later.
-        lower_kernel_ops(module, lowerings, deferred=is_packed_atomic_add)
+        lower_kernel_ops(module, lowerings, deferred=lambda op: is_packed_atomic_add(op) or is_semaphore(op))
         set_flat_work_group_size(module)
 
     def _lower_wave_reduce(self, op: "ir.Operation") -> "ir.Value":

@@ -1,9 +1,10 @@
 """What convert-fmha-to-rocdl and convert-fmha-to-nvvm share.
 
-Both passes replace the four kernel-level ops of docs/ir.md level 4 inside gpu.func bodies. masked_score
+Both passes replace the kernel-level ops of docs/ir.md level 4 inside gpu.func bodies. masked_score
 and atomic_add lower to the same target-neutral ops on every target, and the xor-shuffle butterfly is
 the NVIDIA reduction as well as the AMD one for partial waves. Each target pass supplies only its own
-wave_reduce and exp2 lowering through `lower_kernel_ops`.
+wave_reduce and exp2 lowering through `lower_kernel_ops`. The semaphores need an element's address:
+both leave them for fmha-semaphores-to-llvm, after the kernel stage (the interpreter runs them as ops).
 """
 from __future__ import annotations
 
@@ -18,7 +19,8 @@ from .ir_builders import collect_ops, enclosing_op, f32, index, splat, vector_sh
 from .ix import Ix
 from .verify import check_verified
 
-KERNEL_OPS = (fmha.WaveReduceOp.NAME, fmha.Exp2Op.NAME, fmha.MaskedScoreOp.NAME, fmha.AtomicAddOp.NAME)
+KERNEL_OPS = (fmha.WaveReduceOp.NAME, fmha.Exp2Op.NAME, fmha.MaskedScoreOp.NAME, fmha.AtomicAddOp.NAME,
+              *(op.NAME for op in fmha.SEMAPHORE_OPS))
 
 # A lowering builds the replacement at the op (insertion point and location already set) and returns
 # the value that replaces the op's result, or None for ops without results.
@@ -120,6 +122,11 @@ def lower_atomic_add(op: "ir.Operation") -> None:
     return None
 
 
+def is_semaphore(op: "ir.Operation") -> bool:
+    """fmha.semaphore_wait / _signal: lowered on an address by fmha-semaphores-to-llvm."""
+    return op.name in (o.NAME for o in fmha.SEMAPHORE_OPS)
+
+
 def is_vector_atomic_add(op: "ir.Operation") -> bool:
     """A vector<N x f32> or packed bf16 atomic_add: one instruction on an address (NVIDIA)."""
     return op.name == fmha.AtomicAddOp.NAME and (fmha.AtomicAddOp.width_of(op.operands[0]) is not None
@@ -129,3 +136,4 @@ def is_vector_atomic_add(op: "ir.Operation") -> bool:
 def is_packed_atomic_add(op: "ir.Operation") -> bool:
     """A packed bf16 atomic_add: memref.atomic_rmw has no vector form, so it waits for an address."""
     return op.name == fmha.AtomicAddOp.NAME and fmha.AtomicAddOp.is_packed_bf16(op.operands[0])
+

@@ -27,6 +27,7 @@ _TABLE: dict[str, str] = {
     "fmha-hardware-atomics": "hardware_atomics:HardwareAtomics",
     "fmha-vector-atomics-to-nvvm": "vector_atomics_to_nvvm:VectorAtomicsToNvvm",
     "fmha-packed-atomics-to-rocdl": "packed_atomics_to_rocdl:PackedAtomicsToRocdl",
+    "fmha-semaphores-to-llvm": "semaphores_to_llvm:SemaphoresToLlvm",
 }
 
 # Upstream passes that take a chip name: (option, the Target.backend whose arches it accepts).

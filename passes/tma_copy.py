@@ -118,7 +118,7 @@ def _shape(box: tuple[int, ...]) -> str:
 
 
 class TmaWrite:
-    """Box reduce-adds or stores through one tensor map of f32 elements whose box is `rows` x `inner`,
+    """Box reduce-adds through one tensor map of f32 elements whose box is `rows` x `inner`,
     swizzled by `swizzle` bytes (the module's docstring says what orders them)."""
 
     def __init__(self, tensor_map: "ir.Value", rows: int, inner: int, swizzle: int, element: str = "f32"):
@@ -139,13 +139,6 @@ class TmaWrite:
             attributes={"redKind": ir.Attribute.parse("#nvvm.tma_redux_kind<add>"),
                         "mode": ir.Attribute.parse("#nvvm.tma_store_mode<tile>"),
                         "operandSegmentSizes": ir.DenseI32ArrayAttr.get([1, 1, len(coordinates), 0])})
-
-    def store(self, shared: "ir.Value", byte_offset, coordinates) -> None:
-        """tensor[box at `coordinates`] = the box at `byte_offset` of `shared`, as reduce_add takes them."""
-        ir.Operation.create("nvvm.cp.async.bulk.tensor.global.shared.cta", results=[], operands=[
-            self.tensor_map, *self._source_and_coordinates(shared, byte_offset, coordinates)],
-            attributes={"mode": ir.Attribute.parse("#nvvm.tma_store_mode<tile>"),
-                        "operandSegmentSizes": ir.DenseI32ArrayAttr.get([1, 1, len(coordinates), 0, 0])})
 
     @staticmethod
     def _source_and_coordinates(shared: "ir.Value", byte_offset, coordinates) -> list["ir.Value"]:

@@ -9,8 +9,8 @@ warpgroup feeds the consumer warpgroups, which run the schedule's steps unchange
 
 With config.dq_bulk the producer's last warp is a writer instead (its own role): the consumers store each
 step's dQ tile into shared memory and the writer reduce-adds it into dq_acc with bulk tensor reduces
-(write_dq), in place of the consumers' per-element atomics; in deterministic mode it stores the tile into
-the work-group's own partial of dq_acc with bulk tensor stores instead.
+(write_dq), in place of the consumers' per-element atomics; in deterministic mode the key blocks of a
+query block take turns at it, on the query block's semaphore (bodies.dq_in_turns).
 
 The consumers sync among themselves with a named barrier over their threads (the producer runs ahead),
 twice per step: before they store dS^T (every warpgroup's previous dQ product has read it) and after
@@ -22,8 +22,10 @@ interpreter runs each as a coroutine.
 """
 from __future__ import annotations
 
-from fmha_mlir.bodies import TiledBody
+from fmha_mlir import mask_geometry
+from fmha_mlir.bodies import DQ_SEMAPHORES, TiledBody, dq_in_turns
 from fmha_mlir.bodies.wgmma import DQ_BOX_COLUMNS, PRODUCED_TILES, SWIZZLE, tensor_maps
+from fmha_mlir.dialects import fmha
 from fmha_mlir.wgmma_layouts import f32_store_column, f32_tile_offset
 from fmha_mlir.mlir import arith, gpu, ir, memref, scf, vector
 
@@ -47,7 +49,7 @@ class ProducerConsumerBackward(FlashBackward):
         super().__init__(op, spec, config, hardware)
         function = enclosing_op(op, "gpu.func")
         params = list(function.regions[0].blocks[0].arguments)[len(op.operands):]
-        maps = tensor_maps(config, spec.deterministic)
+        maps = tensor_maps(config)
         if len(params) != len(maps):
             raise ValueError(f"a producer body takes {len(maps)} tensor maps after the stage's operands "
                              f"(fmha-stages-to-gpu adds them), the kernel has {len(params)}")
@@ -223,9 +225,12 @@ class ProducerConsumerBackward(FlashBackward):
 
     def write_dq(self, first_head, lo, hi, steps) -> None:
         """The producer's last warp: per step, once the consumers stored the step's dQ tile, its first lane
-        reduce-adds it into dq_acc, or stores it into its partial (one box per 32 columns), and frees the
-        tile when the writes have read it; before the work-group ends, every write has completed."""
+        reduce-adds it into dq_acc (one box per 32 columns) and frees the tile when the reduces have read
+        it; before the work-group ends, every reduce has completed. In deterministic mode (dq_in_turns)
+        the lane first waits for this key block's turn at the query block and signals the next turn once
+        its reduces completed, so every element of dq_acc sums its key blocks in one order."""
         elected = arith.cmpi(arith.CmpIPredicate.eq, self.tid, index(self.consumers + self.loaders))
+        in_turns = dq_in_turns(self.spec, self.config)
         loop = scf.ForOp(index(0), steps, index(1), [first_head, lo])
         with ir.InsertionPoint(loop.body):
             it = loop.induction_variable
@@ -233,16 +238,27 @@ class ProducerConsumerBackward(FlashBackward):
             self.dq_barriers.wait(DQ_FULL, self.parity(it))
             with if_then(elected):
                 q0 = arith.muli(m, index(self.bm))
-                offset = self.dq_offset
-                # Boxes over the head dim's columns only; TMA drops a box's part past it. Deterministic
-                # mode stores each key block's partial (dq_batch), which no other work-group writes.
-                write = self.dq_write.store if self.spec.deterministic else self.dq_write.reduce_add
+                turn = [self.batch, head, m]
+                if in_turns:
+                    fmha.SemaphoreWaitOp.build(self.turn_of(q0), self.operands[DQ_SEMAPHORES], turn)
+                # Boxes over the head dim's columns only; TMA drops a box's part past it.
                 for b in range(-(-self.spec.hdim_q // DQ_BOX_COLUMNS)):
-                    write(self.smem, offset + b * self.dq_write.box_bytes,
-                          [index(b * DQ_BOX_COLUMNS), q0, head, self.dq_batch])
+                    self.dq_write.reduce_add(self.smem, self.dq_offset + b * self.dq_write.box_bytes,
+                                             [index(b * DQ_BOX_COLUMNS), q0, head, self.batch])
                 bulk_commit()
                 bulk_wait(0, read=True)
                 self.dq_barriers.arrive(DQ_FREE)
+                if in_turns:
+                    bulk_wait(0, read=False)   # the adds have landed before the next key block's turn
+                    fmha.SemaphoreSignalOp.build(self.operands[DQ_SEMAPHORES], turn)
             scf.yield_(list(advance(head, m, lo, hi)))
         with if_then(elected):
             bulk_wait(0, read=False)
+
+    def turn_of(self, q0) -> "ir.Value":
+        """i32: this key block's turn at the query block from q0, the key blocks that visit it counted
+        from the last (mask_geometry.key_block_range, the exact inverse of the schedule's walk)."""
+        _, last = mask_geometry.key_block_range(self.spec.mask, Ix(q0), self.bm, self.bn, Ix(self.seqlen_q),
+                                                Ix(self.seqlen_k))
+        turn = as_value(last - 1 - Ix(self.key_block))
+        return arith.index_cast(ir.IntegerType.get_signless(32), turn)

@@ -64,7 +64,7 @@ SUBSET_SELECTION = ("(test_interp_matrix and (d64 and g4 or (softcap or alibi or
                     " or (test_hopper_probe_ladder and dq_reduce_in_the_interpreter)"
                     " or (test_sinks and (kernel_matches and bf16 or deterministic or stay_finite and sm_90))"
                     " or (test_wgmma_body and (matches_the_oracle or planted))"
-                    " or (test_warp_roles and matches_the_oracle)"
+                    " or (test_warp_roles and (matches_the_oracle or takes_turns))"
                     " or (test_padded_head_dim and pass_the_gate)")
 TIMEOUT_S = 900
 RESULTS = ROOT / "reports" / "mutants.json"
@@ -350,18 +350,25 @@ MUTANTS: list[Mutant] = [
            "passes/warp_roles.py",
            "    def before_shared_stores(self) -> None:\n        named_barrier(CONSUMER_BARRIER, self.consumers)\n",
            "    def before_shared_stores(self) -> None:\n        pass\n"),
-    Mutant("producer (deterministic): the writer reduce-adds dQ's tile into its partial (never zero-filled)",
+    Mutant("producer (deterministic): the writer reduce-adds dQ's tile without waiting for its turn",
            "passes/warp_roles.py",
-           "write = self.dq_write.store if self.spec.deterministic else self.dq_write.reduce_add",
-           "write = self.dq_write.reduce_add"),
+           "                    fmha.SemaphoreWaitOp.build(self.turn_of(q0), self.operands[DQ_SEMAPHORES], turn)\n",
+           "                    pass\n"),
+    Mutant("producer (deterministic): the writer signals the next turn before its reduce-adds completed",
+           "passes/warp_roles.py",
+           "                    bulk_wait(0, read=False)   # the adds have landed before the next key block's turn\n",
+           ""),
+    Mutant("producer (deterministic): key blocks take turns against the grid's dispatch order", TILED,
+           "        if dq_in_turns(spec, config):   # key blocks take dQ turns last to first: the grid dispatches "
+           "them so\n", "        if False:\n"),
     Mutant("producer: consumers do not wait for a stage's TMA bytes", "passes/warp_roles.py",
            "self.pipeline.wait(stage, self.parity(arith.divui(it, index(self.config.stages))))", "None"),
     Mutant("producer: tensor maps in the 64-byte swizzle (the tiles are in the 128-byte one)",
            "fmha_mlir/bodies/wgmma.py", "(1, 1, getattr(config, rows), BLOCK_COLUMNS), SWIZZLE)",
            "(1, 1, getattr(config, rows), BLOCK_COLUMNS // 2), SWIZZLE // 2)"),
     Mutant("producer: dQ's tile reduce-added one query row late", "passes/warp_roles.py",
-           "[index(b * DQ_BOX_COLUMNS), q0, head, self.dq_batch]",
-           "[index(b * DQ_BOX_COLUMNS), arith.addi(q0, index(1)), head, self.dq_batch]"),
+           "[index(b * DQ_BOX_COLUMNS), q0, head, self.batch]",
+           "[index(b * DQ_BOX_COLUMNS), arith.addi(q0, index(1)), head, self.batch]"),
     Mutant("producer: dQ's tile x0.99 (bulk reduce-adds)", "passes/warp_roles.py",
            "                    value = arith.select(odd, pieces[rows, f32_store_column(cols, 1)], value)\n",
            "                    value = arith.mulf(arith.select(odd, pieces[rows, f32_store_column(cols, 1)], value), "

@@ -32,8 +32,8 @@ class AmdBackend(Backend):
         return render_pass("rocdl-attach-target", chip=self.target.arch)
 
     def module_passes(self) -> list[str]:
-        # Packed bf16 atomics need the buffer's address, before the gpu conversion runs.
-        return ["fmha-packed-atomics-to-rocdl"]
+        # Packed bf16 atomics and semaphores need the buffer's address, before the gpu conversion runs.
+        return ["fmha-packed-atomics-to-rocdl", render_pass("fmha-semaphores-to-llvm", target=self.VENDOR)]
 
     def gpu_to_llvm_passes(self) -> list[str]:
         # amdgpu.dpp must become rocdl ops before the gpu conversion runs.

@@ -41,9 +41,10 @@ class NvidiaBackend(Backend):
         # wgmma / setmaxnreg on a chip without them are refused first (a clear error, not ptxas's or the
         # driver's). Vector atomics and nvgpu ops (mma.sync, ldmatrix, cp.async, TMA, mbarrier) become
         # inline PTX and nvvm ops before the gpu conversion runs; in the kernels only: the host's tensor maps
-        # (nvgpu.tma.create.descriptor) stay for the launch plan, which the runtime encodes.
+        # (nvgpu.tma.create.descriptor) stay for the launch plan, which the runtime encodes. Semaphores become
+        # acquire / release atomics on their addresses.
         return [render_pass("fmha-check-chip-features", target=self.target.arch), "fmha-vector-atomics-to-nvvm",
-                "gpu.module(convert-nvgpu-to-nvvm)"]
+                render_pass("fmha-semaphores-to-llvm", target=self.VENDOR), "gpu.module(convert-nvgpu-to-nvvm)"]
 
     def gpu_to_llvm_passes(self) -> list[str]:
         return ["convert-nvvm-to-llvm", "convert-gpu-to-nvvm"]

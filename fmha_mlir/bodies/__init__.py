@@ -14,27 +14,27 @@ alignment, numerics. The IR builders live in passes/.
   choice    the bodies by name, the automatic choice, the check of a config against a spec and target
 """
 from .choice import AUTO_ORDER, BODIES, body_of, check_config, choose_config, get_body
-from .common import (ACCESSES, ACCUMULATE, COPY_ELEMENTS, ELEMENT_BYTES, GRADS, LSE_BYTES, MAX_ELEMENTS_PER_LANE,
-                     READ, ROW_BYTES, ROW_KERNEL_WAVES, STAGES, TILE_ALIGN, WRITE, Body, Launch, SharedTile, TensorMap,
-                     Workspace,
+from .common import (ACCESSES, ACCUMULATE, COPY_ELEMENTS, DQ_SEMAPHORES, ELEMENT_BYTES, GRADS, LSE_BYTES,
+                     MAX_ELEMENTS_PER_LANE, READ, ROW_BYTES, ROW_KERNEL_WAVES, STAGES, TILE_ALIGN, WRITE, Body, Launch,
+                     SharedTile, TensorMap, Workspace,
                      bias_accumulation, partials_zeroed, row_alignment, row_lanes, row_launch, row_reasons,
                      row_stage_hdim, row_stage_output_access, sink_accumulation, tiled_row_reasons)
 from .mfma import AMD_TILED_TABLE
 from .mma_sync import TILED_TABLE
 from .plan import BodyPlan, body_plan
-from .tiled import (TiledBody, dq_fragment_order, instruction_tile, key_blocks, tile_hdims, tiled_block_ids,
-                    tiled_config, tiled_grid, tiled_table)
+from .tiled import (TiledBody, dq_fragment_order, dq_in_turns, instruction_tile, key_blocks, tile_hdims,
+                    tiled_block_ids, tiled_config, tiled_grid, tiled_table)
 from .warp import WarpBody
 
 __all__ = [
     "AUTO_ORDER", "BODIES", "body_of", "check_config", "choose_config", "get_body",
-    "ACCESSES", "ACCUMULATE", "COPY_ELEMENTS", "ELEMENT_BYTES", "GRADS", "LSE_BYTES", "MAX_ELEMENTS_PER_LANE", "READ",
-    "ROW_BYTES", "ROW_KERNEL_WAVES", "STAGES", "TILE_ALIGN", "WRITE", "Body", "Launch", "SharedTile", "TensorMap",
-    "Workspace",
+    "ACCESSES", "ACCUMULATE", "COPY_ELEMENTS", "DQ_SEMAPHORES", "ELEMENT_BYTES", "GRADS", "LSE_BYTES",
+    "MAX_ELEMENTS_PER_LANE", "READ", "ROW_BYTES", "ROW_KERNEL_WAVES", "STAGES", "TILE_ALIGN", "WRITE", "Body",
+    "Launch", "SharedTile", "TensorMap", "Workspace",
     "bias_accumulation", "partials_zeroed", "row_alignment", "row_lanes", "row_launch", "row_reasons", "row_stage_hdim",
     "row_stage_output_access", "sink_accumulation", "tiled_row_reasons",
     "AMD_TILED_TABLE", "TILED_TABLE", "BodyPlan", "body_plan",
-    "TiledBody", "dq_fragment_order", "instruction_tile", "key_blocks", "tile_hdims", "tiled_block_ids",
+    "TiledBody", "dq_fragment_order", "dq_in_turns", "instruction_tile", "key_blocks", "tile_hdims", "tiled_block_ids",
     "tiled_config", "tiled_grid", "tiled_table",
     "WarpBody",
 ]

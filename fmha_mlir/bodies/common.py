@@ -29,18 +29,23 @@ ROW_BYTES = 16       # what one lane of a row kernel loads at once
 STAGES = ("dot_do_o", "dq_dk_dv", "convert_dq", "convert_dk", "convert_dv", "convert_dbias", "convert_dsinks")
 
 
+# The i32 workspace of deterministic dQ's turns: a counter per (batch, query head, query block).
+DQ_SEMAPHORES = "dq_semaphores"
+
+
 @dataclass(frozen=True)
 class Workspace:
-    """A device buffer the plan allocates: `dims` over problem-operand names, f32."""
+    """A device buffer the plan allocates: `dims` over problem-operand names, of `element`."""
 
     name: str
-    grad: str | None     # the gradient it accumulates and is converted into; None for d
+    grad: str | None     # the gradient it accumulates and is converted into; None for d, the semaphores
     dims: tuple[Expr, ...]
     zero: bool           # zero-filled before the kernels
     factor: float = 1.0  # the convert multiplies by it (a scale the body leaves out of its atomics)
     # Deterministic mode: dims[0] holds batch x partials (one per key block, written, not added); the
     # convert sums them in order.
     partials: bool = False
+    element: str = "f32"   # i32: deterministic dQ's semaphores
 
 
 @dataclass(frozen=True)

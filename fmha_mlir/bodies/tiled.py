@@ -18,8 +18,8 @@ from ..spec import AttentionBwdSpec
 from ..target import Target
 from ..wgmma_layouts import SWIZZLE_ALIGNMENT, dq_run_period
 from . import mfma, mma_sync, wgmma
-from .common import (COPY_ELEMENTS, ELEMENT_BYTES, LSE_BYTES, TILE_ALIGN, Body, Launch, SharedTile, Workspace,
-                     dims_of, row_alignment, row_launch, tiled_row_reasons)
+from .common import (COPY_ELEMENTS, DQ_SEMAPHORES, ELEMENT_BYTES, LSE_BYTES, TILE_ALIGN, Body, Launch, SharedTile,
+                     Workspace, dims_of, row_alignment, row_launch, tiled_row_reasons)
 from .mfma import AMD_TILED_TABLE
 from .mma_sync import TILED_TABLE
 from .wgmma import HOPPER_ARCH, WGMMA_TABLE
@@ -75,6 +75,15 @@ def dq_fragment_order(spec: AttentionBwdSpec, config: TiledConfig) -> bool:
         return False
     places = dq_run_period(spec.hdim_q)
     return spec.hdim_q % 128 == 0 or (not config.p_in_registers and places <= wgmma.FRAGMENT_PLACES)
+
+
+def dq_in_turns(spec: AttentionBwdSpec, config: TiledConfig) -> bool:
+    """Whether deterministic mode adds dQ into one dq_acc, the key blocks of a query block taking turns
+    (docs/design/accumulation.md): where a writer warp reduces dQ's tiles (config.dq_bulk), it waits for
+    its key block's turn on the query block's semaphore before its reduce-adds and signals once they
+    completed; the key blocks go last to first, and the grid dispatches them in that order. Elsewhere
+    deterministic mode stores one partial per key block (the consumers' atomics have no turns yet)."""
+    return spec.deterministic and getattr(config, "dq_bulk", False)
 
 
 class TiledBody(Body):
@@ -155,12 +164,17 @@ class TiledBody(Body):
         # dQ rows padded to whole query blocks: the atomics of the last block need no bounds checks.
         rows = mul(ceildiv(Dim("q", 2), config.block_m), config.block_m)
         # dQ partials are summed unscaled: the convert applies the softmax scale once per element.
-        # Deterministic: each key block writes its own partial, batch-major: [B x key blocks, H, rows, D].
-        batch = mul(Dim("q", 0), key_blocks(config)) if spec.deterministic else Dim("q", 0)
-        zero = not spec.deterministic   # the convert reads only the partials written (key_block_range)
+        # Deterministic: each key block writes its own partial, batch-major: [B x key blocks, H, rows, D],
+        # unless the key blocks take turns adding into one (dq_in_turns: a semaphore per query block).
+        in_turns = dq_in_turns(spec, config)
+        partials = spec.deterministic and not in_turns
+        batch = mul(Dim("q", 0), key_blocks(config)) if partials else Dim("q", 0)
+        zero = not partials   # the convert reads only the partials written (key_block_range)
+        semaphores = [Workspace(DQ_SEMAPHORES, None, (Dim("q", 0), Dim("q", 1), ceildiv(
+            Dim("q", 2), config.block_m)), zero=True, element="i32")] if in_turns else []
         return [Workspace("d", None, dims_of("lse", 3), zero=False),
                 Workspace("dq_acc", "dq", (batch, Dim("q", 1), rows, spec.hdim_q), zero=zero, factor=spec.scale,
-                          partials=spec.deterministic)]
+                          partials=partials)] + semaphores
 
     def zeroed_outputs(self, spec):
         return ("dq",) if spec.grad_accum == "bf16" else ()
@@ -169,7 +183,7 @@ class TiledBody(Body):
         if stage == "dq_dk_dv":
             return Launch(tiled_grid(config, key_blocks(config), Dim("k", 1), Dim("k", 0)),
                           (config.threads, 1, 1), self.shared_layout(spec, config)[-1].end,
-                          wgmma.tensor_maps(config, spec.deterministic) if config.producer else ())
+                          wgmma.tensor_maps(config) if config.producer else ())
         return row_launch(stage, spec, config)
 
     def alignment(self, spec, config):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from ..errors import Reason
 from ..kernel_config import WGMMA, TiledConfig
-from .common import ACCUMULATE, WRITE, TensorMap
+from .common import ACCUMULATE, TensorMap
 
 HOPPER_ARCH = "sm_90a"
 
@@ -48,16 +48,14 @@ PRODUCED_TILES = {"k": "block_n", "v": "block_n", "q": "block_m", "do": "block_m
 DQ_BOX_COLUMNS = SWIZZLE // 4   # f32 columns of one swizzled row of dQ's shared tile
 
 
-def tensor_maps(config: TiledConfig, deterministic: bool = False) -> tuple[TensorMap, ...]:
+def tensor_maps(config: TiledConfig) -> tuple[TensorMap, ...]:
     """The producer's tensor maps, in PRODUCED_TILES' order: boxes of one (batch, head)'s rows x one
     swizzled 64-column block, so a box that crosses a sequence end is zero-filled there; then, with
-    dq_bulk, dQ's accumulator (dq_acc) in boxes of a query block x 32 f32 columns, reduced into (in
-    deterministic mode: each key block's partial, stored into)."""
+    dq_bulk, dQ's accumulator (dq_acc) in boxes of a query block x 32 f32 columns, reduced into."""
     maps = tuple(TensorMap(name, (1, 1, getattr(config, rows), BLOCK_COLUMNS), SWIZZLE)
                  for name, rows in PRODUCED_TILES.items())
     if config.dq_bulk:
-        maps += (TensorMap("dq_out", (1, 1, config.block_m, DQ_BOX_COLUMNS), SWIZZLE,
-                           WRITE if deterministic else ACCUMULATE),)
+        maps += (TensorMap("dq_out", (1, 1, config.block_m, DQ_BOX_COLUMNS), SWIZZLE, ACCUMULATE),)
     return maps
 
 

@@ -20,7 +20,7 @@ import numpy as np
 
 from .. import shape_expr
 from .. import varlen
-from ..dtypes import BUFFER_STORAGE as STORAGE, to_storage
+from ..dtypes import BUFFER_STORAGE as STORAGE, INDEX_STORAGE, to_storage
 from ..errors import RuntimeLaunchError
 from .addressing import check_dimensions, check_extents
 from .args import DeviceBuffer, ScalarArg, TensorMapArg, bind_args, strided_view, with_buffers
@@ -415,7 +415,9 @@ def allocate_workspace(allocate: Callable[[int], DeviceArray], what: str, nbytes
 
 
 def _nan(layout: Layout) -> np.ndarray:
-    """The staging array that poisons a buffer of this layout."""
+    """The staging array that poisons a buffer of this layout (an i32 one with a float NaN's bits)."""
+    if layout.dtype in INDEX_STORAGE:
+        return np.full(layout.span, np.float32(np.nan), np.float32).view(layout.storage)
     return np.full(layout.span, to_storage(np.float32(np.nan), layout.dtype), layout.storage)
 
 

@@ -167,13 +167,47 @@ def test_a_missing_barrier_before_the_ds_stores_is_a_write_after_read(monkeypatc
         run_variant(AttentionBwdSpec("bf16", 128), ProblemSize(1, 1, 200, 100), WGMMA_TABLE[128])
 
 
-def test_deterministic_dq_by_bulk_stores_matches_the_oracle():
-    """Deterministic mode with dq_bulk: the writer stores each step's dQ tile into its key block's partial
-    (a bulk tensor store: no reduce-add, no atomics), which the convert sums in key-block order."""
+def test_deterministic_dq_takes_turns_and_is_bitwise_in_every_start_order():
+    """Deterministic mode with dq_bulk (bodies.dq_in_turns): one f32 dq_acc, no partials; each query block's
+    key blocks reduce-add into it one at a time, last key block first, on the block's semaphore. The
+    interpreter starts the work-groups in a random order per seed: dQ is bitwise the same in every one,
+    and every semaphore ends at the number of key blocks that visit its query block."""
     import re
 
+    import numpy as np
+
+    from fmha_mlir import mask_geometry
+    from fmha_mlir.bodies import DQ_SEMAPHORES
+    from fmha_mlir.runtime.cpu_executor import CpuExecutor
+    from fmha_mlir.runtime.runner import PreparedRun
+    from test_wgmma_body import compiled_variant
+
     spec = AttentionBwdSpec("bf16", 64, mask=Mask("causal_bottom_right"), deterministic=True, gqa_ratio=2)
-    isa = run_variant(spec, ProblemSize(1, 4, 150, 300), WGMMA_TABLE[64]).isa
-    assert "cp.async.bulk.tensor.4d.global.shared::cta" in isa and "cp.reduce.async.bulk" not in isa
-    assert not re.search(r"\b(red|atom)\.[a-z.]*global\.add", isa)
-    assert choose_config(spec, TARGETS["sm_90a"]).dq_bulk is True   # the table's (measured 1.20x)
+    size, config = ProblemSize(1, 4, 150, 300), WGMMA_TABLE[64]
+    compiled, bundle, data = compiled_variant(spec, size, config)
+    runs = []
+    for seed in (1, 2, 3):
+        with PreparedRun(bundle, CpuExecutor(atomic_order="random", seed=seed), data.tensors) as run:
+            run.launch()
+            grads = {n: np.array(a) for n, a in run.results().items()}
+            semaphores = np.empty(run.layouts[DQ_SEMAPHORES].span, np.int32)
+            run.device.download(run.allocations[DQ_SEMAPHORES], semaphores)
+            dq_acc = np.empty(run.layouts["dq_acc"].span, np.float32)   # f32: bf16 dq would round order away
+            run.device.download(run.allocations["dq_acc"], dq_acc)
+        checks = data.check(grads, bundle.numerics)
+        assert all(c.passed for c in checks), "\n".join(map(str, checks))
+        runs.append((grads, semaphores, dq_acc))
+    for grads, _, dq_acc in runs[1:]:
+        assert np.array_equal(dq_acc.view(np.uint32), runs[0][2].view(np.uint32))
+        for name in ("dq", "dk", "dv"):
+            assert np.array_equal(grads[name].view(np.uint16), runs[0][0][name].view(np.uint16)), name
+    blocks = -(-size.seqlen_q // config.block_m)
+    visits = [max(0, hi - lo) for lo, hi in (mask_geometry.key_block_range(
+        spec.mask, m * config.block_m, config.block_m, config.block_n, size.seqlen_q, size.seqlen_k)
+        for m in range(blocks))]
+    assert runs[0][1].reshape(size.batch, size.heads_q, blocks).tolist() == [[visits] * size.heads_q]
+    isa = compiled.isa   # the waits and signals as PTX: an acquire spin and a release add; no f32 atomics
+    assert "cp.reduce.async.bulk.tensor" in isa and "ld.acquire.gpu.global.b32" in isa
+    assert "atom.release.gpu.global.add.u32" in isa
+    assert not re.search(r"\b(red|atom)\.[a-z.]*global\.add[a-z.]*f32", isa)
+    assert choose_config(spec, TARGETS["sm_90a"]).dq_bulk is True   # the table's (measured 1.20x with partials)

@@ -31,10 +31,15 @@ TABLE_256 = WGMMA_TABLE[256]
 D256_BULK = dataclasses.replace(TABLE_256, stages=1, dq_bulk=True)   # dQ by the writer's reduce-adds
 
 
-def run_variant(spec: AttentionBwdSpec, size: ProblemSize, config: TiledConfig, seed: int = 5, **problem):
+def compiled_variant(spec: AttentionBwdSpec, size: ProblemSize, config: TiledConfig, seed: int = 5, **problem):
+    """The variant compiled for sm_90a, its bundle and its problem."""
     compiled = compile_spec(spec, "sm_90a", body="tiled", config=config)
-    bundle = Bundle(compiled.manifest, compiled.bundle_files())
-    data = make_problem(spec, size, seed=seed, layout="bshd", **problem)
+    return (compiled, Bundle(compiled.manifest, compiled.bundle_files()),
+            make_problem(spec, size, seed=seed, layout="bshd", **problem))
+
+
+def run_variant(spec: AttentionBwdSpec, size: ProblemSize, config: TiledConfig, seed: int = 5, **problem):
+    compiled, bundle, data = compiled_variant(spec, size, config, seed, **problem)
     grads = run_bundle(bundle, CpuExecutor(atomic_order="random", seed=seed), data.tensors)
     checks = data.check(grads, bundle.numerics)
     assert all(c.passed for c in checks), "\n".join(map(str, checks))

@@ -1,10 +1,10 @@
 """NumPy emulation of the Hopper data movement and products, from what the hardware reads: TMA box loads
-(swizzled placement, out-of-bounds zero fill) into a shared-memory byte image, TMA box reduce-adds and
-stores out of it (out-of-bounds elements dropped), and wgmma operands read back through their 64-bit
+(swizzled placement, out-of-bounds zero fill) into a shared-memory byte image, TMA box reduce-adds out
+of it (out-of-bounds elements dropped), and wgmma operands read back through their 64-bit
 descriptors (address, LBO, SBO, swizzle mode) in either major order.
 
 These are the semantics the interpreter's handlers for nvgpu.tma.async.load,
-nvvm.cp.async.bulk.tensor.reduce / .global.shared.cta and nvvm.wgmma.mma_async (ops_hopper.py) apply;
+nvvm.cp.async.bulk.tensor.reduce and nvvm.wgmma.mma_async (ops_hopper.py) apply;
 a wrong swizzle mode, LBO or SBO in a descriptor reads a different matrix here, as on the GPU.
 """
 from __future__ import annotations
@@ -81,13 +81,6 @@ def add_box(tensor: np.ndarray, start, values: np.ndarray) -> None:
     inside = _inside(tensor, start, values.shape)
     if inside is not None:
         tensor[inside[0]] += values[inside[1]]
-
-
-def store_box(tensor: np.ndarray, start, values: np.ndarray) -> None:
-    """tensor[box from `start`] = values, dropping the elements outside the tensor (a TMA store)."""
-    inside = _inside(tensor, start, values.shape)
-    if inside is not None:
-        tensor[inside[0]] = values[inside[1]]
 
 
 def _inside(tensor: np.ndarray, start, shape):

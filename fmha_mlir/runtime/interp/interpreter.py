@@ -6,12 +6,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import (ops_amdgpu, ops_arith, ops_crosslane, ops_fmha, ops_gpu, ops_hopper, ops_memory, ops_nvgpu, ops_scf,
-               ops_vector)
+               ops_semaphores, ops_vector)
 from .compiler import CompiledRegion, KernelCompiler, State, run_region
 from .errors import InterpreterError
 from .hopper import TensorMap
 from .hopper_sync import HopperSync
-from .roles import ROLES_ATTRIBUTE, RoleScheduler, role_ranges
+from .roles import ROLES_ATTRIBUTE, Baton, RoleScheduler, role_ranges
 from .lanes import LaneGrid
 from .memory import allocate, wrap_array
 from .parser import Operation, ParsedModule, parse_module, typed_scalar
@@ -20,7 +20,7 @@ from .workgroup import WorkgroupMemory
 
 HANDLERS = {**ops_arith.HANDLERS, **ops_memory.HANDLERS, **ops_vector.HANDLERS, **ops_scf.HANDLERS,
             **ops_gpu.HANDLERS, **ops_crosslane.HANDLERS, **ops_fmha.HANDLERS, **ops_nvgpu.HANDLERS,
-            **ops_amdgpu.HANDLERS, **ops_hopper.HANDLERS}
+            **ops_amdgpu.HANDLERS, **ops_hopper.HANDLERS, **ops_semaphores.HANDLERS}
 ATOMIC_ORDERS = ("sequential", "random")
 TENSOR_MAP_TYPES = ("!llvm.ptr",)   # how a kernel declares a by-value tensor-map parameter
 DEFAULT_MAX_LANES = 1 << 16
@@ -46,6 +46,7 @@ class CompiledKernel:
     known_block_size: tuple | None
     hopper: bool                 # has mbarrier / TMA / wgmma ops: its chunks keep a HopperSync
     roles: list | None           # (first, end) thread ranges run as coroutines (roles.py); None: lockstep
+    semaphores: bool             # work-groups take turns (fmha.semaphore_*): they run interleaved
 
 
 class Interpreter:
@@ -89,31 +90,58 @@ class Interpreter:
         groups = grid[0] * grid[1] * grid[2]
         group_bytes = int(shared_bytes) + sum(_bytes(t) for t in kernel.workgroup_types)
         per_chunk = max(1, min(self.max_lanes // threads, MAX_CHUNK_WORKGROUP_BYTES // max(group_bytes, 1)))
+        # Work-groups that take turns run one a chunk, all on one baton, so that one can wait for another;
+        # under random atomic order they also start in a random order (the hardware's is not fixed), so
+        # a kernel that signals without waiting shows its order in the result.
+        baton = Baton() if kernel.semaphores else None
+        firsts = list(range(0, groups, 1 if baton else per_chunk))
+        if baton and self.atomic_order == "random":
+            firsts = [firsts[i] for i in self._rng.permutation(len(firsts))]
+        finishes = []
         with np.errstate(all="ignore"):
-            for first in range(0, groups, per_chunk):
-                lanes = LaneGrid(grid, block, self.wave_size, first, min(per_chunk, groups - first))
-                workgroup = WorkgroupMemory(lanes, int(shared_bytes))
-                if kernel.hopper:
-                    workgroup.hopper = HopperSync(lanes)
-                memory = [workgroup.attribution(t, arg) for t, arg in zip(kernel.workgroup_types,
-                                                                          kernel.workgroup_names)]
-                memory += [allocate(t, lanes.lanes, lanes.lane_index, f"private memory of {name}")
-                           for t in kernel.private_types]
-
-                def run_role(role, mask, scheduler=None):
-                    state = State(kernel.slots, lanes, self._rng, self.atomic_order, workgroup)
-                    state.scheduler = scheduler
-                    for slot, value in zip(kernel.body.arg_slots, values + memory):
-                        state.env[slot] = value
-                    run_region(kernel.body, state, mask)
-
-                if kernel.roles is None:
+            for first in firsts:
+                lanes = LaneGrid(grid, block, self.wave_size, first, 1 if baton else min(per_chunk, groups - first))
+                run_role, hopper = self._chunk(kernel, lanes, values, int(shared_bytes))
+                if baton is not None:
+                    scheduler = RoleScheduler(lanes, kernel.roles or [(0, threads)], f"kernel {name}", baton)
+                    scheduler.add(lambda role, mask, run_role=run_role, scheduler=scheduler:
+                                  run_role(role, mask, scheduler))
+                elif kernel.roles is None:
                     run_role(0, None)
                 else:
                     scheduler = RoleScheduler(lanes, kernel.roles, f"kernel {name}")
                     scheduler.run(lambda role, mask: run_role(role, mask, scheduler))
-                if workgroup.hopper is not None:
-                    workgroup.hopper.finish(f"kernel {name}")
+                if hopper is not None:
+                    finishes.append(hopper)
+                if baton is None:
+                    self._finish(finishes, name)
+            if baton is not None:
+                baton.run()
+                self._finish(finishes, name)
+
+    def _chunk(self, kernel: "CompiledKernel", lanes: LaneGrid, values: list, shared_bytes: int):
+        """A chunk's memories, and run_role(role, mask, scheduler) that runs the body over its lanes; with
+        the chunk's HopperSync (None for kernels without Hopper ops)."""
+        workgroup = WorkgroupMemory(lanes, shared_bytes)
+        if kernel.hopper:
+            workgroup.hopper = HopperSync(lanes)
+        memory = [workgroup.attribution(t, arg) for t, arg in zip(kernel.workgroup_types, kernel.workgroup_names)]
+        memory += [allocate(t, lanes.lanes, lanes.lane_index, f"private memory of {kernel.name}")
+                   for t in kernel.private_types]
+
+        def run_role(role, mask, scheduler=None):
+            state = State(kernel.slots, lanes, self._rng, self.atomic_order, workgroup)
+            state.scheduler = scheduler
+            for slot, value in zip(kernel.body.arg_slots, values + memory):
+                state.env[slot] = value
+            run_region(kernel.body, state, mask)
+
+        return run_role, workgroup.hopper
+
+    @staticmethod
+    def _finish(hoppers: list, name: str) -> None:
+        while hoppers:
+            hoppers.pop(0).finish(f"kernel {name}")
 
     def _compile(self, name: str) -> CompiledKernel:
         if name not in self._compiled:
@@ -152,7 +180,8 @@ def _compile_kernel(module: ParsedModule, op: Operation, name: str) -> CompiledK
                           tuple(block_args[n_in + n_wg:]), body, cc.slot_count,
                           tuple(int(v) for v in known) if known else None,
                           any(inner.name in ops_hopper.HOPPER_OPS for inner in _walk(op)),
-                          role_ranges(op.attributes.get(ROLES_ATTRIBUTE)))
+                          role_ranges(op.attributes.get(ROLES_ATTRIBUTE)),
+                          any(inner.name in ops_semaphores.HANDLERS for inner in _walk(op)))
 
 
 def _walk(op: Operation):

@@ -1,6 +1,6 @@
 """Hopper (sm_90a) ops as the atoms of passes/wgmma_atom.py, tma_copy.py and hopper_sync.py emit them:
 mbarriers (create / init / arrive / arrive.expect_tx / try_wait.parity), TMA box loads, TMA box
-reduce-adds and stores with their bulk groups (commit / wait_group) and the shared-memory pointer they
+reduce-adds with their bulk groups (commit / wait_group) and the shared-memory pointer they
 take, wgmma SS (nvvm.wgmma.mma_async) and RS (its inline PTX), wgmma fence / commit / wait, named barriers,
 fence.proxy.async and setmaxnreg, plus the llvm ops around an accumulator (!llvm.struct of f32: a
 [lanes, N/2] array here).
@@ -8,7 +8,7 @@ fence.proxy.async and setmaxnreg, plus the llvm ops around an accumulator (!llvm
 The data path is hopper.py's (swizzled boxes with zero fill, operands read through their descriptors
 from the work-group's dynamic shared memory); the happens-before rules are hopper_sync.py's. A TMA box
 lands at once; its bytes count against the barrier's transaction bytes and are marked until a wait. A
-reduce-add or store lands at once too; its source box stays marked as read until its bulk group is
+reduce-add lands at once too; its source box stays marked as read until its bulk group is
 waited for.
 Under lockstep execution a wait that cannot pass can never pass (no other lane runs meanwhile), so it
 is reported as a deadlock naming the barrier, its pending arrivals and transaction bytes: how a wrong
@@ -25,7 +25,7 @@ from ...dtypes import bf16_bits, from_storage
 from ... import wgmma_layouts as layouts
 from .compiler import KernelCompiler
 from .errors import InterpreterError
-from .hopper import (TensorMap, add_box, box_of, box_offsets, operand_offsets, place_box, store_box, take_box,
+from .hopper import (TensorMap, add_box, box_of, box_offsets, operand_offsets, place_box, take_box,
                      wgmma)
 from .hopper_sync import UNIT, WARPGROUP, warpgroup_ids
 from .parser import Operation
@@ -237,22 +237,18 @@ def compile_tma_load(op: Operation, cc: KernelCompiler):
     return run
 
 
-def compile_tma_write(op: Operation, cc: KernelCompiler):
-    """nvvm.cp.async.bulk.tensor.reduce (add) or nvvm.cp.async.bulk.tensor.global.shared.cta (map, shared
-    pointer, coordinates (innermost first)), tile mode: the box the map describes, read from dynamic shared
-    memory as a load would have placed it, added into or stored into the map's tensor (elements outside it
-    dropped)."""
+def compile_tma_reduce(op: Operation, cc: KernelCompiler):
+    """nvvm.cp.async.bulk.tensor.reduce (map, shared pointer, coordinates (innermost first)), add, tile
+    mode: the box the map describes, read from dynamic shared memory as a load would have placed it, added
+    into the map's tensor (elements outside it dropped)."""
     map_slot, src_slot, *coord_slots = cc.operands(op)
     sizes = tuple(op.attributes.get("operandSegmentSizes"))
     if any(sizes[3:]):
         raise cc.error(op, "L2 cache hints and predicates are not supported")
-    kind = "store"
-    if "redKind" in op.attributes:
-        kind = _ATTR.search(getattr(op.attributes["redKind"], "text", str(op.attributes["redKind"]))).group(1)
+    kind = _ATTR.search(getattr(op.attributes["redKind"], "text", str(op.attributes["redKind"]))).group(1)
     mode = op.attributes.get("mode")
-    if kind not in ("add", "store") or (mode is not None and "tile" not in getattr(mode, "text", str(mode))):
-        raise cc.error(op, f"the interpreter runs tile-mode reduce-adds and stores, not {kind}")
-    write, source_name = (add_box, "a reduce-add's box") if kind == "add" else (store_box, "a bulk store's box")
+    if kind != "add" or (mode is not None and "tile" not in getattr(mode, "text", str(mode))):
+        raise cc.error(op, f"the interpreter runs tile-mode reduce-adds, not {kind}")
     what = cc.describe(op)
 
     def run(st, mask):
@@ -272,9 +268,9 @@ def compile_tma_write(op: Operation, cc: KernelCompiler):
             if source < 0 or offsets.max() >= st.workgroup.dynamic_bytes:
                 raise InterpreterError(f"{what}: the box at byte {source} reaches byte {int(offsets.max()) + 1} of "
                                        f"the {st.workgroup.dynamic_bytes} bytes of dynamic shared memory")
-            _check_async_read(sync, buffer, w, offsets.reshape(-1), one, what, source_name)
+            _check_async_read(sync, buffer, w, offsets.reshape(-1), one, what, "a reduce-add's box")
             image = buffer.data[w * buffer.stride:(w + 1) * buffer.stride]
-            write(tensor_map.tensor, start, take_box(image, source, box, np.float32, tensor_map.swizzle))
+            add_box(tensor_map.tensor, start, take_box(image, source, box, np.float32, tensor_map.swizzle))
             sync.bulk_read(buffer, np.unique((w * buffer.stride + offsets.reshape(-1)) // UNIT), lane)
 
     return run
@@ -290,13 +286,15 @@ def compile_bulk_commit(op: Operation, cc: KernelCompiler):
 
 
 def compile_bulk_wait(op: Operation, cc: KernelCompiler):
-    """wait_group N (with or without read): reduce-adds land at issue, so both retire the groups' reads."""
+    """wait_group N: reduce-adds land at issue, so with or without read it retires the groups' reads;
+    without read it also completes their writes (HopperSync.unfinished_writes)."""
     group = op.attributes["group"]
     pending = int(getattr(group, "value", group))
+    read = "read" in op.attributes
     what = cc.describe(op)
 
     def run(st, mask):
-        _hopper(st, what).bulk_wait(_lanes(st, mask), pending)
+        _hopper(st, what).bulk_wait(_lanes(st, mask), pending, read)
 
     return run
 
@@ -667,8 +665,7 @@ HANDLERS = {
     "nvgpu.mbarrier.arrive.expect_tx": _barrier_handler("expect_tx"),
     "nvgpu.mbarrier.try_wait.parity": compile_try_wait,
     "nvgpu.tma.async.load": compile_tma_load,
-    "nvvm.cp.async.bulk.tensor.reduce": compile_tma_write,
-    "nvvm.cp.async.bulk.tensor.global.shared.cta": compile_tma_write,
+    "nvvm.cp.async.bulk.tensor.reduce": compile_tma_reduce,
     "nvvm.cp.async.bulk.commit.group": compile_bulk_commit,
     "nvvm.cp.async.bulk.wait_group": compile_bulk_wait,
     "llvm.inttoptr": compile_int_to_pointer,

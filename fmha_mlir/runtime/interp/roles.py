@@ -1,6 +1,8 @@
 """Warp-specialised kernels: each role (a range of threads of every work-group, e.g. a producer warpgroup
 and a consumer warpgroup) runs the kernel body as its own resumable coroutine over its lanes, so that a
-producer can wait on an "empty" barrier that only a consumer, later in program order, arrives at.
+producer can wait on an "empty" barrier that only a consumer, later in program order, arrives at. A
+kernel whose work-groups take turns (fmha.semaphore_wait) runs every work-group's roles as coroutines of
+one launch (Baton), so a work-group can wait for another that has not run yet.
 
 A kernel declares its roles with the gpu.func attribute `fmha.roles` (pairs of first thread, end
 thread; passes/hopper_sync.declare_roles); without it the body runs in lockstep as every other kernel.
@@ -22,32 +24,34 @@ ROLES_ATTRIBUTE = "fmha.roles"
 
 
 class _Abort(BaseException):
-    """Unwinds a role's thread when another role failed (not an Exception: op guards let it through)."""
+    """Unwinds a unit's thread when another unit failed (not an Exception: op guards let it through)."""
 
 
-class RoleScheduler:
-    """The roles of one launch chunk; `run(body)` runs `body(role_index, mask)` for each role."""
+class Baton:
+    """Units (a role of a work-group chunk) that run one at a time, each on its own Python thread so that
+    a handler can suspend in the middle of a region: a unit runs until it must wait, then the baton goes to
+    the next unit, in the order they were added, that can make progress. When none can, the launch
+    deadlocks, reported at the first suspended unit's wait. One chunk's roles share a baton; a kernel whose
+    work-groups wait on each other (fmha.semaphore_wait) puts every work-group's roles on one."""
 
-    def __init__(self, grid, ranges: list[tuple[int, int]], what: str):
-        self.grid = grid
-        thread = grid.thread_linear
-        self.masks = [(thread >= first) & (thread < end) for first, end in ranges]
-        covered = np.sum(self.masks, axis=0)
-        if (covered != 1).any():
-            lane = int(np.argmax(covered != 1))
-            raise InterpreterError(f"{what}: {ROLES_ATTRIBUTE} {ranges} gives {grid.describe(lane)} "
-                                   f"{int(covered[lane])} roles; each thread has exactly one")
+    def __init__(self):
         self._cv = threading.Condition()
         self._turn = 0
-        self._done = [False] * len(ranges)
-        self._waiting: list[tuple | None] = [None] * len(ranges)   # (ready, describe) of a suspended role
+        self._bodies: list[Callable[[], None]] = []
+        self._done: list[bool] = []
+        self._waiting: list[tuple | None] = []   # (ready, describe, on_others) of a suspended unit
         self._failure: BaseException | None = None
         self._local = threading.local()
-        self._arrivals: dict[int, np.ndarray] = {}      # named barrier id -> arrivals per work-group
-        self._generation: dict[int, np.ndarray] = {}    # named barrier id -> completed rounds per work-group
+        # semaphore element (storage id, index) -> the linear id of the work-group that last signalled it
+        self.signallers: dict[tuple[int, int], int] = {}
 
-    def run(self, body: Callable[[int, np.ndarray], None]) -> None:
-        threads = [threading.Thread(target=self._role, args=(i, body), daemon=True) for i in range(len(self.masks))]
+    def add(self, body: Callable[[], None]) -> None:
+        self._bodies.append(body)
+        self._done.append(False)
+        self._waiting.append(None)
+
+    def run(self) -> None:
+        threads = [threading.Thread(target=self._unit, args=(i,), daemon=True) for i in range(len(self._bodies))]
         for t in threads:
             t.start()
         for t in threads:
@@ -55,19 +59,19 @@ class RoleScheduler:
         if self._failure is not None:
             raise self._failure
 
-    def _role(self, index: int, body) -> None:
+    def _unit(self, index: int) -> None:
         self._local.index = index
         try:
             with self._cv:
                 self._await_turn(index)
-            body(index, self.masks[index])
+            self._bodies[index]()
             with self._cv:
                 self._done[index] = True
                 if not self._pass_on(index):
                     self._deadlock()
         except _Abort:
             pass
-        except BaseException as exc:   # the first failure ends every role
+        except BaseException as exc:   # the first failure ends every unit
             with self._cv:
                 if self._failure is None:
                     self._failure = exc
@@ -85,13 +89,15 @@ class RoleScheduler:
         return not self._done[index] and (waiting is None or waiting[0]())
 
     def _deadlock(self) -> None:
-        """No role can make progress: the first suspended one's wait is the error."""
-        describe = next(w[1] for w in self._waiting if w is not None)
+        """No unit can make progress: the first suspended one's wait is the error, a wait on another
+        work-group first (the others wait on it)."""
+        waits = [w for w in self._waiting if w is not None]
+        describe = next((w[1] for w in waits if w[2]), waits[0][1])
         raise InterpreterError(describe() + " (roles: no role can make progress)")
 
     def _pass_on(self, index: int) -> bool:
-        """Give the baton to the next role that can make progress; False if none can."""
-        count = len(self.masks)
+        """Give the baton to the next unit that can make progress; False if none can."""
+        count = len(self._bodies)
         for step in range(1, count + 1):
             other = (index + step) % count
             if other != index and self._runnable(other):
@@ -100,18 +106,49 @@ class RoleScheduler:
                 return True
         return all(self._done)
 
-    # --- what handlers call ------------------------------------------------------------------------
-
-    def block(self, ready: Callable[[], bool], describe: Callable[[], str]) -> None:
-        """Suspend the running role until `ready()`; a deadlock (no role can progress) is an error."""
+    def block(self, ready: Callable[[], bool], describe: Callable[[], str], on_others: bool = False) -> None:
+        """Suspend the running unit until `ready()`; a deadlock (no unit can progress) is an error.
+        `on_others`: the wait is for another work-group (a semaphore), reported first in a deadlock."""
         index = self._local.index
         with self._cv:
-            self._waiting[index] = (ready, describe)
+            self._waiting[index] = (ready, describe, on_others)
             while not ready():
                 if not self._pass_on(index):
                     self._deadlock()
                 self._await_turn(index)
             self._waiting[index] = None
+
+
+class RoleScheduler:
+    """The roles of one launch chunk on a baton (its own, or one shared with other chunks); `run(body)`
+    runs `body(role_index, mask)` for each role, `add(body)` only puts them on a shared baton."""
+
+    def __init__(self, grid, ranges: list[tuple[int, int]], what: str, baton: Baton | None = None):
+        self.grid = grid
+        thread = grid.thread_linear
+        self.masks = [(thread >= first) & (thread < end) for first, end in ranges]
+        covered = np.sum(self.masks, axis=0)
+        if (covered != 1).any():
+            lane = int(np.argmax(covered != 1))
+            raise InterpreterError(f"{what}: {ROLES_ATTRIBUTE} {ranges} gives {grid.describe(lane)} "
+                                   f"{int(covered[lane])} roles; each thread has exactly one")
+        self.baton = baton or Baton()
+        self._arrivals: dict[int, np.ndarray] = {}      # named barrier id -> arrivals per work-group
+        self._generation: dict[int, np.ndarray] = {}    # named barrier id -> completed rounds per work-group
+
+    def add(self, body: Callable[[int, np.ndarray], None]) -> None:
+        for index, mask in enumerate(self.masks):
+            self.baton.add(lambda index=index, mask=mask: body(index, mask))
+
+    def run(self, body: Callable[[int, np.ndarray], None]) -> None:
+        self.add(body)
+        self.baton.run()
+
+    # --- what handlers call ------------------------------------------------------------------------
+
+    def block(self, ready: Callable[[], bool], describe: Callable[[], str], on_others: bool = False) -> None:
+        """Suspend the running role until `ready()` (Baton.block)."""
+        self.baton.block(ready, describe, on_others)
 
     def named_barrier(self, barrier: int, threads: int, lanes: np.ndarray, what: str) -> None:
         """bar.sync: the executing lanes arrive at `barrier` of their work-groups and wait until `threads`

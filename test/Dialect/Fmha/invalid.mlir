@@ -948,3 +948,59 @@ func.func @attention_bwd_grad_accum_unknown(%t: memref<1x2x8x64xbf16>, %l: memre
   "fmha.attention_bwd"(%t, %t, %t, %t, %t, %l, %t, %t, %t) {dtype = "bf16", hdim_q = 64 : i64, hdim_v = 64 : i64, gqa_ratio = 1 : i64, mask = "none", window_left = -1 : i64, window_right = -1 : i64, scale = 0.125 : f32, bias = "none", dbias = false, deterministic = false, grad_accum = "f16"} : (memref<1x2x8x64xbf16>, memref<1x2x8x64xbf16>, memref<1x2x8x64xbf16>, memref<1x2x8x64xbf16>, memref<1x2x8x64xbf16>, memref<1x2x8xf32>, memref<1x2x8x64xbf16>, memref<1x2x8x64xbf16>, memref<1x2x8x64xbf16>) -> ()
   return
 }
+
+// -----
+
+// semaphore_wait_value
+func.func @semaphore_wait_value(%v: index, %s: memref<?xi32>, %i: index) {
+  // expected-error @+1 {{'fmha.semaphore_wait' op operand #0 ('value') must be i32, got index}}
+  "fmha.semaphore_wait"(%v, %s, %i) : (index, memref<?xi32>, index) -> ()
+  return
+}
+
+// -----
+
+// semaphore_signal_buffer: the counters are i32
+func.func @semaphore_signal_buffer(%s: memref<?xf32>, %i: index) {
+  // expected-error @+1 {{'fmha.semaphore_signal' op operand #0 ('buffer') must be a ranked memref of i32, got memref<?xf32>}}
+  "fmha.semaphore_signal"(%s, %i) : (memref<?xf32>, index) -> ()
+  return
+}
+
+// -----
+
+// semaphore_signal_indices
+func.func @semaphore_signal_indices(%s: memref<?x?xi32>, %i: index) {
+  // expected-error @+1 {{'fmha.semaphore_signal' op needs 2 indices for memref<?x?xi32>, got 1}}
+  "fmha.semaphore_signal"(%s, %i) : (memref<?x?xi32>, index) -> ()
+  return
+}
+
+// -----
+
+// semaphore_wait_shared: work-groups take turns through global memory
+func.func @semaphore_wait_shared(%v: i32, %s: memref<?xi32, 3>, %i: index) {
+  // expected-error @+1 {{'fmha.semaphore_wait' op operand #1 ('buffer') must be in global memory, got memref<?xi32, 3>}}
+  "fmha.semaphore_wait"(%v, %s, %i) : (i32, memref<?xi32, 3>, index) -> ()
+  return
+}
+
+// -----
+
+// dq_semaphores_deterministic: the turns order deterministic mode's adds
+func.func @dq_semaphores_deterministic(%t: memref<1x2x8x64xf16>, %l: memref<1x2x8xf32>, %acc: memref<1x2x8x64xf32>, %s: memref<1x2x1xi32>) {
+  // expected-error @+1 {{'fmha.dq_dk_dv' op dq_semaphores = true orders deterministic mode's dQ adds: it needs deterministic = true}}
+  "fmha.dq_dk_dv"(%t, %t, %t, %t, %l, %l, %acc, %t, %t, %s) {dtype = "f16", hdim_q = 64 : i64, hdim_v = 64 : i64, gqa_ratio = 1 : i64, mask = "none", window_left = -1 : i64, window_right = -1 : i64, scale = 0.125 : f32, bias = "none", dbias = false, deterministic = false, dq_semaphores = true, config = {body = "warp", wave_size = 64 : i64}}
+      : (memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8xf32>, memref<1x2x8xf32>, memref<1x2x8x64xf32>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x1xi32>) -> ()
+  return
+}
+
+// -----
+
+// dq_semaphores_operand: the semaphores are i32
+func.func @dq_semaphores_operand(%t: memref<1x2x8x64xf16>, %l: memref<1x2x8xf32>, %acc: memref<1x2x8x64xf32>) {
+  // expected-error @+1 {{'fmha.dq_dk_dv' op operand #9 ('dq_semaphores'): expected element type i32, got f32}}
+  "fmha.dq_dk_dv"(%t, %t, %t, %t, %l, %l, %acc, %t, %t, %l) {dtype = "f16", hdim_q = 64 : i64, hdim_v = 64 : i64, gqa_ratio = 1 : i64, mask = "none", window_left = -1 : i64, window_right = -1 : i64, scale = 0.125 : f32, bias = "none", dbias = false, deterministic = true, dq_semaphores = true, config = {body = "warp", wave_size = 64 : i64}}
+      : (memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8xf32>, memref<1x2x8xf32>, memref<1x2x8x64xf32>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8xf32>) -> ()
+  return
+}

@@ -98,6 +98,25 @@ func.func @convert_grad_static_output(%acc: !acc64, %dk: memref<2x4x16x64xf16>) 
   return
 }
 
+// Deterministic dQ in turns: dq_dk_dv takes the i32 semaphores after the gradients; the kernel ops that
+// take the turns.
+// CHECK-LABEL: func.func @dq_in_turns
+// CHECK: "fmha.dq_dk_dv"(%{{.*}}, %[[DQ:[^,]*]], %{{[^,]*}}, %{{[^,]*}}, %[[SEM:[^)]*]]) {{{.*}}deterministic = true, dq_semaphores = true{{.*}}} : ({{.*}}, memref<?x?x?xi32, strided<[?, ?, 1]>>) -> ()
+// CHECK: "fmha.semaphore_wait"(%{{.*}}, %[[SEM]], %{{.*}}, %{{.*}}, %{{.*}}) : (i32, memref<?x?x?xi32, strided<[?, ?, 1]>>, index, index, index) -> ()
+// CHECK: "fmha.semaphore_signal"(%[[SEM]], %{{.*}}, %{{.*}}, %{{.*}}) : (memref<?x?x?xi32, strided<[?, ?, 1]>>, index, index, index) -> ()
+func.func @dq_in_turns(%q: !t64, %k: !t64, %v: !t64, %do: !t64, %lse: !rows, %d: !rows, %dq_acc: !acc64, %dk: !t64,
+                       %dv: !t64, %sem: memref<?x?x?xi32, strided<[?, ?, 1]>>, %turn: i32, %i: index) {
+  "fmha.dq_dk_dv"(%q, %k, %v, %do, %lse, %d, %dq_acc, %dk, %dv, %sem) {
+      dtype = "f16", hdim_q = 64 : i64, hdim_v = 64 : i64, gqa_ratio = 1 : i64,
+      mask = "none", window_left = -1 : i64, window_right = -1 : i64,
+      scale = 0.125 : f32, bias = "none", dbias = false, deterministic = true, dq_semaphores = true,
+      config = {body = "warp", wave_size = 64 : i64}}
+      : (!t64, !t64, !t64, !t64, !rows, !rows, !acc64, !t64, !t64, memref<?x?x?xi32, strided<[?, ?, 1]>>) -> ()
+  "fmha.semaphore_wait"(%turn, %sem, %i, %i, %i) : (i32, memref<?x?x?xi32, strided<[?, ?, 1]>>, index, index, index) -> ()
+  "fmha.semaphore_signal"(%sem, %i, %i, %i) : (memref<?x?x?xi32, strided<[?, ?, 1]>>, index, index, index) -> ()
+  return
+}
+
 // CHECK-LABEL: func.func @kernel_ops
 // CHECK-SAME: (%[[X:[^:]*]]: f32, %[[I:[^:]*]]: index, %[[J:[^:]*]]: index, %[[N:[^:]*]]: index, %[[BUF:[^:]*]]: memref<?x?x?x?xf32, strided<[?, ?, ?, 1]>>)
 // CHECK: %[[R:[^ ]*]] = "fmha.wave_reduce"(%[[X]]) {kind = "add", width = 64 : i32} : (f32) -> f32
