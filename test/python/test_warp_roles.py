@@ -167,7 +167,14 @@ def test_a_missing_barrier_before_the_ds_stores_is_a_write_after_read(monkeypatc
         run_variant(AttentionBwdSpec("bf16", 128), ProblemSize(1, 1, 200, 100), WGMMA_TABLE[128])
 
 
-def test_deterministic_dq_takes_turns_and_is_bitwise_in_every_start_order():
+@pytest.mark.parametrize("spec,size,config", [
+    (AttentionBwdSpec("bf16", 64, mask=Mask("causal_bottom_right"), deterministic=True, gqa_ratio=2),
+     ProblemSize(1, 4, 150, 300), WGMMA_TABLE[64]),
+    # a window: the first key blocks visit no late query block, the last none of the early ones
+    (AttentionBwdSpec("f16", 128, mask=Mask("sliding_window", 70, 20), deterministic=True),
+     ProblemSize(1, 1, 260, 330), WGMMA_TABLE[128]),
+], ids=["d64-br-gqa2", "d128-window"])
+def test_deterministic_dq_takes_turns_and_is_bitwise_in_every_start_order(spec, size, config):
     """Deterministic mode with dq_bulk (bodies.dq_in_turns): one f32 dq_acc, no partials; each query block's
     key blocks reduce-add into it one at a time, last key block first, on the block's semaphore. The
     interpreter starts the work-groups in a random order per seed: dQ is bitwise the same in every one,
@@ -182,8 +189,6 @@ def test_deterministic_dq_takes_turns_and_is_bitwise_in_every_start_order():
     from fmha_mlir.runtime.runner import PreparedRun
     from test_wgmma_body import compiled_variant
 
-    spec = AttentionBwdSpec("bf16", 64, mask=Mask("causal_bottom_right"), deterministic=True, gqa_ratio=2)
-    size, config = ProblemSize(1, 4, 150, 300), WGMMA_TABLE[64]
     compiled, bundle, data = compiled_variant(spec, size, config)
     runs = []
     for seed in (1, 2, 3):
