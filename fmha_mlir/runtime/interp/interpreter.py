@@ -90,34 +90,38 @@ class Interpreter:
         groups = grid[0] * grid[1] * grid[2]
         group_bytes = int(shared_bytes) + sum(_bytes(t) for t in kernel.workgroup_types)
         per_chunk = max(1, min(self.max_lanes // threads, MAX_CHUNK_WORKGROUP_BYTES // max(group_bytes, 1)))
-        # Work-groups that take turns run one a chunk, all on one baton, so that one can wait for another;
-        # under random atomic order they also start in a random order (the hardware's is not fixed), so
-        # a kernel that signals without waiting shows its order in the result.
-        baton = Baton() if kernel.semaphores else None
-        firsts = list(range(0, groups, 1 if baton else per_chunk))
-        if baton and self.atomic_order == "random":
-            firsts = [firsts[i] for i in self._rng.permutation(len(firsts))]
-        finishes = []
         with np.errstate(all="ignore"):
-            for first in firsts:
-                lanes = LaneGrid(grid, block, self.wave_size, first, 1 if baton else min(per_chunk, groups - first))
+            if kernel.semaphores:
+                self._run_interleaved(kernel, grid, block, values, int(shared_bytes))
+                return
+            for first in range(0, groups, per_chunk):
+                lanes = LaneGrid(grid, block, self.wave_size, first, min(per_chunk, groups - first))
                 run_role, hopper = self._chunk(kernel, lanes, values, int(shared_bytes))
-                if baton is not None:
-                    scheduler = RoleScheduler(lanes, kernel.roles or [(0, threads)], f"kernel {name}", baton)
-                    scheduler.add(lambda role, mask, run_role=run_role, scheduler=scheduler:
-                                  run_role(role, mask, scheduler))
-                elif kernel.roles is None:
+                if kernel.roles is None:
                     run_role(0, None)
                 else:
                     scheduler = RoleScheduler(lanes, kernel.roles, f"kernel {name}")
                     scheduler.run(lambda role, mask: run_role(role, mask, scheduler))
                 if hopper is not None:
-                    finishes.append(hopper)
-                if baton is None:
-                    self._finish(finishes, name)
-            if baton is not None:
-                baton.run()
-                self._finish(finishes, name)
+                    hopper.finish(f"kernel {name}")
+
+    def _run_interleaved(self, kernel: "CompiledKernel", grid: tuple, block: tuple, values: list,
+                         shared_bytes: int) -> None:
+        """Work-groups that take turns (fmha.semaphore_*): one a chunk, every chunk's roles on one baton, so
+        that one can wait for another; under random atomic order they start in a random order (the
+        hardware's is not fixed), so a kernel that signals without waiting shows its order in the result."""
+        groups, threads = grid[0] * grid[1] * grid[2], block[0] * block[1] * block[2]
+        order = self._rng.permutation(groups) if self.atomic_order == "random" else range(groups)
+        baton, hoppers = Baton(), []
+        for first in order:
+            lanes = LaneGrid(grid, block, self.wave_size, int(first), 1)
+            run_role, hopper = self._chunk(kernel, lanes, values, shared_bytes)
+            scheduler = RoleScheduler(lanes, kernel.roles or [(0, threads)], f"kernel {kernel.name}", baton)
+            scheduler.add(lambda role, mask, run_role=run_role, scheduler=scheduler: run_role(role, mask, scheduler))
+            hoppers += [hopper] if hopper is not None else []
+        baton.run()
+        for hopper in hoppers:
+            hopper.finish(f"kernel {kernel.name}")
 
     def _chunk(self, kernel: "CompiledKernel", lanes: LaneGrid, values: list, shared_bytes: int):
         """A chunk's memories, and run_role(role, mask, scheduler) that runs the body over its lanes; with
@@ -137,11 +141,6 @@ class Interpreter:
             run_region(kernel.body, state, mask)
 
         return run_role, workgroup.hopper
-
-    @staticmethod
-    def _finish(hoppers: list, name: str) -> None:
-        while hoppers:
-            hoppers.pop(0).finish(f"kernel {name}")
 
     def _compile(self, name: str) -> CompiledKernel:
         if name not in self._compiled:
