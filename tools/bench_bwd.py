@@ -76,7 +76,7 @@ class Row:
     softcap: float = 0.0   # > 0: the same shape with softcap (no peer has it: only ours is timed)
     bias: str = "none"     # elementwise ([1, H, S, S]) or alibi (standard slopes): ours only
     dbias: bool = False    # with an elementwise bias: also dbias; with ALiBi: d(slopes) of a slopes tensor
-    deterministic: bool = False   # dQ partials per key block, summed in order: ours only
+    deterministic: bool = False   # dQ in a fixed order (turns, or partials per key block): ours only
     grad_accum: str = "f32"       # bf16: dQ by packed bf16 atomics into dq itself: ours only
 
     @functools.cached_property
