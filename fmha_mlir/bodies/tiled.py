@@ -262,8 +262,8 @@ def tiled_config(spec: AttentionBwdSpec, target: Target) -> TiledConfig:
     row = replace(table.get(_bucket(spec)) or table[max(table)], wave_size=target.wave_size)
     lost_bulk = row.dq_bulk and bool(TiledBody().reasons(spec, target, row))
     if lost_bulk:
-        # bf16 dQ atomics: the consumers write dQ. (Deterministic mode keeps the writer's bulk stores of
-        # its partials: measured 1.20x the consumers' stores, bench_notes.md "Deterministic dQ by bulk stores".)
+        # bf16 dQ atomics: the consumers write dQ. (Deterministic mode keeps the writer, its key blocks taking
+        # turns at the reduce-adds: dq_in_turns.)
         row = replace(row, dq_bulk=False)
     if row.producer and ((lost_bulk and mask_geometry.hides_nothing(spec.mask))
                          or TiledBody().reasons(spec, target, row)):

@@ -136,7 +136,7 @@ def test_the_producer_needs_wgmma_and_whole_sequences():
     with pytest.raises(SpecError) as caught:
         check_config(bf16_atomics, TARGETS["sm_90a"], BULK_DQ)
     assert any(r.field == "config.dq_bulk" for r in caught.value.reasons)
-    check_config(AttentionBwdSpec("bf16", 64, deterministic=True), TARGETS["sm_90a"], BULK_DQ)   # bulk stores
+    check_config(AttentionBwdSpec("bf16", 64, deterministic=True), TARGETS["sm_90a"], BULK_DQ)   # in turns
     causal = Mask("causal_top_left")   # the table: bf16 atomics keep the consumers' dQ, deterministic mode the writer
     assert not choose_config(dataclasses.replace(bf16_atomics, mask=causal), TARGETS["sm_90a"]).dq_bulk
     assert choose_config(AttentionBwdSpec("bf16", 64, deterministic=True, mask=causal), TARGETS["sm_90a"]).dq_bulk
@@ -149,8 +149,9 @@ def test_the_producer_needs_wgmma_and_whole_sequences():
 ])
 def test_the_table_takes_the_producer_where_it_is_measured_faster(mask, extra, producer, dq_bulk):
     """Measured on the H200 (reports/bench_notes.md, "Warp specialisation", "Deterministic dQ by bulk
-    stores"): with the writer's bulk reduce-adds or stores faster on every row; with the consumers' writing
-    dQ (bf16 atomics) only under a mask."""
+    stores"): with the writer's bulk reduce-adds (or, deterministic, its stores of partials, which its
+    turns have replaced: not yet measured) faster on every row; with the consumers' writing dQ (bf16
+    atomics) only under a mask."""
     chosen = choose_config(AttentionBwdSpec("bf16", 128, mask=Mask(mask), **extra), TARGETS["sm_90a"])
     assert (chosen.producer, chosen.dq_bulk) == (producer, dq_bulk)
 
