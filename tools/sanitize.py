@@ -183,7 +183,11 @@ def dry_run(options: RunOptions) -> int:
 def build(directory: Path, arch: str, ptxas: str | None, command: str, only: str | None = None) -> None:
     variants, skipped = plan(arch)
     if only:   # as `run --only` selects: build only what that run needs
+        names = [v.name for v in variants]
         variants = [v for v in variants if re.search(only, v.name)]
+        if not variants:
+            raise SystemExit(f"no {arch} variant's name matches --only {only!r}; they read like {names[0]} "
+                             f"(deterministic ones carry _det_)")
     built = build_bundles(directory, arch, [(v.spec, v.config) for v in variants], ptxas)
     binary = "cubin" if ptxas else "PTX"
     (directory / BUILD_RECORD).write_text(json.dumps({"command": command, "bundles": built, "binary": binary}) + "\n")
