@@ -18,6 +18,7 @@ from pathlib import Path
 
 from fmha_mlir.bodies import body_plan, choose_config, dq_in_turns
 from fmha_mlir.dtypes import BUFFER_STORAGE
+from fmha_mlir.errors import SpecError
 from fmha_mlir.shape_expr import evaluate
 from fmha_mlir.target import get_target
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # tools/: the modules the tools share
@@ -38,9 +39,13 @@ def shapes_of(row) -> dict[str, tuple[int, ...]]:
     return {"q": q, "dq": q, "k": k, "dk": k, "v": v, "dv": v, "o": o, "do": o, "lse": q[:3]}
 
 
-def workspace_bytes(spec, arch: str, shapes) -> tuple[int, object]:
-    """(bytes of every workspace of the plan the op runs for `spec` on `arch`, that plan's config)."""
-    config = choose_config(spec, get_target(arch))
+def workspace_bytes(spec, arch: str, shapes) -> tuple[int | None, object]:
+    """(bytes of every workspace of the plan the op runs for `spec` on `arch`, that plan's config); (None,
+    None) where every body refuses the spec there (gfx942 at d256 in deterministic mode)."""
+    try:
+        config = choose_config(spec, get_target(arch))
+    except SpecError:
+        return None, None
     plan = body_plan(spec, config)
     total = sum(prod(evaluate(d, shapes, f"workspace {w.name}") for d in w.dims) * BUFFER_STORAGE[w.element].itemsize
                 for w in plan.workspaces)
@@ -56,16 +61,22 @@ def report(arch: str) -> tuple[list[str], list[dict]]:
         deterministic, config = workspace_bytes(deterministic_spec, arch, shapes)
         gradients = sum(prod(shapes[g]) for g in ("dq", "dk", "dv")) * BUFFER_STORAGE[row.dtype].itemsize
         rows.append({"row": row.label, "default_bytes": default, "deterministic_bytes": deterministic,
-                     "gradients_bytes": gradients, "turns": dq_in_turns(deterministic_spec, config)})
+                     "gradients_bytes": gradients,
+                     "turns": config is not None and dq_in_turns(deterministic_spec, config)})
     lines = [f"# Workspace memory of the backward on {arch}, bf16", "",
              f"`python tools/workspace_bytes.py --arch {arch}`: the workspaces (MB, 10^6 bytes) of the plan the "
              "op runs for each benchmark row, without and with deterministic mode, from the body plans at the "
              "row's shape (exact; nothing runs). For scale: the gradients dQ, dK, dV themselves. Deterministic "
              "dQ by turns (one accumulator, a semaphore per query block) or by partials (one per key block).", "",
              "| row | default | deterministic | deterministic dQ | gradients |", "| --- | --- | --- | --- | --- |"]
-    lines += [f"| {r['row']} | {r['default_bytes'] / MB:.0f} | {r['deterministic_bytes'] / MB:.0f} | "
-              f"{'turns' if r['turns'] else 'partials'} | {r['gradients_bytes'] / MB:.0f} |" for r in rows]
+    lines += [f"| {r['row']} | {_mb(r['default_bytes'])} | {_mb(r['deterministic_bytes'])} | "
+              f"{'refused' if r['deterministic_bytes'] is None else 'turns' if r['turns'] else 'partials'} | "
+              f"{_mb(r['gradients_bytes'])} |" for r in rows]
     return lines, rows
+
+
+def _mb(count: int | None) -> str:
+    return "refused" if count is None else f"{count / MB:.0f}"
 
 
 def main(argv=None) -> int:

@@ -22,3 +22,8 @@ def test_turns_cost_what_the_default_costs_and_partials_a_key_block_each():
     assert partials["deterministic_bytes"] - partials["default_bytes"] == (8192 // 128 - 1) * dq_acc   # block_n 128
     # d256 keeps its partials on sm_90a too (no writer warp: the consumers add dQ)
     assert not _rows("sm_90a")["bf16 B2 H8 S2048 D256"]["turns"]
+
+
+def test_a_spec_every_body_refuses_is_reported_not_raised():
+    d256 = _rows("gfx942")["bf16 B2 H8 S2048 D256"]   # the tiled d256 tiles exceed gfx942's LDS; warp: no deterministic
+    assert d256["deterministic_bytes"] is None and d256["default_bytes"] > 0
