@@ -763,6 +763,7 @@ class SemaphoreSignalOp(_SemaphoreOp):
 
 
 SEMAPHORE_OPS = (SemaphoreWaitOp, SemaphoreSignalOp)
+SEMAPHORE_NAMES = tuple(op.NAME for op in SEMAPHORE_OPS)
 OPS = {cls.NAME: cls for cls in (AttentionBwdOp, *STAGE_OPS, WaveReduceOp, Exp2Op, MaskedScoreOp, AtomicAddOp,
                                  *SEMAPHORE_OPS)}
 

@@ -63,14 +63,18 @@ def _decompose(op: "ir.Operation", plan: BodyPlan) -> None:
                         config)
 
     zero = f32(0.0)
+
+    def zero_fill(buffer: "ir.Value") -> None:
+        element = ir.MemRefType(buffer.type).element_type
+        value = zero if element == zero.type else arith.constant(
+            element, 0 if isinstance(element, ir.IntegerType) else 0.0)
+        gpu.memset(None, [], buffer, value)
+
     for workspace in workspaces:
         if workspace.zero:
-            element = ir.Type.parse(workspace.element)
-            gpu.memset(None, [], allocated[workspace.name].strided,
-                       zero if element == zero.type else arith.constant(element, 0))
+            zero_fill(allocated[workspace.name].strided)
     for name in plan.zeroed_outputs:
-        element = ir.MemRefType(operands[name].type).element_type
-        gpu.memset(None, [], operands[name], zero if element == zero.type else arith.constant(element, 0.0))
+        zero_fill(operands[name])
 
     bias_inputs, bias_grads = spec.bias_operands()
     outs = [allocated[accumulators[g].name].strided if g in accumulators else operands[g]

@@ -105,12 +105,13 @@ class FlashBackward:
             config, [gpu.block_id(d) for d in (gpu.Dimension.x, gpu.Dimension.y, gpu.Dimension.z)])
         self.heads_q, self.seqlen_q = dims(self.q, [1, 2])
         self.seqlen_k, = dims(self.k, [2])
-        if dq_in_turns(spec, config):   # key blocks take dQ turns last to first: the grid dispatches them so
+        in_turns = dq_in_turns(spec, config)
+        if in_turns:   # key blocks take dQ turns last to first: the grid dispatches them so
             key_block = arith.subi(arith.subi(arith.ceildivui(self.seqlen_k, index(self.bn)), index(1)), key_block)
         self.key_block = key_block
         self.k0 = arith.muli(self.key_block, index(self.bn))
         # Deterministic mode with partials: this work-group's, row batch x key blocks + key block of dq_acc.
-        self.dq_partials = spec.deterministic and not dq_in_turns(spec, config)
+        self.dq_partials = spec.deterministic and not in_turns
         self.dq_batch = self.batch if not self.dq_partials else arith.addi(
             arith.muli(self.batch, arith.ceildivui(self.seqlen_k, index(self.bn))), self.key_block)
         # A mask that hides nothing cuts only tails; the config says whether its loop is split by them.

@@ -20,7 +20,7 @@ from .ix import Ix
 from .verify import check_verified
 
 KERNEL_OPS = (fmha.WaveReduceOp.NAME, fmha.Exp2Op.NAME, fmha.MaskedScoreOp.NAME, fmha.AtomicAddOp.NAME,
-              *(op.NAME for op in fmha.SEMAPHORE_OPS))
+              *fmha.SEMAPHORE_NAMES)
 
 # A lowering builds the replacement at the op (insertion point and location already set) and returns
 # the value that replaces the op's result, or None for ops without results.
@@ -124,7 +124,7 @@ def lower_atomic_add(op: "ir.Operation") -> None:
 
 def is_semaphore(op: "ir.Operation") -> bool:
     """fmha.semaphore_wait / _signal: lowered on an address by fmha-semaphores-to-llvm."""
-    return op.name in (o.NAME for o in fmha.SEMAPHORE_OPS)
+    return op.name in fmha.SEMAPHORE_NAMES
 
 
 def is_vector_atomic_add(op: "ir.Operation") -> bool:
@@ -136,4 +136,3 @@ def is_vector_atomic_add(op: "ir.Operation") -> bool:
 def is_packed_atomic_add(op: "ir.Operation") -> bool:
     """A packed bf16 atomic_add: memref.atomic_rmw has no vector form, so it waits for an address."""
     return op.name == fmha.AtomicAddOp.NAME and fmha.AtomicAddOp.is_packed_bf16(op.operands[0])
-

@@ -37,7 +37,7 @@ class SemaphoresToLlvm(FmhaPass):
 
     def run_on_module(self, module: "ir.Operation") -> None:
         scope = SYNC_SCOPES[self.target]
-        for op in collect_ops(module, [o.NAME for o in fmha.SEMAPHORE_OPS]):
+        for op in collect_ops(module, list(fmha.SEMAPHORE_NAMES)):
             check_verified(op)
             with rewriting(op):
                 if op.name == fmha.SemaphoreWaitOp.NAME:

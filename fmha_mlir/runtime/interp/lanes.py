@@ -52,6 +52,14 @@ class LaneGrid:
         for name, value in derived.items():
             object.__setattr__(self, name, value)
 
+    def executing(self, mask) -> np.ndarray:
+        """The indices of the lanes that execute under `mask` (None: every lane)."""
+        return self.lane_index if mask is None else np.flatnonzero(mask)
+
+    def work_group(self, lane: int) -> int:
+        """The linear id of the work-group `lane` belongs to."""
+        return self.first_group + int(self.group_local[lane])
+
     def incomplete_groups(self, mask, width: int) -> np.ndarray:
         """Per lane: it executes (mask None: every lane does) but its aligned group of `width` lanes in
         its wave does not all exist or does not all execute (for ops that read each other's lanes)."""

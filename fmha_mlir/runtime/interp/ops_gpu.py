@@ -69,7 +69,7 @@ def compile_barrier(op: Operation, cc: KernelCompiler):
 
     def run(st, mask):
         if st.scheduler is not None:   # roles meet here: every thread of the work-group, from every role
-            lanes = st.grid.lane_index if mask is None else np.flatnonzero(mask)
+            lanes = st.grid.executing(mask)
             st.scheduler.named_barrier(0, st.grid.group_threads, lanes, what)
         elif mask is not None:
             check(st.grid, mask)

@@ -46,14 +46,10 @@ def _decode(element: str):
         (lambda x: x.astype(np.float32))
 
 
-def _lanes(st, mask) -> np.ndarray:
-    return st.grid.lane_index if mask is None else np.flatnonzero(mask)
-
-
 def _barrier_lanes(st, mask, group_slot: int, index_slot: int):
     """(barrier group, active lanes, each lane's work-group, each lane's barrier index); None when no lane
     is active."""
-    lanes = _lanes(st, mask)
+    lanes = st.grid.executing(mask)
     if lanes.size == 0:
         return None
     g = st.grid
@@ -75,7 +71,7 @@ def _hopper(st, what: str):
 def _warpgroups(st, mask, what: str) -> list[np.ndarray]:
     """The executing lanes by warpgroup, each all 128 threads of one warpgroup (else an error)."""
     g = st.grid
-    lanes = _lanes(st, mask)
+    lanes = st.grid.executing(mask)
     key = warpgroup_ids(g, lanes)
     out = []
     for k in np.unique(key):
@@ -208,7 +204,7 @@ def compile_tma_load(op: Operation, cc: KernelCompiler):
 
     def run(st, mask):
         env, g = st.env, st.grid
-        lanes = _lanes(st, mask)
+        lanes = st.grid.executing(mask)
         sync = _hopper(st, what)
         dst, group, tensor_map = env[dst_slot], env[group_slot], env[map_slot]
         if not isinstance(tensor_map, TensorMap):
@@ -259,7 +255,7 @@ def compile_tma_reduce(op: Operation, cc: KernelCompiler):
         if not isinstance(tensor_map, TensorMap) or tensor_map.tensor.dtype != np.float32:
             raise InterpreterError(f"{what}: the tensor map operand must be a tensor-map kernel argument over f32")
         box = tuple(tensor_map.box)
-        for lane in _lanes(st, mask):
+        for lane in st.grid.executing(mask):
             one = np.array([lane])
             w = int(g.group_local[lane])
             source = int(_per_lane(env[src_slot], one, g.lanes)[0])
@@ -280,7 +276,7 @@ def compile_bulk_commit(op: Operation, cc: KernelCompiler):
     what = cc.describe(op)
 
     def run(st, mask):
-        _hopper(st, what).bulk_commit(_lanes(st, mask))
+        _hopper(st, what).bulk_commit(st.grid.executing(mask))
 
     return run
 
@@ -294,7 +290,7 @@ def compile_bulk_wait(op: Operation, cc: KernelCompiler):
     what = cc.describe(op)
 
     def run(st, mask):
-        _hopper(st, what).bulk_wait(_lanes(st, mask), pending, read)
+        _hopper(st, what).bulk_wait(st.grid.executing(mask), pending, read)
 
     return run
 
@@ -580,7 +576,7 @@ def compile_named_barrier(op: Operation, cc: KernelCompiler):
 
     def run(st, mask):
         env, g = st.env, st.grid
-        lanes = _lanes(st, mask)
+        lanes = st.grid.executing(mask)
         threads = int(np.max(env[slots[1]])) if len(slots) > 1 else g.group_threads
         scheduler = st.scheduler
         if scheduler is not None:
@@ -603,7 +599,7 @@ def compile_fence_proxy(op: Operation, cc: KernelCompiler):
     what = cc.describe(op)
 
     def run(st, mask):
-        _hopper(st, what).fence_proxy(_lanes(st, mask))
+        _hopper(st, what).fence_proxy(st.grid.executing(mask))
 
     return run
 
@@ -623,7 +619,7 @@ def compile_setmaxregister(op: Operation, cc: KernelCompiler):
         if st.scheduler is None:
             lanes = np.concatenate(_warpgroups(st, mask, what))
         else:   # roles may split a warpgroup: its budget moves once every part has executed the op
-            lanes = sync.collective(key, _lanes(st, mask), what)
+            lanes = sync.collective(key, st.grid.executing(mask), what)
             if not lanes.size:
                 return
         sync.set_budget(g.group_local[lanes], g.thread_linear[lanes] // WARPGROUP, count, increase, what)

@@ -5,10 +5,10 @@ A kernel with a wait runs every work-group's roles as coroutines of one launch (
 suspends its work-group until another signals; when no work-group can go on, the launch deadlocks and
 the error names the wait, the counter and what it holds. A wait that passes on the signal of a
 work-group with a higher linear block id is an error too: the GPU dispatches work-groups in that order,
-and with more of them than fit at once the signaller may never start. Global memory is one NumPy array here, so what
-a signal releases is visible at once; the order is what the interpreter checks: a signal while the
-signalling thread's bulk reduces may still be writing (no wait_group without .read since) is an error,
-since on the GPU the next work-group's adds could land before them.
+and with more of them than fit at once the signaller may never start. Global memory is one NumPy array
+here, so what a signal releases is visible at once; the order is what the interpreter checks: a signal
+while the signalling thread's bulk reduces may still be writing (no wait_group without .read since) is
+an error, since on the GPU the next work-group's adds could land before them.
 """
 from __future__ import annotations
 
@@ -22,10 +22,6 @@ from .parser import Operation
 WAIT, SIGNAL = "fmha.semaphore_wait", "fmha.semaphore_signal"
 
 
-def _lanes(mask, grid) -> np.ndarray:
-    return np.arange(grid.lanes) if mask is None else np.flatnonzero(mask)
-
-
 def compile_semaphore_wait(op: Operation, cc: KernelCompiler):
     value_slot, mem_slot, *index_slots = cc.operands(op)
     what = cc.describe(op)
@@ -33,7 +29,7 @@ def compile_semaphore_wait(op: Operation, cc: KernelCompiler):
     def run(st, mask):
         env, g = st.env, st.grid
         mem = env[mem_slot]
-        lanes = _lanes(mask, g)
+        lanes = g.executing(mask)
         if not lanes.size:
             return
         at = np.broadcast_to(flat_index(mem, [env[i] for i in index_slots], mask, g, what), (g.lanes,))[lanes]
@@ -63,7 +59,7 @@ def _check_dispatch_order(signallers: dict, mem, at: np.ndarray, lanes: np.ndarr
     passed on must come from a work-group with a lower linear id."""
     for lane, element in zip(lanes.tolist(), at.tolist()):
         signaller = signallers.get((id(mem.storage), element))
-        waiter = g.first_group + int(g.group_local[lane])
+        waiter = g.work_group(lane)
         if signaller is not None and signaller >= waiter:
             raise InterpreterError(f"{what}: {g.describe(lane)} (work-group {waiter}) passed on a signal of work-group "
                                    f"{signaller}, which the GPU dispatches after it: with more work-groups than fit at "
@@ -76,19 +72,19 @@ def compile_semaphore_signal(op: Operation, cc: KernelCompiler):
 
     def run(st, mask):
         env, g = st.env, st.grid
-        sync = st.workgroup.hopper
+        lanes, sync = g.executing(mask), st.workgroup.hopper
         if sync is not None:
-            lane = sync.unfinished_writes(_lanes(mask, g))
+            lane = sync.unfinished_writes(lanes)
             if lane is not None:
                 raise InterpreterError(f"{what}: {g.describe(lane)} signals while its bulk reduces may still be "
                                        "writing: wait for them with nvvm.cp.async.bulk.wait_group without read "
                                        "first, or the next work-group's adds may land before them")
-        mem, lanes = env[mem_slot], _lanes(mask, g)
-        at = np.broadcast_to(flat_index(mem, [env[i] for i in index_slots], mask, g, what), (g.lanes,))
-        atomic(mem, [env[i] for i in index_slots], np.int32(1), "addi", mask, g, None, False, what)
-        if st.scheduler is not None:
+        mem, indices = env[mem_slot], [env[i] for i in index_slots]
+        atomic(mem, indices, np.int32(1), "addi", mask, g, None, False, what)
+        if st.scheduler is not None:   # which work-group signalled each element last
+            at = np.broadcast_to(flat_index(mem, indices, mask, g, what), (g.lanes,))
             for lane in lanes.tolist():
-                st.scheduler.baton.signallers[id(mem.storage), int(at[lane])] = g.first_group + int(g.group_local[lane])
+                st.scheduler.baton.signallers[id(mem.storage), int(at[lane])] = g.work_group(lane)
 
     return run
 
