@@ -359,8 +359,8 @@ MUTANTS: list[Mutant] = [
            "                    bulk_wait(0, read=False)   # the adds have landed before the next key block's turn\n",
            ""),
     Mutant("producer (deterministic): key blocks take turns against the grid's dispatch order", TILED,
-           "        if dq_in_turns(spec, config):   # key blocks take dQ turns last to first: the grid dispatches "
-           "them so\n", "        if False:\n"),
+           "        if in_turns:   # key blocks take dQ turns last to first: the grid dispatches them so\n",
+           "        if False:\n"),
     Mutant("producer: consumers do not wait for a stage's TMA bytes", "passes/warp_roles.py",
            "self.pipeline.wait(stage, self.parity(arith.divui(it, index(self.config.stages))))", "None"),
     Mutant("producer: tensor maps in the 64-byte swizzle (the tiles are in the 128-byte one)",
