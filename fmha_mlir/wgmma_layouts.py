@@ -19,6 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from math import gcd
 
+from . import matrix_layouts
+
 WARPGROUP = 128                       # threads of one wgmma: four warps
 M = 64                                # rows of a wgmma per warpgroup
 K_BYTES = 32                          # one instruction's K extent in bytes: k16 for 16-bit types
@@ -42,6 +44,16 @@ def accumulator_offset(register: int) -> tuple[int, int]:
     """(rows, cols) from a thread's register 0 to its `register`: the same for every thread (the pattern
     above moves with the thread as a whole), so a thread builds one position and adds these."""
     return 8 * ((register // 2) % 2), 8 * (register // 4) + register % 2
+
+
+def accumulator_store_address(thread):
+    """(row, chunk) whose 16-byte row address `thread` gives to the stmatrix x4 that stores registers
+    8 q .. 8 q + 7 of an accumulator (four 8 x 8 matrices, each a register pair: the accumulator's pattern
+    over an 8 x 8 block is stmatrix's fragment, as it is ldmatrix's): the row of the 64-row tile and the
+    16-byte chunk counted from column 16 q. Matrix i lies at rows + 8 (i % 2), chunk i // 2 of the warp's
+    16 x 16 block, as an ldmatrix x4 of an A operand reads it."""
+    row, chunk = matrix_layouts.ldmatrix_address(thread % 32, 4, rows_first=True)
+    return 16 * (thread // 32) + row, chunk
 
 
 def dq_fragment_position(row, col, hdim: int):

@@ -40,6 +40,17 @@ def wait(pending: int) -> None:
                                                                                pending)})
 
 
+def store_matrices(address: "ir.Value", registers: list["ir.Value"]) -> None:
+    """stmatrix.sync.aligned.m8n8.x4.shared.b16 of four .b32 registers (16-bit pairs), one 8 x 8 matrix
+    each: the warp's lanes 8 i .. 8 i + 7 give the 16-byte row addresses (!llvm.ptr<3>) of matrix i."""
+    if len(registers) != 4:
+        raise ValueError(f"an stmatrix x4 stores 4 registers, not {len(registers)}")
+    _op("nvvm.stmatrix", [address, *registers], {
+        "layout": ir.Attribute.parse("#nvvm.mma_layout<row>"),
+        "shape": ir.Attribute.parse("#nvvm.ld_st_matrix_shape<m = 8, n = 8>"),
+        "eltType": ir.Attribute.parse("#nvvm.ld_st_matrix_elt_type<b16>")})
+
+
 def offset_descriptor(base: "ir.Value", constant: int) -> "ir.Value":
     """The descriptor `base` plus `constant` (a sub-tile's offset: wraps as an i64), issued where it is used.
     As a plain add, LLVM hoists each of a loop's loop-invariant descriptors out of it, and the dozens of

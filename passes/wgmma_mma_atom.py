@@ -26,7 +26,7 @@ from . import wgmma_atom
 from .atoms import Operand, Registers
 from .hopper_sync import fence_proxy_async
 from .ir_builders import index
-from .ix import Ix, LaneValues, as_value
+from .ix import Ix, LaneValues
 from .wgmma_tiles import BLOCK, SWIZZLE, WgmmaTile, wgmma_views
 
 M, N, K = WGMMA_SHAPE   # one warpgroup's instruction tile: N, the default n, is one swizzled block (wgmma_tiles.BLOCK)
@@ -47,7 +47,7 @@ class WgmmaMmaAtom:
         with lanes.hoist:
             self.zero = self.ops.zeros()
         self.i64 = ir.IntegerType.get_signless(64)
-        self.base_field = None    # set by shared_tiles, which the schedule calls before any product
+        self.base_field = self.shared_base = None    # set by shared_tiles, called before any product or store
 
     def narrowed(self, cols: int) -> "WgmmaMmaAtom":
         """The atom for a unit tile of `cols` columns: where they are not whole swizzled blocks, m64nN with
@@ -56,7 +56,7 @@ class WgmmaMmaAtom:
         if cols % self.n == 0:
             return self
         atom = WgmmaMmaAtom(self.element, self.ops.thread, self.lanes, gcd(cols, self.n))
-        atom.base_field = self.base_field
+        atom.base_field, atom.shared_base = self.base_field, self.shared_base
         return atom
 
     # -- positions -------------------------------------------------------------------------------------
@@ -77,6 +77,7 @@ class WgmmaMmaAtom:
 
     def shared_tiles(self, layout: list, config) -> dict:
         tiles, base = wgmma_views(layout, self.element)
+        self.shared_base = base
         # A descriptor's address field: the shared address in 16-byte units (an 18-bit window).
         self.base_field = arith.index_cast(self.i64, arith.divui(arith.remui(base, index(1 << 18)), index(16)))
         return tiles
@@ -86,24 +87,30 @@ class WgmmaMmaAtom:
         fence_proxy_async()
 
     def store_groups(self, tile: WgmmaTile, values, row: "ir.Value", col: "ir.Value") -> None:
-        """Each group's two adjacent columns of one row, rounded, as one 4-byte store."""
-        lane_row, lane_col = self.position(0, 0)
+        """Each 16 x 16 block of a warp's groups rounded and stored by one stmatrix x4: the accumulator's
+        pattern over an 8 x 8 block is stmatrix's fragment (wgmma_layouts.accumulator_store_address), so
+        a warp writes 512 bytes an instruction where 4-byte stores of each group wrote 128."""
+        if self.n % 16:
+            raise ValueError(f"an stmatrix x4 stores 16 columns of a warp's rows: m64n{self.n} holds no whole ones")
+        lane_row, lane_chunk = wgmma_layouts.accumulator_store_address(self.thread)
         if self.n % BLOCK == 0:   # the unit's first column starts a swizzled block
-            chunk_lane = 0
+            chunk_lane = lane_chunk
             chunk_offset = self.lanes.get(("wgmma_chunks", id(col)), lambda: arith.divui(col, index(8)))
         else:   # a narrow unit's columns lie inside one block (n divides it), from a uniform chunk of it
-            chunk_lane = (Ix.lane(col, self.lanes) // 8) % (BLOCK // 8)
+            chunk_lane = (Ix.lane(col, self.lanes) // 8) % (BLOCK // 8) + lane_chunk
             chunk_offset = self.lanes.get(("wgmma_blocks", id(col)),
                                           lambda: arith.muli(arith.divui(col, index(BLOCK)), index(BLOCK // 8)))
+        start = arith.addi(self.shared_base, index(tile.offset))
+        pointer = ir.Type.parse("!llvm.ptr<3>")
         for mi, tiles in enumerate(values):
             for ni, groups in enumerate(tiles):
-                for g, pair in enumerate(groups):
-                    rows, cols = self.group_offset(g, 0)
-                    at = tile.element(self.lanes, lane_row, chunk_lane, row=mi * M + rows, col=ni * self.n + cols,
+                for q in range(0, len(groups), 4):
+                    at = tile.element(self.lanes, lane_row, chunk_lane, row=mi * M, col=ni * self.n + 4 * q,
                                       row_offset=row, chunk_offset=chunk_offset)
-                    at = arith.addi(at, self.lanes.get(("wgmma_pair", id(self)), lambda: as_value(lane_col)))
-                    vector.store(arith.truncf(ir.VectorType.get([2], self.element), pair), tile.flat, [at],
-                                 alignment=4)
+                    address = arith.index_cast(self.i64, arith.addi(start, arith.muli(at, index(2))))
+                    wgmma_atom.store_matrices(
+                        ir.Operation.create("llvm.inttoptr", results=[pointer], operands=[address]).result,
+                        [self.ops.pack(pair) for pair in groups[q:q + 4]])
 
     # -- products --------------------------------------------------------------------------------------
 

@@ -190,6 +190,81 @@ def test_ldmatrix_and_mma_are_warp_collective():
         run(mma, "%unused: index", [0], block=(64, 1, 1), wave_size=64)
 
 
+def stmatrix_kernel(tiles: int, transpose: bool) -> str:
+    """Each of two warps' lanes holds registers whose halves name (thread, register, element) and gives
+    a row address in a 64 x 8 i16 tile, rows permuted by 37 (w, matrix, row); stmatrix writes the tile,
+    then thread t copies row t out."""
+    registers = "\n".join(f"""    %b{k} = arith.addi %base, %c{2 * k}_i32 : i32
+    %hi{k} = arith.addi %b{k}, %c1_i32 : i32
+    %sh{k} = arith.shli %hi{k}, %c16_i32 : i32
+    %v{k} = arith.ori %b{k}, %sh{k} : i32""" for k in range(tiles))
+    values = ", ".join(f"%v{k}" for k in range(tiles))
+    layout = "col" if transpose else "row"
+    return f"""
+    %t = gpu.thread_id x
+{index_constants(0, 8, 16, 32, 37, 64)}
+{chr(10).join(f"    %c{v}_i32 = arith.constant {v} : i32" for v in sorted({1, 16, *range(0, 2 * tiles, 2)}))}
+    %smem = gpu.dynamic_shared_memory : {SMEM}
+    %tile = memref.view %smem[%c0][] : {SMEM} to memref<64x8xi16, #gpu.address_space<workgroup>>
+    %lane = arith.remui %t, %c32 : index
+    %w = arith.divui %t, %c32 : index
+    %i = arith.divui %lane, %c8 : index
+    %r = arith.remui %lane, %c8 : index
+    %w32 = arith.muli %w, %c32 : index
+    %i8 = arith.muli %i, %c8 : index
+    %wi = arith.addi %w32, %i8 : index
+    %wir = arith.addi %wi, %r : index
+    %scrambled = arith.muli %wir, %c37 : index
+    %row = arith.remui %scrambled, %c64 : index
+    %bytes = arith.muli %row, %c16 : index
+    %offset = arith.addi %bytes, %shift : index
+    %a64 = arith.index_cast %offset : index to i64
+    %p = llvm.inttoptr %a64 : i64 to !llvm.ptr<3>
+    %t8 = arith.muli %t, %c8 : index
+    %base = arith.index_cast %t8 : index to i32
+{registers}
+    nvvm.stmatrix %p, {values} {{layout = #nvvm.mma_layout<{layout}>, shape = #nvvm.ld_st_matrix_shape<m = 8, n = 8>,
+        eltType = #nvvm.ld_st_matrix_elt_type<b16>}} : !llvm.ptr<3>, {", ".join(["i32"] * tiles)}
+    gpu.barrier
+    %x = vector.load %tile[%t, %c0] : memref<64x8xi16, #gpu.address_space<workgroup>>, vector<8xi16>
+    vector.store %x, %out[%t, %c0] : memref<64x8xi16>, vector<8xi16>"""
+
+
+@pytest.mark.parametrize("tiles", [1, 2, 4])
+@pytest.mark.parametrize("transpose", [False, True])
+def test_stmatrix_writes_what_ldmatrix_would_read(tiles, transpose):
+    """Section 9.7.14.5.16 "stmatrix": threads 8i .. 8i+7 give matrix i's row addresses, and each
+    thread's register i is its fragment of matrix i in ldmatrix's layout (Figure 104; .trans: of the
+    transposed matrix)."""
+    out = np.full((64, 8), -1, np.int16)
+    run(stmatrix_kernel(tiles, transpose), "%shift: index, %out: memref<64x8xi16>", [0, out], block=(64, 1, 1),
+        wave_size=32, shared_bytes=1024)
+    want = np.full((64, 8), -1)
+    for thread in range(64):
+        lane, w = thread % 32, thread // 32
+        for k in range(tiles):
+            for e in range(2):
+                row, col = ptx_ldmatrix(lane, e, transpose)
+                want[37 * (32 * w + 8 * k + row) % 64, col] = 8 * thread + 2 * k + e
+    written = want[:, 0] >= 0
+    assert written.sum() == 16 * tiles
+    np.testing.assert_array_equal(out[written], want[written])
+
+
+def test_stmatrix_row_addresses_must_be_aligned_and_in_bounds_and_warps_whole():
+    args = "%shift: index, %out: memref<64x8xi16>"
+    out = np.zeros((64, 8), np.int16)
+    with pytest.raises(InterpreterError, match=r"nvvm.stmatrix .*: lane 0 .* gives the row address 2, not a "
+                                               r"16-byte aligned row"):
+        run(stmatrix_kernel(4, False), args, [2, out], block=(64, 1, 1), wave_size=32, shared_bytes=1040)
+    with pytest.raises(InterpreterError, match=r"nvvm.stmatrix .*: lane 19 .* gives the row address 1024, not "
+                                               r"a 16-byte aligned row inside the 1024 bytes"):
+        run(stmatrix_kernel(4, False), args, [16, out], block=(64, 1, 1), wave_size=32, shared_bytes=1024)
+    with pytest.raises(InterpreterError, match=r"nvvm.stmatrix .*: lane 32 .* is in a warp that does not "
+                                               r"execute it whole"):
+        run(stmatrix_kernel(4, False), args, [0, out], block=(48, 1, 1), wave_size=32, shared_bytes=1024)
+
+
 # --- mma.sync ------------------------------------------------------------------------------------
 
 def fragments(matrices, layout, registers):

@@ -38,6 +38,22 @@ def test_register_a_fragment_is_four_warps_of_mma_a():
     assert (seen == 1).all()
 
 
+def test_stmatrix_x4_of_a_register_octet_stores_each_accumulator_value_where_it_belongs():
+    """stmatrix (PTX ISA: register i of lane l is matrix i's row l / 4, columns 2 (l % 4) + e; lanes 8 i ..
+    8 i + 7 give matrix i's row addresses) of registers 8 q .. 8 q + 7, each thread addressing the row of
+    accumulator_store_address: every value lands on its accumulator position, every position once."""
+    n = 64
+    seen = np.zeros((64, n), int)
+    for warp, lane, q, i, e in itertools.product(range(4), range(32), range(n // 16), range(4), range(2)):
+        row, col = matrix_layouts.ldmatrix(lane, e, transpose=False)
+        address_lane = 32 * warp + matrix_layouts.ldmatrix_address_lane(i, row)
+        address_row, chunk = wl.accumulator_store_address(address_lane)
+        lands = (address_row, 16 * q + 8 * chunk + col)
+        assert lands == wl.accumulator(32 * warp + lane, 2 * (4 * q + i) + e)
+        seen[lands] += 1
+    assert (seen == 1).all()
+
+
 def _cute_swizzle(x: int, bits: int) -> int:
     """CuTe's Swizzle<bits, 4, 3>: XOR bits [4, 4 + bits) with bits [7, 7 + bits)."""
     mask = ((1 << bits) - 1) << 7

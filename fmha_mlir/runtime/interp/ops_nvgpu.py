@@ -1,6 +1,7 @@
 """nvgpu ops of the sm_90 matrix-core body: cp.async (device_async_copy / create_group / wait, and
 the nvvm.cp.async.commit.group / wait.group spellings), ldmatrix and mma.sync m16n8k16, emulated with
-NumPy for all warps of a chunk at once.
+NumPy for all warps of a chunk at once; and ldmatrix's inverse, nvvm.stmatrix (the wgmma body's stores
+of P^T and dS^T, through shared pointers).
 
 Lane layouts come from fmha_mlir/matrix_layouts.py, the functions the lowering evaluates too; the
 tables below only tabulate (and invert) them for NumPy gathers. ldmatrix and mma.sync are
@@ -14,6 +15,8 @@ lane's uncommitted copies (whatever tokens it is given), wait {numGroups = N} wa
 lane's N most recent groups are pending (N = 0 when absent). Tokens carry no data.
 """
 from __future__ import annotations
+
+import re
 
 import numpy as np
 
@@ -33,6 +36,7 @@ TOKEN = np.int64(0)          # the value of every !nvgpu.device.async.token
 CP_ASYNC_BYTES = (4, 8, 16)
 ROW = 8                      # elements of one ldmatrix row: 16 bytes of b16
 MATRIX_TYPES = ("f16", "bf16")
+_ATTR = re.compile(r"<(\w+)>")
 
 
 def _fragment_positions(layout, registers: int, cols: int) -> np.ndarray:
@@ -227,6 +231,50 @@ def compile_ldmatrix(op: Operation, cc: KernelCompiler):
     return run
 
 
+def compile_stmatrix(op: Operation, cc: KernelCompiler):
+    """stmatrix.sync.aligned.m8n8.x{1,2,4}{.trans}.shared.b16: ldmatrix's inverse. Lanes 8i .. 8i+7 give
+    the shared addresses (!llvm.ptr<3>: bytes into dynamic shared memory, 16-byte aligned) of matrix i's
+    8 rows; register i of every lane (a .b32 of two 16-bit elements, element 0 low) is its fragment of
+    matrix i, written where ldmatrix would have read it (layout col: .trans)."""
+    address, *registers = cc.operands(op)
+    tiles = len(registers)
+    attrs = {k: _ATTR.search(getattr(v, "text", str(v))) for k, v in op.attributes.items()}
+    layout = attrs.get("layout") and attrs["layout"].group(1)
+    if tiles not in (1, 2, 4) or layout not in ("row", "col"):
+        raise cc.error(op, f"stores 1, 2 or 4 matrices in layout row or col, not {tiles} in {layout}")
+    shape, element = (getattr(op.attributes.get(k), "text", str(op.attributes.get(k))) for k in ("shape", "eltType"))
+    if "m = 8, n = 8" not in shape or "b16" not in element:
+        raise cc.error(op, f"the interpreter runs m8n8 b16 stmatrix, not {shape} of {element}")
+    if str(op.operand_types[0]) != "!llvm.ptr<3>" or any(str(t) != "i32" for t in op.operand_types[1:]):
+        raise cc.error(op, "stmatrix takes a shared pointer (!llvm.ptr<3>) and i32 registers")
+    source_lane, column = LDMATRIX_SOURCES[layout == "col", tiles]
+    what = cc.describe(op)
+
+    def run(st, mask):
+        env, g = st.env, st.grid
+        require_whole_groups(st, mask, WARP, what, "warp")
+        buffer = st.workgroup.dynamic().shared
+        rows = np.broadcast_to(np.asarray(env[address], np.int64), (g.lanes,))
+        used = np.ones(g.lanes, bool) if mask is None else mask
+        lane = _first_bad(g, (rows % (2 * ROW) != 0) | (rows < 0) | (rows + 2 * ROW > st.workgroup.dynamic_bytes),
+                          used)
+        if lane is not None:
+            raise InterpreterError(f"{what}: {g.describe(lane)} gives the row address {int(rows[lane])}, not a "
+                                   f"16-byte aligned row inside the {st.workgroup.dynamic_bytes} bytes of dynamic "
+                                   "shared memory")
+        # each lane's element e of register i lands `column` elements after the row its address lane gave
+        start = rows.reshape(-1, WARP)[:, source_lane] // 2 + column      # [warps, lanes, tiles, elements]
+        flat = start.reshape(g.lanes, -1) + (g.group_local * buffer.stride // 2)[:, None]
+        buffer.access("write", flat, mask, 2 * tiles, 2, what, lambda lane, position: (int(flat[lane, position]),))
+        bits = np.stack([np.broadcast_to(np.asarray(env[r]).astype(np.int64) & 0xFFFFFFFF, (g.lanes,))
+                         for r in registers], 1)
+        halves = np.stack([bits & 0xFFFF, bits >> 16], -1).astype(np.uint16).reshape(g.lanes, -1)
+        storage = buffer.data.view(np.uint16)
+        storage[flat[used].reshape(-1)] = halves[used].reshape(-1)
+
+    return run
+
+
 # --- mma.sync ------------------------------------------------------------------------------------
 
 def compile_mma_sync(op: Operation, cc: KernelCompiler):
@@ -282,5 +330,6 @@ HANDLERS = {
     "nvvm.cp.async.commit.group": compile_device_async_create_group,
     "nvvm.cp.async.wait.group": _wait_handler("n"),
     "nvgpu.ldmatrix": compile_ldmatrix,
+    "nvvm.stmatrix": compile_stmatrix,
     "nvgpu.mma.sync": compile_mma_sync,
 }
