@@ -52,7 +52,7 @@ import numpy as np
 
 from fmha_mlir.api import bundle_path, load_bundle
 from fmha_mlir.torch_in_place import torch_device_array, torch_dtype_names
-from fmha_mlir.bodies import BODIES, TILED_TABLE, choose_config
+from fmha_mlir.bodies import BODIES, DQ_SEMAPHORES, TILED_TABLE, choose_config
 from fmha_mlir.bodies.wgmma import HOPPER_ARCH, WGMMA_TABLE
 from fmha_mlir.kernel_config import WGMMA, KernelConfig, TiledConfig, WarpConfig
 from fmha_mlir.spec import AttentionBwdSpec, Mask
@@ -435,12 +435,28 @@ def _ours(torch, bundle, device, row: Row, sets, forwards, refs, options: Timing
 
 
 def _time_steps(torch, run, options: TimingOptions) -> dict[str, dict]:
-    """Each step of the plan alone, queued as the whole plan is (GPU and host time per call)."""
+    """Each step of the plan alone, queued as the whole plan is (GPU and host time per call). A kernel
+    whose work-groups take turns on semaphores is timed behind their zero fill (`steps_alone`): launched
+    again on counters its last launch left behind, it would wait for turns that never come."""
     out = {}
-    for index, (step, prepared) in enumerate(zip(run.bundle.steps, run._prepared)):
+    for index, (step, calls) in enumerate(steps_alone(run.bundle.steps, run._prepared)):
         label = step["buffer"] if step["op"] == "zero" else step["kernel"].rsplit("_", 2)[-2] + "_" + \
             step["kernel"].rsplit("_", 1)[-1]
-        out[f"{index}:{step['op']}:{label}"] = options.time(torch, prepared, rounds=3).to_json()
+        if len(calls) > 1:
+            label = f"{label} behind zero:{DQ_SEMAPHORES}"
+        out[f"{index}:{step['op']}:{label}"] = options.time(
+            torch, lambda calls=calls: [call() for call in calls], rounds=3).to_json()
+    return out
+
+
+def steps_alone(steps: list[dict], calls: list) -> list[tuple[dict, list]]:
+    """(step, what to call to run it alone) for each step of a plan: the step's own call, after the zero
+    fill of the semaphores it takes, if any (a plan zero-fills them before their kernel, every call)."""
+    zero = {step["buffer"]: call for step, call in zip(steps, calls) if step["op"] == "zero"}
+    out = []
+    for step, call in zip(steps, calls):
+        takes = [arg["buffer"] for arg in step.get("args", ()) if arg.get("buffer") == DQ_SEMAPHORES]
+        out.append((step, [zero[name] for name in takes] + [call]))
     return out
 
 

@@ -30,10 +30,11 @@ WGMMA_TABLE: dict[int, TiledConfig] = {
                         "dkv_warps": (1, 2)}, block_m=64, block_n=64, dq_warps=(1, 2)),
 }
 # The smallest head dim a row takes (default: every one of its bucket): below it the zero columns the tiles
-# are padded with cost more than wgmma gains, as measured (d160 padded to 256 on the d256 row: 0.98x the
-# mma.sync row, bench_notes.md "A wgmma row for d256"). The row now takes d136-d192 on 192-column tiles,
-# 96 columns a warpgroup ("d192 on the d256 row"): unmeasured, so they stay on mma.sync until measured.
-SMALLEST_HDIM = {256: 193}
+# are padded with cost more than wgmma gains. The d256 row takes d136-d192 on 192-column tiles, 96 columns a
+# warpgroup; measured without its producer (bench_notes.md, "d192 and d160 on the d256 row, measured"): d192
+# 1.16x and d160 1.12x the mma.sync row. d136-d144 do d192's work on fewer FLOPs: at d160's rate times
+# 136 / 160 or 144 / 160 they would be 0.85-0.90x mma.sync (estimated, not measured), so they stay there.
+SMALLEST_HDIM = {256: 145}
 # dQ in fragment order: the most places of a lane (classes of column blocks, wgmma_layouts.dq_run_period)
 # the consumers keep, two registers each beside the accumulators: d160's 5 (no spills on the d256 row,
 # ptxas -v), not d200's 25.

@@ -1,5 +1,6 @@
 """tools/bench_bwd.py, bench_timing.py and bench_gate.py without a GPU: the row list, the TFLOP/s count, the
 report's tables, the timing summary, and the gate's cuts against the full oracle."""
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -13,7 +14,7 @@ import bench_gate  # noqa: E402
 import bench_timing  # noqa: E402
 from fmha_mlir import oracle  # noqa: E402
 from fmha_mlir.numerics import MATRIX_K16  # noqa: E402
-from fmha_mlir.spec import Mask  # noqa: E402
+from fmha_mlir.spec import AttentionBwdSpec, Mask  # noqa: E402
 
 
 def test_rows_are_the_issue_rows_then_the_long_ones_then_the_padded_ones_bf16_first():
@@ -29,14 +30,16 @@ def test_rows_are_the_issue_rows_then_the_long_ones_then_the_padded_ones_bf16_fi
 
 def test_ours_is_what_the_op_runs_on_an_h200_then_sm_90_s_row():
     """The first config timed is sm_90a's choice (the op's on an H100 / H200), the second sm_90's mma.sync
-    row; a head dim the wgmma rows do not take (d160: measured slower padded to 256) has one config,
+    row; d160 runs on the d256 row's 192-column tiles without its producer (measured faster than both); a
+    head dim the wgmma rows do not take (d136: estimated slower on 192-column tiles) has one config,
     mma.sync's, on both chips."""
-    for hdim in (128, 256):
+    for hdim in (128, 160, 256):
         row = bench_bwd.Row(2, 16, 16, 4096, hdim, False, "bf16")
         ours, generic = bench_bwd.row_configs(row, False)[:2]
         assert (ours.instruction, bench_bwd.arch_of(ours)) == ("wgmma.m64n64k16", "sm_90a")
+        assert ours.producer == (hdim != 160)
         assert (generic.instruction, bench_bwd.arch_of(generic)) == ("mma.m16n8k16", "sm_90")
-    assert [c.instruction for c in bench_bwd.row_configs(bench_bwd.Row(4, 16, 16, 2048, 160, False, "bf16"), False)] \
+    assert [c.instruction for c in bench_bwd.row_configs(bench_bwd.Row(4, 16, 16, 2048, 136, False, "bf16"), False)] \
         == ["mma.m16n8k16"]
 
 
@@ -139,12 +142,30 @@ def test_gate_refuses_a_mask_it_cannot_cut():
 
 
 def test_a_head_dim_between_the_wgmma_rows_is_timed_on_the_next_row_up_padded():
-    """--wgmma: d80 and d96 are timed on the d128 wgmma row (128-column tiles), d160 on the d256 row (the op
-    takes mma.sync there: wgmma.SMALLEST_HDIM, from this comparison), d32 on the d64 row."""
+    """--wgmma: d80 and d96 are timed on the d128 wgmma row (128-column tiles), d136 on the d256 row (the op
+    takes mma.sync there: wgmma.SMALLEST_HDIM; d160 beside the op's choice, the row without its producer),
+    d32 on the d64 row."""
     from fmha_mlir.bodies.wgmma import WGMMA_TABLE
 
-    for hdim, expected in ((32, WGMMA_TABLE[64]), (80, WGMMA_TABLE[128]), (96, WGMMA_TABLE[128]),
-                           (160, WGMMA_TABLE[256])):
+    for hdim, expected in ((32, [WGMMA_TABLE[64]]), (80, [WGMMA_TABLE[128]]), (96, [WGMMA_TABLE[128]]),
+                           (136, [WGMMA_TABLE[256]]),
+                           (160, [dataclasses.replace(WGMMA_TABLE[256], producer=False), WGMMA_TABLE[256]])):
         configs = bench_bwd.row_configs(bench_bwd.Row(4, 16, 16, 2048, hdim, False, "bf16"), False, wgmma=True)
         wgmma = [c for c in configs if c.instruction == WGMMA_TABLE[128].instruction]
-        assert wgmma == [expected]
+        assert wgmma == expected
+
+
+def test_a_kernel_that_takes_turns_is_timed_alone_behind_its_semaphores_zero_fill():
+    """Deterministic sm_90a d64 takes dQ turns: its kernel launched again without the zero fill would wait
+    for turns that never come (the H200 run that timed steps alone hung there); the other steps run alone."""
+    from fmha_mlir.api import compile_bundle
+
+    spec = AttentionBwdSpec("bf16", 64, deterministic=True)
+    steps = compile_bundle(spec, "sm_90a", body="tiled").manifest["steps"]
+    calls = [f"call {i}" for i in range(len(steps))]
+    alone = bench_bwd.steps_alone(steps, calls)
+    semaphores = next(i for i, s in enumerate(steps) if s["op"] == "zero" and s["buffer"] == "dq_semaphores")
+    taking = [i for i, s in enumerate(steps) if {"buffer": "dq_semaphores"} in s.get("args", ())]
+    assert len(taking) == 1 and taking[0] > semaphores
+    assert [step for step, _ in alone] == steps
+    assert [run for _, run in alone] == [[calls[semaphores], c] if i in taking else [c] for i, c in enumerate(calls)]
