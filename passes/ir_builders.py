@@ -115,6 +115,13 @@ def element_pointer(buffer: "ir.Value", indices: list["ir.Value"], address_space
                                            "elem_type": ir.TypeAttr.get(memref_type(buffer).element_type)}).result
 
 
+def shared_pointer(address: "ir.Value") -> "ir.Value":
+    """An !llvm.ptr<3> to the shared byte address `address` (an index: a memref's aligned pointer plus an
+    offset), for the instructions that take a shared pointer (TMA reduce-adds, stmatrix)."""
+    return ir.Operation.create("llvm.inttoptr", results=[ir.Type.parse("!llvm.ptr<3>")], operands=[
+        arith.index_cast(ir.IntegerType.get_signless(64), address)]).result
+
+
 def dims(value: "ir.Value", positions) -> list["ir.Value"]:
     """memref.dim of `value` at each of `positions`."""
     return [memref.dim(value, index(p)) for p in positions]

@@ -22,6 +22,7 @@ from __future__ import annotations
 from fmha_mlir.mlir import arith, ir, memref
 from fmha_mlir.wgmma_layouts import OperandTile
 
+from .ir_builders import shared_pointer
 from .ix import as_value
 
 TENSOR_MAP_ATTRIBUTE = "fmha.tensor_map_params"   # on the gpu.func: lowered indices of its tensor-map params
@@ -143,9 +144,7 @@ class TmaWrite:
     @staticmethod
     def _source_and_coordinates(shared: "ir.Value", byte_offset, coordinates) -> list["ir.Value"]:
         """The box's shared address as an !llvm.ptr<3>, then the coordinates as i32."""
-        address = arith.addi(memref.extract_aligned_pointer_as_index(shared), as_value(byte_offset))
-        pointer = ir.Operation.create("llvm.inttoptr", results=[ir.Type.parse("!llvm.ptr<3>")], operands=[
-            arith.index_cast(ir.IntegerType.get_signless(64), address)]).result
+        pointer = shared_pointer(arith.addi(memref.extract_aligned_pointer_as_index(shared), as_value(byte_offset)))
         return [pointer, *(arith.index_cast(ir.IntegerType.get_signless(32), as_value(c)) for c in coordinates)]
 
 

@@ -25,7 +25,7 @@ from fmha_mlir.mlir import arith, ir, vector
 from . import wgmma_atom
 from .atoms import Operand, Registers
 from .hopper_sync import fence_proxy_async
-from .ir_builders import index
+from .ir_builders import index, shared_pointer
 from .ix import Ix, LaneValues
 from .wgmma_tiles import BLOCK, SWIZZLE, WgmmaTile, wgmma_views
 
@@ -101,16 +101,13 @@ class WgmmaMmaAtom:
             chunk_offset = self.lanes.get(("wgmma_blocks", id(col)),
                                           lambda: arith.muli(arith.divui(col, index(BLOCK)), index(BLOCK // 8)))
         start = arith.addi(self.shared_base, index(tile.offset))
-        pointer = ir.Type.parse("!llvm.ptr<3>")
         for mi, tiles in enumerate(values):
             for ni, groups in enumerate(tiles):
                 for q in range(0, len(groups), 4):
                     at = tile.element(self.lanes, lane_row, chunk_lane, row=mi * M, col=ni * self.n + 4 * q,
                                       row_offset=row, chunk_offset=chunk_offset)
-                    address = arith.index_cast(self.i64, arith.addi(start, arith.muli(at, index(2))))
-                    wgmma_atom.store_matrices(
-                        ir.Operation.create("llvm.inttoptr", results=[pointer], operands=[address]).result,
-                        [self.ops.pack(pair) for pair in groups[q:q + 4]])
+                    wgmma_atom.store_matrices(shared_pointer(arith.addi(start, arith.muli(at, index(2)))),
+                                              [self.ops.pack(pair) for pair in groups[q:q + 4]])
 
     # -- products --------------------------------------------------------------------------------------
 

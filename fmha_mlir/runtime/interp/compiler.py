@@ -14,6 +14,7 @@ values that are still needed.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Callable
 
@@ -22,6 +23,8 @@ import numpy as np
 from .errors import InterpreterError
 from .lanes import LaneGrid
 from .parser import Operation, ParsedModule, Region
+
+ENUM_WORD = re.compile(r"<(\w+)>")   # the word of a dialect enum attribute: #nvvm.mma_layout<row>
 
 TERMINATORS = ("scf.yield", "scf.condition", "gpu.return", "func.return")
 
@@ -114,6 +117,16 @@ class KernelCompiler:
     def int_attr(self, op: Operation, name: str) -> int:
         value = self.attr(op, name)
         return int(getattr(value, "value", value))
+
+    def attr_text(self, op: Operation, name: str) -> str:
+        """An attribute as the IR spells it ('' when absent): dialect attributes are kept as text."""
+        value = op.attributes.get(name)
+        return "" if value is None else getattr(value, "text", str(value))
+
+    def enum_attr(self, op: Operation, name: str) -> str | None:
+        """The word of a dialect enum attribute (#nvvm.mma_layout<row>: row); None when absent."""
+        found = ENUM_WORD.search(self.attr_text(op, name))
+        return found.group(1) if found else None
 
     def compile_function_body(self, region: Region, op: Operation) -> CompiledRegion:
         self.used = {name for inner in _walk_region(region) for name in inner.operands}

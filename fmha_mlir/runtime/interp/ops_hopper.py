@@ -35,7 +35,6 @@ TOKEN = np.int64(0)
 _STRUCT = re.compile(r"^!llvm\.struct<\((f32(?:, f32)*)\)>$")
 _RS = re.compile(r"wgmma\.mma_async\.sync\.aligned\.m64n(\d+)k16\.f32\.(bf16|f16)\.(bf16|f16) .*, p, 1, 1, ([01]);")
 _DESCRIPTOR = re.compile(r"tensor = memref<([0-9x]+)x(\w+), 3>, swizzle = (none|swizzle_(\d+)b)")
-_ATTR = re.compile(r"<(\w+)>")
 STORAGE = {"bf16": np.uint16, "f16": np.float16}
 # per warpgroup thread and accumulator register / A element: the (row, col) wgmma_layouts gives
 _THREADS = np.arange(WARPGROUP)[:, None]
@@ -241,9 +240,8 @@ def compile_tma_reduce(op: Operation, cc: KernelCompiler):
     sizes = tuple(op.attributes.get("operandSegmentSizes"))
     if any(sizes[3:]):
         raise cc.error(op, "L2 cache hints and predicates are not supported")
-    kind = _ATTR.search(getattr(op.attributes["redKind"], "text", str(op.attributes["redKind"]))).group(1)
-    mode = op.attributes.get("mode")
-    if kind != "add" or (mode is not None and "tile" not in getattr(mode, "text", str(mode))):
+    kind, mode = cc.enum_attr(op, "redKind"), cc.attr_text(op, "mode")
+    if kind != "add" or (mode and "tile" not in mode):
         raise cc.error(op, f"the interpreter runs tile-mode reduce-adds, not {kind}")
     what = cc.describe(op)
 
@@ -471,8 +469,8 @@ def _check_async_read(sync, buffer, w: int, offsets: np.ndarray, members, what: 
 
 def compile_wgmma(op: Operation, cc: KernelCompiler):
     acc_slot, a_slot, b_slot = cc.operands(op)
-    attrs = {k: _ATTR.search(getattr(v, "text", str(v))).group(1) for k, v in op.attributes.items()
-             if k in ("layoutA", "layoutB", "scaleD", "typeA", "typeB", "typeD", "scaleA", "scaleB")}
+    attrs = {k: cc.enum_attr(op, k) for k in ("layoutA", "layoutB", "scaleD", "typeA", "typeB", "typeD", "scaleA",
+                                                "scaleB")}
     n = int(re.search(r"n = (\d+)", op.attributes["shape"].text).group(1))
     if attrs["typeD"] != "f32" or attrs["typeA"] != attrs["typeB"] or attrs["typeA"] not in STORAGE \
             or attrs["scaleA"] != "one" or attrs["scaleB"] != "one":

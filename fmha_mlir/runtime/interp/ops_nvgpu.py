@@ -16,8 +16,6 @@ lane's N most recent groups are pending (N = 0 when absent). Tokens carry no dat
 """
 from __future__ import annotations
 
-import re
-
 import numpy as np
 
 from ... import matrix_layouts as layouts
@@ -36,7 +34,6 @@ TOKEN = np.int64(0)          # the value of every !nvgpu.device.async.token
 CP_ASYNC_BYTES = (4, 8, 16)
 ROW = 8                      # elements of one ldmatrix row: 16 bytes of b16
 MATRIX_TYPES = ("f16", "bf16")
-_ATTR = re.compile(r"<(\w+)>")
 
 
 def _fragment_positions(layout, registers: int, cols: int) -> np.ndarray:
@@ -238,11 +235,10 @@ def compile_stmatrix(op: Operation, cc: KernelCompiler):
     matrix i, written where ldmatrix would have read it (layout col: .trans)."""
     address, *registers = cc.operands(op)
     tiles = len(registers)
-    attrs = {k: _ATTR.search(getattr(v, "text", str(v))) for k, v in op.attributes.items()}
-    layout = attrs.get("layout") and attrs["layout"].group(1)
+    layout = cc.enum_attr(op, "layout")
     if tiles not in (1, 2, 4) or layout not in ("row", "col"):
         raise cc.error(op, f"stores 1, 2 or 4 matrices in layout row or col, not {tiles} in {layout}")
-    shape, element = (getattr(op.attributes.get(k), "text", str(op.attributes.get(k))) for k in ("shape", "eltType"))
+    shape, element = cc.attr_text(op, "shape"), cc.attr_text(op, "eltType")
     if "m = 8, n = 8" not in shape or "b16" not in element:
         raise cc.error(op, f"the interpreter runs m8n8 b16 stmatrix, not {shape} of {element}")
     if str(op.operand_types[0]) != "!llvm.ptr<3>" or any(str(t) != "i32" for t in op.operand_types[1:]):
