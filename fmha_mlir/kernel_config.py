@@ -37,6 +37,13 @@ SWIZZLES = ("xor", "none", "pad", "sw128")
 #               those carry the most query blocks, so the longest work-groups start first (less tail).
 #               Measured on the H200 (bench_notes.md v4): +10-29% causal, +0-1.5% without a mask.
 GRID_ORDERS = ("keys_inner", "keys_outer")
+# Deterministic dQ by turns (config.dq_bulk): the order in which a query block's key blocks reduce-add into
+# dq_acc; the grid dispatches key blocks in that order, since a work-group may wait only for ones
+# dispatched before it. last_to_first: under a causal mask a query block's first turn is the key block
+# that starts at it (no wait), but the shortest work-groups go first. first_to_last: the grid's own order
+# (longest first under a causal mask, as keys_outer), but a key block waits for the ones below it to
+# reach its diagonal.
+TURN_ORDERS = ("last_to_first", "first_to_last")
 MAX_WARPS = 16
 # A warp-specialised work-group's producer: one warpgroup that loads by TMA for the consumer warps.
 PRODUCER_WARPS = 4
@@ -145,6 +152,12 @@ class TiledConfig(KernelConfig):
     # With a producer: dQ's step tiles go through shared memory, reduced into dq_acc by bulk reduce-adds
     # (cp.reduce.async.bulk) that one producer warp issues, instead of the consumers' per-element atomics.
     dq_bulk: bool = False
+    # Deterministic dQ by turns (with dq_bulk): the key blocks' order at a query block (TURN_ORDERS), and
+    # whether the writer passes a turn on only after its next step's reduce-adds are issued, so that the
+    # adds' completion (an L2 round trip) overlaps the next step instead of holding the turn; each key
+    # block then trails the one before it by about a step.
+    turn_order: str = "last_to_first"
+    turn_overlap: bool = False
 
     @property
     def mfma(self):
@@ -198,8 +211,14 @@ class TiledConfig(KernelConfig):
         elif self.dq_bulk and self.producer is not True:
             out.append(Reason("config.dq_bulk", "dQ's bulk reduce-adds are issued by the producer warpgroup",
                               "use producer = true, or dq_bulk = false"))
+        if not isinstance(self.turn_overlap, bool):
+            out.append(Reason("config.turn_overlap", f"must be true or false (got {self.turn_overlap!r})"))
+        elif (self.turn_overlap or self.turn_order != TURN_ORDERS[0]) and self.dq_bulk is not True:
+            out.append(Reason("config.turn_order" if self.turn_order != TURN_ORDERS[0] else "config.turn_overlap",
+                              "dQ's turns are taken by the writer of dQ's bulk reduce-adds",
+                              f"use dq_bulk = true, or turn_order = {TURN_ORDERS[0]} and turn_overlap = false"))
         for name, known, what in (("instruction", INSTRUCTIONS, "matrix instruction"), ("swizzle", SWIZZLES, "swizzle"),
-                                  ("grid_order", GRID_ORDERS, "grid order")):
+                                  ("grid_order", GRID_ORDERS, "grid order"), ("turn_order", TURN_ORDERS, "turn order")):
             value = getattr(self, name)
             if value not in known:
                 out.append(Reason(f"config.{name}", f"unknown {what} {value!r}", f"use one of {', '.join(known)}"))

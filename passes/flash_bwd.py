@@ -106,7 +106,7 @@ class FlashBackward:
         self.heads_q, self.seqlen_q = dims(self.q, [1, 2])
         self.seqlen_k, = dims(self.k, [2])
         in_turns = dq_in_turns(spec, config)
-        if in_turns:   # key blocks take dQ turns last to first: the grid dispatches them so
+        if in_turns and config.turn_order == "last_to_first":   # the grid dispatches key blocks in turn order
             key_block = arith.subi(arith.subi(arith.ceildivui(self.seqlen_k, index(self.bn)), index(1)), key_block)
         self.key_block = key_block
         self.k0 = arith.muli(self.key_block, index(self.bn))

@@ -227,20 +227,21 @@ class ProducerConsumerBackward(FlashBackward):
         """The producer's last warp: per step, once the consumers stored the step's dQ tile, its first lane
         reduce-adds it into dq_acc (one box per 32 columns) and frees the tile when the reduces have read
         it; before the work-group ends, every reduce has completed. In deterministic mode (dq_in_turns)
-        the lane first waits for this key block's turn at the query block and signals the next turn once
-        its reduces completed, so every element of dq_acc sums its key blocks in one order."""
+        the lane first waits for this key block's turn at the query block and passes the turn on once its
+        reduces completed, so every element of dq_acc sums its key blocks in one order: at once, or with
+        config.turn_overlap after the next step's reduces are issued (the loop carries the step's turn)."""
         elected = arith.cmpi(arith.CmpIPredicate.eq, self.tid, index(self.consumers + self.loaders))
         in_turns = dq_in_turns(self.spec, self.config)
-        loop = scf.ForOp(index(0), steps, index(1), [first_head, lo])
+        overlap = in_turns and self.config.turn_overlap
+        loop = scf.ForOp(index(0), steps, index(1), [first_head, lo] * (2 if overlap else 1))
         with ir.InsertionPoint(loop.body):
             it = loop.induction_variable
-            head, m = loop.inner_iter_args
+            head, m, *previous = loop.inner_iter_args
             self.dq_barriers.wait(DQ_FULL, self.parity(it))
             with if_then(elected):
                 q0 = arith.muli(m, index(self.bm))
-                turn = [self.batch, head, m]
                 if in_turns:
-                    fmha.SemaphoreWaitOp.build(self.turn_of(q0), self.operands[DQ_SEMAPHORES], turn)
+                    fmha.SemaphoreWaitOp.build(self.turn_of(q0), self.operands[DQ_SEMAPHORES], [self.batch, head, m])
                 # Boxes over the head dim's columns only; TMA drops a box's part past it.
                 for b in range(-(-self.spec.hdim_q // DQ_BOX_COLUMNS)):
                     self.dq_write.reduce_add(self.smem, self.dq_offset + b * self.dq_write.box_bytes,
@@ -248,17 +249,30 @@ class ProducerConsumerBackward(FlashBackward):
                 bulk_commit()
                 bulk_wait(0, read=True)
                 self.dq_barriers.arrive(DQ_FREE)
-                if in_turns:
-                    bulk_wait(0, read=False)   # the adds have landed before the next key block's turn
-                    fmha.SemaphoreSignalOp.build(self.operands[DQ_SEMAPHORES], turn)
-            scf.yield_(list(advance(head, m, lo, hi)))
+                if overlap:
+                    with if_then(arith.cmpi(arith.CmpIPredicate.ugt, it, index(0))):
+                        self.pass_turn(previous, pending=1)
+                elif in_turns:
+                    self.pass_turn([head, m], pending=0)
+            scf.yield_(list(advance(head, m, lo, hi)) + ([head, m] if overlap else []))
         with if_then(elected):
             bulk_wait(0, read=False)
+            if overlap:
+                with if_then(arith.cmpi(arith.CmpIPredicate.ugt, steps, index(0))):
+                    self.pass_turn(list(loop.results)[2:], pending=None)
+
+    def pass_turn(self, turn, pending: int | None) -> None:
+        """Signal the next key block's turn at query block (head, m) = `turn` once the reduce-adds into it
+        completed: all but this thread's `pending` latest bulk groups (None: already waited for)."""
+        if pending is not None:
+            bulk_wait(pending, read=False)
+        fmha.SemaphoreSignalOp.build(self.operands[DQ_SEMAPHORES], [self.batch, *turn])
 
     def turn_of(self, q0) -> "ir.Value":
-        """i32: this key block's turn at the query block from q0, the key blocks that visit it counted
-        from the last (mask_geometry.key_block_range, the exact inverse of the schedule's walk)."""
-        _, last = mask_geometry.key_block_range(self.spec.mask, Ix(q0), self.bm, self.bn, Ix(self.seqlen_q),
-                                                Ix(self.seqlen_k))
-        turn = as_value(last - 1 - Ix(self.key_block))
+        """i32: this key block's turn at the query block from q0, the key blocks that visit it counted in
+        config.turn_order (mask_geometry.key_block_range, the exact inverse of the schedule's walk)."""
+        first, last = mask_geometry.key_block_range(self.spec.mask, Ix(q0), self.bm, self.bn, Ix(self.seqlen_q),
+                                                    Ix(self.seqlen_k))
+        key_block = Ix(self.key_block)
+        turn = as_value(last - 1 - key_block if self.config.turn_order == "last_to_first" else key_block - first)
         return arith.index_cast(ir.IntegerType.get_signless(32), turn)

@@ -52,9 +52,9 @@ import numpy as np
 
 from fmha_mlir.api import bundle_path, load_bundle
 from fmha_mlir.torch_in_place import torch_device_array, torch_dtype_names
-from fmha_mlir.bodies import BODIES, DQ_SEMAPHORES, TILED_TABLE, choose_config
+from fmha_mlir.bodies import BODIES, DQ_SEMAPHORES, TILED_TABLE, choose_config, dq_in_turns
 from fmha_mlir.bodies.wgmma import HOPPER_ARCH, WGMMA_TABLE
-from fmha_mlir.kernel_config import WGMMA, KernelConfig, TiledConfig, WarpConfig
+from fmha_mlir.kernel_config import TURN_ORDERS, WGMMA, KernelConfig, TiledConfig, WarpConfig
 from fmha_mlir.spec import AttentionBwdSpec, Mask
 from fmha_mlir.target import get_target
 import bench_gate  # run as a script: tools/ is on sys.path
@@ -129,9 +129,10 @@ LONG_SHAPES = [(2, 16, 16, 8192, 128, False), (2, 16, 16, 8192, 128, True), (1, 
 # Head dims no table row is made for (small models' 32, Stable Diffusion's 80, 96, 160 and 192): the tiled bodies
 # pad them inside the kernel where their warp layouts need it (bodies.tile_hdims: d80 on 96-column Q / K tiles
 # on sm_90, on 128-column ones on the wgmma rows; d160 on 192-column ones of the d256 row, whose warpgroups
-# split d192 at 96 columns); a head dim that is not a multiple of 8 the op pads (Row.spec).
+# split d192 at 96 columns); a head dim that is not a multiple of 8 the op pads (Row.spec). d192 causal: with
+# a mask the table keeps the d256 row's producer (unmeasured; without one it measured slower).
 PADDED_SHAPES = [(4, 16, 16, 2048, 32, False), (4, 16, 16, 2048, 80, False), (4, 16, 16, 2048, 96, False),
-                 (4, 16, 16, 2048, 160, False), (4, 16, 16, 2048, 192, False)]
+                 (4, 16, 16, 2048, 160, False), (4, 16, 16, 2048, 192, False), (4, 16, 16, 2048, 192, True)]
 ROWS = [Row(*shape, dtype) for dtype in ("bf16", "f16") for shape in SHAPES + LONG_SHAPES + PADDED_SHAPES]
 # cuDNN 9.19 on an H200, d128 backward at long sequences (TFLOP/s as counted here): the record to compare with.
 CUDNN_PUBLISHED = {False: 612, True: 581}
@@ -154,6 +155,9 @@ WGMMA_SWEEP: dict[int, list[KernelConfig]] = {
         dataclasses.replace(WGMMA_TABLE[d], producer=True, dq_bulk=False)] for d in WGMMA_TABLE}
 # d256: dQ's f32 tile fits beside one Q / dO stage only: the writer's bulk reduce-adds against double buffering.
 WGMMA_SWEEP[256].append(dataclasses.replace(WGMMA_TABLE[256], stages=1, producer=True, dq_bulk=True))
+# Deterministic rows whose writer takes dQ's turns (bodies.dq_in_turns): the op's config in the other turn
+# order, and each order with the writer's completions overlapping the next step.
+TURN_SWEEP = [{"turn_order": order, "turn_overlap": overlap} for order in TURN_ORDERS for overlap in (False, True)]
 
 
 BIAS_VARIANTS = {"elementwise": {"bias": "elementwise"}, "elementwise+dbias": {"bias": "elementwise", "dbias": True},
@@ -182,6 +186,8 @@ def row_configs(row: Row, sweep: bool, warp: bool = False, wgmma: bool = False,
     bucket = next((d for d in sorted(WGMMA_TABLE) if max(row.spec.hdim_q, row.spec.hdim_v) <= d), None)
     hopper = [WGMMA_TABLE[bucket]] if wgmma and bucket else []
     hopper += WGMMA_SWEEP.get(bucket, []) if wgmma and (sweep or wgmma_sweep) else []
+    if wgmma and (sweep or wgmma_sweep) and dq_in_turns(row.spec, default):
+        hopper += [dataclasses.replace(default, **turns) for turns in TURN_SWEEP]
     hopper = [c for c in hopper if not BODIES["tiled"].reasons(row.spec, get_target(HOPPER_ARCH), c)]
     scalar = [WARP] if warp and not BODIES["warp"].spec_reasons(row.spec, WARP) else []
     return list(dict.fromkeys([default, generic, *extra, *hopper, *scalar]))
@@ -439,7 +445,7 @@ def _time_steps(torch, run, options: TimingOptions) -> dict[str, dict]:
     whose work-groups take turns on semaphores is timed behind their zero fill (`steps_alone`): launched
     again on counters its last launch left behind, it would wait for turns that never come."""
     out = {}
-    for index, (step, calls) in enumerate(steps_alone(run.bundle.steps, run._prepared)):
+    for index, (step, calls) in enumerate(steps_alone(run.bundle.steps, run.step_calls())):
         label = step["buffer"] if step["op"] == "zero" else step["kernel"].rsplit("_", 2)[-2] + "_" + \
             step["kernel"].rsplit("_", 1)[-1]
         if len(calls) > 1:
@@ -547,6 +553,9 @@ def config_about(config: KernelConfig) -> str:
     if config.instruction == WGMMA:
         words.append("producer" if config.producer else "no producer")
         words.append("dQ bulk" if config.dq_bulk else "dQ by consumers")
+        if (config.turn_order, config.turn_overlap) != (TURN_ORDERS[0], False):   # deterministic mode's dQ turns
+            words.append(f"turns {config.turn_order.replace('_', ' ')}")
+            words += ["overlapped"] if config.turn_overlap else []
     return ", ".join(words)
 
 

@@ -81,8 +81,9 @@ def dq_in_turns(spec: AttentionBwdSpec, config: TiledConfig) -> bool:
     """Whether deterministic mode adds dQ into one dq_acc, the key blocks of a query block taking turns
     (docs/design/accumulation.md): where a writer warp reduces dQ's tiles (config.dq_bulk), it waits for
     its key block's turn on the query block's semaphore before its reduce-adds and signals once they
-    completed; the key blocks go last to first, and the grid dispatches them in that order. Elsewhere
-    deterministic mode stores one partial per key block (the consumers' atomics have no turns yet)."""
+    completed (config.turn_overlap: once its next reduce-adds are issued too); the key blocks go in
+    config.turn_order, and the grid dispatches them in that order. Elsewhere deterministic mode stores one
+    partial per key block (the consumers' atomics have no turns yet)."""
     return spec.deterministic and getattr(config, "dq_bulk", False)
 
 

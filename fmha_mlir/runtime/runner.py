@@ -352,12 +352,17 @@ class PreparedRun:
             self.__exit__(type(exc), exc, exc.__traceback__)
             raise
 
-    def launch(self) -> None:
-        """Run every step (the launches' arguments are bound and packed once, on the first call)."""
+    def step_calls(self) -> list:
+        """One call per step of the plan (bundle.steps' order), each launching that step alone; the
+        launches' arguments are bound and packed once, on the first use."""
         if self._prepared is None:
             self._prepared = [step.prepare(self.device, self.kernels, self.buffers, self.stream)
                               for step in bind_steps(self.bundle, self.layouts, self.scalars)]
-        for run in self._prepared:
+        return self._prepared
+
+    def launch(self) -> None:
+        """Run every step."""
+        for run in self.step_calls():
             run()
 
     def results(self) -> dict[str, np.ndarray]:

@@ -19,13 +19,14 @@ from fmha_mlir.spec import AttentionBwdSpec, Mask  # noqa: E402
 
 def test_rows_are_the_issue_rows_then_the_long_ones_then_the_padded_ones_bf16_first():
     labels = [r.label for r in bench_bwd.ROWS]
-    assert labels[:14] == ["bf16 B4 H16 S2048 D64", "bf16 B4 H16 S2048 D128 causal", "bf16 B2 H16 S4096 D128",
+    assert labels[:15] == ["bf16 B4 H16 S2048 D64", "bf16 B4 H16 S2048 D128 causal", "bf16 B2 H16 S4096 D128",
                            "bf16 B2 H8 S2048 D256", "bf16 B1 H32 Hkv8 S8192 D128 causal", "bf16 B2 H16 S8192 D128",
                            "bf16 B2 H16 S8192 D128 causal", "bf16 B1 H16 S16384 D128",
                            "bf16 B1 H16 S16384 D128 causal", "bf16 B4 H16 S2048 D32", "bf16 B4 H16 S2048 D80",
-                           "bf16 B4 H16 S2048 D96", "bf16 B4 H16 S2048 D160", "bf16 B4 H16 S2048 D192"]
-    assert labels[14:] == [label.replace("bf16", "f16") for label in labels[:14]]
-    assert [r.label for r in bench_bwd.ROWS[:14] if r.long] == labels[5:9]
+                           "bf16 B4 H16 S2048 D96", "bf16 B4 H16 S2048 D160", "bf16 B4 H16 S2048 D192",
+                           "bf16 B4 H16 S2048 D192 causal"]
+    assert labels[15:] == [label.replace("bf16", "f16") for label in labels[:15]]
+    assert [r.label for r in bench_bwd.ROWS[:15] if r.long] == labels[5:9]
 
 
 def test_ours_is_what_the_op_runs_on_an_h200_then_sm_90_s_row():
@@ -41,6 +42,22 @@ def test_ours_is_what_the_op_runs_on_an_h200_then_sm_90_s_row():
         assert (generic.instruction, bench_bwd.arch_of(generic)) == ("mma.m16n8k16", "sm_90")
     assert [c.instruction for c in bench_bwd.row_configs(bench_bwd.Row(4, 16, 16, 2048, 136, False, "bf16"), False)] \
         == ["mma.m16n8k16"]
+
+
+def test_the_wgmma_sweep_times_a_deterministic_writer_row_in_every_turn_order_and_overlap():
+    """--wgmma-sweep on a deterministic row whose writer takes dQ's turns: the op's config and the three
+    others of TURN_SWEEP (each order, with and without overlapped completions), labelled; a row without
+    turns (default mode, or the d256 row's partials) gets none of them."""
+    row = dataclasses.replace(bench_bwd.Row(4, 16, 16, 2048, 128, True, "bf16"), deterministic=True)
+    configs = bench_bwd.row_configs(row, False, wgmma=True, wgmma_sweep=True)
+    turns = [(c.turn_order, c.turn_overlap) for c in configs if getattr(c, "dq_bulk", False)]
+    assert turns == [("last_to_first", False), ("last_to_first", True), ("first_to_last", False),
+                     ("first_to_last", True)]
+    assert bench_bwd.config_about(configs[-1]).endswith("turns first to last, overlapped")
+    for plain in (dataclasses.replace(row, deterministic=False),
+                  dataclasses.replace(bench_bwd.Row(2, 8, 8, 2048, 256, False, "bf16"), deterministic=True)):
+        assert all((c.turn_order, c.turn_overlap) == ("last_to_first", False)
+                   for c in bench_bwd.row_configs(plain, False, wgmma=True, wgmma_sweep=True) if c.body == "tiled")
 
 
 def test_a_padded_row_computes_the_op_s_padded_spec_at_its_own_scale_and_counts_its_own_flops():

@@ -140,6 +140,14 @@ def test_the_producer_needs_wgmma_and_whole_sequences():
     causal = Mask("causal_top_left")   # the table: bf16 atomics keep the consumers' dQ, deterministic mode the writer
     assert not choose_config(dataclasses.replace(bf16_atomics, mask=causal), TARGETS["sm_90a"]).dq_bulk
     assert choose_config(AttentionBwdSpec("bf16", 64, deterministic=True, mask=causal), TARGETS["sm_90a"]).dq_bulk
+    # dQ's turns are the writer's: their order and overlap need dq_bulk, and the order is one of TURN_ORDERS
+    for fields, field in (({"turn_order": "first_to_last"}, "config.turn_order"), ({"turn_overlap": True},
+                                                                                  "config.turn_overlap")):
+        reasons = dataclasses.replace(PRODUCED, **fields).reasons()
+        assert [r.field for r in reasons] == [field] and "dq_bulk" in reasons[0].fix
+        assert not dataclasses.replace(BULK_DQ, **fields).reasons()
+    assert [r.field for r in dataclasses.replace(BULK_DQ, turn_order="backwards").reasons()] == ["config.turn_order"]
+    assert [r.field for r in dataclasses.replace(BULK_DQ, turn_overlap=1).reasons()] == ["config.turn_overlap"]
 
 
 @pytest.mark.parametrize("mask,extra,producer,dq_bulk", [
@@ -168,18 +176,26 @@ def test_a_missing_barrier_before_the_ds_stores_is_a_write_after_read(monkeypatc
         run_variant(AttentionBwdSpec("bf16", 128), ProblemSize(1, 1, 200, 100), WGMMA_TABLE[128])
 
 
+CAUSAL_GQA_TURNS = (AttentionBwdSpec("bf16", 64, mask=Mask("causal_bottom_right"), deterministic=True, gqa_ratio=2),
+                    ProblemSize(1, 4, 150, 300))
+# a window: the first key blocks visit no late query block, the last none of the early ones
+WINDOW_TURNS = (AttentionBwdSpec("f16", 128, mask=Mask("sliding_window", 70, 20), deterministic=True),
+                ProblemSize(1, 1, 260, 330))
+
+
 @pytest.mark.parametrize("spec,size,config", [
-    (AttentionBwdSpec("bf16", 64, mask=Mask("causal_bottom_right"), deterministic=True, gqa_ratio=2),
-     ProblemSize(1, 4, 150, 300), WGMMA_TABLE[64]),
-    # a window: the first key blocks visit no late query block, the last none of the early ones
-    (AttentionBwdSpec("f16", 128, mask=Mask("sliding_window", 70, 20), deterministic=True),
-     ProblemSize(1, 1, 260, 330), WGMMA_TABLE[128]),
-], ids=["d64-br-gqa2", "d128-window"])
+    (*CAUSAL_GQA_TURNS, WGMMA_TABLE[64]),
+    (*WINDOW_TURNS, WGMMA_TABLE[128]),
+    (*CAUSAL_GQA_TURNS, dataclasses.replace(WGMMA_TABLE[64], turn_order="first_to_last", turn_overlap=True)),
+    (*WINDOW_TURNS, dataclasses.replace(WGMMA_TABLE[128], turn_overlap=True)),
+], ids=["d64-br-gqa2", "d128-window", "d64-br-gqa2-first-to-last-overlap", "d128-window-overlap"])
 def test_deterministic_dq_takes_turns_and_is_bitwise_in_every_start_order(spec, size, config):
     """Deterministic mode with dq_bulk (bodies.dq_in_turns): one f32 dq_acc, no partials; each query block's
-    key blocks reduce-add into it one at a time, last key block first, on the block's semaphore. The
-    interpreter starts the work-groups in a random order per seed: dQ is bitwise the same in every one,
-    and every semaphore ends at the number of key blocks that visit its query block."""
+    key blocks reduce-add into it one at a time, in config.turn_order, on the block's semaphore; with
+    config.turn_overlap a writer passes a turn on after issuing its next step's adds. The interpreter
+    starts the work-groups in a random order per seed and checks that each add onto another work-group's
+    was published to it (reduce_order.py): dQ is bitwise the same in every order, and every semaphore ends
+    at the number of key blocks that visit its query block."""
     import re
 
     import numpy as np
@@ -217,3 +233,19 @@ def test_deterministic_dq_takes_turns_and_is_bitwise_in_every_start_order(spec, 
     assert "atom.release.gpu.global.add.u32" in isa
     assert not re.search(r"\b(red|atom)\.[a-z.]*global\.add[a-z.]*f32", isa)
     assert choose_config(spec, TARGETS["sm_90a"]).dq_bulk is True   # the table's (measured 1.20x with partials)
+
+
+@pytest.mark.parametrize("config", [WGMMA_TABLE[128], dataclasses.replace(WGMMA_TABLE[128], turn_overlap=True)],
+                         ids=["at-once", "overlap"])
+def test_a_turn_passed_before_the_adds_completed_is_an_error(monkeypatch, config):
+    """The writer passes a query block's turn on only once the reduce-adds into it completed: signalled one
+    bulk group early, the next key block's adds land on unpublished ones, which the interpreter reports
+    (on the GPU the two could land in either order)."""
+    from fmha_mlir.passes import warp_roles
+    from fmha_mlir.runtime.interp.errors import InterpreterError
+
+    pass_turn = warp_roles.ProducerConsumerBackward.pass_turn
+    monkeypatch.setattr(warp_roles.ProducerConsumerBackward, "pass_turn", lambda self, turn, pending: pass_turn(
+        self, turn, None if pending is None else pending + 1))
+    with pytest.raises(InterpreterError, match="could land in either order"):
+        run_variant(WINDOW_TURNS[0], WINDOW_TURNS[1], config)

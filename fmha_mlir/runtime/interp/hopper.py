@@ -76,11 +76,13 @@ def take_box(shared: np.ndarray, byte_offset: int, shape, dtype, swizzle_bytes: 
     return np.ascontiguousarray(shared[physical[..., None] + np.arange(eb)]).view(dtype).reshape(shape)
 
 
-def add_box(tensor: np.ndarray, start, values: np.ndarray) -> None:
-    """tensor[box from `start`] += values, dropping the elements outside the tensor (a TMA reduce-add)."""
+def add_box(tensor: np.ndarray, start, values: np.ndarray) -> tuple | None:
+    """tensor[box from `start`] += values, dropping the elements outside the tensor (a TMA reduce-add); the
+    tensor's slices it added into (None: none)."""
     inside = _inside(tensor, start, values.shape)
     if inside is not None:
         tensor[inside[0]] += values[inside[1]]
+    return inside and inside[0]
 
 
 def _inside(tensor: np.ndarray, start, shape):

@@ -22,8 +22,8 @@ applies) and keeps reading it until its bulk group is waited for: each unit it r
 lane until that lane's wait_group retires the group. An ordinary store to such a unit is an error (the
 box is overwritten while the reduce may still read it), and so is a work-group that ends with reduces
 not waited for (its shared memory is handed to the next work-group). A group's global writes land at
-issue here, but count as complete only after a wait_group without .read: a semaphore signal before
-that is an error (the next work-group's adds could land first).
+issue here, but count as complete only after a wait_group without .read, and as published to other
+work-groups only by a semaphore signal after that (reduce_order.py checks the adds' order).
 
 wgmma operand reads. A product reads its shared-memory operands through the async proxy from issue
 until its group is waited for: each unit it reads keeps the product (in flight until then), the first
@@ -116,9 +116,11 @@ class HopperSync:
         # each a list of (buffer key, units read)
         self._bulk_open: dict[int, list] = {}
         self._bulk_groups: dict[int, list[list]] = {}
-        # per lane: its committed groups whose global writes may not have completed (a wait_group with
-        # read retires a group's reads only)
-        self._bulk_writing: dict[int, int] = {}
+        # per lane: its groups committed, those whose global writes completed (a wait_group without read;
+        # groups complete in order), and those completed before its last semaphore signal (published)
+        self._bulk_committed: dict[int, int] = {}
+        self._bulk_completed: dict[int, int] = {}
+        self._bulk_published: dict[int, int] = {}
         # wgmma per warpgroup (work-group, warpgroup): its products since the last commit, its committed
         # groups not yet waited for (each a list of product numbers), and which product wrote each
         # accumulator value (by the value's slot) last
@@ -288,14 +290,14 @@ class HopperSync:
             reads = self._bulk_open.pop(lane, [])
             if reads:
                 self._bulk_groups.setdefault(lane, []).append(reads)
-                self._bulk_writing[lane] = self._bulk_writing.get(lane, 0) + 1
+                self._bulk_committed[lane] = self.bulk_group(lane) + 1
 
     def bulk_wait(self, lanes: np.ndarray, pending: int, read: bool) -> None:
         """cp.async.bulk.wait_group `pending` by `lanes`: all but each one's `pending` latest groups have
         read their shared memory, and with `read` False, completed their writes too."""
         for lane in lanes.tolist():
             if not read:
-                self._bulk_writing[lane] = min(self._bulk_writing.get(lane, 0), pending)
+                self._bulk_completed[lane] = max(self._bulk_completed.get(lane, 0), self.bulk_group(lane) - pending)
             groups = self._bulk_groups.get(lane, [])
             split = max(len(groups) - pending, 0)
             done, self._bulk_groups[lane] = groups[:split], groups[split:]
@@ -305,9 +307,18 @@ class HopperSync:
                     mine = units[shadow.bulk_reader[units] == lane]
                     shadow.bulk_reader[mine] = NONE
 
-    def unfinished_writes(self, lanes: np.ndarray) -> int | None:
-        """The first of `lanes` with a bulk group whose writes may not have completed; None if none."""
-        return next((lane for lane in lanes.tolist() if self._bulk_writing.get(lane, 0)), None)
+    def bulk_group(self, lane: int) -> int:
+        """The number of the bulk group `lane`'s next reduce joins (its groups counted from 0)."""
+        return self._bulk_committed.get(lane, 0)
+
+    def bulk_publish(self, lanes: np.ndarray) -> None:
+        """A semaphore signal by `lanes` (a release): what their completed groups wrote is published."""
+        for lane in lanes.tolist():
+            self._bulk_published[lane] = self._bulk_completed.get(lane, 0)
+
+    def bulk_published(self, lane: int) -> int:
+        """How many of `lane`'s first bulk groups had completed at its last semaphore signal."""
+        return self._bulk_published.get(lane, 0)
 
     # --- wgmma groups --------------------------------------------------------------------------------
 

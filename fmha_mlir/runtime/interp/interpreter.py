@@ -14,6 +14,7 @@ from .hopper_sync import HopperSync
 from .roles import ROLES_ATTRIBUTE, Baton, RoleScheduler, role_ranges
 from .lanes import LaneGrid
 from .memory import allocate, wrap_array
+from .reduce_order import ReduceOrder
 from .parser import Operation, ParsedModule, parse_module, typed_scalar
 from .types import MemRefType, ScalarType
 from .workgroup import WorkgroupMemory
@@ -112,7 +113,7 @@ class Interpreter:
         hardware's is not fixed), so a kernel that signals without waiting shows its order in the result."""
         groups, threads = grid[0] * grid[1] * grid[2], block[0] * block[1] * block[2]
         order = self._rng.permutation(groups) if self.atomic_order == "random" else range(groups)
-        baton, hoppers = Baton(), []
+        baton, hoppers = Baton(ReduceOrder()), []
         for first in order:
             lanes = LaneGrid(grid, block, self.wave_size, int(first), 1)
             run_role, hopper = self._chunk(kernel, lanes, values, shared_bytes)

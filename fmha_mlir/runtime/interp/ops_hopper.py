@@ -264,7 +264,10 @@ def compile_tma_reduce(op: Operation, cc: KernelCompiler):
                                        f"the {st.workgroup.dynamic_bytes} bytes of dynamic shared memory")
             _check_async_read(sync, buffer, w, offsets.reshape(-1), one, what, "a reduce-add's box")
             image = buffer.data[w * buffer.stride:(w + 1) * buffer.stride]
-            add_box(tensor_map.tensor, start, take_box(image, source, box, np.float32, tensor_map.swizzle))
+            region = add_box(tensor_map.tensor, start, take_box(image, source, box, np.float32, tensor_map.swizzle))
+            order = st.scheduler and st.scheduler.baton.reduce_order
+            if order is not None and region is not None:
+                order.reduce(tensor_map.tensor, region, sync, lane, g.work_group(lane), what)
             sync.bulk_read(buffer, np.unique((w * buffer.stride + offsets.reshape(-1)) // UNIT), lane)
 
     return run
@@ -281,7 +284,7 @@ def compile_bulk_commit(op: Operation, cc: KernelCompiler):
 
 def compile_bulk_wait(op: Operation, cc: KernelCompiler):
     """wait_group N: reduce-adds land at issue, so with or without read it retires the groups' reads;
-    without read it also completes their writes (HopperSync.unfinished_writes)."""
+    without read it also completes their writes (HopperSync.bulk_publish, reduce_order.py)."""
     group = op.attributes["group"]
     pending = int(getattr(group, "value", group))
     read = "read" in op.attributes

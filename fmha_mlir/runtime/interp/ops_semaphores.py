@@ -7,8 +7,9 @@ the error names the wait, the counter and what it holds. A wait that passes on t
 work-group with a higher linear block id is an error too: the GPU dispatches work-groups in that order,
 and with more of them than fit at once the signaller may never start. Global memory is one NumPy array
 here, so what a signal releases is visible at once; the order is what the interpreter checks: a signal
-while the signalling thread's bulk reduces may still be writing (no wait_group without .read since) is
-an error, since on the GPU the next work-group's adds could land before them.
+publishes the signalling thread's completed bulk reduces, and a reduce-add onto what another
+work-group's unpublished reduces wrote is an error (reduce_order.py), since on the GPU the two adds
+could land in either order.
 """
 from __future__ import annotations
 
@@ -73,12 +74,8 @@ def compile_semaphore_signal(op: Operation, cc: KernelCompiler):
     def run(st, mask):
         env, g = st.env, st.grid
         lanes, sync = g.executing(mask), st.workgroup.hopper
-        if sync is not None:
-            lane = sync.unfinished_writes(lanes)
-            if lane is not None:
-                raise InterpreterError(f"{what}: {g.describe(lane)} signals while its bulk reduces may still be "
-                                       "writing: wait for them with nvvm.cp.async.bulk.wait_group without read "
-                                       "first, or the next work-group's adds may land before them")
+        if sync is not None:   # a release: the bulk groups completed so far are published (reduce_order.py)
+            sync.bulk_publish(lanes)
         mem, indices = env[mem_slot], [env[i] for i in index_slots]
         atomic(mem, indices, np.int32(1), "addi", mask, g, None, False, what)
         if st.scheduler is not None:   # which work-group signalled each element last

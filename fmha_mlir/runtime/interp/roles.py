@@ -19,6 +19,7 @@ from typing import Callable
 import numpy as np
 
 from .errors import InterpreterError
+from .reduce_order import ReduceOrder
 
 ROLES_ATTRIBUTE = "fmha.roles"
 
@@ -34,7 +35,7 @@ class Baton:
     deadlocks, reported at the first suspended unit's wait. One chunk's roles share a baton; a kernel whose
     work-groups wait on each other (fmha.semaphore_wait) puts every work-group's roles on one."""
 
-    def __init__(self):
+    def __init__(self, reduce_order: ReduceOrder | None = None):
         self._cv = threading.Condition()
         self._turn = 0
         self._bodies: list[Callable[[], None]] = []
@@ -44,6 +45,8 @@ class Baton:
         self._local = threading.local()
         # semaphore element (storage id, index) -> the linear id of the work-group that last signalled it
         self.signallers: dict[tuple[int, int], int] = {}
+        # where work-groups take turns: the order of their bulk reduce-adds (reduce_order.py)
+        self.reduce_order = reduce_order
 
     def add(self, body: Callable[[], None]) -> None:
         self._bodies.append(body)
