@@ -158,6 +158,10 @@ class TiledConfig(KernelConfig):
     # block then trails the one before it by about a step.
     turn_order: str = "last_to_first"
     turn_overlap: bool = False
+    # Where the consumers add dQ by f32 atomics on wgmma: dq_acc in wgmma's fragment order wherever the
+    # lane places fit (bodies.dq_fragment_order; v4 runs of 512 contiguous bytes a warp), or, False, in
+    # its logical order (v2 atomics, no places: fewer registers).
+    dq_fragment: bool = True
 
     @property
     def mfma(self):
@@ -211,6 +215,8 @@ class TiledConfig(KernelConfig):
         elif self.dq_bulk and self.producer is not True:
             out.append(Reason("config.dq_bulk", "dQ's bulk reduce-adds are issued by the producer warpgroup",
                               "use producer = true, or dq_bulk = false"))
+        if not isinstance(self.dq_fragment, bool):
+            out.append(Reason("config.dq_fragment", f"must be true or false (got {self.dq_fragment!r})"))
         if not isinstance(self.turn_overlap, bool):
             out.append(Reason("config.turn_overlap", f"must be true or false (got {self.turn_overlap!r})"))
         elif (self.turn_overlap or self.turn_order != TURN_ORDERS[0]) and self.dq_bulk is not True:

@@ -52,7 +52,7 @@ import numpy as np
 
 from fmha_mlir.api import bundle_path, load_bundle
 from fmha_mlir.torch_in_place import torch_device_array, torch_dtype_names
-from fmha_mlir.bodies import BODIES, DQ_SEMAPHORES, TILED_TABLE, choose_config, dq_in_turns
+from fmha_mlir.bodies import BODIES, DQ_SEMAPHORES, TILED_TABLE, choose_config, dq_fragment_order, dq_in_turns
 from fmha_mlir.bodies.wgmma import HOPPER_ARCH, WGMMA_TABLE
 from fmha_mlir.kernel_config import TURN_ORDERS, WGMMA, KernelConfig, TiledConfig, WarpConfig
 from fmha_mlir.spec import AttentionBwdSpec, Mask
@@ -188,6 +188,8 @@ def row_configs(row: Row, sweep: bool, warp: bool = False, wgmma: bool = False,
     hopper += WGMMA_SWEEP.get(bucket, []) if wgmma and (sweep or wgmma_sweep) else []
     if wgmma and (sweep or wgmma_sweep) and dq_in_turns(row.spec, default):
         hopper += [dataclasses.replace(default, **turns) for turns in TURN_SWEEP]
+    if wgmma and (sweep or wgmma_sweep) and dq_fragment_order(row.spec, default):   # its lane places against v2
+        hopper.append(dataclasses.replace(default, dq_fragment=False))
     hopper = [c for c in hopper if not BODIES["tiled"].reasons(row.spec, get_target(HOPPER_ARCH), c)]
     scalar = [WARP] if warp and not BODIES["warp"].spec_reasons(row.spec, WARP) else []
     return list(dict.fromkeys([default, generic, *extra, *hopper, *scalar]))
@@ -553,6 +555,7 @@ def config_about(config: KernelConfig) -> str:
     if config.instruction == WGMMA:
         words.append("producer" if config.producer else "no producer")
         words.append("dQ bulk" if config.dq_bulk else "dQ by consumers")
+        words += [] if config.dq_fragment else ["dQ in logical order"]
         if (config.turn_order, config.turn_overlap) != (TURN_ORDERS[0], False):   # deterministic mode's dQ turns
             words.append(f"turns {config.turn_order.replace('_', ' ')}")
             words += ["overlapped"] if config.turn_overlap else []

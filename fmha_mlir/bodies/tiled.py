@@ -70,8 +70,10 @@ def dq_fragment_order(spec: AttentionBwdSpec, config: TiledConfig) -> bool:
     A thread keeps a place per class of blocks (wgmma_layouts.dq_run_period; flash_bwd.add_dq_runs): one
     where rows hold whole blocks (hdim_q a multiple of 128), else up to wgmma.FRAGMENT_PLACES on rows
     whose P^T and dS^T are not held in registers (the d256 row's d160 / d192). With P^T in registers there
-    is no room for them: ptxas -v, varlen on sm_90a's table, spill bytes 112 -> 220 at d64, 20 -> 64 at d96."""
-    if getattr(config, "instruction", "") != WGMMA or config.dq_bulk or spec.deterministic or spec.grad_accum != "f32":
+    is no room for them: ptxas -v, varlen on sm_90a's table, spill bytes 112 -> 220 at d64, 20 -> 64 at d96.
+    config.dq_fragment = False keeps the logical order everywhere."""
+    if getattr(config, "instruction", "") != WGMMA or config.dq_bulk or spec.deterministic or spec.grad_accum != "f32" \
+            or not config.dq_fragment:
         return False
     places = dq_run_period(spec.hdim_q)
     return spec.hdim_q % 128 == 0 or (not config.p_in_registers and places <= wgmma.FRAGMENT_PLACES)

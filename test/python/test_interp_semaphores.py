@@ -1,7 +1,8 @@
 """fmha.semaphore_wait / fmha.semaphore_signal in the interpreter (runtime/interp/ops_semaphores.py): work-
 groups that take turns run interleaved, in a random order under random atomic order, so a kernel whose
 turns are right gives one result for every seed and a kernel without them does not; a wait nobody can
-satisfy is a deadlock naming the wait; a signal before the bulk writes completed is reported."""
+satisfy is a deadlock naming the wait; a bulk reduce-add onto another work-group's writes that its thread
+had not completed and signalled is reported (reduce_order.py; end to end in test_warp_roles.py)."""
 from __future__ import annotations
 
 import numpy as np
@@ -89,3 +90,38 @@ def test_turns_against_the_dispatch_order_are_reported():
                                                r"\(work-group 4\) passed on a signal of work-group 5, which the GPU "
                                                r"dispatches after it"):
         _run(_turns(True, rank="arith.subi %last, %b"), 0, "sequential")
+
+
+class _Writer:
+    """A thread's bulk groups as HopperSync counts them: committed, completed, published at its last signal."""
+
+    def __init__(self):
+        self.committed = self.completed = self.published = 0
+
+    def bulk_group(self, lane: int) -> int:
+        return self.committed
+
+    def bulk_published(self, lane: int) -> int:
+        return self.published
+
+
+def test_a_reduce_add_may_land_only_on_writes_published_to_it():
+    """ReduceOrder's release model: work-group 1 may add onto work-group 0's elements once 0's group there
+    completed and 0 signalled after that; its own earlier writes, and a group 0 still has in flight over
+    other elements, do not matter."""
+    from fmha_mlir.runtime.interp.reduce_order import ReduceOrder
+
+    order, tensor = ReduceOrder(), np.zeros((4, 8), np.float32)
+    first, second = _Writer(), _Writer()
+    order.reduce(tensor, (slice(0, 2), slice(0, 8)), first, 0, 0, "add")   # group 0: rows 0-1
+    first.committed = 1
+    order.reduce(tensor, (slice(2, 4), slice(0, 8)), first, 0, 0, "add")   # group 1: rows 2-3, in flight
+    first.committed, first.completed = 2, 1
+    with pytest.raises(InterpreterError, match="work-group 1 reduce-adds onto elements that work-group 0's bulk "
+                                               "group 0 wrote.*either order"):
+        order.reduce(tensor, (slice(0, 1), slice(0, 8)), second, 0, 1, "add")   # completed, not signalled
+    first.published = first.completed   # the signal: group 0 published, group 1 still in flight
+    order.reduce(tensor, (slice(0, 2), slice(0, 8)), second, 0, 1, "add")
+    order.reduce(tensor, (slice(0, 2), slice(0, 8)), second, 0, 1, "add")   # onto its own writes
+    with pytest.raises(InterpreterError, match="group 1 wrote"):
+        order.reduce(tensor, (slice(3, 4), slice(0, 2)), second, 0, 1, "add")

@@ -75,10 +75,13 @@ def run_variant(spec: AttentionBwdSpec, size: ProblemSize, config: TiledConfig, 
     (AttentionBwdSpec("f16", 160, mask=Mask("sliding_window", 30, 10)), ProblemSize(1, 1, 90, 110), TABLE_256),
     (AttentionBwdSpec("f16", 192, hdim_v=128, softcap=20.0), ProblemSize(1, 1, 70, 150), D256_BULK),
     (AttentionBwdSpec("bf16", 192, gqa_ratio=2, grad_accum="bf16"), ProblemSize(1, 2, 80, 100), TABLE_256),
+    (AttentionBwdSpec("bf16", 160, gqa_ratio=2), ProblemSize(1, 2, 90, 110),
+     dataclasses.replace(TABLE_256, producer=False, dq_fragment=False)),
 ], ids=["none-bf16", "br-gqa-f16", "window-p-shared-batch2", "tl-dv64", "table-d128-gqa4", "softcap",
         "bias-dbias", "alibi-dslopes", "deterministic", "bf16-dq-atomics", "sinks-dlse", "table-d256-br-gqa2",
         "d256-bulk-dv128-softcap", "d200-padded-window-deterministic", "d256-bf16-dq-atomics",
-        "d192-split-96-br-gqa2", "d160-on-192-window", "d192-bulk-dv128-softcap", "d192-bf16-dq-atomics"])
+        "d192-split-96-br-gqa2", "d160-on-192-window", "d192-bulk-dv128-softcap", "d192-bf16-dq-atomics",
+        "d160-table-logical-dq"])
 def test_wgmma_body_matches_the_oracle(spec, size, config):
     compiled = run_variant(spec, size, config)
     assert "wgmma.mma_async" in compiled.isa and "fence.proxy.async" in compiled.isa

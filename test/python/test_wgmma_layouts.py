@@ -268,6 +268,7 @@ def test_dq_fragment_order_is_taken_only_where_consumers_add_whole_runs():
     assert not dq_fragment_order(AttentionBwdSpec("bf16", 256, grad_accum="bf16"), d256)   # no dq_acc
     assert dq_fragment_order(AttentionBwdSpec("bf16", 192), d256)   # a block's run may continue on the next row
     assert dq_fragment_order(AttentionBwdSpec("bf16", 160), d256)   # five places a lane; on 192-column tiles
+    assert not dq_fragment_order(AttentionBwdSpec("bf16", 160), dataclasses.replace(d256, dq_fragment=False))
     assert not dq_fragment_order(AttentionBwdSpec("bf16", 224), d256)   # seven: more than FRAGMENT_PLACES
     assert not dq_fragment_order(AttentionBwdSpec("bf16", 200), d256)   # 25
     # P^T in registers leaves no room for the places of rows that are not whole blocks
