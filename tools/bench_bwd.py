@@ -665,6 +665,11 @@ def _write(report: Path, results: list[dict], skipped: list[str], torch) -> None
     write_report_files(report, lines, {"meta": meta, "rows": results})
 
 
+def select_rows(texts: list[str]) -> list[Row]:
+    """The benchmark rows whose label contains one of `texts`, in ROWS' order ("" takes every row)."""
+    return [r for r in ROWS if any(text in r.label for text in texts)]
+
+
 def main(argv=None) -> int:
     p = build_run_parser(__doc__, "bench_report.md", ("build", "run", "once"),
                          "once: one backward of the first matching row with config --tag (for a profiler)")
@@ -676,7 +681,7 @@ def main(argv=None) -> int:
     p.add_argument("--warp", action="store_true", help="also the scalar warp body (the smaller rows only)")
     p.add_argument("--wgmma", action="store_true", help="also the wgmma body (sm_90a) where its table takes the row")
     p.add_argument("--wgmma-sweep", action="store_true", help="with --wgmma: also WGMMA_SWEEP's candidates")
-    p.add_argument("--rows", default="", help="only rows whose label contains this text")
+    p.add_argument("--rows", nargs="+", default=[""], help="only rows whose label contains one of these texts")
     p.add_argument("--flex", choices=("bf16", "f16", "all", "none"), default="bf16",
                    help="rows on which compiled FlexAttention is timed (its torch.compile takes tens of seconds a row)")
     p.add_argument("--ptxas", help="build: ptxas of a CUDA toolkit, for cubins and register counts")
@@ -687,7 +692,7 @@ def main(argv=None) -> int:
     p.add_argument("--bias", nargs="*", default=[], choices=BIAS_VARIANTS,
                    help="also each row with each of these biases (their speed cost)")
     args = p.parse_args(argv)
-    rows = [r for r in ROWS if args.rows in r.label]
+    rows = select_rows(args.rows)
     if args.softcap:
         rows = [v for r in rows for v in (r, dataclasses.replace(r, softcap=args.softcap))]
     if args.bias:

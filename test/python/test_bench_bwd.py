@@ -29,6 +29,12 @@ def test_rows_are_the_issue_rows_then_the_long_ones_then_the_padded_ones_bf16_fi
     assert [r.label for r in bench_bwd.ROWS[:15] if r.long] == labels[5:9]
 
 
+def test_rows_are_selected_by_any_of_several_label_texts():
+    labels = [r.label for r in bench_bwd.select_rows(["bf16 B4 H16 S2048 D192", "bf16 B2 H8"])]
+    assert labels == ["bf16 B2 H8 S2048 D256", "bf16 B4 H16 S2048 D192", "bf16 B4 H16 S2048 D192 causal"]
+    assert bench_bwd.select_rows([""]) == bench_bwd.ROWS
+
+
 def test_ours_is_what_the_op_runs_on_an_h200_then_sm_90_s_row():
     """The first config timed is sm_90a's choice (the op's on an H100 / H200), the second sm_90's mma.sync
     row; d160 runs on the d256 row's 192-column tiles without its producer (measured faster than both); a
