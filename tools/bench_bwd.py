@@ -177,7 +177,8 @@ def row_configs(row: Row, sweep: bool, warp: bool = False, wgmma: bool = False,
                 wgmma_sweep: bool = False) -> list[KernelConfig]:
     """What the op runs on an H100 / H200 first (sm_90a's table: ours), then sm_90's table row (the mma.sync
     body on the generic chip) and the sweep's candidates, then the wgmma body's row of the head dim's bucket
-    and, with either sweep, its candidates (where they take the spec on sm_90a), then the scalar warp body
+    and, with either sweep, its candidates (WGMMA_SWEEP, and the op's config in TURN_SWEEP's turns or in
+    dQ's logical order where those apply; where they take the spec on sm_90a), then the scalar warp body
     (where it takes the spec: not in deterministic mode)."""
     default = choose_config(row.spec, get_target(HOPPER_ARCH), "tiled")
     generic = choose_config(row.spec, get_target(ARCH), "tiled")
@@ -680,7 +681,9 @@ def main(argv=None) -> int:
     p.add_argument("--sweep", action="store_true", help="also the candidate configs of SWEEP")
     p.add_argument("--warp", action="store_true", help="also the scalar warp body (the smaller rows only)")
     p.add_argument("--wgmma", action="store_true", help="also the wgmma body (sm_90a) where its table takes the row")
-    p.add_argument("--wgmma-sweep", action="store_true", help="with --wgmma: also WGMMA_SWEEP's candidates")
+    p.add_argument("--wgmma-sweep", action="store_true",
+                   help="with --wgmma: also WGMMA_SWEEP's candidates, TURN_SWEEP's on deterministic rows whose "
+                        "writer takes turns, and dQ in logical order where the op's config keeps fragment order")
     p.add_argument("--rows", nargs="+", default=[""], help="only rows whose label contains one of these texts")
     p.add_argument("--flex", choices=("bf16", "f16", "all", "none"), default="bf16",
                    help="rows on which compiled FlexAttention is timed (its torch.compile takes tens of seconds a row)")

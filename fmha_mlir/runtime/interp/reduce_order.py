@@ -8,7 +8,9 @@ must come after that group completed (cp.async.bulk.wait_group without .read) an
 signalled a semaphore (the release that publishes it, HopperSync.bulk_publish). Else the two adds could
 land in either order, and the sum's rounding with them. Which semaphore guards which elements is the
 kernel's business: the check needs only the writes, so a writer may keep its latest group in flight
-across a signal for an earlier one (config.turn_overlap).
+across a signal for an earlier one (config.turn_overlap). It compares with the writer's latest signal,
+not with the one the adding work-group waited for: a signal on the wrong counter shows in the counters
+(a wait that never passes, or final counts the tests compare with each query block's visits).
 """
 from __future__ import annotations
 
