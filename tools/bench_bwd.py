@@ -186,11 +186,12 @@ def row_configs(row: Row, sweep: bool, warp: bool = False, wgmma: bool = False,
     # The wgmma row of the head dim's bucket: a head dim between the rows runs on zero-padded tiles.
     bucket = next((d for d in sorted(WGMMA_TABLE) if max(row.spec.hdim_q, row.spec.hdim_v) <= d), None)
     hopper = [WGMMA_TABLE[bucket]] if wgmma and bucket else []
-    hopper += WGMMA_SWEEP.get(bucket, []) if wgmma and (sweep or wgmma_sweep) else []
-    if wgmma and (sweep or wgmma_sweep) and dq_in_turns(row.spec, default):
-        hopper += [dataclasses.replace(default, **turns) for turns in TURN_SWEEP]
-    if wgmma and (sweep or wgmma_sweep) and dq_fragment_order(row.spec, default):   # its lane places against v2
-        hopper.append(dataclasses.replace(default, dq_fragment=False))
+    if wgmma and (sweep or wgmma_sweep):
+        hopper += WGMMA_SWEEP.get(bucket, [])
+        if dq_in_turns(row.spec, default):
+            hopper += [dataclasses.replace(default, **turns) for turns in TURN_SWEEP]
+        if dq_fragment_order(row.spec, default):   # its lane places against v2 atomics
+            hopper.append(dataclasses.replace(default, dq_fragment=False))
     hopper = [c for c in hopper if not BODIES["tiled"].reasons(row.spec, get_target(HOPPER_ARCH), c)]
     scalar = [WARP] if warp and not BODIES["warp"].spec_reasons(row.spec, WARP) else []
     return list(dict.fromkeys([default, generic, *extra, *hopper, *scalar]))

@@ -41,11 +41,12 @@ class ReduceOrder:
             other_sync, other_lane, other_group = self._writers[other]
             if other_group == work_group:
                 continue
-            late = groups[writers == other] >= other_sync.bulk_published(other_lane)
-            if late.any():
+            theirs = groups[writers == other]
+            late = theirs[theirs >= other_sync.bulk_published(other_lane)]
+            if late.size:
                 raise InterpreterError(
                     f"{what}: work-group {work_group} reduce-adds onto elements that work-group {other_group}'s "
-                    f"bulk group {int(groups[writers == other][late][0])} wrote, which its thread had not "
+                    f"bulk group {int(late[0])} wrote, which its thread had not "
                     "published (completed by cp.async.bulk.wait_group without read, then a semaphore signal): "
                     "on the GPU the two adds could land in either order")
         writer[region] = me
