@@ -39,11 +39,12 @@ SWIZZLES = ("xor", "none", "pad", "sw128")
 GRID_ORDERS = ("keys_inner", "keys_outer")
 # Deterministic dQ by turns (config.dq_bulk): the order in which a query block's key blocks reduce-add into
 # dq_acc; the grid dispatches key blocks in that order, since a work-group may wait only for ones
-# dispatched before it. last_to_first: under a causal mask a query block's first turn is the key block
-# that starts at it (no wait), but the shortest work-groups go first. first_to_last: the grid's own order
-# (longest first under a causal mask, as keys_outer), but a key block waits for the ones below it to
-# reach its diagonal.
-TURN_ORDERS = ("last_to_first", "first_to_last")
+# dispatched before it. first_to_last: the grid's own order (longest first under a causal mask, as
+# keys_outer), a key block waiting for the ones below it to reach its diagonal. last_to_first: under a
+# causal mask a query block's first turn is the key block that starts at it (no wait), but the shortest
+# work-groups go first. Measured (H100, bench_notes.md "Deterministic turns ... measured"): first_to_last
+# 1.28-1.69x on causal rows, the same without a mask; the first is the default.
+TURN_ORDERS = ("first_to_last", "last_to_first")
 MAX_WARPS = 16
 # A warp-specialised work-group's producer: one warpgroup that loads by TMA for the consumer warps.
 PRODUCER_WARPS = 4
@@ -156,12 +157,16 @@ class TiledConfig(KernelConfig):
     # whether the writer passes a turn on only after its next step's reduce-adds are issued, so that the
     # adds' completion (an L2 round trip) overlaps the next step instead of holding the turn; each key
     # block then trails the one before it by about a step.
-    turn_order: str = "last_to_first"
+    turn_order: str = "first_to_last"
     turn_overlap: bool = False
     # Where the consumers add dQ by f32 atomics on wgmma: dq_acc in wgmma's fragment order wherever the
     # lane places fit (bodies.dq_fragment_order; v4 runs of 512 contiguous bytes a warp), or, False, in
     # its logical order (v2 atomics, no places: fewer registers).
     dq_fragment: bool = True
+    # With grid_order keys_outer: the work-groups go in sections of as many (batch, kv head) pairs as fit
+    # this many bytes of Q, dO, dq_acc, LSE and D (bodies.tiled.section_heads), key block major within a
+    # section, so that the heads being worked on at once stay in L2 (0: one section of every head).
+    l2_section_bytes: int = 0
 
     @property
     def mfma(self):
@@ -217,6 +222,13 @@ class TiledConfig(KernelConfig):
                               "use producer = true, or dq_bulk = false"))
         if not isinstance(self.dq_fragment, bool):
             out.append(Reason("config.dq_fragment", f"must be true or false (got {self.dq_fragment!r})"))
+        if not (isinstance(self.l2_section_bytes, int) and self.l2_section_bytes >= 0):
+            out.append(Reason("config.l2_section_bytes",
+                              f"must be a non-negative integer (got {self.l2_section_bytes!r})"))
+        elif self.l2_section_bytes and self.grid_order != "keys_outer":
+            out.append(Reason("config.l2_section_bytes", f"sections order the key blocks of grid_order keys_outer, "
+                                                         f"not {self.grid_order}",
+                              "use grid_order = keys_outer, or l2_section_bytes = 0"))
         if not isinstance(self.turn_overlap, bool):
             out.append(Reason("config.turn_overlap", f"must be true or false (got {self.turn_overlap!r})"))
         elif (self.turn_overlap or self.turn_order != TURN_ORDERS[0]) and self.dq_bulk is not True:

@@ -30,9 +30,11 @@ from dataclasses import dataclass
 from typing import Callable
 
 from fmha_mlir import mask_geometry
-from fmha_mlir.bodies import TiledBody, dq_fragment_order, dq_in_turns, tile_hdims, tiled_block_ids
+from fmha_mlir.bodies import (TiledBody, dq_fragment_order, dq_in_turns, section_block_ids, section_heads, tile_hdims,
+                              tiled_block_ids)
 from fmha_mlir.dialects import fmha
 from fmha_mlir.dialects.fmha_types import element_type
+from fmha_mlir.index_math import ceildiv
 from fmha_mlir.kernel_config import KernelConfig
 from fmha_mlir.matrix_layouts import warp_block
 from fmha_mlir.mlir import arith, gpu, ir, memref, scf, vector
@@ -101,10 +103,12 @@ class FlashBackward:
         self.k_hdim_q, self.k_hdim_v = (-(-h // self.atom.k) * self.atom.k for h in (spec.hdim_q, spec.hdim_v))
         self.tiles = self.atom.shared_tiles(TiledBody.shared_layout(spec, config), config)
         self.copy = hardware.copy(self)
-        key_block, self.kv_head, self.batch = tiled_block_ids(
-            config, [gpu.block_id(d) for d in (gpu.Dimension.x, gpu.Dimension.y, gpu.Dimension.z)])
         self.heads_q, self.seqlen_q = dims(self.q, [1, 2])
         self.seqlen_k, = dims(self.k, [2])
+        key_block, self.kv_head, self.batch = tiled_block_ids(
+            config, [gpu.block_id(d) for d in (gpu.Dimension.x, gpu.Dimension.y, gpu.Dimension.z)])
+        if config.l2_section_bytes:
+            key_block, self.kv_head, self.batch = self.sectioned(key_block, self.kv_head, self.batch)
         in_turns = dq_in_turns(spec, config)
         if in_turns and config.turn_order == "last_to_first":   # the grid dispatches key blocks in turn order
             key_block = arith.subi(arith.subi(arith.ceildivui(self.seqlen_k, index(self.bn)), index(1)), key_block)
@@ -126,6 +130,17 @@ class FlashBackward:
         self.sdp_atom = self.atom.narrowed(self.sdp.cols)
         self.dk_atom, self.dv_atom, self.dq_atom = (self.atom.narrowed(t.cols)
                                                     for t in (self.dkv, self.dkv_v, self.dq_tile))
+
+    def sectioned(self, key_block, kv_head, batch) -> tuple["ir.Value", ...]:
+        """(key block, kv head, batch) of the work-group that keys_outer's ids would give, renumbered so
+        that the work-groups go in L2 sections of heads (config.l2_section_bytes; bodies.section_block_ids)."""
+        batches, kv_heads = (Ix(v, nonnegative=True) for v in dims(self.k, [0, 1]))
+        blocks = ceildiv(Ix(self.seqlen_k, nonnegative=True), self.bn)
+        linear = Ix(kv_head, nonnegative=True) + kv_heads * (Ix(batch, nonnegative=True)
+                                                             + batches * Ix(key_block, nonnegative=True))
+        section = section_heads(self.spec, self.config, Ix(self.seqlen_q, nonnegative=True))
+        block, head = section_block_ids(linear, batches * kv_heads, blocks, section)
+        return as_value(block), as_value(head % kv_heads), as_value(head // kv_heads)
 
     # -- the loop ------------------------------------------------------------------------------------
 

@@ -174,12 +174,13 @@ def bundle_dir(directory: Path, row: Row, config: KernelConfig) -> Path:
 
 
 def row_configs(row: Row, sweep: bool, warp: bool = False, wgmma: bool = False,
-                wgmma_sweep: bool = False) -> list[KernelConfig]:
+                wgmma_sweep: bool = False, sections: tuple[int, ...] = ()) -> list[KernelConfig]:
     """What the op runs on an H100 / H200 first (sm_90a's table: ours), then sm_90's table row (the mma.sync
     body on the generic chip) and the sweep's candidates, then the wgmma body's row of the head dim's bucket
     and, with either sweep, its candidates (WGMMA_SWEEP, and the op's config in TURN_SWEEP's turns or in
     dQ's logical order where those apply; where they take the spec on sm_90a), then the scalar warp body
-    (where it takes the spec: not in deterministic mode)."""
+    (where it takes the spec: not in deterministic mode). `sections`: also the op's wgmma config with each
+    of these l2_section_bytes."""
     default = choose_config(row.spec, get_target(HOPPER_ARCH), "tiled")
     generic = choose_config(row.spec, get_target(ARCH), "tiled")
     extra = SWEEP.get(row.hdim, []) if sweep else []
@@ -192,6 +193,8 @@ def row_configs(row: Row, sweep: bool, warp: bool = False, wgmma: bool = False,
             hopper += [dataclasses.replace(default, **turns) for turns in TURN_SWEEP]
         if dq_fragment_order(row.spec, default):   # its lane places against v2 atomics
             hopper.append(dataclasses.replace(default, dq_fragment=False))
+    if getattr(default, "instruction", "") == WGMMA:
+        hopper += [dataclasses.replace(default, l2_section_bytes=size) for size in sections]
     hopper = [c for c in hopper if not BODIES["tiled"].reasons(row.spec, get_target(HOPPER_ARCH), c)]
     scalar = [WARP] if warp and not BODIES["warp"].spec_reasons(row.spec, WARP) else []
     return list(dict.fromkeys([default, generic, *extra, *hopper, *scalar]))
@@ -201,7 +204,7 @@ def row_configs(row: Row, sweep: bool, warp: bool = False, wgmma: bool = False,
 
 
 def build(directory: Path, sweep: bool, warp: bool, ptxas: str | None, rows: list[Row], wgmma: bool = False,
-          wgmma_sweep: bool = False) -> None:
+          wgmma_sweep: bool = False, sections: tuple[int, ...] = ()) -> None:
     from fmha_mlir.compiler import Compiler
     from fmha_mlir.runtime.bundle import Bundle
 
@@ -209,7 +212,7 @@ def build(directory: Path, sweep: bool, warp: bool, ptxas: str | None, rows: lis
     compiler = Compiler(ptxas=ptxas)   # a cubin when ptxas sits in a CUDA toolkit: no JIT on the GPU
     facts = {}
     for row in rows:
-        for config in row_configs(row, sweep, warp, wgmma, wgmma_sweep):
+        for config in row_configs(row, sweep, warp, wgmma, wgmma_sweep, sections):
             out = bundle_dir(directory, row, config)
             if out.is_dir():
                 continue
@@ -471,7 +474,8 @@ def steps_alone(steps: list[dict], calls: list) -> list[tuple[dict, list]]:
 
 
 def run(directory: Path, report: Path, options: TimingOptions, sweep: bool, rows: list[Row], flex: str,
-        warp: bool, budget_s: float, wgmma: bool = False, wgmma_sweep: bool = False) -> int:
+        warp: bool, budget_s: float, wgmma: bool = False, wgmma_sweep: bool = False,
+        sections: tuple[int, ...] = ()) -> int:
     """Every row (until `budget_s` seconds have passed: the rows after it are listed as not run)."""
     import torch
 
@@ -492,7 +496,7 @@ def run(directory: Path, report: Path, options: TimingOptions, sweep: bool, rows
         numerics = load_bundle(directory, row.spec, arch_of(default), default).numerics
         refs = bench_gate.references(_problem(row, sets[0], *forwards[0], numerics))
         entry = {"row": row.label, "flops": row.flops, "causal": row.causal, "long": row.long, "ours": {}, "peers": {}}
-        for config in row_configs(row, sweep, warp, wgmma, wgmma_sweep):
+        for config in row_configs(row, sweep, warp, wgmma, wgmma_sweep, sections):
             if not bundle_dir(directory, row, config).is_dir():
                 continue
             if config.body == "warp" and row.seqlen * row.heads_q * row.batch > 16 * 2048 * 4:
@@ -561,6 +565,7 @@ def config_about(config: KernelConfig) -> str:
         if (config.turn_order, config.turn_overlap) != (TURN_ORDERS[0], False):   # deterministic mode's dQ turns
             words.append(f"turns {config.turn_order.replace('_', ' ')}")
             words += ["overlapped"] if config.turn_overlap else []
+        words += [f"L2 sections of {config.l2_section_bytes >> 20} MiB"] if config.l2_section_bytes else []
     return ", ".join(words)
 
 
@@ -685,6 +690,9 @@ def main(argv=None) -> int:
     p.add_argument("--wgmma-sweep", action="store_true",
                    help="with --wgmma: also WGMMA_SWEEP's candidates, TURN_SWEEP's on deterministic rows whose "
                         "writer takes turns, and dQ in logical order where the op's config keeps fragment order")
+    p.add_argument("--l2-sections", nargs="+", type=int, default=[], metavar="MIB",
+                   help="with --wgmma: also the op's wgmma config with L2 sections of these many MiB "
+                        "(config.l2_section_bytes)")
     p.add_argument("--rows", nargs="+", default=[""], help="only rows whose label contains one of these texts")
     p.add_argument("--flex", choices=("bf16", "f16", "all", "none"), default="bf16",
                    help="rows on which compiled FlexAttention is timed (its torch.compile takes tens of seconds a row)")
@@ -706,14 +714,15 @@ def main(argv=None) -> int:
     if args.grad_accum:   # packed bf16 atomics add into a bf16 dQ: the bf16 rows only
         rows = [v for r in rows for v in (r, *([dataclasses.replace(r, grad_accum=args.grad_accum)]
                                                if r.dtype == "bf16" and not r.deterministic else []))]
+    sections = tuple(mib << 20 for mib in args.l2_sections)
     if args.action == "build":
-        build(args.directory, args.sweep, args.warp, args.ptxas, rows, args.wgmma, args.wgmma_sweep)
+        build(args.directory, args.sweep, args.warp, args.ptxas, rows, args.wgmma, args.wgmma_sweep, sections)
         return 0
     if args.action == "once":
         return once(args.directory, rows[0], args.tag)
     options = TimingOptions(calls=args.calls, rounds=args.rounds, sleep_rate=0.0)
     return run(args.directory, args.report, options, args.sweep, rows, args.flex, args.warp, args.budget_s,
-               args.wgmma, args.wgmma_sweep)
+               args.wgmma, args.wgmma_sweep, sections)
 
 
 if __name__ == "__main__":

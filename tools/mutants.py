@@ -41,7 +41,7 @@ PACKAGE_DIRS = {"fmha_mlir": "fmha_mlir", "dialects": "fmha_mlir/dialects", "pas
 # body, the matrix layouts against the vendors' figures, the Hopper probe and its warp-specialised variant
 # in the interpreter, the wgmma descriptor the H200 verified, the dq_reduce rung in the interpreter, the wgmma
 # body's variants and planted synchronisation bugs in the interpreter, the warp-specialised body's variants,
-# head dims on zero-padded tiles.
+# head dims on zero-padded tiles, the L2 sections' numbering.
 # One pytest
 # process: the kernels compile once per mutant.
 SUBSET_FILES = ("test/python/test_interp_matrix.py", "test/python/test_interp_pipeline.py",
@@ -52,7 +52,7 @@ SUBSET_FILES = ("test/python/test_interp_matrix.py", "test/python/test_interp_pi
                 "test/python/test_interp_hopper_ops.py", "test/python/test_wgmma_layouts.py",
                 "test/python/test_sinks.py", "test/python/test_hopper_probe_ladder.py",
                 "test/python/test_wgmma_body.py", "test/python/test_warp_roles.py",
-                "test/python/test_padded_head_dim.py")
+                "test/python/test_padded_head_dim.py", "test/python/test_l2_sections.py")
 SUBSET_SELECTION = ("(test_interp_matrix and (d64 and g4 or (softcap or alibi or bias) and bf16 and none))"
                     " or test_interp_pipeline"
                     " or (test_interp_fmha_ops and lowered)"
@@ -65,7 +65,8 @@ SUBSET_SELECTION = ("(test_interp_matrix and (d64 and g4 or (softcap or alibi or
                     " or (test_sinks and (kernel_matches and bf16 or deterministic or stay_finite and sm_90))"
                     " or (test_wgmma_body and (matches_the_oracle or planted))"
                     " or (test_warp_roles and (matches_the_oracle or takes_turns))"
-                    " or (test_padded_head_dim and pass_the_gate)")
+                    " or (test_padded_head_dim and pass_the_gate)"
+                    " or (test_l2_sections and number_every_work_group)")
 TIMEOUT_S = 900
 RESULTS = ROOT / "reports" / "mutants.json"
 TABLE = ROOT / "docs" / "mutants.md"
@@ -367,6 +368,11 @@ MUTANTS: list[Mutant] = [
     Mutant("producer (deterministic): key blocks take turns first to last against the grid's dispatch order",
            "passes/warp_roles.py", 'if self.config.turn_order == "last_to_first" else key_block - first',
            "if True else key_block - first"),
+    Mutant("L2 sections: the last section taken as wide as the others", "fmha_mlir/bodies/tiled.py",
+           "    width = minimum(section, heads - first)\n", "    width = section\n"),
+    Mutant("L2 sections: a section's heads major, its key blocks minor (the turns' dispatch order lost)",
+           "fmha_mlir/bodies/tiled.py", "    return rest // width, first + rest % width\n",
+           "    return rest % key_blocks, first + rest // key_blocks\n"),
     Mutant("producer: consumers do not wait for a stage's TMA bytes", "passes/warp_roles.py",
            "self.pipeline.wait(stage, self.parity(arith.divui(it, index(self.config.stages))))", "None"),
     Mutant("producer: tensor maps in the 64-byte swizzle (the tiles are in the 128-byte one)",

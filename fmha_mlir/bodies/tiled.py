@@ -10,6 +10,7 @@ from math import lcm
 from .. import mask_geometry
 from ..dtypes import BYTES
 from ..errors import Reason
+from ..index_math import maximum, minimum
 from ..kernel_config import WGMMA, WGMMA_SHAPE, TiledConfig
 from ..matrix_layouts import MMA_M16N8K16
 from ..numerics import MATRIX_K16
@@ -148,6 +149,9 @@ class TiledBody(Body):
         if config.producer and spec.varlen:
             out.append(Reason("config.producer", "the producer's tensor maps span whole sequences of one batch "
                                                  "entry; varlen sequences are packed", "use producer = false"))
+        if config.l2_section_bytes and spec.varlen:
+            out.append(Reason("config.l2_section_bytes", "sections count the heads of fixed-length sequences; varlen "
+                                                         "sequences are packed", "use l2_section_bytes = 0"))
         if config.dq_bulk and spec.grad_accum != "f32":
             out.append(Reason("config.dq_bulk", "dQ's bulk writes move f32 tiles into dq_acc; bf16 dQ atomics "
                                                 "add into dq itself", "use dq_bulk = false"))
@@ -243,6 +247,25 @@ def tiled_block_ids(config: TiledConfig, ids) -> tuple:
     return tuple(ids[position] for position in _GRID_POSITIONS[config.grid_order])
 
 
+def section_heads(spec: AttentionBwdSpec, config: TiledConfig, seqlen_q):
+    """How many (batch, kv head) pairs one L2 section takes (config.l2_section_bytes): each pair's rows
+    that every key block reads or adds again (its query heads' Q, dO, dq_acc, LSE and D), at least one.
+    Number-generic in seqlen_q (an int, or the kernel's index)."""
+    row = spec.gqa_ratio * (BYTES[spec.dtype] * (spec.hdim_q + spec.hdim_v) + LSE_BYTES * (spec.hdim_q + 2))
+    return maximum(1, config.l2_section_bytes // (seqlen_q * row))
+
+
+def section_block_ids(linear, heads: int, key_blocks, section) -> tuple:
+    """(key block, head) of the work-group dispatched `linear`-th, the heads (batch x kv head, flattened) in
+    sections of `section` (the last may hold fewer), each section key block major: the work-groups
+    running at once share a section's heads, and a head's key blocks go in their order, as under
+    keys_outer (deterministic turns rely on it). Number-generic."""
+    first = linear // (section * key_blocks) * section
+    width = minimum(section, heads - first)
+    rest = linear - first * key_blocks
+    return rest // width, first + rest % width
+
+
 def _bucket(spec: AttentionBwdSpec) -> int:
     hdim = max(spec.hdim_q, spec.hdim_v)
     return next((b for b in sorted(TILED_TABLE) if hdim <= b), max(TILED_TABLE))
@@ -260,9 +283,16 @@ def tiled_config(spec: AttentionBwdSpec, target: Target) -> TiledConfig:
     """The target table's row for the larger head dim (the next bucket up); gfx942 d256 has none (the
     body then refuses with the reason) and takes the d128 row's shape to say so. A wgmma row that does not
     take the spec (a head dim that is not whole 64-column blocks) gives way to mma.sync's; a producer
-    row runs without its producer where that is measured faster or the producer cannot take the spec."""
+    row runs without its producer where that is measured faster or the producer cannot take the spec, and
+    without L2 sections of heads where they cannot count heads or lost (a mask that cuts tiles, with GQA)."""
     table = tiled_table(target.arch)
     row = replace(table.get(_bucket(spec)) or table[max(table)], wave_size=target.wave_size)
+    if row.l2_section_bytes and (spec.varlen or (spec.gqa_ratio > 1 and not mask_geometry.hides_nothing(spec.mask))):
+        # Packed sequences have no fixed heads to count. Under a mask that cuts tiles with GQA, a work-group
+        # walks gqa_ratio heads, so the longest ones are long against an SM's share and keys_outer's
+        # longest-first over the whole grid is worth more than L2: measured -7% with sections at
+        # B1 H32 Hkv8 S8192 causal (bench_notes.md, "L2 sections of heads, measured").
+        row = replace(row, l2_section_bytes=0)
     lost_bulk = row.dq_bulk and bool(TiledBody().reasons(spec, target, row))
     if lost_bulk:
         # bf16 dQ atomics: the consumers write dQ. (Deterministic mode keeps the writer, its key blocks taking

@@ -18,8 +18,12 @@ HOPPER_ARCH = "sm_90a"
 # Two consumer warpgroups fed by a producer warpgroup (TMA, passes/warp_roles.py) whose last warp
 # reduce-adds dQ's tiles (dq_bulk), P^T and dS^T from registers (RS), dQ's warpgroups side by side along
 # the head dim: the shapes of FlashAttention-3's sm_90 backward (d64: 128 x 128; d128: 64 x 128).
+# The work-groups go in L2 sections of 16 MiB of heads (config.l2_section_bytes): measured on the H100
+# (bench_notes.md, "L2 sections of heads, measured") +6-8% at d64 and d128 S8192, +22% d128 causal S2048,
+# +7% d256, +61-79% on d160 / d192 (whose rows were DRAM-bound), 32 MiB no better; causal GQA lost 7%
+# (bodies.tiled.tiled_config drops them there).
 _SM90A = dict(wave_size=32, warps=8, instruction=WGMMA, swizzle="sw128", stages=2, p_in_registers=True,
-              sdp_warps=(2, 1), dkv_warps=(2, 1), producer=True, dq_bulk=True)
+              sdp_warps=(2, 1), dkv_warps=(2, 1), producer=True, dq_bulk=True, l2_section_bytes=16 << 20)
 WGMMA_TABLE: dict[int, TiledConfig] = {
     64: TiledConfig(**_SM90A, block_m=128, block_n=128, dq_warps=(2, 1)),
     128: TiledConfig(**_SM90A, block_m=64, block_n=128, dq_warps=(1, 2)),

@@ -57,13 +57,25 @@ def test_the_wgmma_sweep_times_a_deterministic_writer_row_in_every_turn_order_an
     row = dataclasses.replace(bench_bwd.Row(4, 16, 16, 2048, 128, True, "bf16"), deterministic=True)
     configs = bench_bwd.row_configs(row, False, wgmma=True, wgmma_sweep=True)
     turns = [(c.turn_order, c.turn_overlap) for c in configs if getattr(c, "dq_bulk", False)]
-    assert turns == [("last_to_first", False), ("last_to_first", True), ("first_to_last", False),
-                     ("first_to_last", True)]
-    assert bench_bwd.config_about(configs[-1]).endswith("turns first to last, overlapped")
+    assert turns == [("first_to_last", False), ("first_to_last", True), ("last_to_first", False),
+                     ("last_to_first", True)]
+    assert "turns last to first, overlapped" in bench_bwd.config_about(configs[-1])
     for plain in (dataclasses.replace(row, deterministic=False),
                   dataclasses.replace(bench_bwd.Row(2, 8, 8, 2048, 256, False, "bf16"), deterministic=True)):
-        assert all((c.turn_order, c.turn_overlap) == ("last_to_first", False)
+        assert all((c.turn_order, c.turn_overlap) == ("first_to_last", False)
                    for c in bench_bwd.row_configs(plain, False, wgmma=True, wgmma_sweep=True) if c.body == "tiled")
+
+
+def test_l2_sections_time_the_op_s_wgmma_config_with_each_section_size():
+    """--l2-sections: the op's wgmma config with each l2_section_bytes, labelled; a row the op runs on
+    mma.sync (packed sequences are not bench rows; bf16 dQ atomics keep wgmma) gets none from them."""
+    row = bench_bwd.Row(4, 16, 16, 2048, 192, False, "bf16")
+    configs = bench_bwd.row_configs(row, False, wgmma=True, sections=(8 << 20, 32 << 20))
+    sizes = [c.l2_section_bytes for c in configs if c.body == "tiled" and c.instruction.startswith("wgmma")]
+    assert sizes[0] == 16 << 20 and {8 << 20, 32 << 20} <= set(sizes)   # the table's own first
+    assert bench_bwd.config_about(configs[-1]).endswith("L2 sections of 32 MiB")
+    generic = bench_bwd.row_configs(row, False, sections=(8 << 20,))[1]
+    assert generic.instruction == "mma.m16n8k16" and generic.l2_section_bytes == 0
 
 
 def test_a_padded_row_computes_the_op_s_padded_spec_at_its_own_scale_and_counts_its_own_flops():

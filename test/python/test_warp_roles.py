@@ -125,9 +125,10 @@ def test_the_producer_needs_wgmma_and_whole_sequences():
     with pytest.raises(SpecError) as caught:
         check_config(varlen, TARGETS["sm_90a"], WGMMA_TABLE[64])
     assert any(r.field == "config.producer" and "varlen" in r.message for r in caught.value.reasons)
-    # The table's row serves varlen without its producer: the same tiles, copied by every warp.
+    # The table's row serves varlen without its producer (the same tiles, copied by every warp) and without
+    # L2 sections (packed sequences have no fixed heads to count).
     chosen = choose_config(varlen, TARGETS["sm_90a"])
-    assert chosen == dataclasses.replace(WGMMA_TABLE[64], producer=False, dq_bulk=False)
+    assert chosen == dataclasses.replace(WGMMA_TABLE[64], producer=False, dq_bulk=False, l2_section_bytes=0)
     # dQ's bulk writes need the producer and an f32 dq_acc (bf16 atomics add into dq itself)
     with pytest.raises(SpecError) as caught:
         check_config(AttentionBwdSpec("bf16", 64), TARGETS["sm_90a"], dataclasses.replace(ONE_WARPGROUP, dq_bulk=True))
@@ -141,7 +142,7 @@ def test_the_producer_needs_wgmma_and_whole_sequences():
     assert not choose_config(dataclasses.replace(bf16_atomics, mask=causal), TARGETS["sm_90a"]).dq_bulk
     assert choose_config(AttentionBwdSpec("bf16", 64, deterministic=True, mask=causal), TARGETS["sm_90a"]).dq_bulk
     # dQ's turns are the writer's: their order and overlap need dq_bulk, and the order is one of TURN_ORDERS
-    for fields, field in (({"turn_order": "first_to_last"}, "config.turn_order"), ({"turn_overlap": True},
+    for fields, field in (({"turn_order": "last_to_first"}, "config.turn_order"), ({"turn_overlap": True},
                                                                                   "config.turn_overlap")):
         reasons = dataclasses.replace(PRODUCED, **fields).reasons()
         assert [r.field for r in reasons] == [field] and "dq_bulk" in reasons[0].fix
@@ -186,9 +187,9 @@ WINDOW_TURNS = (AttentionBwdSpec("f16", 128, mask=Mask("sliding_window", 70, 20)
 @pytest.mark.parametrize("spec,size,config", [
     (*CAUSAL_GQA_TURNS, WGMMA_TABLE[64]),
     (*WINDOW_TURNS, WGMMA_TABLE[128]),
-    (*CAUSAL_GQA_TURNS, dataclasses.replace(WGMMA_TABLE[64], turn_order="first_to_last", turn_overlap=True)),
+    (*CAUSAL_GQA_TURNS, dataclasses.replace(WGMMA_TABLE[64], turn_order="last_to_first", turn_overlap=True)),
     (*WINDOW_TURNS, dataclasses.replace(WGMMA_TABLE[128], turn_overlap=True)),
-], ids=["d64-br-gqa2", "d128-window", "d64-br-gqa2-first-to-last-overlap", "d128-window-overlap"])
+], ids=["d64-br-gqa2", "d128-window", "d64-br-gqa2-last-to-first-overlap", "d128-window-overlap"])
 def test_deterministic_dq_takes_turns_and_is_bitwise_in_every_start_order(spec, size, config):
     """Deterministic mode with dq_bulk (bodies.dq_in_turns): one f32 dq_acc, no partials; each query block's
     key blocks reduce-add into it one at a time, in config.turn_order, on the block's semaphore; with
@@ -235,9 +236,12 @@ def test_deterministic_dq_takes_turns_and_is_bitwise_in_every_start_order(spec, 
     assert choose_config(spec, TARGETS["sm_90a"]).dq_bulk is True   # the table's (measured 1.20x with partials)
 
 
-@pytest.mark.parametrize("config", [WGMMA_TABLE[128], dataclasses.replace(WGMMA_TABLE[128], turn_overlap=True)],
-                         ids=["at-once", "overlap"])
-def test_a_turn_passed_before_the_adds_completed_is_an_error(monkeypatch, config):
+@pytest.mark.parametrize("problem,config", [
+    (WINDOW_TURNS, WGMMA_TABLE[128]),
+    (CAUSAL_GQA_TURNS, dataclasses.replace(WGMMA_TABLE[64], turn_overlap=True)),
+    (WINDOW_TURNS, dataclasses.replace(WGMMA_TABLE[128], turn_overlap=True, turn_order="last_to_first")),
+], ids=["at-once", "overlap", "overlap-last-to-first"])
+def test_a_turn_passed_before_the_adds_completed_is_an_error(monkeypatch, problem, config):
     """The writer passes a query block's turn on only once the reduce-adds into it completed: signalled one
     bulk group early, the next key block's adds land on unpublished ones, which the interpreter reports
     (on the GPU the two could land in either order)."""
@@ -248,4 +252,4 @@ def test_a_turn_passed_before_the_adds_completed_is_an_error(monkeypatch, config
     monkeypatch.setattr(warp_roles.ProducerConsumerBackward, "pass_turn", lambda self, turn, pending: pass_turn(
         self, turn, None if pending is None else pending + 1))
     with pytest.raises(InterpreterError, match="could land in either order"):
-        run_variant(WINDOW_TURNS[0], WINDOW_TURNS[1], config)
+        run_variant(*problem, config)
