@@ -255,7 +255,7 @@ def section_heads(spec: AttentionBwdSpec, config: TiledConfig, seqlen_q):
     return maximum(1, config.l2_section_bytes // (seqlen_q * row))
 
 
-def section_block_ids(linear, heads: int, key_blocks, section) -> tuple:
+def section_block_ids(linear, heads, key_blocks, section) -> tuple:
     """(key block, head) of the work-group dispatched `linear`-th, the heads (batch x kv head, flattened) in
     sections of `section` (the last may hold fewer), each section key block major: the work-groups
     running at once share a section's heads, and a head's key blocks go in their order, as under
