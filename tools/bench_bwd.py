@@ -173,38 +173,46 @@ def bundle_dir(directory: Path, row: Row, config: KernelConfig) -> Path:
     return bundle_path(directory, row.spec, arch_of(config), config=config)
 
 
-def row_configs(row: Row, sweep: bool, warp: bool = False, wgmma: bool = False,
-                wgmma_sweep: bool = False, sections: tuple[int, ...] = ()) -> list[KernelConfig]:
+@dataclasses.dataclass(frozen=True)
+class Candidates:
+    """Which configs of ours a row times beside the op's own (row_configs; the command line's flags)."""
+    sweep: bool = False            # SWEEP's mma.sync candidates, and the wgmma ones as wgmma_sweep
+    warp: bool = False             # the scalar warp body
+    wgmma: bool = False            # the wgmma row of the head dim's bucket
+    wgmma_sweep: bool = False      # its candidates: WGMMA_SWEEP, TURN_SWEEP, dQ's logical order
+    sections: tuple[int, ...] = ()  # the op's wgmma config with each of these l2_section_bytes
+
+
+def row_configs(row: Row, candidates: Candidates = Candidates()) -> list[KernelConfig]:
     """What the op runs on an H100 / H200 first (sm_90a's table: ours), then sm_90's table row (the mma.sync
     body on the generic chip) and the sweep's candidates, then the wgmma body's row of the head dim's bucket
     and, with either sweep, its candidates (WGMMA_SWEEP, and the op's config in TURN_SWEEP's turns or in
-    dQ's logical order where those apply; where they take the spec on sm_90a), then the scalar warp body
-    (where it takes the spec: not in deterministic mode). `sections`: also the op's wgmma config with each
-    of these l2_section_bytes."""
+    dQ's logical order where those apply; where they take the spec on sm_90a), then the op's config in
+    each L2 section size, then the scalar warp body (where it takes the spec: not in deterministic mode)."""
+    sweep, wgmma = candidates.sweep, candidates.wgmma
     default = choose_config(row.spec, get_target(HOPPER_ARCH), "tiled")
     generic = choose_config(row.spec, get_target(ARCH), "tiled")
     extra = SWEEP.get(row.hdim, []) if sweep else []
     # The wgmma row of the head dim's bucket: a head dim between the rows runs on zero-padded tiles.
     bucket = next((d for d in sorted(WGMMA_TABLE) if max(row.spec.hdim_q, row.spec.hdim_v) <= d), None)
     hopper = [WGMMA_TABLE[bucket]] if wgmma and bucket else []
-    if wgmma and (sweep or wgmma_sweep):
+    if wgmma and (sweep or candidates.wgmma_sweep):
         hopper += WGMMA_SWEEP.get(bucket, [])
         if dq_in_turns(row.spec, default):
             hopper += [dataclasses.replace(default, **turns) for turns in TURN_SWEEP]
         if dq_fragment_order(row.spec, default):   # its lane places against v2 atomics
             hopper.append(dataclasses.replace(default, dq_fragment=False))
     if getattr(default, "instruction", "") == WGMMA:
-        hopper += [dataclasses.replace(default, l2_section_bytes=size) for size in sections]
+        hopper += [dataclasses.replace(default, l2_section_bytes=size) for size in candidates.sections]
     hopper = [c for c in hopper if not BODIES["tiled"].reasons(row.spec, get_target(HOPPER_ARCH), c)]
-    scalar = [WARP] if warp and not BODIES["warp"].spec_reasons(row.spec, WARP) else []
+    scalar = [WARP] if candidates.warp and not BODIES["warp"].spec_reasons(row.spec, WARP) else []
     return list(dict.fromkeys([default, generic, *extra, *hopper, *scalar]))
 
 
 # -- build (here) -------------------------------------------------------------------------------------
 
 
-def build(directory: Path, sweep: bool, warp: bool, ptxas: str | None, rows: list[Row], wgmma: bool = False,
-          wgmma_sweep: bool = False, sections: tuple[int, ...] = ()) -> None:
+def build(directory: Path, ptxas: str | None, rows: list[Row], candidates: Candidates) -> None:
     from fmha_mlir.compiler import Compiler
     from fmha_mlir.runtime.bundle import Bundle
 
@@ -212,7 +220,7 @@ def build(directory: Path, sweep: bool, warp: bool, ptxas: str | None, rows: lis
     compiler = Compiler(ptxas=ptxas)   # a cubin when ptxas sits in a CUDA toolkit: no JIT on the GPU
     facts = {}
     for row in rows:
-        for config in row_configs(row, sweep, warp, wgmma, wgmma_sweep, sections):
+        for config in row_configs(row, candidates):
             out = bundle_dir(directory, row, config)
             if out.is_dir():
                 continue
@@ -473,9 +481,8 @@ def steps_alone(steps: list[dict], calls: list) -> list[tuple[dict, list]]:
     return out
 
 
-def run(directory: Path, report: Path, options: TimingOptions, sweep: bool, rows: list[Row], flex: str,
-        warp: bool, budget_s: float, wgmma: bool = False, wgmma_sweep: bool = False,
-        sections: tuple[int, ...] = ()) -> int:
+def run(directory: Path, report: Path, options: TimingOptions, rows: list[Row], flex: str, budget_s: float,
+        candidates: Candidates) -> int:
     """Every row (until `budget_s` seconds have passed: the rows after it are listed as not run)."""
     import torch
 
@@ -488,7 +495,7 @@ def run(directory: Path, report: Path, options: TimingOptions, sweep: bool, rows
         if budget_s and time.perf_counter() - began > budget_s:
             skipped.append(row.label)
             continue
-        default = row_configs(row, False)[0]
+        default = row_configs(row)[0]
         if not bundle_dir(directory, row, default).is_dir():
             raise SystemExit(f"no bundle for {row.label} under {directory}: run `bench_bwd.py build` first")
         sets = [_inputs(torch, row, seed) for seed in range(3)]
@@ -496,7 +503,7 @@ def run(directory: Path, report: Path, options: TimingOptions, sweep: bool, rows
         numerics = load_bundle(directory, row.spec, arch_of(default), default).numerics
         refs = bench_gate.references(_problem(row, sets[0], *forwards[0], numerics))
         entry = {"row": row.label, "flops": row.flops, "causal": row.causal, "long": row.long, "ours": {}, "peers": {}}
-        for config in row_configs(row, sweep, warp, wgmma, wgmma_sweep, sections):
+        for config in row_configs(row, candidates):
             if not bundle_dir(directory, row, config).is_dir():
                 continue
             if config.body == "warp" and row.seqlen * row.heads_q * row.batch > 16 * 2048 * 4:
@@ -529,7 +536,8 @@ def once(directory: Path, row: Row, tag: str) -> int:
 
     from fmha_mlir.runtime.executor import get_executor
 
-    config = next((c for c in row_configs(row, True, True, True) if c.tag == tag), row_configs(row, False)[0])
+    config = next((c for c in row_configs(row, Candidates(sweep=True, warp=True, wgmma=True)) if c.tag == tag),
+                  row_configs(row)[0])
     bundle = load_bundle(directory, row.spec, arch_of(config), config)
     inputs = _inputs(torch, row, 0)
     runs = _prepared_runs(torch, bundle, get_executor("cuda"), row, [inputs], [_forward(torch, row, *inputs[:3],
@@ -714,15 +722,15 @@ def main(argv=None) -> int:
     if args.grad_accum:   # packed bf16 atomics add into a bf16 dQ: the bf16 rows only
         rows = [v for r in rows for v in (r, *([dataclasses.replace(r, grad_accum=args.grad_accum)]
                                                if r.dtype == "bf16" and not r.deterministic else []))]
-    sections = tuple(mib << 20 for mib in args.l2_sections)
+    candidates = Candidates(args.sweep, args.warp, args.wgmma, args.wgmma_sweep,
+                            tuple(mib << 20 for mib in args.l2_sections))
     if args.action == "build":
-        build(args.directory, args.sweep, args.warp, args.ptxas, rows, args.wgmma, args.wgmma_sweep, sections)
+        build(args.directory, args.ptxas, rows, candidates)
         return 0
     if args.action == "once":
         return once(args.directory, rows[0], args.tag)
     options = TimingOptions(calls=args.calls, rounds=args.rounds, sleep_rate=0.0)
-    return run(args.directory, args.report, options, args.sweep, rows, args.flex, args.warp, args.budget_s,
-               args.wgmma, args.wgmma_sweep, sections)
+    return run(args.directory, args.report, options, rows, args.flex, args.budget_s, candidates)
 
 
 if __name__ == "__main__":

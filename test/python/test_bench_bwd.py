@@ -42,11 +42,11 @@ def test_ours_is_what_the_op_runs_on_an_h200_then_sm_90_s_row():
     mma.sync's, on both chips."""
     for hdim in (128, 160, 256):
         row = bench_bwd.Row(2, 16, 16, 4096, hdim, False, "bf16")
-        ours, generic = bench_bwd.row_configs(row, False)[:2]
+        ours, generic = bench_bwd.row_configs(row)[:2]
         assert (ours.instruction, bench_bwd.arch_of(ours)) == ("wgmma.m64n64k16", "sm_90a")
         assert ours.producer == (hdim != 160)
         assert (generic.instruction, bench_bwd.arch_of(generic)) == ("mma.m16n8k16", "sm_90")
-    assert [c.instruction for c in bench_bwd.row_configs(bench_bwd.Row(4, 16, 16, 2048, 136, False, "bf16"), False)] \
+    assert [c.instruction for c in bench_bwd.row_configs(bench_bwd.Row(4, 16, 16, 2048, 136, False, "bf16"))] \
         == ["mma.m16n8k16"]
 
 
@@ -55,7 +55,7 @@ def test_the_wgmma_sweep_times_a_deterministic_writer_row_in_every_turn_order_an
     others of TURN_SWEEP (each order, with and without overlapped completions), labelled; a row without
     turns (default mode, or the d256 row's partials) gets none of them."""
     row = dataclasses.replace(bench_bwd.Row(4, 16, 16, 2048, 128, True, "bf16"), deterministic=True)
-    configs = bench_bwd.row_configs(row, False, wgmma=True, wgmma_sweep=True)
+    configs = bench_bwd.row_configs(row, bench_bwd.Candidates(wgmma=True, wgmma_sweep=True))
     turns = [(c.turn_order, c.turn_overlap) for c in configs if getattr(c, "dq_bulk", False)]
     assert turns == [("first_to_last", False), ("first_to_last", True), ("last_to_first", False),
                      ("last_to_first", True)]
@@ -63,18 +63,19 @@ def test_the_wgmma_sweep_times_a_deterministic_writer_row_in_every_turn_order_an
     for plain in (dataclasses.replace(row, deterministic=False),
                   dataclasses.replace(bench_bwd.Row(2, 8, 8, 2048, 256, False, "bf16"), deterministic=True)):
         assert all((c.turn_order, c.turn_overlap) == ("first_to_last", False)
-                   for c in bench_bwd.row_configs(plain, False, wgmma=True, wgmma_sweep=True) if c.body == "tiled")
+                   for c in bench_bwd.row_configs(plain, bench_bwd.Candidates(wgmma=True, wgmma_sweep=True))
+                   if c.body == "tiled")
 
 
 def test_l2_sections_time_the_op_s_wgmma_config_with_each_section_size():
     """--l2-sections: the op's wgmma config with each l2_section_bytes, labelled; a row the op runs on
     mma.sync (packed sequences are not bench rows; bf16 dQ atomics keep wgmma) gets none from them."""
     row = bench_bwd.Row(4, 16, 16, 2048, 192, False, "bf16")
-    configs = bench_bwd.row_configs(row, False, wgmma=True, sections=(8 << 20, 32 << 20))
+    configs = bench_bwd.row_configs(row, bench_bwd.Candidates(wgmma=True, sections=(8 << 20, 32 << 20)))
     sizes = [c.l2_section_bytes for c in configs if c.body == "tiled" and c.instruction.startswith("wgmma")]
     assert sizes[0] == 16 << 20 and {8 << 20, 32 << 20} <= set(sizes)   # the table's own first
     assert bench_bwd.config_about(configs[-1]).endswith("L2 sections of 32 MiB")
-    generic = bench_bwd.row_configs(row, False, sections=(8 << 20,))[1]
+    generic = bench_bwd.row_configs(row, bench_bwd.Candidates(sections=(8 << 20,)))[1]
     assert generic.instruction == "mma.m16n8k16" and generic.l2_section_bytes == 0
 
 
@@ -185,7 +186,8 @@ def test_a_head_dim_between_the_wgmma_rows_is_timed_on_the_next_row_up_padded():
     for hdim, expected in ((32, [WGMMA_TABLE[64]]), (80, [WGMMA_TABLE[128]]), (96, [WGMMA_TABLE[128]]),
                            (136, [WGMMA_TABLE[256]]),
                            (160, [dataclasses.replace(WGMMA_TABLE[256], producer=False), WGMMA_TABLE[256]])):
-        configs = bench_bwd.row_configs(bench_bwd.Row(4, 16, 16, 2048, hdim, False, "bf16"), False, wgmma=True)
+        configs = bench_bwd.row_configs(bench_bwd.Row(4, 16, 16, 2048, hdim, False, "bf16"),
+                                          bench_bwd.Candidates(wgmma=True))
         wgmma = [c for c in configs if c.instruction == WGMMA_TABLE[128].instruction]
         assert wgmma == expected
 
