@@ -167,6 +167,10 @@ class TiledConfig(KernelConfig):
     # this many bytes of Q, dO, dq_acc, LSE and D (bodies.tiled.section_heads), key block major within a
     # section, so that the heads being worked on at once stay in L2 (0: one section of every head).
     l2_section_bytes: int = 0
+    # With a producer: its warpgroup's register budget a thread (setmaxnreg); the consumers share what the
+    # work-group entered with less this (bodies.wgmma.register_budgets). A table choice by ptxas -v: too few
+    # and the producer's addresses spill, too many and the consumers' accumulators do.
+    producer_registers: int = 24
 
     @property
     def mfma(self):
@@ -229,6 +233,10 @@ class TiledConfig(KernelConfig):
             out.append(Reason("config.l2_section_bytes", f"sections order the key blocks of grid_order keys_outer, "
                                                          f"not {self.grid_order}",
                               "use grid_order = keys_outer, or l2_section_bytes = 0"))
+        if not (isinstance(self.producer_registers, int) and 24 <= self.producer_registers <= 256
+                and self.producer_registers % 8 == 0):
+            out.append(Reason("config.producer_registers", f"setmaxnreg takes 24 to 256 registers in steps of 8, "
+                                                           f"not {self.producer_registers!r}"))
         if not isinstance(self.turn_overlap, bool):
             out.append(Reason("config.turn_overlap", f"must be true or false (got {self.turn_overlap!r})"))
         elif (self.turn_overlap or self.turn_order != TURN_ORDERS[0]) and self.dq_bulk is not True:

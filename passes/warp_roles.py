@@ -1,10 +1,10 @@
 """The schedule of passes/flash_bwd.py with warp specialisation (sm_90a, config.producer): one producer
 warpgroup feeds the consumer warpgroups, which run the schedule's steps unchanged.
 
-    producer (setmaxnreg 24):   K, V once by TMA; per step, when the stage is free (its `empty` barrier),
+    producer (setmaxnreg down): K, V once by TMA; per step, when the stage is free (its `empty` barrier),
                                 Q and dO by TMA and LSE and D by ordinary loads into the stage, then
                                 arrive on its `full` barrier (TMA bytes counted by expect-tx)
-    consumers (setmaxnreg 240): wait for K, V; per step wait for the stage's `full` phase, compute the
+    consumers (setmaxnreg up):  wait for K, V; per step wait for the stage's `full` phase, compute the
                                 step (FlashBackward.step), then release the stage (`empty`)
 
 With config.dq_bulk the producer's last warp is a writer instead (its own role): the consumers store each
@@ -18,13 +18,13 @@ twice per step: before they store dS^T (every warpgroup's previous dQ product ha
 parameters after the stage's operands) whose boxes stop at the sequence ends, so rows past seqlen_q and
 seqlen_k are zero, as the cp.async copies leave them; LSE and D past seqlen_q get the fill
 CpAsyncCopy.row_values gives them. Roles are declared on the gpu.func (hopper_sync.declare_roles): the
-interpreter runs each as a coroutine.
+interpreter runs each as a coroutine. The budgets are the config's split (bodies.wgmma.register_budgets).
 """
 from __future__ import annotations
 
 from fmha_mlir import mask_geometry
 from fmha_mlir.bodies import DQ_SEMAPHORES, TiledBody, dq_in_turns
-from fmha_mlir.bodies.wgmma import DQ_BOX_COLUMNS, PRODUCED_TILES, SWIZZLE, tensor_maps
+from fmha_mlir.bodies.wgmma import DQ_BOX_COLUMNS, PRODUCED_TILES, SWIZZLE, register_budgets, tensor_maps
 from fmha_mlir.dialects import fmha
 from fmha_mlir.wgmma_layouts import f32_store_column, f32_tile_offset
 from fmha_mlir.mlir import arith, gpu, ir, memref, scf, vector
@@ -37,9 +37,8 @@ from .ix import Ix, as_value
 from .shared_tiles import dynamic_shared_memory
 from .tma_copy import TmaCopy, TmaWrite, bulk_commit, bulk_wait
 
-PRODUCER_REGISTERS, CONSUMER_REGISTERS = 24, 240   # 128 x 24 + 256 x 240 <= 64K registers
-CONSUMER_BARRIER = 1                                 # named barrier id over the consumer threads
-DQ_FULL, DQ_FREE = 0, 1                              # the barriers of dQ's shared tile (dq_bulk)
+CONSUMER_BARRIER = 1     # named barrier id over the consumer threads
+DQ_FULL, DQ_FREE = 0, 1  # the barriers of dQ's shared tile (dq_bulk)
 
 
 class ProducerConsumerBackward(FlashBackward):
@@ -87,15 +86,16 @@ class ProducerConsumerBackward(FlashBackward):
             fence_proxy_async()
         gpu.barrier()
 
+        producer_registers, consumer_registers = register_budgets(config)
         role = scf.IfOp(arith.cmpi(arith.CmpIPredicate.ult, self.tid, index(self.consumers)), has_else=True)
         with ir.InsertionPoint(role.then_block):
-            set_max_registers(CONSUMER_REGISTERS, True)
+            set_max_registers(consumer_registers, True)
             self.keys_ready.wait(0, False)
             results = self.run_steps(first_head, lo, hi, steps, *self.zero_gradients())
             self.store_gradients(results)
             scf.yield_([])
         with ir.InsertionPoint(role.else_block):
-            set_max_registers(PRODUCER_REGISTERS, False)
+            set_max_registers(producer_registers, False)
             if config.dq_bulk:
                 loads = scf.IfOp(arith.cmpi(arith.CmpIPredicate.ult, self.tid, index(writer)), has_else=True)
                 with ir.InsertionPoint(loads.then_block):

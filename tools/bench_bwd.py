@@ -155,6 +155,9 @@ WGMMA_SWEEP: dict[int, list[KernelConfig]] = {
         dataclasses.replace(WGMMA_TABLE[d], producer=True, dq_bulk=False)] for d in WGMMA_TABLE}
 # d256: dQ's f32 tile fits beside one Q / dO stage only: the writer's bulk reduce-adds against double buffering.
 WGMMA_SWEEP[256].append(dataclasses.replace(WGMMA_TABLE[256], stages=1, producer=True, dq_bulk=True))
+# 128 query rows a step in one stage: S^T's and dQ's warpgroup tiles become whole m64n64 products (d192's
+# 96-column dK / dV stay m64n32), at the cost of the copies' overlap (one stage) and half the steps.
+WGMMA_SWEEP[256].append(dataclasses.replace(WGMMA_TABLE[256], block_m=128, stages=1, dq_warps=(2, 1)))
 # Deterministic rows whose writer takes dQ's turns (bodies.dq_in_turns): the op's config in the other turn
 # order, and each order with the writer's completions overlapping the next step.
 TURN_SWEEP = [{"turn_order": order, "turn_overlap": overlap} for order in TURN_ORDERS for overlap in (False, True)]
@@ -181,6 +184,7 @@ class Candidates:
     wgmma: bool = False            # the wgmma row of the head dim's bucket
     wgmma_sweep: bool = False      # its candidates: WGMMA_SWEEP, TURN_SWEEP, dQ's logical order
     sections: tuple[int, ...] = ()  # the op's wgmma config with each of these l2_section_bytes
+    registers: tuple[int, ...] = ()  # the op's wgmma config, where it has a producer, with each producer_registers
 
 
 def row_configs(row: Row, candidates: Candidates = Candidates()) -> list[KernelConfig]:
@@ -188,7 +192,8 @@ def row_configs(row: Row, candidates: Candidates = Candidates()) -> list[KernelC
     body on the generic chip) and the sweep's candidates, then the wgmma body's row of the head dim's bucket
     and, with either sweep, its candidates (WGMMA_SWEEP, and the op's config in TURN_SWEEP's turns or in
     dQ's logical order where those apply; where they take the spec on sm_90a), then the op's config in
-    each L2 section size, then the scalar warp body (where it takes the spec: not in deterministic mode)."""
+    each L2 section size and producer register budget, then the scalar warp body (where it takes the
+    spec: not in deterministic mode)."""
     sweep, wgmma = candidates.sweep, candidates.wgmma
     default = choose_config(row.spec, get_target(HOPPER_ARCH), "tiled")
     generic = choose_config(row.spec, get_target(ARCH), "tiled")
@@ -204,6 +209,7 @@ def row_configs(row: Row, candidates: Candidates = Candidates()) -> list[KernelC
             hopper.append(dataclasses.replace(default, dq_fragment=False))
     if getattr(default, "instruction", "") == WGMMA:
         hopper += [dataclasses.replace(default, l2_section_bytes=size) for size in candidates.sections]
+        hopper += [dataclasses.replace(default, producer_registers=n) for n in candidates.registers if default.producer]
     hopper = [c for c in hopper if not BODIES["tiled"].reasons(row.spec, get_target(HOPPER_ARCH), c)]
     scalar = [WARP] if candidates.warp and not BODIES["warp"].spec_reasons(row.spec, WARP) else []
     return list(dict.fromkeys([default, generic, *extra, *hopper, *scalar]))
@@ -530,14 +536,19 @@ def run(directory: Path, report: Path, options: TimingOptions, rows: list[Row], 
     return 1 if failures else 0
 
 
-def once(directory: Path, row: Row, tag: str) -> int:
-    """Two backwards of one bundle (the second is the one to profile: module load and JIT are done)."""
+def once(directory: Path, row: Row, tag: str | None, candidates: Candidates) -> int:
+    """Two backwards of one bundle (the second is the one to profile: module load and JIT are done): the
+    op's own config, or the one of `tag` among the row's configs under the flags the build took."""
+    configs = row_configs(row, dataclasses.replace(candidates, sweep=True, warp=True, wgmma=True))
+    config = next((c for c in configs if c.tag == tag), None) if tag else configs[0]
+    if config is None:
+        print(f"{row.label}: no config tagged {tag} under these flags (pass the build's, e.g. --l2-sections); "
+              f"these are: {', '.join(c.tag for c in configs)}", file=sys.stderr)
+        return 2
     import torch
 
     from fmha_mlir.runtime.executor import get_executor
 
-    config = next((c for c in row_configs(row, Candidates(sweep=True, warp=True, wgmma=True)) if c.tag == tag),
-                  row_configs(row)[0])
     bundle = load_bundle(directory, row.spec, arch_of(config), config)
     inputs = _inputs(torch, row, 0)
     runs = _prepared_runs(torch, bundle, get_executor("cuda"), row, [inputs], [_forward(torch, row, *inputs[:3],
@@ -567,7 +578,7 @@ def config_about(config: KernelConfig) -> str:
         return config.body
     words = [config.instruction]
     if config.instruction == WGMMA:
-        words.append("producer" if config.producer else "no producer")
+        words.append(f"producer ({config.producer_registers} registers)" if config.producer else "no producer")
         words.append("dQ bulk" if config.dq_bulk else "dQ by consumers")
         words += [] if config.dq_fragment else ["dQ in logical order"]
         if (config.turn_order, config.turn_overlap) != (TURN_ORDERS[0], False):   # deterministic mode's dQ turns
@@ -701,11 +712,15 @@ def main(argv=None) -> int:
     p.add_argument("--l2-sections", nargs="+", type=int, default=[], metavar="MIB",
                    help="with --wgmma: also the op's wgmma config with L2 sections of these many MiB "
                         "(config.l2_section_bytes)")
+    p.add_argument("--producer-registers", nargs="+", type=int, default=[], metavar="N",
+                   help="with --wgmma: also the op's wgmma config, where it has a producer, with these register "
+                        "budgets for it (config.producer_registers)")
     p.add_argument("--rows", nargs="+", default=[""], help="only rows whose label contains one of these texts")
     p.add_argument("--flex", choices=("bf16", "f16", "all", "none"), default="bf16",
                    help="rows on which compiled FlexAttention is timed (its torch.compile takes tens of seconds a row)")
     p.add_argument("--ptxas", help="build: ptxas of a CUDA toolkit, for cubins and register counts")
-    p.add_argument("--tag", default="", help="once: the config tag (default: the body's table entry)")
+    p.add_argument("--tag", default="", help="once: the config tag, among the row's configs under the flags given "
+                   "(as to build; default: the op's own)")
     p.add_argument("--softcap", type=float, default=0.0, help="also each row with this softcap (its speed cost)")
     p.add_argument("--deterministic", action="store_true", help="also each row in deterministic mode (its cost)")
     p.add_argument("--grad-accum", choices=("bf16",), help="also each bf16 row with bf16 dQ atomics (their gain)")
@@ -723,12 +738,12 @@ def main(argv=None) -> int:
         rows = [v for r in rows for v in (r, *([dataclasses.replace(r, grad_accum=args.grad_accum)]
                                                if r.dtype == "bf16" and not r.deterministic else []))]
     candidates = Candidates(args.sweep, args.warp, args.wgmma, args.wgmma_sweep,
-                            tuple(mib << 20 for mib in args.l2_sections))
+                            tuple(mib << 20 for mib in args.l2_sections), tuple(args.producer_registers))
     if args.action == "build":
         build(args.directory, args.ptxas, rows, candidates)
         return 0
     if args.action == "once":
-        return once(args.directory, rows[0], args.tag)
+        return once(args.directory, rows[0], args.tag, candidates)
     options = TimingOptions(calls=args.calls, rounds=args.rounds, sleep_rate=0.0)
     return run(args.directory, args.report, options, rows, args.flex, args.budget_s, candidates)
 

@@ -22,16 +22,20 @@ HOPPER_ARCH = "sm_90a"
 # (bench_notes.md, "L2 sections of heads, measured") +6-8% at d64 and d128 S8192, +22% d128 causal S2048,
 # +7% d256, +61-79% on d160 / d192 (whose rows were DRAM-bound), 32 MiB no better; causal GQA lost 7%
 # (bodies.tiled.tiled_config drops them there).
+# The producer keeps 40 registers and the consumers 232: ptxas -v finds no spills on any of their rows, where
+# 24 / 240 spilled 40-192 bytes (the producer's addresses; bench_notes.md, "Register budgets").
 _SM90A = dict(wave_size=32, warps=8, instruction=WGMMA, swizzle="sw128", stages=2, p_in_registers=True,
-              sdp_warps=(2, 1), dkv_warps=(2, 1), producer=True, dq_bulk=True, l2_section_bytes=16 << 20)
+              sdp_warps=(2, 1), dkv_warps=(2, 1), producer=True, dq_bulk=True, l2_section_bytes=16 << 20,
+              producer_registers=40)
 WGMMA_TABLE: dict[int, TiledConfig] = {
     64: TiledConfig(**_SM90A, block_m=128, block_n=128, dq_warps=(2, 1)),
     128: TiledConfig(**_SM90A, block_m=64, block_n=128, dq_warps=(1, 2)),
     # d256 (FlashAttention's DSL shape): dK and dV of 128 keys would be 256 f32 a thread, so 64 keys whose
     # head dim the warpgroups split; S^T's query columns split too (m64n32), so P^T and dS^T reach dV and
-    # dK through shared memory (all-SS). Two Q / dO stages leave no room for dQ's f32 tile: atomics.
+    # dK through shared memory (all-SS). Two Q / dO stages leave no room for dQ's f32 tile: atomics. Its
+    # consumers need 240 registers (232 spill 68 bytes).
     256: TiledConfig(**{**_SM90A, "p_in_registers": False, "dq_bulk": False, "sdp_warps": (1, 2),
-                        "dkv_warps": (1, 2)}, block_m=64, block_n=64, dq_warps=(1, 2)),
+                        "dkv_warps": (1, 2), "producer_registers": 24}, block_m=64, block_n=64, dq_warps=(1, 2)),
 }
 # The smallest head dim a row takes (default: every one of its bucket): below it the zero columns the tiles
 # are padded with cost more than wgmma gains. The d256 row takes d136-d192 on 192-column tiles, 96 columns a
@@ -51,6 +55,19 @@ PRODUCED_TILES = {"k": "block_n", "v": "block_n", "q": "block_m", "do": "block_m
 
 
 DQ_BOX_COLUMNS = SWIZZLE // 4   # f32 columns of one swizzled row of dQ's shared tile
+REGISTER_FILE = 65536           # 32-bit registers of an SM
+CONSUMER_REGISTERS = 240        # the consumers' budget where the file has room for more (FlashAttention-3's)
+
+
+def register_budgets(config: TiledConfig) -> tuple[int, int]:
+    """(producer, consumers) registers a thread under setmaxnreg. A work-group of a producer body runs one an
+    SM (hopper_sync.fix_entry_registers) and enters with REGISTER_FILE / threads a thread, in ptxas's steps
+    of 8; the producer gives back all but config.producer_registers and the consumers share what that
+    frees, at most CONSUMER_REGISTERS."""
+    entry = REGISTER_FILE // config.threads // 8 * 8
+    producers = config.threads - config.consumer_threads
+    shared = (entry * config.threads - config.producer_registers * producers) // config.consumer_threads
+    return config.producer_registers, min(CONSUMER_REGISTERS, shared // 8 * 8)
 
 
 def tensor_maps(config: TiledConfig) -> tuple[TensorMap, ...]:
@@ -74,6 +91,12 @@ def instruction_reasons(target, config: TiledConfig) -> list[Reason]:
     if config.swizzle != "sw128":
         out.append(Reason("config.swizzle", f"wgmma reads tiles in the hardware's 128-byte swizzle, not "
                                             f"{config.swizzle!r}", "use swizzle='sw128'"))
+    entry = REGISTER_FILE // config.threads // 8 * 8
+    if config.producer and config.producer_registers > entry:
+        out.append(Reason("config.producer_registers", f"the producer gives registers back (setmaxnreg.dec) from "
+                                                       f"the {entry} a thread of {config.threads} enters with, "
+                                                       f"so it cannot keep {config.producer_registers}",
+                          f"use at most {entry}"))
     sdp_columns = config.block_m // config.sdp_warps[1]
     if sdp_columns % BLOCK_COLUMNS and BLOCK_COLUMNS % sdp_columns:
         out.append(Reason("config.sdp_warps", f"a warpgroup's {sdp_columns} S^T columns are neither whole "

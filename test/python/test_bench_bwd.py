@@ -79,6 +79,32 @@ def test_l2_sections_time_the_op_s_wgmma_config_with_each_section_size():
     assert generic.instruction == "mma.m16n8k16" and generic.l2_section_bytes == 0
 
 
+def test_producer_registers_time_the_op_s_producer_config_with_each_budget():
+    """--producer-registers: the op's wgmma config with each producer budget, labelled; a row whose config
+    has no producer (d192 without a mask) gets none from them."""
+    row = bench_bwd.Row(4, 16, 16, 2048, 64, False, "bf16")
+    configs = bench_bwd.row_configs(row, bench_bwd.Candidates(wgmma=True, registers=(24,)))
+    assert configs[0].producer_registers == 40 and configs[-1].producer_registers == 24
+    assert "producer (24 registers)" in bench_bwd.config_about(configs[-1])
+    d192 = bench_bwd.Row(4, 16, 16, 2048, 192, False, "bf16")
+    assert bench_bwd.row_configs(d192, bench_bwd.Candidates(wgmma=True, registers=(24,))) == bench_bwd.row_configs(
+        d192, bench_bwd.Candidates(wgmma=True))
+
+
+def test_once_profiles_a_tagged_config_of_the_build_s_flags_and_names_the_tags_it_has_otherwise(capsys):
+    """once --tag: a section variant is found under the build's --l2-sections; a tag not among the row's
+    configs is refused with the tags there are (it profiled the op's own config without a word before)."""
+    row = bench_bwd.Row(4, 16, 16, 2048, 192, False, "bf16")
+    sections = bench_bwd.Candidates(sections=(32 << 20,))
+    tag = bench_bwd.row_configs(row, dataclasses.replace(sections, wgmma=True))[-1].tag
+    assert bench_bwd.once(Path("/nonexistent"), row, tag, bench_bwd.Candidates()) == 2
+    message = capsys.readouterr().err
+    assert f"no config tagged {tag}" in message and bench_bwd.row_configs(row)[0].tag in message
+    with pytest.raises(Exception) as found:   # found, so it goes on to load the bundle (none here)
+        bench_bwd.once(Path("/nonexistent"), row, tag, sections)
+    assert "no config tagged" not in str(found.value)
+
+
 def test_a_padded_row_computes_the_op_s_padded_spec_at_its_own_scale_and_counts_its_own_flops():
     # d80 is a multiple of 8: the kernel pads it; d84 is not: the op pads it to 88, as the bench does
     assert bench_bwd.Row(4, 16, 16, 2048, 80, False, "bf16").spec.hdim_q == 80

@@ -6,11 +6,13 @@ bugs are reported by name; what the producer cannot take is refused or falls bac
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import pytest
 
 from fmha_mlir.bodies import check_config, choose_config
-from fmha_mlir.bodies.wgmma import WGMMA_TABLE
+from fmha_mlir.bodies.wgmma import WGMMA_TABLE, register_budgets
+from fmha_mlir.compiler import compile_spec
 from fmha_mlir.errors import SpecError
 from fmha_mlir.problem import ProblemSize
 from fmha_mlir.spec import AttentionBwdSpec, Mask
@@ -44,10 +46,10 @@ def test_the_producer_body_matches_the_oracle(spec, size, config):
     isa = run_variant(spec, size, config).isa
     # The consumers copy nothing themselves: every tile comes by TMA, each warpgroup's budget is moved.
     assert "cp.async.bulk.tensor" in isa and "cp.async.cg" not in isa
-    assert "setmaxnreg.inc.sync.aligned.u32 \t240" in isa and "setmaxnreg.dec.sync.aligned.u32 \t24" in isa
+    producer, consumers = register_budgets(config)
+    assert re.findall(r"setmaxnreg\.(\w+)\.sync\.aligned\.u32\s+(\d+);", isa) == [("inc", str(consumers)),
+                                                                                    ("dec", str(producer))]
     # dQ by bulk reduce-adds of the shared tile, or by the consumers' atomics
-    import re
-
     bulk = "cp.reduce.async.bulk.tensor" in isa
     assert bulk == config.dq_bulk
     assert not (bulk and re.search(r"\b(red|atom)\.[a-z.]*global\.add", isa))
@@ -149,6 +151,24 @@ def test_the_producer_needs_wgmma_and_whole_sequences():
         assert not dataclasses.replace(BULK_DQ, **fields).reasons()
     assert [r.field for r in dataclasses.replace(BULK_DQ, turn_order="backwards").reasons()] == ["config.turn_order"]
     assert [r.field for r in dataclasses.replace(BULK_DQ, turn_overlap=1).reasons()] == ["config.turn_overlap"]
+
+
+def test_register_budgets_split_what_the_work_group_enters_with_and_setmaxnreg_moves_them():
+    """The producer keeps config.producer_registers; the consumers share what it gives back of the budget a
+    work-group enters with (65536 / threads: 168 at 384 threads, 256 at 256), at most 240. The table's d64
+    row: 40 / 232 (ptxas: no spills; 24 / 240 spilled 184 bytes), its d256 row 24 / 240; the kernel moves
+    exactly those."""
+    assert register_budgets(WGMMA_TABLE[64]) == (40, 232) and register_budgets(WGMMA_TABLE[256]) == (24, 240)
+    assert register_budgets(PRODUCED) == (24, 240)   # one consumer warpgroup: 256 at entry, capped at 240
+    ptx = compile_spec(AttentionBwdSpec("bf16", 64), "sm_90a", body="tiled", config=WGMMA_TABLE[64]).isa
+    assert re.findall(r"setmaxnreg\.(\w+)\.sync\.aligned\.u32\s+(\d+);", ptx) == [("inc", "232"), ("dec", "40")]
+    assert [r.field for r in dataclasses.replace(PRODUCED, producer_registers=36).reasons()] == [
+        "config.producer_registers"]
+    with pytest.raises(SpecError) as caught:   # more than it enters with: setmaxnreg.dec cannot raise it
+        check_config(AttentionBwdSpec("bf16", 64), TARGETS["sm_90a"],
+                     dataclasses.replace(WGMMA_TABLE[64], producer_registers=176))
+    assert [r.field for r in caught.value.reasons] == ["config.producer_registers"]
+    assert "at most 168" in caught.value.reasons[0].fix
 
 
 @pytest.mark.parametrize("mask,extra,producer,dq_bulk", [
