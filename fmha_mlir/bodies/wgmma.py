@@ -59,14 +59,19 @@ REGISTER_FILE = 65536           # 32-bit registers of an SM
 CONSUMER_REGISTERS = 240        # the consumers' budget where the file has room for more (FlashAttention-3's)
 
 
+def entry_registers(config: TiledConfig) -> int:
+    """The registers a thread of a producer body's work-group enters with: it runs one an SM
+    (hopper_sync.fix_entry_registers), REGISTER_FILE / threads in ptxas's steps of 8."""
+    return REGISTER_FILE // config.threads // 8 * 8
+
+
 def register_budgets(config: TiledConfig) -> tuple[int, int]:
-    """(producer, consumers) registers a thread under setmaxnreg. A work-group of a producer body runs one an
-    SM (hopper_sync.fix_entry_registers) and enters with REGISTER_FILE / threads a thread, in ptxas's steps
-    of 8; the producer gives back all but config.producer_registers and the consumers share what that
-    frees, at most CONSUMER_REGISTERS."""
-    entry = REGISTER_FILE // config.threads // 8 * 8
+    """(producer, consumers) registers a thread under setmaxnreg: the producer gives back all but
+    config.producer_registers of its entry_registers, and the consumers share what that frees, at most
+    CONSUMER_REGISTERS."""
     producers = config.threads - config.consumer_threads
-    shared = (entry * config.threads - config.producer_registers * producers) // config.consumer_threads
+    shared = (entry_registers(config) * config.threads - config.producer_registers * producers) \
+        // config.consumer_threads
     return config.producer_registers, min(CONSUMER_REGISTERS, shared // 8 * 8)
 
 
@@ -91,7 +96,7 @@ def instruction_reasons(target, config: TiledConfig) -> list[Reason]:
     if config.swizzle != "sw128":
         out.append(Reason("config.swizzle", f"wgmma reads tiles in the hardware's 128-byte swizzle, not "
                                             f"{config.swizzle!r}", "use swizzle='sw128'"))
-    entry = REGISTER_FILE // config.threads // 8 * 8
+    entry = entry_registers(config)
     if config.producer and config.producer_registers > entry:
         out.append(Reason("config.producer_registers", f"the producer gives registers back (setmaxnreg.dec) from "
                                                        f"the {entry} a thread of {config.threads} enters with, "
