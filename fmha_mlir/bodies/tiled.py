@@ -298,15 +298,14 @@ def tiled_config(spec: AttentionBwdSpec, target: Target) -> TiledConfig:
         # bf16 dQ atomics: the consumers write dQ. (Deterministic mode keeps the writer, its key blocks taking
         # turns at the reduce-adds: dq_in_turns.)
         row = replace(row, dq_bulk=False)
-    narrower = max(tile_hdims(spec, row)) < _bucket(spec)
-    if row.producer and (((lost_bulk or narrower) and mask_geometry.hides_nothing(spec.mask))
+    if row.producer and ((lost_bulk and mask_geometry.hides_nothing(spec.mask))
                          or TiledBody().reasons(spec, target, row)):
         # Measured (bench_notes.md, "Warp specialisation"): on the rows made for dQ's bulk reduce-adds, the
         # producer with the consumers' atomics instead pays only where the mask cuts tiles (+5-8% causal,
         # -4% without a mask); the d256 row, made for atomics, keeps it (+9.7% without a mask, "A wgmma row
-        # for d256") but not on its narrower 192-column tiles (d192 +10%, d160 +13% without it: "d192 and
-        # d160 on the d256 row, measured"; with a mask, unmeasured, it keeps the producer as the d128 rows
-        # gain from it). Varlen cannot take it. The same tiles, copied by every warp, serve the rest.
+        # for d256"), on its 192-column tiles too since they go in L2 sections (d160 +25%, d192 +13% on the
+        # H100: "Register budgets and the producer at d160 / d192, measured"; without sections it lost 10-13%
+        # there). Varlen cannot take it. The same tiles, copied by every warp, serve the rest.
         row = replace(row, producer=False, dq_bulk=False)
     if row.instruction == WGMMA and (TiledBody().reasons(spec, target, row)
                                      or max(spec.hdim_q, spec.hdim_v) < wgmma.SMALLEST_HDIM.get(_bucket(spec), 0)):

@@ -38,10 +38,11 @@ WGMMA_TABLE: dict[int, TiledConfig] = {
                         "dkv_warps": (1, 2), "producer_registers": 24}, block_m=64, block_n=64, dq_warps=(1, 2)),
 }
 # The smallest head dim a row takes (default: every one of its bucket): below it the zero columns the tiles
-# are padded with cost more than wgmma gains. The d256 row takes d136-d192 on 192-column tiles, 96 columns a
-# warpgroup; measured without its producer (bench_notes.md, "d192 and d160 on the d256 row, measured"): d192
-# 1.16x and d160 1.12x the mma.sync row. d136-d144 do d192's work on fewer FLOPs: at d160's rate times
-# 136 / 160 or 144 / 160 they would be 0.85-0.90x mma.sync (estimated, not measured), so they stay there.
+# are padded with cost more than wgmma gains. The d256 row takes d145-d192 on 192-column tiles, 96 columns a
+# warpgroup: with L2 sections and its producer d160 2.3x and d192 2.5x the mma.sync row on the H100
+# (bench_notes.md, "Register budgets and the producer at d160 / d192, measured"). d136-d144 stay on mma.sync
+# from an estimate made before sections (0.85-0.90x at d160's rate then); at today's d160 rate times 136 / 160
+# they would be about 1.9x: not measured yet, so not taken.
 SMALLEST_HDIM = {256: 145}
 # dQ in fragment order: the most places of a lane (classes of column blocks, wgmma_layouts.dq_run_period)
 # the consumers keep, two registers each beside the accumulators: d160's 5 (no spills on the d256 row,

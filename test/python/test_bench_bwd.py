@@ -37,14 +37,14 @@ def test_rows_are_selected_by_any_of_several_label_texts():
 
 def test_ours_is_what_the_op_runs_on_an_h200_then_sm_90_s_row():
     """The first config timed is sm_90a's choice (the op's on an H100 / H200), the second sm_90's mma.sync
-    row; d160 runs on the d256 row's 192-column tiles without its producer (measured faster than both); a
-    head dim the wgmma rows do not take (d136: estimated slower on 192-column tiles) has one config,
-    mma.sync's, on both chips."""
+    row; d160 runs on the d256 row's 192-column tiles with its producer and L2 sections (measured faster
+    than both); a head dim the wgmma rows do not take (d136: not measured on 192-column tiles) has one
+    config, mma.sync's, on both chips."""
     for hdim in (128, 160, 256):
         row = bench_bwd.Row(2, 16, 16, 4096, hdim, False, "bf16")
         ours, generic = bench_bwd.row_configs(row)[:2]
         assert (ours.instruction, bench_bwd.arch_of(ours)) == ("wgmma.m64n64k16", "sm_90a")
-        assert ours.producer == (hdim != 160)
+        assert ours.producer and ours.l2_section_bytes
         assert (generic.instruction, bench_bwd.arch_of(generic)) == ("mma.m16n8k16", "sm_90")
     assert [c.instruction for c in bench_bwd.row_configs(bench_bwd.Row(4, 16, 16, 2048, 136, False, "bf16"))] \
         == ["mma.m16n8k16"]
@@ -205,13 +205,12 @@ def test_gate_refuses_a_mask_it_cannot_cut():
 
 def test_a_head_dim_between_the_wgmma_rows_is_timed_on_the_next_row_up_padded():
     """--wgmma: d80 and d96 are timed on the d128 wgmma row (128-column tiles), d136 on the d256 row (the op
-    takes mma.sync there: wgmma.SMALLEST_HDIM; d160 beside the op's choice, the row without its producer),
-    d32 on the d64 row."""
+    takes mma.sync there: wgmma.SMALLEST_HDIM; d160 is the op's choice, the row itself), d32 on the d64 row."""
     from fmha_mlir.bodies.wgmma import WGMMA_TABLE
 
     for hdim, expected in ((32, [WGMMA_TABLE[64]]), (80, [WGMMA_TABLE[128]]), (96, [WGMMA_TABLE[128]]),
                            (136, [WGMMA_TABLE[256]]),
-                           (160, [dataclasses.replace(WGMMA_TABLE[256], producer=False), WGMMA_TABLE[256]])):
+                           (160, [WGMMA_TABLE[256]])):
         configs = bench_bwd.row_configs(bench_bwd.Row(4, 16, 16, 2048, hdim, False, "bf16"),
                                           bench_bwd.Candidates(wgmma=True))
         wgmma = [c for c in configs if c.instruction == WGMMA_TABLE[128].instruction]

@@ -26,12 +26,10 @@ def test_one_head_dim_on_one_table_row():
     assert len(plan) == 2 * 4 * 2 and len({spec for spec, _ in plan}) == len(plan)
     assert all(config == WGMMA_TABLE[256] for _, config in plan)
     assert all(spec.hdim_q == spec.hdim_v == 192 and spec.scale == 1 / math.sqrt(192) for spec, _ in plan)
-    # the table itself: the same row, without its producer where no mask cuts tiles, without L2 sections
-    # where a mask cuts tiles with GQA
+    # the table itself: the same row, with its producer, without L2 sections where a mask cuts tiles with GQA
     table = gpu_matrix.configs("sm_90a", "tiled", mods)
-    assert {config for _, config in table} == {WGMMA_TABLE[256], dataclasses.replace(WGMMA_TABLE[256], producer=False),
+    assert {config for _, config in table} == {WGMMA_TABLE[256],
                                                dataclasses.replace(WGMMA_TABLE[256], l2_section_bytes=0)}
-    assert all(config.producer != (spec.mask.kind == "none") for spec, config in table)
     assert all((config.l2_section_bytes == 0) == (spec.mask.kind != "none" and spec.gqa_ratio > 1)
                for spec, config in table)
     assert len(gpu_matrix.jobs("sm_90a", "auto", False, mods, 256)) == 2 * len(plan)   # the two odd lengths
