@@ -17,6 +17,7 @@ from typing import ClassVar
 
 from .errors import Reason, SpecError
 from .matrix_layouts import MFMA_SHAPES
+from .target import SETMAXNREG_BUDGETS
 
 # NVIDIA mma.sync (a warp's m16n8k16), NVIDIA wgmma (sm_90a: a warpgroup's m64n64k16), AMD MFMA (wave64;
 # which chips have which: matrix_layouts.MFMA_SHAPES).
@@ -233,8 +234,7 @@ class TiledConfig(KernelConfig):
             out.append(Reason("config.l2_section_bytes", f"sections order the key blocks of grid_order keys_outer, "
                                                          f"not {self.grid_order}",
                               "use grid_order = keys_outer, or l2_section_bytes = 0"))
-        if not (isinstance(self.producer_registers, int) and 24 <= self.producer_registers <= 256
-                and self.producer_registers % 8 == 0):
+        if not (isinstance(self.producer_registers, int) and self.producer_registers in SETMAXNREG_BUDGETS):
             out.append(Reason("config.producer_registers", f"setmaxnreg takes 24 to 256 registers in steps of 8, "
                                                            f"not {self.producer_registers!r}"))
         if not isinstance(self.turn_overlap, bool):

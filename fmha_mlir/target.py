@@ -8,6 +8,11 @@ from dataclasses import dataclass
 
 from .errors import Reason
 
+# Hopper's register file (32-bit registers an SM) and the per-thread budgets setmaxnreg can set: what a
+# warp-specialised kernel's budgets (bodies.wgmma.register_budgets) and the interpreter's checks rest on.
+HOPPER_REGISTER_FILE = 64 * 1024
+SETMAXNREG_BUDGETS = range(24, 257, 8)
+
 
 @dataclass(frozen=True)
 class Target:

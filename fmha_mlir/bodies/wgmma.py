@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from ..errors import Reason
 from ..kernel_config import WGMMA, TiledConfig
+from ..target import HOPPER_REGISTER_FILE
 from .common import ACCUMULATE, TensorMap
 
 HOPPER_ARCH = "sm_90a"
@@ -56,14 +57,13 @@ PRODUCED_TILES = {"k": "block_n", "v": "block_n", "q": "block_m", "do": "block_m
 
 
 DQ_BOX_COLUMNS = SWIZZLE // 4   # f32 columns of one swizzled row of dQ's shared tile
-REGISTER_FILE = 65536           # 32-bit registers of an SM
 CONSUMER_REGISTERS = 240        # the consumers' budget where the file has room for more (FlashAttention-3's)
 
 
 def entry_registers(config: TiledConfig) -> int:
     """The registers a thread of a producer body's work-group enters with: it runs one an SM
-    (hopper_sync.fix_entry_registers), REGISTER_FILE / threads in ptxas's steps of 8."""
-    return REGISTER_FILE // config.threads // 8 * 8
+    (hopper_sync.fix_entry_registers), the register file / threads in ptxas's steps of 8."""
+    return HOPPER_REGISTER_FILE // config.threads // 8 * 8
 
 
 def register_budgets(config: TiledConfig) -> tuple[int, int]:

@@ -46,11 +46,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...target import HOPPER_REGISTER_FILE as REGISTER_FILE
 from .errors import InterpreterError
 from .lanes import LaneGrid
 
 UNIT = 2                         # bytes per tracked unit, as workgroup.py's race detector
-REGISTER_FILE = 64 * 1024        # 32-bit registers of one SM
 WARPGROUP = 128
 NONE = -1
 
