@@ -46,12 +46,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...target import HOPPER_REGISTER_FILE as REGISTER_FILE
+from ...target import HOPPER_REGISTER_FILE as REGISTER_FILE, SETMAXNREG_BUDGETS
+from ...wgmma_layouts import WARPGROUP
 from .errors import InterpreterError
 from .lanes import LaneGrid
 
 UNIT = 2                         # bytes per tracked unit, as workgroup.py's race detector
-WARPGROUP = 128
 NONE = -1
 
 
@@ -411,7 +411,9 @@ class HopperSync:
             raise InterpreterError(f"{what}: setmaxnreg.{'inc' if increase else 'dec'} to {count} from a budget of "
                                    f"{int(old.max() if increase else old.min())} registers moves the other way")
         self.budgets[workgroups, warpgroups] = count
-        total = np.where(self.budgets > 0, self.budgets, 24).sum(axis=1) * WARPGROUP
+        # a warpgroup yet to move its budget counts at the least it could keep: setmaxnreg.inc waits for
+        # registers the other warpgroups give back, so the order of the moves is not an error
+        total = np.where(self.budgets > 0, self.budgets, SETMAXNREG_BUDGETS[0]).sum(axis=1) * WARPGROUP
         if (total > REGISTER_FILE).any():
             group = int(np.argmax(total))
             raise InterpreterError(f"{what}: the warpgroups of work-group {self.grid.first_group + group} now ask for "
