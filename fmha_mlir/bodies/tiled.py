@@ -90,6 +90,14 @@ def dq_in_turns(spec: AttentionBwdSpec, config: TiledConfig) -> bool:
     return spec.deterministic and getattr(config, "dq_bulk", False)
 
 
+def l2_section_reasons(spec: AttentionBwdSpec) -> list[Reason]:
+    """Why config.l2_section_bytes cannot take this spec (the refusal, and the table's reason to drop it)."""
+    if spec.varlen:
+        return [Reason("config.l2_section_bytes", "sections count the heads of fixed-length sequences; varlen "
+                                                  "sequences are packed", "use l2_section_bytes = 0")]
+    return []
+
+
 class TiledBody(Body):
     name = "tiled"
     config_class = TiledConfig
@@ -149,9 +157,8 @@ class TiledBody(Body):
         if config.producer and spec.varlen:
             out.append(Reason("config.producer", "the producer's tensor maps span whole sequences of one batch "
                                                  "entry; varlen sequences are packed", "use producer = false"))
-        if config.l2_section_bytes and spec.varlen:
-            out.append(Reason("config.l2_section_bytes", "sections count the heads of fixed-length sequences; varlen "
-                                                         "sequences are packed", "use l2_section_bytes = 0"))
+        if config.l2_section_bytes:
+            out += l2_section_reasons(spec)
         if config.dq_bulk and spec.grad_accum != "f32":
             out.append(Reason("config.dq_bulk", "dQ's bulk writes move f32 tiles into dq_acc; bf16 dQ atomics "
                                                 "add into dq itself", "use dq_bulk = false"))
@@ -287,7 +294,8 @@ def tiled_config(spec: AttentionBwdSpec, target: Target) -> TiledConfig:
     without L2 sections of heads where they cannot count heads or lost (a mask that cuts tiles, with GQA)."""
     table = tiled_table(target.arch)
     row = replace(table.get(_bucket(spec)) or table[max(table)], wave_size=target.wave_size)
-    if row.l2_section_bytes and (spec.varlen or (spec.gqa_ratio > 1 and not mask_geometry.hides_nothing(spec.mask))):
+    if row.l2_section_bytes and (l2_section_reasons(spec)
+                                 or (spec.gqa_ratio > 1 and not mask_geometry.hides_nothing(spec.mask))):
         # Packed sequences have no fixed heads to count. Under a mask that cuts tiles with GQA, a work-group
         # walks gqa_ratio heads, so the longest ones are long against an SM's share and keys_outer's
         # longest-first over the whole grid is worth more than L2: measured -7% with sections at
