@@ -129,8 +129,9 @@ LONG_SHAPES = [(2, 16, 16, 8192, 128, False), (2, 16, 16, 8192, 128, True), (1, 
 # Head dims no table row is made for (small models' 32, Stable Diffusion's 80, 96, 160 and 192): the tiled bodies
 # pad them inside the kernel where their warp layouts need it (bodies.tile_hdims: d80 on 96-column Q / K tiles
 # on sm_90, on 128-column ones on the wgmma rows; d160 on 192-column ones of the d256 row, whose warpgroups
-# split d192 at 96 columns); a head dim that is not a multiple of 8 the op pads (Row.spec). d192 causal: with
-# a mask the table keeps the d256 row's producer (unmeasured; without one it measured slower).
+# split d192 at 96 columns); a head dim that is not a multiple of 8 the op pads (Row.spec). d192 causal: the
+# d256 row's producer with a mask too (reports/bench_notes.md, "Register budgets and the producer at d160 /
+# d192, measured").
 PADDED_SHAPES = [(4, 16, 16, 2048, 32, False), (4, 16, 16, 2048, 80, False), (4, 16, 16, 2048, 96, False),
                  (4, 16, 16, 2048, 160, False), (4, 16, 16, 2048, 192, False), (4, 16, 16, 2048, 192, True)]
 ROWS = [Row(*shape, dtype) for dtype in ("bf16", "f16") for shape in SHAPES + LONG_SHAPES + PADDED_SHAPES]
