@@ -17,7 +17,7 @@ from typing import ClassVar
 
 from .errors import Reason, SpecError
 from .matrix_layouts import MFMA_SHAPES
-from .target import SETMAXNREG_BUDGETS
+from .target import SETMAXNREG_BUDGETS, SETMAXNREG_RULE
 
 # NVIDIA mma.sync (a warp's m16n8k16), NVIDIA wgmma (sm_90a: a warpgroup's m64n64k16), AMD MFMA (wave64;
 # which chips have which: matrix_layouts.MFMA_SHAPES).
@@ -235,8 +235,7 @@ class TiledConfig(KernelConfig):
                                                          f"not {self.grid_order}",
                               "use grid_order = keys_outer, or l2_section_bytes = 0"))
         if not (isinstance(self.producer_registers, int) and self.producer_registers in SETMAXNREG_BUDGETS):
-            out.append(Reason("config.producer_registers", f"setmaxnreg takes 24 to 256 registers in steps of 8, "
-                                                           f"not {self.producer_registers!r}"))
+            out.append(Reason("config.producer_registers", f"{SETMAXNREG_RULE}, not {self.producer_registers!r}"))
         if not isinstance(self.turn_overlap, bool):
             out.append(Reason("config.turn_overlap", f"must be true or false (got {self.turn_overlap!r})"))
         elif (self.turn_overlap or self.turn_order != TURN_ORDERS[0]) and self.dq_bulk is not True:

@@ -12,6 +12,8 @@ from .errors import Reason
 # warp-specialised kernel's budgets (bodies.wgmma.register_budgets) and the interpreter's checks rest on.
 HOPPER_REGISTER_FILE = 64 * 1024
 SETMAXNREG_BUDGETS = range(24, 257, 8)
+SETMAXNREG_RULE = (f"setmaxnreg takes {SETMAXNREG_BUDGETS[0]}..{SETMAXNREG_BUDGETS[-1]} registers in steps of "
+                   f"{SETMAXNREG_BUDGETS.step}")
 
 
 @dataclass(frozen=True)

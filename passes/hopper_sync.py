@@ -10,7 +10,7 @@ completes phase k, so its waiters pass parity k % 2 (PTX ISA, "mbarrier.try_wait
 from __future__ import annotations
 
 from fmha_mlir.mlir import arith, ir
-from fmha_mlir.target import SETMAXNREG_BUDGETS
+from fmha_mlir.target import SETMAXNREG_BUDGETS, SETMAXNREG_RULE
 
 from .ir_builders import i32, index
 from .ix import as_value
@@ -106,7 +106,7 @@ def set_max_registers(count: int, increase: bool) -> None:
     """setmaxnreg: this warpgroup's per-thread register budget becomes `count` (24..256, a multiple of 8):
     producers give registers back, consumers take them (sm_90a)."""
     if count not in SETMAXNREG_BUDGETS:
-        raise ValueError(f"setmaxnreg takes 24..256 registers in steps of 8, not {count}")
+        raise ValueError(f"{SETMAXNREG_RULE}, not {count}")
     action = "increase" if increase else "decrease"
     _op("nvvm.setmaxregister", [], {"action": ir.Attribute.parse(f"#nvvm<action {action}>"),
                                     "regCount": ir.IntegerAttr.get(ir.IntegerType.get_signless(32), count)})

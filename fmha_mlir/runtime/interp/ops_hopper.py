@@ -23,7 +23,7 @@ import numpy as np
 
 from ...dtypes import bf16_bits, from_storage
 from ... import wgmma_layouts as layouts
-from ...target import SETMAXNREG_BUDGETS
+from ...target import SETMAXNREG_BUDGETS, SETMAXNREG_RULE
 from .compiler import KernelCompiler
 from .errors import InterpreterError
 from .hopper import (TensorMap, add_box, box_of, box_offsets, operand_offsets, place_box, take_box,
@@ -612,7 +612,7 @@ def compile_setmaxregister(op: Operation, cc: KernelCompiler):
     increase = "increase" in getattr(op.attributes["action"], "text", str(op.attributes["action"]))
     what = cc.describe(op)
     if count not in SETMAXNREG_BUDGETS:
-        raise cc.error(op, f"setmaxnreg takes 24..256 registers in steps of 8, not {count}")
+        raise cc.error(op, f"{SETMAXNREG_RULE}, not {count}")
 
     key = id(op)
 
