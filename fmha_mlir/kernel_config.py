@@ -154,6 +154,9 @@ class TiledConfig(KernelConfig):
     # With a producer: dQ's step tiles go through shared memory, reduced into dq_acc by bulk reduce-adds
     # (cp.reduce.async.bulk) that one producer warp issues, instead of the consumers' per-element atomics.
     dq_bulk: bool = False
+    # With a producer: dK and dV rounded into K's and V's shared tiles (stmatrix) once the last step has read
+    # them, and stored by TMA boxes, instead of each thread's 4-byte stores of its accumulator pairs.
+    dkv_tma_store: bool = False
     # Deterministic dQ by turns (with dq_bulk): the key blocks' order at a query block (TURN_ORDERS), and
     # whether the writer passes a turn on only after its next step's reduce-adds are issued, so that the
     # adds' completion (an L2 round trip) overlaps the next step instead of holding the turn; each key
@@ -220,6 +223,11 @@ class TiledConfig(KernelConfig):
         elif self.producer and self.instruction != WGMMA:
             out.append(Reason("config.producer", f"a producer warpgroup feeds {WGMMA} consumers by TMA, not "
                                                  f"{self.instruction}", "use producer = false"))
+        if not isinstance(self.dkv_tma_store, bool):
+            out.append(Reason("config.dkv_tma_store", f"must be true or false (got {self.dkv_tma_store!r})"))
+        elif self.dkv_tma_store and self.producer is not True:
+            out.append(Reason("config.dkv_tma_store", "dK's and dV's box stores use the tensor maps of a producer "
+                                                      "body", "use producer = true, or dkv_tma_store = false"))
         if not isinstance(self.dq_bulk, bool):
             out.append(Reason("config.dq_bulk", f"must be true or false (got {self.dq_bulk!r})"))
         elif self.dq_bulk and self.producer is not True:

@@ -119,27 +119,34 @@ def _shape(box: tuple[int, ...]) -> str:
 
 
 class TmaWrite:
-    """Box reduce-adds through one tensor map of f32 elements whose box is `rows` x `inner`,
-    swizzled by `swizzle` bytes (the module's docstring says what orders them)."""
+    """Box writes through one tensor map of `element` whose box is `rows` x `inner`, swizzled by `swizzle`
+    bytes (the module's docstring says what orders them): reduce-adds into f32 tensors, or stores."""
 
     def __init__(self, tensor_map: "ir.Value", rows: int, inner: int, swizzle: int, element: str = "f32"):
-        if element != "f32":
-            raise ValueError(f"the box writes here take f32 tensors (the dQ accumulator), not {element}")
         _check_box(inner, element, swizzle)
-        self.tensor_map, self.rows, self.inner, self.swizzle = tensor_map, rows, inner, swizzle
+        self.tensor_map, self.rows, self.inner, self.swizzle, self.element = tensor_map, rows, inner, swizzle, element
 
     @property
     def box_bytes(self) -> int:
-        return self.rows * self.inner * ELEMENT_BYTES["f32"]
+        return self.rows * self.inner * ELEMENT_BYTES[self.element]
 
     def reduce_add(self, shared: "ir.Value", byte_offset, coordinates) -> None:
         """tensor[box at `coordinates`] += the box at `byte_offset` of the dynamic shared buffer `shared`
         (i8; a multiple of the swizzle period, of 128 bytes without one); coordinates innermost first."""
+        if self.element != "f32":
+            raise ValueError(f"the box reduce-adds here take f32 tensors (the dQ accumulator), not {self.element}")
         ir.Operation.create("nvvm.cp.async.bulk.tensor.reduce", results=[], operands=[
             self.tensor_map, *self._source_and_coordinates(shared, byte_offset, coordinates)],
             attributes={"redKind": ir.Attribute.parse("#nvvm.tma_redux_kind<add>"),
                         "mode": ir.Attribute.parse("#nvvm.tma_store_mode<tile>"),
                         "operandSegmentSizes": ir.DenseI32ArrayAttr.get([1, 1, len(coordinates), 0])})
+
+    def store(self, shared: "ir.Value", byte_offset, coordinates) -> None:
+        """tensor[box at `coordinates`] = the box at `byte_offset` of `shared` (as reduce_add places it)."""
+        ir.Operation.create("nvvm.cp.async.bulk.tensor.global.shared.cta", results=[], operands=[
+            self.tensor_map, *self._source_and_coordinates(shared, byte_offset, coordinates)],
+            attributes={"mode": ir.Attribute.parse("#nvvm.tma_store_mode<tile>"),
+                        "operandSegmentSizes": ir.DenseI32ArrayAttr.get([1, 1, len(coordinates), 0, 0])})
 
     @staticmethod
     def _source_and_coordinates(shared: "ir.Value", byte_offset, coordinates) -> list["ir.Value"]:

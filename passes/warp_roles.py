@@ -12,19 +12,25 @@ step's dQ tile into shared memory and the writer reduce-adds it into dq_acc with
 (write_dq), in place of the consumers' per-element atomics; in deterministic mode the key blocks of a
 query block take turns at it, on the query block's semaphore (bodies.dq_in_turns).
 
+With config.dkv_tma_store the consumers end by rounding dK and dV into K's and V's tiles (stmatrix), which
+every consumer's last products have read by then, and one of them stores the tiles by TMA boxes
+(store_gradients), in place of every thread's 4-byte stores of its accumulator pairs.
+
 The consumers sync among themselves with a named barrier over their threads (the producer runs ahead),
 twice per step: before they store dS^T (every warpgroup's previous dQ product has read it) and after
-(it is published). Q, dO, K and V come through tensor maps (fmha_mlir.bodies.wgmma.tensor_maps, kernel
-parameters after the stage's operands) whose boxes stop at the sequence ends, so rows past seqlen_q and
-seqlen_k are zero, as the cp.async copies leave them; LSE and D past seqlen_q get the fill
-CpAsyncCopy.row_values gives them. Roles are declared on the gpu.func (hopper_sync.declare_roles): the
-interpreter runs each as a coroutine. The budgets are the config's split (bodies.wgmma.register_budgets).
+(it is published); with dkv_tma_store twice more at the end, around their stores of dK and dV. Q, dO, K
+and V come through tensor maps (fmha_mlir.bodies.wgmma.tensor_maps, kernel parameters after the stage's
+operands) whose boxes stop at the sequence ends, so rows past seqlen_q and seqlen_k are zero, as the
+cp.async copies leave them; LSE and D past seqlen_q get the fill CpAsyncCopy.row_values gives them.
+Roles are declared on the gpu.func (hopper_sync.declare_roles): the interpreter runs each as a
+coroutine. The budgets are the config's split (bodies.wgmma.register_budgets).
 """
 from __future__ import annotations
 
 from fmha_mlir import mask_geometry
 from fmha_mlir.bodies import DQ_SEMAPHORES, TiledBody, dq_in_turns
-from fmha_mlir.bodies.wgmma import DQ_BOX_COLUMNS, PRODUCED_TILES, SWIZZLE, register_budgets, tensor_maps
+from fmha_mlir.bodies.wgmma import (BLOCK_COLUMNS, DQ_BOX_COLUMNS, PRODUCED_TILES, STORED_TILES, SWIZZLE,
+                                   register_budgets, tensor_maps)
 from fmha_mlir.dialects import fmha
 from fmha_mlir.wgmma_layouts import f32_store_column, f32_tile_offset
 from fmha_mlir.mlir import arith, gpu, ir, memref, scf, vector
@@ -32,8 +38,8 @@ from fmha_mlir.mlir import arith, gpu, ir, memref, scf, vector
 from .flash_bwd import FlashBackward, advance
 from .hopper_sync import (MbarrierGroup, MbarrierPipeline, declare_roles, fence_proxy_async, fix_entry_registers,
                           named_barrier, set_max_registers)
-from .ir_builders import enclosing_op, if_then, index
-from .ix import Ix, as_value
+from .ir_builders import enclosing_op, f32, if_then, index, splat
+from .ix import Ix, LaneValues, as_value
 from .shared_tiles import dynamic_shared_memory
 from .tma_copy import TmaCopy, TmaWrite, bulk_commit, bulk_wait
 
@@ -62,6 +68,9 @@ class ProducerConsumerBackward(FlashBackward):
         if config.dq_bulk:
             self.dq_write = TmaWrite(params[len(PRODUCED_TILES)], self.bm, DQ_BOX_COLUMNS, SWIZZLE)
             self.dq_offset = next(t.offset for t in TiledBody.shared_layout(spec, config) if t.name == "dq")
+        if config.dkv_tma_store:
+            self.dkv_writes = {out: TmaWrite(param, self.bn, BLOCK_COLUMNS, SWIZZLE, spec.dtype)
+                               for out, param in zip(STORED_TILES, params[-len(STORED_TILES):])}
 
     def build(self) -> None:
         first_head, lo, hi, steps = self.walk()
@@ -112,6 +121,33 @@ class ProducerConsumerBackward(FlashBackward):
 
     def stage_of(self, it):
         return arith.remui(it, index(self.config.stages))
+
+    def store_gradients(self, results: list) -> None:
+        """With dkv_tma_store: once every consumer's last products have read K and V, dK (scaled) and dV
+        rounded into their tiles by stmatrix, published to the async proxy, and stored by one thread's box
+        stores (TMA drops rows past seqlen_k and columns past the head dim), whose reads it waits for
+        before the work-group ends; else FlashBackward's stores."""
+        if not self.config.dkv_tma_store:
+            return super().store_gradients(results)
+        dk, dv = self.gradients(results[2:])
+        self.before_shared_stores()
+        here = LaneValues(ir.InsertionPoint.current)   # the stores' addresses: built here, not live in the loop
+        for acc, atom, tile, scale, name in ((dk, self.dk_atom, self.dkv, self.spec.scale, "k"),
+                                             (dv, self.dv_atom, self.dkv_v, None, "v")):
+            factor = None if scale is None else splat(f32(scale), [atom.group_width])
+            values = [[[g if factor is None else arith.mulf(g, factor) for g in atom.groups(c)] for c in row]
+                      for row in acc]
+            atom.store_groups(self.tiles[name], values, tile.row0, tile.col0, here)
+        fence_proxy_async()
+        named_barrier(CONSUMER_BARRIER, self.consumers)
+        with if_then(arith.cmpi(arith.CmpIPredicate.eq, self.tid, index(0))):
+            for (out, name), head_dim in zip(STORED_TILES.items(), (self.spec.hdim_q, self.spec.hdim_v)):
+                write, tile = self.dkv_writes[out], self.tiles[name]
+                for b in range(-(-head_dim // BLOCK_COLUMNS)):   # boxes wholly past the head dim store nothing
+                    write.store(self.smem, tile.offset + b * write.box_bytes,
+                                [index(b * BLOCK_COLUMNS), self.k0, self.kv_head, self.batch])
+            bulk_commit()
+            bulk_wait(0, read=True)
 
     def before_step(self, it, steps, stage, head, m, next_head, next_m) -> None:
         self.step_index = it

@@ -86,25 +86,31 @@ class WgmmaMmaAtom:
         """This thread's completed copies and stores into the tiles become visible to wgmma's reads."""
         fence_proxy_async()
 
-    def store_groups(self, tile: WgmmaTile, values, row: "ir.Value", col: "ir.Value") -> None:
+    def store_groups(self, tile: WgmmaTile, values, row: "ir.Value", col: "ir.Value",
+                     lanes: "LaneValues | None" = None) -> None:
         """Each 16 x 16 block of a warp's groups rounded and stored by one stmatrix x4: the accumulator's
         pattern over an 8 x 8 block is stmatrix's fragment (wgmma_layouts.accumulator_store_address), so
-        a warp writes 512 bytes an instruction where 4-byte stores of each group wrote 128."""
+        a warp writes 512 bytes an instruction where 4-byte stores of each group wrote 128. The lane's
+        addresses are built with `lanes` (default: at the kernel's start, beside the step loop's); stores
+        after the loop pass their own, and build them there from a thread id pinned there
+        (wgmma_atom.pinned_index), so that they do not live across the loop."""
         if self.n % 16:
             raise ValueError(f"an stmatrix x4 stores 16 columns of a warp's rows: m64n{self.n} holds no whole ones")
-        lane_row, lane_chunk = wgmma_layouts.accumulator_store_address(self.thread)
+        thread = self.ops.thread if lanes is None else wgmma_atom.pinned_index(self.ops.thread)
+        lanes = lanes or self.lanes
+        lane_row, lane_chunk = wgmma_layouts.accumulator_store_address(Ix.lane(thread, lanes))
         if self.n % BLOCK == 0:   # the unit's first column starts a swizzled block
             chunk_lane = lane_chunk
-            chunk_offset = self.lanes.get(("wgmma_chunks", id(col)), lambda: arith.divui(col, index(8)))
+            chunk_offset = lanes.get(("wgmma_chunks", id(col)), lambda: arith.divui(col, index(8)))
         else:   # a narrow unit's columns lie inside one block (n divides it), from a uniform chunk of it
-            chunk_lane = (Ix.lane(col, self.lanes) // 8) % (BLOCK // 8) + lane_chunk
-            chunk_offset = self.lanes.get(("wgmma_blocks", id(col)),
-                                          lambda: arith.muli(arith.divui(col, index(BLOCK)), index(BLOCK // 8)))
+            chunk_lane = (Ix.lane(col, lanes) // 8) % (BLOCK // 8) + lane_chunk
+            chunk_offset = lanes.get(("wgmma_blocks", id(col)),
+                                     lambda: arith.muli(arith.divui(col, index(BLOCK)), index(BLOCK // 8)))
         start = arith.addi(self.shared_base, index(tile.offset))
         for mi, tiles in enumerate(values):
             for ni, groups in enumerate(tiles):
                 for q in range(0, len(groups), 4):
-                    at = tile.element(self.lanes, lane_row, chunk_lane, row=mi * M, col=ni * self.n + 4 * q,
+                    at = tile.element(lanes, lane_row, chunk_lane, row=mi * M, col=ni * self.n + 4 * q,
                                       row_offset=row, chunk_offset=chunk_offset)
                     wgmma_atom.store_matrices(shared_pointer(arith.addi(start, arith.muli(at, index(2)))),
                                               [self.ops.pack(pair) for pair in groups[q:q + 4]])

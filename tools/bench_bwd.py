@@ -152,7 +152,7 @@ SWEEP: dict[int, list[KernelConfig]] = {
 # wgmma candidates: the table row without its producer warpgroup (every warp copies by cp.async and
 # computes), and with it but dQ by the consumers' atomics, against which the table row is measured.
 WGMMA_SWEEP: dict[int, list[KernelConfig]] = {
-    d: [dataclasses.replace(WGMMA_TABLE[d], producer=False, dq_bulk=False),
+    d: [dataclasses.replace(WGMMA_TABLE[d], producer=False, dq_bulk=False, dkv_tma_store=False),
         dataclasses.replace(WGMMA_TABLE[d], producer=True, dq_bulk=False)] for d in WGMMA_TABLE}
 # d256: dQ's f32 tile fits beside one Q / dO stage only: the writer's bulk reduce-adds against double buffering.
 WGMMA_SWEEP[256].append(dataclasses.replace(WGMMA_TABLE[256], stages=1, producer=True, dq_bulk=True))
@@ -186,6 +186,7 @@ class Candidates:
     wgmma_sweep: bool = False      # its candidates: WGMMA_SWEEP, TURN_SWEEP, dQ's logical order
     sections: tuple[int, ...] = ()  # the op's wgmma config with each of these l2_section_bytes
     registers: tuple[int, ...] = ()  # the op's wgmma config, where it has a producer, with each producer_registers
+    dkv_stores: bool = False       # the op's wgmma config, where it has a producer, with dkv_tma_store toggled
 
 
 def row_configs(row: Row, candidates: Candidates = Candidates()) -> list[KernelConfig]:
@@ -193,8 +194,8 @@ def row_configs(row: Row, candidates: Candidates = Candidates()) -> list[KernelC
     body on the generic chip) and the sweep's candidates, then the wgmma body's row of the head dim's bucket
     and, with either sweep, its candidates (WGMMA_SWEEP, and the op's config in TURN_SWEEP's turns or in
     dQ's logical order where those apply; where they take the spec on sm_90a), then the op's config in
-    each L2 section size and producer register budget, then the scalar warp body (where it takes the
-    spec: not in deterministic mode)."""
+    each L2 section size and producer register budget and with dK and dV stored the other way, then the scalar
+    warp body (where it takes the spec: not in deterministic mode)."""
     sweep, wgmma = candidates.sweep, candidates.wgmma
     default = choose_config(row.spec, get_target(HOPPER_ARCH), "tiled")
     generic = choose_config(row.spec, get_target(ARCH), "tiled")
@@ -211,6 +212,8 @@ def row_configs(row: Row, candidates: Candidates = Candidates()) -> list[KernelC
     if getattr(default, "instruction", "") == WGMMA:
         hopper += [dataclasses.replace(default, l2_section_bytes=size) for size in candidates.sections]
         hopper += [dataclasses.replace(default, producer_registers=n) for n in candidates.registers if default.producer]
+        if candidates.dkv_stores and default.producer:
+            hopper.append(dataclasses.replace(default, dkv_tma_store=not default.dkv_tma_store))
     hopper = [c for c in hopper if not BODIES["tiled"].reasons(row.spec, get_target(HOPPER_ARCH), c)]
     scalar = [WARP] if candidates.warp and not BODIES["warp"].spec_reasons(row.spec, WARP) else []
     return list(dict.fromkeys([default, generic, *extra, *hopper, *scalar]))
@@ -581,6 +584,7 @@ def config_about(config: KernelConfig) -> str:
     if config.instruction == WGMMA:
         words.append(f"producer ({config.producer_registers} registers)" if config.producer else "no producer")
         words.append("dQ bulk" if config.dq_bulk else "dQ by consumers")
+        words += ["dK, dV by TMA"] if config.dkv_tma_store else []
         words += [] if config.dq_fragment else ["dQ in logical order"]
         if (config.turn_order, config.turn_overlap) != (TURN_ORDERS[0], False):   # deterministic mode's dQ turns
             words.append(f"turns {config.turn_order.replace('_', ' ')}")
@@ -716,6 +720,9 @@ def main(argv=None) -> int:
     p.add_argument("--producer-registers", nargs="+", type=int, default=[], metavar="N",
                    help="with --wgmma: also the op's wgmma config, where it has a producer, with these register "
                         "budgets for it (config.producer_registers)")
+    p.add_argument("--dkv-stores", action="store_true",
+                   help="with --wgmma: also the op's wgmma config, where it has a producer, with dK and dV stored "
+                        "the other way (config.dkv_tma_store toggled)")
     p.add_argument("--rows", nargs="+", default=[""], help="only rows whose label contains one of these texts")
     p.add_argument("--flex", choices=("bf16", "f16", "all", "none"), default="bf16",
                    help="rows on which compiled FlexAttention is timed (its torch.compile takes tens of seconds a row)")
@@ -739,7 +746,8 @@ def main(argv=None) -> int:
         rows = [v for r in rows for v in (r, *([dataclasses.replace(r, grad_accum=args.grad_accum)]
                                                if r.dtype == "bf16" and not r.deterministic else []))]
     candidates = Candidates(args.sweep, args.warp, args.wgmma, args.wgmma_sweep,
-                            tuple(mib << 20 for mib in args.l2_sections), tuple(args.producer_registers))
+                            tuple(mib << 20 for mib in args.l2_sections), tuple(args.producer_registers),
+                            args.dkv_stores)
     if args.action == "build":
         build(args.directory, args.ptxas, rows, candidates)
         return 0

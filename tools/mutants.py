@@ -334,7 +334,7 @@ MUTANTS: list[Mutant] = [
            "fmha_mlir/wgmma_layouts.py", "ldmatrix_address(thread % 32, 4, rows_first=True)",
            "ldmatrix_address(thread % 32, 4, rows_first=False)"),
     Mutant("wgmma d256: a narrow S^T's P^T / dS^T stores ignore the warpgroup's columns inside the block",
-           "passes/wgmma_mma_atom.py", "chunk_lane = (Ix.lane(col, self.lanes) // 8) % (BLOCK // 8)", "chunk_lane = 0"),
+           "passes/wgmma_mma_atom.py", "chunk_lane = (Ix.lane(col, lanes) // 8) % (BLOCK // 8)", "chunk_lane = 0"),
     Mutant("wgmma d256: a dQ run's rows r and r + 8 swapped in its v4 atomic", TILED,
            "for g in (first, second) for e in range(atom.group_width)])",
            "for g in (second, first) for e in range(atom.group_width)])"),
@@ -398,6 +398,25 @@ MUTANTS: list[Mutant] = [
     Mutant("producer: dQ's tile written before the writer freed it", "passes/warp_roles.py",
            "            self.dq_barriers.wait(DQ_FREE, self.parity(arith.subi(it, index(1))))\n",
            "            pass\n"),
+    # -- dK and dV by TMA box stores (config.dkv_tma_store) --------------------------------------------------
+    Mutant("dK, dV by TMA: rounded into K's tile while the other warpgroup's last products read it",
+           "passes/warp_roles.py", "        self.before_shared_stores()\n        here = ",
+           "        here = "),
+    Mutant("dK, dV by TMA: box stores issued before the other consumers' stmatrix (no barrier)",
+           "passes/warp_roles.py",
+           "        fence_proxy_async()\n        named_barrier(CONSUMER_BARRIER, self.consumers)\n"
+           "        with if_then(", "        fence_proxy_async()\n        with if_then("),
+    Mutant("dK, dV by TMA: box stores read the tiles without a proxy fence", "passes/warp_roles.py",
+           "            atom.store_groups(self.tiles[name], values, tile.row0, tile.col0, here)\n"
+           "        fence_proxy_async()\n",
+           "            atom.store_groups(self.tiles[name], values, tile.row0, tile.col0, here)\n"),
+    Mutant("dK, dV by TMA: the work-group ends before its box stores read shared memory", "passes/warp_roles.py",
+           "            bulk_commit()\n            bulk_wait(0, read=True)\n\n    def before_step",
+           "            bulk_commit()\n\n    def before_step"),
+    Mutant("dK, dV by TMA: dK stored unscaled", "passes/warp_roles.py",
+           '((dk, self.dk_atom, self.dkv, self.spec.scale, "k")', '((dk, self.dk_atom, self.dkv, None, "k")'),
+    Mutant("dK, dV by TMA: the box of a head dim's last partial 64 columns left out", "passes/warp_roles.py",
+           "for b in range(-(-head_dim // BLOCK_COLUMNS)):", "for b in range(head_dim // BLOCK_COLUMNS):"),
 ]
 
 

@@ -314,7 +314,7 @@ def tiled_config(spec: AttentionBwdSpec, target: Target) -> TiledConfig:
         # for d256"), on its 192-column tiles too since they go in L2 sections (d160 +25%, d192 +13% on the
         # H100: "Register budgets and the producer at d160 / d192, measured"; without sections it lost 10-13%
         # there). Varlen cannot take it. The same tiles, copied by every warp, serve the rest.
-        row = replace(row, producer=False, dq_bulk=False)
+        row = replace(row, producer=False, dq_bulk=False, dkv_tma_store=False)
     if row.instruction == WGMMA and (TiledBody().reasons(spec, target, row)
                                      or max(spec.hdim_q, spec.hdim_v) < wgmma.SMALLEST_HDIM.get(_bucket(spec), 0)):
         # (Head dims padded to whole 64-column blocks stay on wgmma down to the row's SMALLEST_HDIM: d80 1.42x

@@ -12,7 +12,7 @@ from __future__ import annotations
 from ..errors import Reason
 from ..kernel_config import WGMMA, TiledConfig
 from ..target import HOPPER_REGISTER_FILE
-from .common import ACCUMULATE, TensorMap
+from .common import ACCUMULATE, WRITE, TensorMap
 
 HOPPER_ARCH = "sm_90a"
 
@@ -28,15 +28,20 @@ HOPPER_ARCH = "sm_90a"
 _SM90A = dict(wave_size=32, warps=8, instruction=WGMMA, swizzle="sw128", stages=2, p_in_registers=True,
               sdp_warps=(2, 1), dkv_warps=(2, 1), producer=True, dq_bulk=True, l2_section_bytes=16 << 20,
               producer_registers=40)
+# dK and dV by TMA box stores (dkv_tma_store) on the d128 and d256 rows, each thread's stores on the d64 row:
+# measured in one H100 call (bench_notes.md, "dK and dV stored by TMA", measured) +1.0% geomean over every
+# row, d128 causal S2048 +5.5%, d192 +3-4%, but d32 -3.2% and d64 -0.8%, where the tiles are narrow and the
+# work-group waiting for the box stores' reads costs more than the stores saved.
 WGMMA_TABLE: dict[int, TiledConfig] = {
     64: TiledConfig(**_SM90A, block_m=128, block_n=128, dq_warps=(2, 1)),
-    128: TiledConfig(**_SM90A, block_m=64, block_n=128, dq_warps=(1, 2)),
+    128: TiledConfig(**_SM90A, block_m=64, block_n=128, dq_warps=(1, 2), dkv_tma_store=True),
     # d256 (FlashAttention's DSL shape): dK and dV of 128 keys would be 256 f32 a thread, so 64 keys whose
     # head dim the warpgroups split; S^T's query columns split too (m64n32), so P^T and dS^T reach dV and
     # dK through shared memory (all-SS). Two Q / dO stages leave no room for dQ's f32 tile: atomics. Its
     # consumers need 240 registers (232 spill 68 bytes).
     256: TiledConfig(**{**_SM90A, "p_in_registers": False, "dq_bulk": False, "sdp_warps": (1, 2),
-                        "dkv_warps": (1, 2), "producer_registers": 24}, block_m=64, block_n=64, dq_warps=(1, 2)),
+                        "dkv_warps": (1, 2), "producer_registers": 24}, block_m=64, block_n=64, dq_warps=(1, 2),
+                  dkv_tma_store=True),
 }
 # The smallest head dim a row takes (default: every one of its bucket): below it the zero columns the tiles
 # are padded with cost more than wgmma gains. The d256 row takes d145-d192 on 192-column tiles, 96 columns a
@@ -54,6 +59,9 @@ NARROW_N_STEP = 8      # a warpgroup's S^T under 64 columns is one m64nN tile, N
 SWIZZLE = 128
 # The tiles a producer loads by TMA, with the rows of one box: K and V once per work-group, Q and dO per step.
 PRODUCED_TILES = {"k": "block_n", "v": "block_n", "q": "block_m", "do": "block_m"}
+# With dkv_tma_store: each gradient, by its output operand, stored from the shared tile of the input it has
+# the shape of (the last step has read it).
+STORED_TILES = {"dk_out": "k", "dv_out": "v"}
 
 
 DQ_BOX_COLUMNS = SWIZZLE // 4   # f32 columns of one swizzled row of dQ's shared tile
@@ -79,11 +87,14 @@ def register_budgets(config: TiledConfig) -> tuple[int, int]:
 def tensor_maps(config: TiledConfig) -> tuple[TensorMap, ...]:
     """The producer's tensor maps, in PRODUCED_TILES' order: boxes of one (batch, head)'s rows x one
     swizzled 64-column block, so a box that crosses a sequence end is zero-filled there; then, with
-    dq_bulk, dQ's accumulator (dq_acc) in boxes of a query block x 32 f32 columns, reduced into."""
+    dq_bulk, dQ's accumulator (dq_acc) in boxes of a query block x 32 f32 columns, reduced into; then, with
+    dkv_tma_store, dK and dV in the boxes of K and V, stored into."""
     maps = tuple(TensorMap(name, (1, 1, getattr(config, rows), BLOCK_COLUMNS), SWIZZLE)
                  for name, rows in PRODUCED_TILES.items())
     if config.dq_bulk:
         maps += (TensorMap("dq_out", (1, 1, config.block_m, DQ_BOX_COLUMNS), SWIZZLE, ACCUMULATE),)
+    if config.dkv_tma_store:
+        maps += tuple(TensorMap(name, (1, 1, config.block_n, BLOCK_COLUMNS), SWIZZLE, WRITE) for name in STORED_TILES)
     return maps
 
 

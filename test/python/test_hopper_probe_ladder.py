@@ -215,7 +215,7 @@ def _without_reuse(text: str) -> str:
     (lambda t: _without(t, '"nvvm.fence.proxy"'), "no fence.proxy.async since"),
     (lambda t: _without(t, '"nvvm.cp.async.bulk.wait_group"'), "may still be reading"),
     (lambda t: _without(t, '"nvvm.cp.async.bulk.commit.group"'), "may still be reading"),
-    (lambda t: _without_reuse(_without(t, '"nvvm.cp.async.bulk.wait_group"')), "ends with bulk reduces"),
+    (lambda t: _without_reuse(_without(t, '"nvvm.cp.async.bulk.wait_group"')), "ends with bulk writes"),
 ])
 def test_dq_reduce_mutants_are_reported(dq_reduce_ir, mutant, message):
     with pytest.raises(InterpreterError, match=message):

@@ -22,6 +22,7 @@ from test_wgmma_body import ONE_WARPGROUP, run_variant
 PRODUCED = dataclasses.replace(ONE_WARPGROUP, producer=True)
 ONE_STAGE = dataclasses.replace(PRODUCED, stages=1)
 BULK_DQ = dataclasses.replace(PRODUCED, dq_bulk=True)
+STORED_DKV = dataclasses.replace(PRODUCED, dkv_tma_store=True)
 
 
 @pytest.mark.parametrize("spec,size,config", [
@@ -39,8 +40,14 @@ BULK_DQ = dataclasses.replace(PRODUCED, dq_bulk=True)
     (AttentionBwdSpec("bf16", 64, gqa_ratio=2, grad_accum="bf16"), ProblemSize(1, 2, 80, 150), PRODUCED),
     (AttentionBwdSpec("f16", 64, gqa_ratio=2, mask=Mask("causal_bottom_right"), sinks=True, lse_grad=True),
      ProblemSize(2, 4, 90, 70), PRODUCED),
+    # dK and dV by TMA box stores: rows past seqlen_k and dV's columns past its head dim (80 on a 128-column
+    # tile) dropped by the boxes, dK scaled
+    (AttentionBwdSpec("f16", 128, hdim_v=80, mask=Mask("causal_bottom_right"), gqa_ratio=2),
+     ProblemSize(2, 2, 90, 150), WGMMA_TABLE[128]),
+    (AttentionBwdSpec("bf16", 64, softcap=30.0), ProblemSize(1, 2, 70, 200), STORED_DKV),
 ], ids=["none-bf16", "bulk-dq-batch2", "bulk-dq-br-gqa-f16", "window-one-stage-batch2", "table-d128-gqa4",
-        "softcap-alibi-dslopes", "deterministic", "bf16-dq-atomics", "sinks-dlse"])
+        "softcap-alibi-dslopes", "deterministic", "bf16-dq-atomics", "sinks-dlse", "stored-dkv-dv80-gqa-f16",
+        "stored-dkv-softcap"])
 def test_the_producer_body_matches_the_oracle(spec, size, config):
     assert config.producer
     isa = run_variant(spec, size, config).isa
@@ -53,6 +60,8 @@ def test_the_producer_body_matches_the_oracle(spec, size, config):
     bulk = "cp.reduce.async.bulk.tensor" in isa
     assert bulk == config.dq_bulk
     assert not (bulk and re.search(r"\b(red|atom)\.[a-z.]*global\.add", isa))
+    # dK and dV by box stores from shared memory, or by each thread's stores of its pairs
+    assert ("cp.async.bulk.tensor.4d.global.shared::cta.tile" in isa) == config.dkv_tma_store
 
 
 @pytest.mark.parametrize("owner,planted,words", [
@@ -95,6 +104,21 @@ def test_the_interpreter_reports_a_planted_dq_writer_bug(monkeypatch, planted, w
         run_variant(AttentionBwdSpec("bf16", 64), ProblemSize(1, 1, 300, 70), BULK_DQ)
 
 
+@pytest.mark.parametrize("planted,words", [
+    ("fence_proxy_async", "no fence.proxy.async since"),
+    ("bulk_wait", "ends with bulk writes"),
+], ids=["stored-without-a-proxy-fence", "work-group-ends-before-the-stores-read"])
+def test_the_interpreter_reports_a_planted_dkv_store_bug(monkeypatch, planted, words):
+    """dK's and dV's box stores (dkv_tma_store) after stmatrix stores with no proxy fence between, or a
+    work-group that ends before its box stores have read its shared memory: each reported by name."""
+    from fmha_mlir.passes import warp_roles
+    from fmha_mlir.runtime.interp.errors import InterpreterError
+
+    monkeypatch.setattr(warp_roles, planted, lambda *args, **kwargs: None)
+    with pytest.raises(InterpreterError, match=words):
+        run_variant(AttentionBwdSpec("bf16", 64), ProblemSize(1, 1, 100, 70), STORED_DKV)
+
+
 def test_a_wrong_expect_tx_byte_count_is_a_deadlock_naming_the_bytes(monkeypatch):
     from fmha_mlir.passes.hopper_sync import MbarrierPipeline
     from fmha_mlir.runtime.interp.errors import InterpreterError
@@ -130,7 +154,8 @@ def test_the_producer_needs_wgmma_and_whole_sequences():
     # The table's row serves varlen without its producer (the same tiles, copied by every warp) and without
     # L2 sections (packed sequences have no fixed heads to count).
     chosen = choose_config(varlen, TARGETS["sm_90a"])
-    assert chosen == dataclasses.replace(WGMMA_TABLE[64], producer=False, dq_bulk=False, l2_section_bytes=0)
+    assert chosen == dataclasses.replace(WGMMA_TABLE[64], producer=False, dq_bulk=False, dkv_tma_store=False,
+                                                         l2_section_bytes=0)
     # dQ's bulk writes need the producer and an f32 dq_acc (bf16 atomics add into dq itself)
     with pytest.raises(SpecError) as caught:
         check_config(AttentionBwdSpec("bf16", 64), TARGETS["sm_90a"], dataclasses.replace(ONE_WARPGROUP, dq_bulk=True))

@@ -85,6 +85,13 @@ def add_box(tensor: np.ndarray, start, values: np.ndarray) -> tuple | None:
     return inside and inside[0]
 
 
+def store_box(tensor: np.ndarray, start, values: np.ndarray) -> None:
+    """tensor[box from `start`] = values, dropping the elements outside the tensor (a TMA store)."""
+    inside = _inside(tensor, start, values.shape)
+    if inside is not None:
+        tensor[inside[0]] = values[inside[1]]
+
+
 def _inside(tensor: np.ndarray, start, shape):
     """(tensor's slices, the box's slices) of the part of a box at `start` inside the tensor; None if none."""
     src, dst = [], []

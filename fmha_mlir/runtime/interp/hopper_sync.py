@@ -17,11 +17,11 @@ Proxies. Shared memory written by ordinary stores (the generic proxy) and then r
 (the async proxy) needs a fence.proxy.async by the writing thread in between; each 2-byte unit keeps
 its last generic writer until that lane fences, and an async read of a unit with a writer is an error.
 
-Bulk groups. A TMA reduce-add reads its shared-memory box through the async proxy (so the proxy rule
-applies) and keeps reading it until its bulk group is waited for: each unit it reads keeps the issuing
-lane until that lane's wait_group retires the group. An ordinary store to such a unit is an error (the
-box is overwritten while the reduce may still read it), and so is a work-group that ends with reduces
-not waited for (its shared memory is handed to the next work-group). A group's global writes land at
+Bulk groups. A TMA reduce-add or box store reads its shared-memory box through the async proxy (so the
+proxy rule applies) and keeps reading it until its bulk group is waited for: each unit it reads keeps the
+issuing lane until that lane's wait_group retires the group. An ordinary store to such a unit is an error
+(the box is overwritten while the write may still read it), and so is a work-group that ends with bulk
+writes not waited for (its shared memory is handed to the next work-group). A group's global writes land at
 issue here, but count as complete only after a wait_group without .read, and as published to other
 work-groups only by a semaphore signal after that (reduce_order.py checks the adds' order).
 
@@ -280,12 +280,12 @@ class HopperSync:
     # --- bulk groups ---------------------------------------------------------------------------------
 
     def bulk_read(self, buffer, units: np.ndarray, lane: int) -> None:
-        """A bulk reduce issued by `lane` reads `units` (global units of buffer.data) until its group is waited for."""
+        """A bulk write issued by `lane` reads `units` (global units of buffer.data) until its group is waited for."""
         self._shadow(buffer).bulk_reader[units] = lane
         self._bulk_open.setdefault(lane, []).append((id(buffer), units))
 
     def bulk_commit(self, lanes: np.ndarray) -> None:
-        """cp.async.bulk.commit_group by `lanes`: each one's reduces since its last commit become a group."""
+        """cp.async.bulk.commit_group by `lanes`: each one's bulk writes since its last commit become a group."""
         for lane in lanes.tolist():
             reads = self._bulk_open.pop(lane, [])
             if reads:
@@ -390,7 +390,7 @@ class HopperSync:
         return np.asarray(done, dtype=np.int64)
 
     def finish(self, what: str) -> None:
-        """The end of the chunk's work-groups: an error if a lane left bulk reduces not waited for, or a
+        """The end of the chunk's work-groups: an error if a lane left bulk writes not waited for, or a
         warpgroup executed a collective op in part."""
         for part, seen in self._collective.items():
             raise InterpreterError(f"{self._collective_what[part]}: {self.grid.describe(min(seen))} is in a "
@@ -398,9 +398,10 @@ class HopperSync:
                                    "wgmma and setmaxnreg are warpgroup-collective")
         for lane, left in [*self._bulk_open.items(), *self._bulk_groups.items()]:
             if left:
-                raise InterpreterError(f"{what}: {self.grid.describe(lane)} ends with bulk reduces it has not "
-                                       "committed and waited for (nvvm.cp.async.bulk.commit.group, wait_group with "
-                                       "read): they may still read shared memory the next work-group is given")
+                raise InterpreterError(f"{what}: {self.grid.describe(lane)} ends with bulk writes (reduce-adds, "
+                                       "stores) it has not committed and waited for (nvvm.cp.async.bulk.commit."
+                                       "group, wait_group with read): they may still read shared memory the next "
+                                       "work-group is given")
 
     # --- register budgets --------------------------------------------------------------------------
 

@@ -1,6 +1,6 @@
 """Hopper (sm_90a) ops as the atoms of passes/wgmma_atom.py, tma_copy.py and hopper_sync.py emit them:
 mbarriers (create / init / arrive / arrive.expect_tx / try_wait.parity), TMA box loads, TMA box
-reduce-adds with their bulk groups (commit / wait_group) and the shared-memory pointer they
+reduce-adds and stores with their bulk groups (commit / wait_group) and the shared-memory pointer they
 take, wgmma SS (nvvm.wgmma.mma_async) and RS (its inline PTX), wgmma fence / commit / wait, named barriers,
 fence.proxy.async and setmaxnreg, plus the llvm ops around an accumulator (!llvm.struct of f32: a
 [lanes, N/2] array here).
@@ -8,8 +8,9 @@ fence.proxy.async and setmaxnreg, plus the llvm ops around an accumulator (!llvm
 The data path is hopper.py's (swizzled boxes with zero fill, operands read through their descriptors
 from the work-group's dynamic shared memory); the happens-before rules are hopper_sync.py's. A TMA box
 lands at once; its bytes count against the barrier's transaction bytes and are marked until a wait. A
-reduce-add lands at once too; its source box stays marked as read until its bulk group is
-waited for.
+reduce-add or box store lands at once too; its source box stays marked as read until its bulk group
+is waited for, and the race detector takes the box's read as the issuing thread's load (other threads'
+stores into it need a barrier or an mbarrier phase before it).
 Under lockstep execution a wait that cannot pass can never pass (no other lane runs meanwhile), so it
 is reported as a deadlock naming the barrier, its pending arrivals and transaction bytes: how a wrong
 expect-tx byte count shows. wgmma products complete at issue; fence / commit / wait check that whole
@@ -26,8 +27,8 @@ from ... import wgmma_layouts as layouts
 from ...target import SETMAXNREG_BUDGETS, SETMAXNREG_RULE
 from .compiler import KernelCompiler
 from .errors import InterpreterError
-from .hopper import (TensorMap, add_box, box_of, box_offsets, operand_offsets, place_box, take_box,
-                     wgmma)
+from .hopper import (TensorMap, add_box, box_of, box_offsets, operand_offsets, place_box, store_box,
+                     take_box, wgmma)
 from .hopper_sync import UNIT, WARPGROUP, warpgroup_ids
 from .parser import Operation
 from .types import MemRefType, VectorType
@@ -237,39 +238,67 @@ def compile_tma_reduce(op: Operation, cc: KernelCompiler):
     """nvvm.cp.async.bulk.tensor.reduce (map, shared pointer, coordinates (innermost first)), add, tile
     mode: the box the map describes, read from dynamic shared memory as a load would have placed it, added
     into the map's tensor (elements outside it dropped)."""
+    kind, mode = cc.enum_attr(op, "redKind"), cc.attr_text(op, "mode")
+    if kind != "add" or (mode and "tile" not in mode):
+        raise cc.error(op, f"the interpreter runs tile-mode reduce-adds, not {kind}")
+    return _compile_box_write(op, cc, reduce=True)
+
+
+def compile_tma_store(op: Operation, cc: KernelCompiler):
+    """nvvm.cp.async.bulk.tensor.global.shared.cta (map, shared pointer, coordinates (innermost first)),
+    tile mode: the box read as compile_tma_reduce reads it, stored into the map's tensor (elements outside
+    it dropped)."""
+    mode = cc.attr_text(op, "mode")
+    if mode and "tile" not in mode:
+        raise cc.error(op, f"the interpreter runs tile-mode box stores, not {mode}")
+    return _compile_box_write(op, cc, reduce=False)
+
+
+def _compile_box_write(op: Operation, cc: KernelCompiler, reduce: bool):
+    """A box reduce-add (f32 tensors) or store: its source box must be published to the async proxy and
+    stays marked as read until its bulk group is waited for."""
     map_slot, src_slot, *coord_slots = cc.operands(op)
     sizes = tuple(op.attributes.get("operandSegmentSizes"))
     if any(sizes[3:]):
         raise cc.error(op, "L2 cache hints and predicates are not supported")
-    kind, mode = cc.enum_attr(op, "redKind"), cc.attr_text(op, "mode")
-    if kind != "add" or (mode and "tile" not in mode):
-        raise cc.error(op, f"the interpreter runs tile-mode reduce-adds, not {kind}")
     what = cc.describe(op)
+    noun = "a reduce-add's box" if reduce else "a box store's box"
 
     def run(st, mask):
         env, g = st.env, st.grid
         sync = _hopper(st, what)
         buffer = st.workgroup.dynamic().shared
         tensor_map = env[map_slot]
-        if not isinstance(tensor_map, TensorMap) or tensor_map.tensor.dtype != np.float32:
-            raise InterpreterError(f"{what}: the tensor map operand must be a tensor-map kernel argument over f32")
-        box = tuple(tensor_map.box)
+        if not isinstance(tensor_map, TensorMap) or (reduce and tensor_map.tensor.dtype != np.float32):
+            raise InterpreterError(f"{what}: the tensor map operand must be a tensor-map kernel argument"
+                                   + (" over f32" if reduce else ""))
+        box, element_bytes = tuple(tensor_map.box), tensor_map.tensor.itemsize
         for lane in st.grid.executing(mask):
             one = np.array([lane])
             w = int(g.group_local[lane])
             source = int(_per_lane(env[src_slot], one, g.lanes)[0])
             start = tuple(reversed([int(_per_lane(env[c], one, g.lanes)[0]) for c in coord_slots]))
-            offsets = box_offsets(source, box, 4, tensor_map.swizzle)[..., None] + np.arange(4)
+            offsets = box_offsets(source, box, element_bytes, tensor_map.swizzle)[..., None] + np.arange(element_bytes)
             if source < 0 or offsets.max() >= st.workgroup.dynamic_bytes:
                 raise InterpreterError(f"{what}: the box at byte {source} reaches byte {int(offsets.max()) + 1} of "
                                        f"the {st.workgroup.dynamic_bytes} bytes of dynamic shared memory")
-            _check_async_read(sync, buffer, w, offsets.reshape(-1), one, what, "a reduce-add's box")
+            _check_async_read(sync, buffer, w, offsets.reshape(-1), one, what, noun)
+            units = np.unique((w * buffer.stride + offsets.reshape(-1)) // UNIT)
+            # One thread reads what others stored: the race detector orders it as that thread's load.
+            reader = np.zeros(g.lanes, bool)
+            reader[lane] = True
+            buffer.access("read", units[None, :], reader, units.size, UNIT, what,
+                          lambda _lane, position, units=units: (int(units[position]) * UNIT,))
             image = buffer.data[w * buffer.stride:(w + 1) * buffer.stride]
-            region = add_box(tensor_map.tensor, start, take_box(image, source, box, np.float32, tensor_map.swizzle))
-            order = st.scheduler and st.scheduler.baton.reduce_order
-            if order is not None and region is not None:
-                order.reduce(tensor_map.tensor, region, sync, lane, g.work_group(lane), what)
-            sync.bulk_read(buffer, np.unique((w * buffer.stride + offsets.reshape(-1)) // UNIT), lane)
+            values = take_box(image, source, box, tensor_map.tensor.dtype, tensor_map.swizzle)
+            if reduce:
+                region = add_box(tensor_map.tensor, start, values)
+                order = st.scheduler and st.scheduler.baton.reduce_order
+                if order is not None and region is not None:
+                    order.reduce(tensor_map.tensor, region, sync, lane, g.work_group(lane), what)
+            else:
+                store_box(tensor_map.tensor, start, values)
+            sync.bulk_read(buffer, units, lane)
 
     return run
 
@@ -664,6 +693,7 @@ HANDLERS = {
     "nvgpu.mbarrier.try_wait.parity": compile_try_wait,
     "nvgpu.tma.async.load": compile_tma_load,
     "nvvm.cp.async.bulk.tensor.reduce": compile_tma_reduce,
+    "nvvm.cp.async.bulk.tensor.global.shared.cta": compile_tma_store,
     "nvvm.cp.async.bulk.commit.group": compile_bulk_commit,
     "nvvm.cp.async.bulk.wait_group": compile_bulk_wait,
     "llvm.inttoptr": compile_int_to_pointer,
