@@ -368,8 +368,19 @@ def _measured(row: Row, timing: bench_timing.Timing | None, gate: dict | None, w
             "gate": gate, "passed": all(c["passed"] for c in gate.values()) if gate else None, "why": why}
 
 
-def _peer(torch, row: Row, sets, refs, options: TimingOptions, forward) -> dict:
-    """Gate, then time, torch.autograd.grad of `forward(q, k, v)`'s output, one prepared graph per input set."""
+@dataclasses.dataclass
+class Contender:
+    """One backward of a row, gated and ready to time beside the row's others: `call` queues it once (None:
+    it could not run, `why` says why); `close` frees what it holds; `run`, ours only, is its launch plan."""
+    gate: dict | None
+    call: object = None
+    why: str | None = None
+    close: object = lambda: None
+    run: object = None
+
+
+def _peer(torch, row: Row, sets, refs, forward) -> Contender:
+    """torch.autograd.grad of `forward(q, k, v)`'s output, one prepared graph per input set, gated."""
     prepared = []
     for q, k, v, do, _ in sets:
         q, k, v = (t.detach().requires_grad_() for t in (q, k, v))
@@ -384,10 +395,10 @@ def _peer(torch, row: Row, sets, refs, options: TimingOptions, forward) -> dict:
     first = torch.autograd.grad(out, inputs, do, retain_graph=True)
     gate = _gate_grads(row, refs, dict(zip(("dq", "dk", "dv"), first)))
     del first
-    return _measured(row, options.time(torch, once), gate)
+    return Contender(gate, once, close=prepared.clear)
 
 
-def _sdpa_peer(torch, row: Row, backend: str, sets, refs, options: TimingOptions) -> dict:
+def _sdpa_peer(torch, row: Row, backend: str, sets, refs) -> Contender:
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     def forward(q, k, v):
@@ -396,26 +407,26 @@ def _sdpa_peer(torch, row: Row, backend: str, sets, refs, options: TimingOptions
                                                                     enable_gqa=row.heads_q != row.heads_kv)
 
     try:
-        return _peer(torch, row, sets, refs, options, forward)
+        return _peer(torch, row, sets, refs, forward)
     except RuntimeError as exc:
-        return _measured(row, None, None, str(exc).splitlines()[0])
+        return Contender(None, why=str(exc).splitlines()[0])
 
 
-def _flex_peer(torch, row: Row, sets, refs, options: TimingOptions) -> dict:
+def _flex_peer(torch, row: Row, sets, refs) -> Contender:
     try:
         from torch.nn.attention.flex_attention import create_block_mask, flex_attention
     except ImportError as exc:
-        return _measured(row, None, None, str(exc))
+        return Contender(None, why=str(exc))
     torch._dynamo.reset()   # each row compiles anew: past dynamo's recompile limit flex would run eagerly (S^2 scores)
     compiled = torch.compile(flex_attention, dynamic=False)
     mask = None
     if row.causal:
         mask = create_block_mask(lambda b, h, q, k: q >= k, None, None, row.seqlen, row.seqlen, device="cuda")
     try:
-        return _peer(torch, row, sets, refs, options,
+        return _peer(torch, row, sets, refs,
                      lambda q, k, v: compiled(q, k, v, block_mask=mask, enable_gqa=row.heads_q != row.heads_kv))
     except Exception as exc:  # noqa: BLE001 - any compile failure is reported as n/a
-        return _measured(row, None, None, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+        return Contender(None, why=f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
 
 
 def _prepared_runs(torch, bundle, device, row: Row, sets, forwards):
@@ -448,21 +459,23 @@ def _padded(torch, tensor, hdim: int):
     return tensor if extra == 0 else torch.nn.functional.pad(tensor, (0, extra)).contiguous()
 
 
-def _ours(torch, bundle, device, row: Row, sets, forwards, refs, options: TimingOptions, steps: bool) -> dict:
-    """Gate, then time, one bundle's launch plan on device-resident tensors; with `steps` also each step of
-    the plan alone (where the time goes), timed the same way."""
+def _ours(torch, bundle, device, row: Row, sets, forwards, refs) -> Contender:
+    """One bundle's launch plan on device-resident tensors, one prepared run per input set, gated."""
     runs = _prepared_runs(torch, bundle, device, row, sets, forwards)
+
+    def close():
+        for run, _ in runs:
+            run.close()
+
     try:
         runs[0][0].launch()
         torch.cuda.synchronize()
         gate = _gate_grads(row, refs, runs[0][1])
-        turn = itertools.cycle([run for run, _ in runs])
-        entry = _measured(row, options.time(torch, lambda: next(turn).launch()), gate)
-        entry["steps"] = _time_steps(torch, runs[0][0], options) if steps else {}
-        return entry
-    finally:
-        for run, _ in runs:
-            run.close()
+    except BaseException:
+        close()
+        raise
+    turn = itertools.cycle([run for run, _ in runs])
+    return Contender(gate, lambda: next(turn).launch(), close=close, run=runs[0][0])
 
 
 def _time_steps(torch, run, options: TimingOptions) -> dict[str, dict]:
@@ -513,24 +526,42 @@ def run(directory: Path, report: Path, options: TimingOptions, rows: list[Row], 
         numerics = load_bundle(directory, row.spec, arch_of(default), default).numerics
         refs = bench_gate.references(_problem(row, sets[0], *forwards[0], numerics))
         entry = {"row": row.label, "flops": row.flops, "causal": row.causal, "long": row.long, "ours": {}, "peers": {}}
+        ours, peers = {}, {}
         for config in row_configs(row, candidates):
             if not bundle_dir(directory, row, config).is_dir():
                 continue
             if config.body == "warp" and row.seqlen * row.heads_q * row.batch > 16 * 2048 * 4:
                 continue  # the scalar body would take minutes here: it is timed on the smaller rows only
             bundle = load_bundle(directory, row.spec, arch_of(config), config)
-            scalar = config.body == "warp"
-            measured = _ours(torch, bundle, device, row, sets[:1] if scalar else sets, forwards, refs,
-                             dataclasses.replace(options, calls=1, rounds=1) if scalar else options, not scalar)
-            if not measured["passed"]:
-                failures += 1
-            entry["ours"][config.tag] = {**measured, "body": config.body, "arch": arch_of(config),
-                                         "about": config_about(config)}
+            if config.body == "warp":   # one call, one round, alone: it would hold the others' rounds for seconds
+                scalar = _ours(torch, bundle, device, row, sets[:1], forwards, refs)
+                try:
+                    measured = _measured(row, bench_timing.queued(torch, scalar.call, calls=1, rounds=1,
+                                                                   rate=options.sleep_rate), scalar.gate)
+                finally:
+                    scalar.close()
+                entry["ours"][config.tag] = {**measured, "steps": {}, "body": config.body, "arch": arch_of(config),
+                                             "about": config_about(config)}
+                continue
+            ours[config] = _ours(torch, bundle, device, row, sets, forwards, refs)
         if not row.score_features:
             for backend in ("FLASH_ATTENTION", "CUDNN_ATTENTION"):
-                entry["peers"][backend] = _sdpa_peer(torch, row, backend, sets, refs, options)
+                peers[backend] = _sdpa_peer(torch, row, backend, sets, refs)
             if flex == "all" or flex == row.dtype:
-                entry["peers"]["FLEX"] = _flex_peer(torch, row, sets, refs, options)
+                peers["FLEX"] = _flex_peer(torch, row, sets, refs)
+        contenders = {**{config.tag: c for config, c in ours.items()}, **peers}
+        timings = bench_timing.interleaved(torch, {n: c.call for n, c in contenders.items() if c.call is not None},
+                                           calls=options.calls, rounds=options.rounds, rate=options.sleep_rate)
+        for config, contender in ours.items():
+            measured = _measured(row, timings[config.tag], contender.gate)
+            entry["ours"][config.tag] = {**measured, "steps": _time_steps(torch, contender.run, options),
+                                         "body": config.body, "arch": arch_of(config), "about": config_about(config)}
+        for name, contender in peers.items():
+            entry["peers"][name] = _measured(row, timings.get(name), contender.gate, contender.why)
+        for contender in contenders.values():
+            contender.close()
+        del contenders, ours, peers   # the peers' graphs too, before the next row's inputs
+        failures += sum(not m["passed"] for m in entry["ours"].values())
         results.append(entry)
         print(_line(entry), flush=True)
         _write(report, results, skipped, torch)  # after every row: a run cut short keeps what it measured
@@ -684,10 +715,11 @@ def _write(report: Path, results: list[dict], skipped: list[str], torch) -> None
              f"{torch.backends.cudnn.version()}, Python {platform.python_version()}.", "",
              "TFLOP/s = 2.5 x 4 B Hq S S D / GPU time per backward (halved for causal). GPU time: the median over "
              "rounds of many calls queued between two CUDA events behind a sleep kernel, every call issued "
-             "before the GPU reached the first (`!` marks a row where a round did not manage that); 3 input sets "
-             "rotated (torch.Generator seeds 0, 1, 2 on the GPU). Ours: the prepared launch plan; peers: "
-             "torch.autograd.grad of a forward run once. Every contender's gradients of seed 0 judged by the gate "
-             "first (tools/bench_gate.py).", ""]
+             "before the GPU reached the first (`!` marks a row where a round did not manage that), the row's "
+             "contenders taking their rounds in turn (bench_timing.interleaved); 3 input sets rotated "
+             "(torch.Generator seeds 0, 1, 2 on the GPU). Ours: the prepared launch plan; peers: torch.autograd.grad "
+             "of a forward run once. Every contender's gradients of seed 0 judged by the gate first "
+             "(tools/bench_gate.py).", ""]
     lines += table_lines(results) + config_lines(results)
     if skipped:
         lines += ["", "Not run (past the run's time budget): " + "; ".join(skipped) + "."]

@@ -8,6 +8,10 @@ and the events measure GPU time only (`ahead`). A round that finds the start eve
 again with twice the sleep. The host time of a call is the wall time of issuing it (its Python, the
 framework's dispatch, the launches), measured in the same loop: it is what a training step pays on the
 CPU, reported beside the GPU time and never inside it.
+
+Several contenders are timed in turn (`interleaved`): round r of every one before round r + 1 of any. A long
+row draws the GPU's power for seconds and its clock drifts meanwhile (the rounds of one config 8% apart on
+an H200: reports/bench_notes.md); taken in turn, the drift falls on every contender alike.
 """
 from __future__ import annotations
 
@@ -79,20 +83,28 @@ def _round(torch, call, calls: int, cycles: int) -> Round:
 def queued(torch, call, *, calls: int, rounds: int, rate: float, warmup: int = 3) -> Timing:
     """Time `call` (a no-argument callable queueing GPU work on torch's current stream) as the module
     says: `warmup` calls first (module loads, plans, autotuning), then `rounds` rounds of `calls`."""
-    for _ in range(warmup):
+    return interleaved(torch, {"": call}, calls=calls, rounds=rounds, rate=rate, warmup=warmup)[""]
+
+
+def interleaved(torch, contenders: dict, *, calls: int, rounds: int, rate: float, warmup: int = 3) -> dict:
+    """{name: Timing} of each of `contenders` ({name: call}) as queued times one, their rounds taken in turn."""
+    guess = {}
+    for name, call in contenders.items():
+        for _ in range(warmup):
+            call()
+        torch.cuda.synchronize()
+        began = time.perf_counter()
         call()
-    torch.cuda.synchronize()
-    began = time.perf_counter()
-    call()
-    guess = time.perf_counter() - began   # one issue, to size the first round's sleep
-    measured = []
+        guess[name] = time.perf_counter() - began   # one issue, to size the first round's sleep
+    measured = {name: [] for name in contenders}
     for _ in range(rounds):
-        cycles = sleep_cycles(guess, calls, rate)
-        for _ in range(ATTEMPTS):
-            result = _round(torch, call, calls, cycles)
-            if result.ahead:
-                break
-            cycles *= 2
-        measured.append(result)
-        guess = max(guess, result.host_s)
-    return summarize(measured)
+        for name, call in contenders.items():
+            cycles = sleep_cycles(guess[name], calls, rate)
+            for _ in range(ATTEMPTS):
+                result = _round(torch, call, calls, cycles)
+                if result.ahead:
+                    break
+                cycles *= 2
+            measured[name].append(result)
+            guess[name] = max(guess[name], result.host_s)
+    return {name: summarize(rounds_of) for name, rounds_of in measured.items()}

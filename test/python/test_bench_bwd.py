@@ -163,6 +163,94 @@ def test_sleep_outlasts_twice_the_issuing():
     assert cycles == int((2 * 3e-4 * 10 + bench_timing.SLEEP_MARGIN_S) * 1e9)
 
 
+class _Clock:
+    """The torch.cuda calls bench_timing makes, on no GPU: every event pair 3 ms apart, the GPU always behind."""
+
+    class cuda:
+        log: list = []
+
+        @staticmethod
+        def synchronize():
+            pass
+
+        @staticmethod
+        def _sleep(cycles):
+            _Clock.cuda.log.append("sleep")
+
+        class Event:
+            def __init__(self, enable_timing=False):
+                pass
+
+            def record(self):
+                pass
+
+            def query(self):
+                return False   # the start event not reached yet: the host kept ahead
+
+            def synchronize(self):
+                pass
+
+            def elapsed_time(self, other):
+                return 3.0
+
+
+def test_interleaved_timing_takes_each_contenders_rounds_in_turn():
+    """Round r of every contender before round r + 1 of any, after each one's warmup: a clock that drifts
+    over the row falls on all of them alike."""
+    log = _Clock.cuda.log
+    log.clear()
+    contenders = {name: (lambda name=name: log.append(name)) for name in ("ours", "cudnn")}
+    timings = bench_timing.interleaved(_Clock, contenders, calls=2, rounds=3, rate=1e9, warmup=1)
+    assert log == ["ours"] * 2 + ["cudnn"] * 2 + ["sleep", "ours", "ours", "sleep", "cudnn", "cudnn"] * 3
+    assert {name: (len(t.rounds), t.gpu_s, t.ahead) for name, t in timings.items()} == {
+        "ours": (3, 1.5e-3, True), "cudnn": (3, 1.5e-3, True)}
+
+
+def test_run_gates_every_contender_then_times_them_in_turn(monkeypatch, tmp_path):
+    """bench_bwd.run without a GPU (every step that needs one stubbed): per row it prepares and gates ours and
+    the peers, times those that can run in one interleaved call, reports a peer that cannot with its reason,
+    closes everything, and fails the run when one of ours fails its gate."""
+    import types
+
+    import fmha_mlir.runtime.executor as executor
+
+    timed, closed = [], []
+    rows = bench_bwd.select_rows(["bf16 B4 H16 S2048 D64", "bf16 B4 H16 S2048 D96"])   # (imports the real torch)
+    tags = [c.tag for c in bench_bwd.row_configs(rows[0]) if c.body != "warp"]
+    fake_torch = types.SimpleNamespace(cuda=types.SimpleNamespace(empty_cache=lambda: None))
+    monkeypatch.setitem(sys.modules, "torch", fake_torch)
+    monkeypatch.setattr(executor, "get_executor", lambda kind: "device")
+    monkeypatch.setattr(bench_timing, "sleep_rate", lambda torch: 1e9)
+    monkeypatch.setattr(bench_bwd, "bundle_dir", lambda directory, row, config: tmp_path)
+    monkeypatch.setattr(bench_bwd, "load_bundle", lambda *args, **kwargs: types.SimpleNamespace(numerics=None))
+    for name in ("_inputs", "_forward", "_problem"):
+        monkeypatch.setattr(bench_bwd, name, lambda *args: (None,) * 5)
+    monkeypatch.setattr(bench_bwd.bench_gate, "references", lambda problem: None)
+    monkeypatch.setattr(bench_bwd, "_time_steps", lambda torch, run, options: {"run": run})
+    monkeypatch.setattr(bench_bwd, "_write", lambda *args: None)
+
+    def contender(name, passed=True):
+        return bench_bwd.Contender({"dq": {"passed": passed, "ratio": 0.5}}, call=name,
+                                   close=lambda: closed.append(name), run=name)
+
+    monkeypatch.setattr(bench_bwd, "_ours", lambda torch, bundle, device, row, sets, forwards, refs: contender(
+        "ours", passed=row.hdim != 96))
+    monkeypatch.setattr(bench_bwd, "_sdpa_peer", lambda torch, row, backend, sets, refs: contender(backend)
+                        if backend == "FLASH_ATTENTION" else bench_bwd.Contender(None, why="no cuDNN kernel"))
+    monkeypatch.setattr(bench_bwd, "_flex_peer", lambda torch, row, sets, refs: contender("FLEX"))
+
+    def interleaved(torch, contenders, **options):
+        timed.append(dict(contenders))
+        return {name: bench_timing.Timing(1e-3, 1e-5, True, ()) for name in contenders}
+
+    monkeypatch.setattr(bench_timing, "interleaved", interleaved)
+    options = bench_bwd.TimingOptions(calls=4, rounds=3, sleep_rate=0.0)
+    status = bench_bwd.run(tmp_path, tmp_path / "r.md", options, rows, "bf16", 0.0, bench_bwd.Candidates())
+    assert [list(calls) for calls in timed][0] == tags + ["FLASH_ATTENTION", "FLEX"]   # cuDNN could not run
+    assert closed.count("ours") == 2 * len(tags) and closed.count("FLEX") == 2
+    assert status == 1   # the d96 row's gate failed
+
+
 def _problem(mask: str, seqlen=96, hdim=32, g=2, seed=1):
     rng = np.random.default_rng(seed)
     q, do = (rng.standard_normal((1, g, seqlen, hdim)) for _ in range(2))
