@@ -223,16 +223,13 @@ class TiledConfig(KernelConfig):
         elif self.producer and self.instruction != WGMMA:
             out.append(Reason("config.producer", f"a producer warpgroup feeds {WGMMA} consumers by TMA, not "
                                                  f"{self.instruction}", "use producer = false"))
-        if not isinstance(self.dkv_tma_store, bool):
-            out.append(Reason("config.dkv_tma_store", f"must be true or false (got {self.dkv_tma_store!r})"))
-        elif self.dkv_tma_store and self.producer is not True:
-            out.append(Reason("config.dkv_tma_store", "dK's and dV's box stores use the tensor maps of a producer "
-                                                      "body", "use producer = true, or dkv_tma_store = false"))
-        if not isinstance(self.dq_bulk, bool):
-            out.append(Reason("config.dq_bulk", f"must be true or false (got {self.dq_bulk!r})"))
-        elif self.dq_bulk and self.producer is not True:
-            out.append(Reason("config.dq_bulk", "dQ's bulk reduce-adds are issued by the producer warpgroup",
-                              "use producer = true, or dq_bulk = false"))
+        for name, why in (("dkv_tma_store", "dK's and dV's box stores use the tensor maps of a producer body"),
+                          ("dq_bulk", "dQ's bulk reduce-adds are issued by the producer warpgroup")):
+            value = getattr(self, name)
+            if not isinstance(value, bool):
+                out.append(Reason(f"config.{name}", f"must be true or false (got {value!r})"))
+            elif value and self.producer is not True:
+                out.append(Reason(f"config.{name}", why, f"use producer = true, or {name} = false"))
         if not isinstance(self.dq_fragment, bool):
             out.append(Reason("config.dq_fragment", f"must be true or false (got {self.dq_fragment!r})"))
         if not (isinstance(self.l2_section_bytes, int) and self.l2_section_bytes >= 0):

@@ -39,7 +39,7 @@ from .flash_bwd import FlashBackward, advance
 from .hopper_sync import (MbarrierGroup, MbarrierPipeline, declare_roles, fence_proxy_async, fix_entry_registers,
                           named_barrier, set_max_registers)
 from .ir_builders import enclosing_op, f32, if_then, index, splat
-from .ix import Ix, LaneValues, as_value
+from .ix import Ix, as_value
 from .shared_tiles import dynamic_shared_memory
 from .tma_copy import TmaCopy, TmaWrite, bulk_commit, bulk_wait
 
@@ -131,13 +131,12 @@ class ProducerConsumerBackward(FlashBackward):
             return super().store_gradients(results)
         dk, dv = self.gradients(results[2:])
         self.before_shared_stores()
-        here = LaneValues(ir.InsertionPoint.current)   # the stores' addresses: built here, not live in the loop
         for acc, atom, tile, scale, name in ((dk, self.dk_atom, self.dkv, self.spec.scale, "k"),
                                              (dv, self.dv_atom, self.dkv_v, None, "v")):
             factor = None if scale is None else splat(f32(scale), [atom.group_width])
             values = [[[g if factor is None else arith.mulf(g, factor) for g in atom.groups(c)] for c in row]
                       for row in acc]
-            atom.store_groups(self.tiles[name], values, tile.row0, tile.col0, here)
+            atom.store_groups(self.tiles[name], values, tile.row0, tile.col0, after_loop=True)
         fence_proxy_async()
         named_barrier(CONSUMER_BARRIER, self.consumers)
         with if_then(arith.cmpi(arith.CmpIPredicate.eq, self.tid, index(0))):

@@ -87,17 +87,18 @@ class WgmmaMmaAtom:
         fence_proxy_async()
 
     def store_groups(self, tile: WgmmaTile, values, row: "ir.Value", col: "ir.Value",
-                     lanes: "LaneValues | None" = None) -> None:
+                     after_loop: bool = False) -> None:
         """Each 16 x 16 block of a warp's groups rounded and stored by one stmatrix x4: the accumulator's
         pattern over an 8 x 8 block is stmatrix's fragment (wgmma_layouts.accumulator_store_address), so
         a warp writes 512 bytes an instruction where 4-byte stores of each group wrote 128. The lane's
-        addresses are built with `lanes` (default: at the kernel's start, beside the step loop's); stores
-        after the loop pass their own, and build them there from a thread id pinned there
-        (wgmma_atom.pinned_index), so that they do not live across the loop."""
+        addresses are built at the kernel's start, beside the step loop's; `after_loop` stores build them
+        where they are, from a thread id pinned there (wgmma_atom.pinned_index), so that they do not live
+        across the loop."""
         if self.n % 16:
             raise ValueError(f"an stmatrix x4 stores 16 columns of a warp's rows: m64n{self.n} holds no whole ones")
-        thread = self.ops.thread if lanes is None else wgmma_atom.pinned_index(self.ops.thread)
-        lanes = lanes or self.lanes
+        thread, lanes = self.ops.thread, self.lanes
+        if after_loop:
+            thread, lanes = wgmma_atom.pinned_index(thread), LaneValues(ir.InsertionPoint.current)
         lane_row, lane_chunk = wgmma_layouts.accumulator_store_address(Ix.lane(thread, lanes))
         if self.n % BLOCK == 0:   # the unit's first column starts a swizzled block
             chunk_lane = lane_chunk

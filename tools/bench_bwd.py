@@ -371,7 +371,8 @@ def _measured(row: Row, timing: bench_timing.Timing | None, gate: dict | None, w
 @dataclasses.dataclass
 class Contender:
     """One backward of a row, gated and ready to time beside the row's others: `call` queues it once (None:
-    it could not run, `why` says why); `close` frees what it holds; `run`, ours only, is its launch plan."""
+    it could not run, `why` says why); `close` frees what it holds outside Python (ours: its launch plans);
+    `run`, ours only, is its launch plan."""
     gate: dict | None
     call: object = None
     why: str | None = None
@@ -395,7 +396,7 @@ def _peer(torch, row: Row, sets, refs, forward) -> Contender:
     first = torch.autograd.grad(out, inputs, do, retain_graph=True)
     gate = _gate_grads(row, refs, dict(zip(("dq", "dk", "dv"), first)))
     del first
-    return Contender(gate, once, close=prepared.clear)
+    return Contender(gate, once)
 
 
 def _sdpa_peer(torch, row: Row, backend: str, sets, refs) -> Contender:
@@ -478,6 +479,11 @@ def _ours(torch, bundle, device, row: Row, sets, forwards, refs) -> Contender:
     return Contender(gate, lambda: next(turn).launch(), close=close, run=runs[0][0])
 
 
+def _ours_entry(config: KernelConfig, measured: dict, steps: dict) -> dict:
+    """A config's entry in a row's report: its measurement, its steps' and what it is."""
+    return {**measured, "steps": steps, "body": config.body, "arch": arch_of(config), "about": config_about(config)}
+
+
 def _time_steps(torch, run, options: TimingOptions) -> dict[str, dict]:
     """Each step of the plan alone, queued as the whole plan is (GPU and host time per call). A kernel
     whose work-groups take turns on semaphores is timed behind their zero fill (`steps_alone`): launched
@@ -540,8 +546,7 @@ def run(directory: Path, report: Path, options: TimingOptions, rows: list[Row], 
                                                                    rate=options.sleep_rate), scalar.gate)
                 finally:
                     scalar.close()
-                entry["ours"][config.tag] = {**measured, "steps": {}, "body": config.body, "arch": arch_of(config),
-                                             "about": config_about(config)}
+                entry["ours"][config.tag] = _ours_entry(config, measured, {})
                 continue
             ours[config] = _ours(torch, bundle, device, row, sets, forwards, refs)
         if not row.score_features:
@@ -554,8 +559,7 @@ def run(directory: Path, report: Path, options: TimingOptions, rows: list[Row], 
                                            calls=options.calls, rounds=options.rounds, rate=options.sleep_rate)
         for config, contender in ours.items():
             measured = _measured(row, timings[config.tag], contender.gate)
-            entry["ours"][config.tag] = {**measured, "steps": _time_steps(torch, contender.run, options),
-                                         "body": config.body, "arch": arch_of(config), "about": config_about(config)}
+            entry["ours"][config.tag] = _ours_entry(config, measured, _time_steps(torch, contender.run, options))
         for name, contender in peers.items():
             entry["peers"][name] = _measured(row, timings.get(name), contender.gate, contender.why)
         for contender in contenders.values():

@@ -400,16 +400,16 @@ MUTANTS: list[Mutant] = [
            "            pass\n"),
     # -- dK and dV by TMA box stores (config.dkv_tma_store) --------------------------------------------------
     Mutant("dK, dV by TMA: rounded into K's tile while the other warpgroup's last products read it",
-           "passes/warp_roles.py", "        self.before_shared_stores()\n        here = ",
-           "        here = "),
+           "passes/warp_roles.py", "        self.before_shared_stores()\n        for acc, atom",
+           "        for acc, atom"),
     Mutant("dK, dV by TMA: box stores issued before the other consumers' stmatrix (no barrier)",
            "passes/warp_roles.py",
            "        fence_proxy_async()\n        named_barrier(CONSUMER_BARRIER, self.consumers)\n"
            "        with if_then(", "        fence_proxy_async()\n        with if_then("),
     Mutant("dK, dV by TMA: box stores read the tiles without a proxy fence", "passes/warp_roles.py",
-           "            atom.store_groups(self.tiles[name], values, tile.row0, tile.col0, here)\n"
+           "            atom.store_groups(self.tiles[name], values, tile.row0, tile.col0, after_loop=True)\n"
            "        fence_proxy_async()\n",
-           "            atom.store_groups(self.tiles[name], values, tile.row0, tile.col0, here)\n"),
+           "            atom.store_groups(self.tiles[name], values, tile.row0, tile.col0, after_loop=True)\n"),
     Mutant("dK, dV by TMA: the work-group ends before its box stores read shared memory", "passes/warp_roles.py",
            "            bulk_commit()\n            bulk_wait(0, read=True)\n\n    def before_step",
            "            bulk_commit()\n\n    def before_step"),
