@@ -319,11 +319,15 @@ class DqDkDvOp(_SpecOp):
     """The main stage; each output is T or an f32 accumulator, as the body chooses. With the attribute
     `dq_semaphores = true` (deterministic mode), an i32 [B, Hq, query blocks] operand after the gradients,
     zero-filled: the key blocks that visit a query block add their dQ into dq_out one at a time, in a
-    fixed order, each waiting until that block's counter holds its turn (docs/ir.md)."""
+    fixed order, each waiting until that block's counter holds its turn (docs/ir.md). With
+    `dq_converted = true`, two more: dq (T), which the stage writes from its f32 dq_out itself, and an i32
+    [B, Hkv] counter, zero-filled, of each kv head's key blocks whose adds into dq_out are complete."""
 
     NAME = "fmha.dq_dk_dv"
     OPERANDS = ("q", "k", "v", "do", "lse", "d", "dq_out", "dk_out", "dv_out")
     SEMAPHORES = "dq_semaphores"
+    CONVERTED = "dq_converted"
+    CONVERTED_OPERANDS = ("dq", "dq_done")
 
     @classmethod
     def operand_names(cls, spec):
@@ -335,14 +339,16 @@ class DqDkDvOp(_SpecOp):
     @classmethod
     def names_of(cls, op, spec):
         names = cls.operand_names(spec)
-        if not cls._read_semaphores(op, []):
-            return names
+        extra = ((cls.SEMAPHORES,) if cls._read_semaphores(op, []) else ()) + (
+            cls.CONVERTED_OPERANDS if _read_flag(op, cls.CONVERTED, []) else ())
         cu = len(varlen_operands(spec))
-        return names[:len(names) - cu] + (cls.SEMAPHORES,) + names[len(names) - cu:]
+        return names[:len(names) - cu] + extra + names[len(names) - cu:]
 
     @classmethod
-    def build(cls, spec, operands, config=None, *, dq_semaphores: bool = False, loc=None) -> "ir.Operation":
-        extra = {cls.SEMAPHORES: ir.BoolAttr.get(True)} if dq_semaphores else {}
+    def build(cls, spec, operands, config=None, *, dq_semaphores: bool = False, dq_converted: bool = False,
+              loc=None) -> "ir.Operation":
+        extra = {name: ir.BoolAttr.get(True) for name, on in ((cls.SEMAPHORES, dq_semaphores),
+                                                                (cls.CONVERTED, dq_converted)) if on}
         return cls._create(spec, config, operands, extra, loc)
 
     @classmethod
@@ -353,17 +359,22 @@ class DqDkDvOp(_SpecOp):
     def operand_kinds(cls, op, spec):
         kinds = tensor_kinds(spec)
         kinds[cls.SEMAPHORES] = TensorKind(ROWS_RANK, ("i32",))
+        kinds["dq_done"] = TensorKind(ROWS_RANK - 1, ("i32",))
         return {name: kinds[name] for name in cls.names_of(op, spec)}
 
     @classmethod
     def problems(cls, op) -> list[str]:
         problems: list[str] = []
         semaphores = cls._read_semaphores(op, problems)
+        converted = _read_flag(op, cls.CONVERTED, problems)
         if problems:
             return problems
         spec = _valid_spec(op, [])
         if semaphores and spec is not None and not spec.deterministic:
             return [f"{cls.SEMAPHORES} = true orders deterministic mode's dQ adds: it needs deterministic = true"]
+        if converted and spec is not None and (spec.deterministic or spec.varlen):
+            return [f"{cls.CONVERTED} = true converts dQ of whole heads added in any order: not in deterministic "
+                    "mode or with varlen"]
         return super().problems(op)
 
 

@@ -175,6 +175,12 @@ class TiledConfig(KernelConfig):
     # work-group entered with less this (bodies.wgmma.register_budgets). A table choice by ptxas -v: too few
     # and the producer's addresses spill, too many and the consumers' accumulators do.
     producer_registers: int = 24
+    # With dQ's bulk reduce-adds: dq_dk_dv converts dq_acc into dQ itself, in work-groups appended to its grid
+    # (passes/dq_convert_tail.py), each taking this many query rows of one head once every key block of the
+    # head counted its reduce-adds complete, instead of a convert kernel after it (0). The grid dispatches them
+    # last, so they run on the SMs the last wave of key blocks leaves idle (bench_notes.md, "dQ converted in
+    # the main kernel's grid").
+    dq_convert_rows: int = 0
 
     @property
     def mfma(self):
@@ -204,6 +210,14 @@ class TiledConfig(KernelConfig):
         """e.g. tiled_m64n128w8s2_3fa9c1: the digest tells configs of the same tiles apart."""
         digest = hashlib.sha256(json.dumps(self.to_json(), sort_keys=True).encode()).hexdigest()[:6]
         return f"tiled_m{self.block_m}n{self.block_n}w{self.warps}s{self.stages}_{digest}"
+
+    def without_dq_bulk(self) -> "TiledConfig":
+        """The same config with the consumers adding dQ (and so dQ's convert kernel)."""
+        return dataclasses.replace(self, dq_bulk=False, dq_convert_rows=0)
+
+    def without_producer(self) -> "TiledConfig":
+        """The same tiles copied by every warp: no producer, nor what needs it."""
+        return dataclasses.replace(self.without_dq_bulk(), producer=False, dkv_tma_store=False)
 
     def structural_reasons(self) -> list[Reason]:
         out = []
@@ -239,6 +253,13 @@ class TiledConfig(KernelConfig):
             out.append(Reason("config.l2_section_bytes", f"sections order the key blocks of grid_order keys_outer, "
                                                          f"not {self.grid_order}",
                               "use grid_order = keys_outer, or l2_section_bytes = 0"))
+        rows = self.dq_convert_rows
+        if isinstance(rows, bool) or not isinstance(rows, int) or rows < 0:
+            out.append(Reason("config.dq_convert_rows", f"must be a non-negative integer (got {rows!r})"))
+        elif self.dq_convert_rows and (self.dq_bulk is not True or self.grid_order != "keys_outer"):
+            out.append(Reason("config.dq_convert_rows", "the appended work-groups wait for the writer of dQ's bulk "
+                                                        "reduce-adds and follow keys_outer's block ids",
+                              "use dq_bulk = true and grid_order = keys_outer, or dq_convert_rows = 0"))
         if not (isinstance(self.producer_registers, int) and self.producer_registers in SETMAXNREG_BUDGETS):
             out.append(Reason("config.producer_registers", f"{SETMAXNREG_RULE}, not {self.producer_registers!r}"))
         if not isinstance(self.turn_overlap, bool):

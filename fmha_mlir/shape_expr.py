@@ -61,6 +61,10 @@ def ceildiv(a: Expr, b: Expr) -> Expr:
     return BinOp("ceildiv", a, b)
 
 
+def add(a: Expr, b: Expr) -> Expr:
+    return BinOp("add", a, b)
+
+
 def mul(a: Expr, b: Expr) -> Expr:
     return BinOp("mul", a, b)
 

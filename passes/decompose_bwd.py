@@ -12,14 +12,15 @@ stored per row and summed by a convert in deterministic mode.
     <grad>_acc = alloc f32 (shape from the body), zero-filled; outputs the body accumulates into, zero-filled
     dq_dk_dv(q, k, v, do, lse, d, [bias | alibi_slopes], dq_acc | dq, dk_acc | dk, dv_acc | dv,
              [dbias_acc | dbias | dalibi_slopes])
-    convert_grad(<grad>_acc, <grad>) {grad = "<grad>"} for each accumulator
+    convert_grad(<grad>_acc, <grad>) {grad = "<grad>"} for each accumulator dq_dk_dv does not convert itself
+                                                 (config.dq_convert_rows: dq_dk_dv(..., dq, dq_done) {dq_converted})
     dealloc the workspaces
 """
 from __future__ import annotations
 
 import dataclasses
 
-from fmha_mlir.bodies import DQ_SEMAPHORES, BodyPlan, Workspace
+from fmha_mlir.bodies import DQ_DONE, DQ_SEMAPHORES, BodyPlan, Workspace
 from fmha_mlir.dialects import fmha
 from fmha_mlir.dialects.fmha_attrs import WORKSPACE_ATTRIBUTE
 from fmha_mlir.dialects.fmha_types import TensorKind
@@ -80,10 +81,15 @@ def _decompose(op: "ir.Operation", plan: BodyPlan) -> None:
     outs = [allocated[accumulators[g].name].strided if g in accumulators else operands[g]
             for g in fmha.GRADS + bias_grads]
     semaphores = [allocated[DQ_SEMAPHORES].strided] if DQ_SEMAPHORES in allocated else []
+    # dQ converted by dq_dk_dv itself (config.dq_convert_rows): the gradient and its head counters.
+    in_main = "dq" in accumulators and accumulators["dq"].converted_in_main
+    converted = [operands["dq"], allocated[DQ_DONE].strided] if in_main else []
     fmha.DqDkDvOp.build(spec, [operands[n] for n in ("q", "k", "v", "do", "lse")] + [allocated["d"].strided]
-                        + [operands[n] for n in bias_inputs] + outs + semaphores + cu, config,
-                        dq_semaphores=bool(semaphores))
+                        + [operands[n] for n in bias_inputs] + outs + semaphores + converted + cu, config,
+                        dq_semaphores=bool(semaphores), dq_converted=bool(converted))
     for grad, workspace in accumulators.items():
+        if workspace.converted_in_main:
+            continue
         by_key_block = workspace.partials and grad == "dq"   # the convert reads only the partials written
         fmha.ConvertGradOp.build(spec, [allocated[workspace.name].strided, operands[grad]]
                                  + ([operands["k"]] if by_key_block else []) + cu, config, grad=grad,

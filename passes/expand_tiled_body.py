@@ -14,6 +14,7 @@ from .body_expansion import expand_stages
 from .row_kernels import row_stage_builders
 from . import flash_bwd
 from .copy_atoms import BufferLoadCopy, CpAsyncCopy
+from .dq_convert_tail import with_convert_tail
 from .mfma_atom import MfmaAtom
 from .mma_atoms import MmaSyncAtom
 from .warp_roles import ProducerConsumerBackward
@@ -30,9 +31,15 @@ HARDWARE = {MMA_SYNC_INSTRUCTION: MMA_SYNC, WGMMA_INSTRUCTION: WGMMA}
 
 
 def dq_dk_dv(op: "ir.Operation", spec, config) -> None:
-    """The schedule on the config's instruction family, warp-specialised where the config has a producer."""
+    """The schedule on the config's instruction family, warp-specialised where the config has a producer;
+    with config.dq_convert_rows, dQ's conversion in work-groups appended to its grid."""
     hardware = MFMA if config.mfma else HARDWARE[config.instruction]
-    (ProducerConsumerBackward if config.producer else flash_bwd.FlashBackward)(op, spec, config, hardware).build()
+    schedule = ProducerConsumerBackward if config.producer else flash_bwd.FlashBackward
+    main = lambda: schedule(op, spec, config, hardware).build()   # noqa: E731
+    if config.dq_convert_rows:
+        with_convert_tail(op, spec, config, main)
+    else:
+        main()
 
 
 BUILDERS = {**row_stage_builders(), fmha.DqDkDvOp.NAME: dq_dk_dv}

@@ -120,6 +120,7 @@ def fix_entry_registers(function: "ir.Operation") -> None:
 
 
 ROLES_ATTRIBUTE = "fmha.roles"   # read by the interpreter (runtime/interp/roles.py)
+ORDERED_REDUCES_ATTRIBUTE = "fmha.ordered_reduces"   # read by the interpreter (runtime/interp/reduce_order.py)
 
 
 def declare_roles(function: "ir.Operation", ranges: list[tuple[int, int]]) -> None:
@@ -127,3 +128,11 @@ def declare_roles(function: "ir.Operation", ranges: list[tuple[int, int]]) -> No
     interpreter runs each as its own coroutine, since one role waits for what another, later in
     program order, does."""
     function.attributes[ROLES_ATTRIBUTE] = ir.DenseI32ArrayAttr.get([t for pair in ranges for t in pair])
+
+
+def declare_ordered_reduces(function: "ir.Operation") -> None:
+    """Record on a gpu.func that its work-groups' bulk reduce-adds into an element go in one order (their
+    semaphores' turns: deterministic dQ): the interpreter checks that the GPU could not add them in
+    another (reduce_order.py). Kernels without it may add in any order (dQ converted in the grid waits on
+    semaphores too, but only to read the sums)."""
+    function.attributes[ORDERED_REDUCES_ATTRIBUTE] = ir.UnitAttr.get()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from fmha_mlir.bodies import ACCUMULATE, READ, WRITE, BodyPlan
+from fmha_mlir.bodies import ACCUMULATE, DQ_DONE, READ, WRITE, BodyPlan
 from fmha_mlir.dialects import fmha
 from fmha_mlir.dialects.fmha_attrs import ACCESS_ATTRIBUTE, describe_kernel
 from fmha_mlir.mlir import gpu, ir
@@ -59,10 +59,11 @@ class StagesToGpu(FmhaPass):
 def operand_access(stage_op: str, names: list[str], plan: BodyPlan) -> list[str]:
     """How the stage's kernel uses each operand: the row kernels write their output (d, a converted
     gradient; dsinks is added into unless stored per row), dq_dk_dv writes or accumulates each
-    `<grad>_out`, as the body's plan says, and adds into deterministic dQ's semaphores; the rest is read."""
+    `<grad>_out`, as the body's plan says, adds into deterministic dQ's semaphores and dq_done, and writes dq
+    where it converts dQ itself; the rest is read."""
     outputs = {fmha.DotDoOOp.NAME: plan.row_output_access, fmha.ConvertGradOp.NAME: {"out": WRITE},
                fmha.DqDkDvOp.NAME: {**{f"{g}_out": a for g, a in plan.output_access.items()},
-                                    fmha.DqDkDvOp.SEMAPHORES: ACCUMULATE}}
+                                    fmha.DqDkDvOp.SEMAPHORES: ACCUMULATE, DQ_DONE: ACCUMULATE, "dq": WRITE}}
     return [outputs[stage_op].get(name, READ) for name in names]
 
 

@@ -28,7 +28,7 @@ coroutine. The budgets are the config's split (bodies.wgmma.register_budgets).
 from __future__ import annotations
 
 from fmha_mlir import mask_geometry
-from fmha_mlir.bodies import DQ_SEMAPHORES, TiledBody, dq_in_turns
+from fmha_mlir.bodies import DQ_DONE, DQ_SEMAPHORES, TiledBody, dq_in_turns
 from fmha_mlir.bodies.wgmma import (BLOCK_COLUMNS, DQ_BOX_COLUMNS, PRODUCED_TILES, STORED_TILES, SWIZZLE,
                                    register_budgets, tensor_maps)
 from fmha_mlir.dialects import fmha
@@ -36,8 +36,8 @@ from fmha_mlir.wgmma_layouts import f32_store_column, f32_tile_offset
 from fmha_mlir.mlir import arith, gpu, ir, memref, scf, vector
 
 from .flash_bwd import FlashBackward, advance
-from .hopper_sync import (MbarrierGroup, MbarrierPipeline, declare_roles, fence_proxy_async, fix_entry_registers,
-                          named_barrier, set_max_registers)
+from .hopper_sync import (MbarrierGroup, MbarrierPipeline, declare_ordered_reduces, declare_roles, fence_proxy_async,
+                          fix_entry_registers, named_barrier, set_max_registers)
 from .ir_builders import enclosing_op, f32, if_then, index, splat
 from .ix import Ix, as_value
 from .shared_tiles import dynamic_shared_memory
@@ -79,6 +79,8 @@ class ProducerConsumerBackward(FlashBackward):
         declare_roles(self.function, [(0, self.consumers), (self.consumers, writer)]
                       + ([(writer, config.threads)] if config.dq_bulk else []))
         fix_entry_registers(self.function)
+        if dq_in_turns(self.spec, config):
+            declare_ordered_reduces(self.function)
         # full[s]: every loader arrives once its LSE and D are stored, plus the TMA issuer's expect-tx
         # arrival; empty[s]: every consumer thread once the step is done.
         self.pipeline = MbarrierPipeline(config.stages, self.consumers, producers=self.loaders + 1)
@@ -264,7 +266,9 @@ class ProducerConsumerBackward(FlashBackward):
         it; before the work-group ends, every reduce has completed. In deterministic mode (dq_in_turns)
         the lane first waits for this key block's turn at the query block and passes the turn on once its
         reduces completed, so every element of dq_acc sums its key blocks in one order: at once, or with
-        config.turn_overlap after the next step's reduces are issued (the loop carries the step's turn)."""
+        config.turn_overlap after the next step's reduces are issued (the loop carries the step's turn).
+        With dQ converted in the grid (config.dq_convert_rows) the lane then counts its key block on the kv
+        head's dq_done counter, which the convert work-groups wait for (passes/dq_convert_tail.py)."""
         elected = arith.cmpi(arith.CmpIPredicate.eq, self.tid, index(self.consumers + self.loaders))
         in_turns = dq_in_turns(self.spec, self.config)
         overlap = in_turns and self.config.turn_overlap
@@ -295,6 +299,8 @@ class ProducerConsumerBackward(FlashBackward):
             if overlap:
                 with if_then(arith.cmpi(arith.CmpIPredicate.ugt, steps, index(0))):
                     self.pass_turn(list(loop.results)[2:], pending=None)
+            if DQ_DONE in self.operands:   # dQ converted in the grid: this key block's adds are in
+                fmha.SemaphoreSignalOp.build(self.operands[DQ_DONE], [self.batch, self.kv_head])
 
     def pass_turn(self, turn, pending: int | None) -> None:
         """Signal the next key block's turn at query block (head, m) = `turn` once the reduce-adds into it

@@ -52,7 +52,7 @@ import numpy as np
 
 from fmha_mlir.api import bundle_path, load_bundle
 from fmha_mlir.torch_in_place import torch_device_array, torch_dtype_names
-from fmha_mlir.bodies import BODIES, DQ_SEMAPHORES, TILED_TABLE, choose_config, dq_fragment_order, dq_in_turns
+from fmha_mlir.bodies import BODIES, DQ_DONE, DQ_SEMAPHORES, TILED_TABLE, choose_config, dq_fragment_order, dq_in_turns
 from fmha_mlir.bodies.wgmma import HOPPER_ARCH, WGMMA_TABLE
 from fmha_mlir.kernel_config import TURN_ORDERS, WGMMA, KernelConfig, TiledConfig, WarpConfig
 from fmha_mlir.spec import AttentionBwdSpec, Mask
@@ -62,6 +62,8 @@ import bench_timing
 from build_run import build_run_parser, write_report_files
 
 ARCH = "sm_90"
+# The counters a kernel waits on, zero-filled by the plan before it every call (steps_alone).
+COUNTERS = (DQ_SEMAPHORES, DQ_DONE)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -152,8 +154,8 @@ SWEEP: dict[int, list[KernelConfig]] = {
 # wgmma candidates: the table row without its producer warpgroup (every warp copies by cp.async and
 # computes), and with it but dQ by the consumers' atomics, against which the table row is measured.
 WGMMA_SWEEP: dict[int, list[KernelConfig]] = {
-    d: [dataclasses.replace(WGMMA_TABLE[d], producer=False, dq_bulk=False, dkv_tma_store=False),
-        dataclasses.replace(WGMMA_TABLE[d], producer=True, dq_bulk=False)] for d in WGMMA_TABLE}
+    d: [WGMMA_TABLE[d].without_producer(),
+        dataclasses.replace(WGMMA_TABLE[d].without_dq_bulk(), producer=True)] for d in WGMMA_TABLE}
 # d256: dQ's f32 tile fits beside one Q / dO stage only: the writer's bulk reduce-adds against double buffering.
 WGMMA_SWEEP[256].append(dataclasses.replace(WGMMA_TABLE[256], stages=1, producer=True, dq_bulk=True))
 # 128 query rows a step in one stage: S^T's and dQ's warpgroup tiles become whole m64n64 products (d192's
@@ -187,6 +189,7 @@ class Candidates:
     sections: tuple[int, ...] = ()  # the op's wgmma config with each of these l2_section_bytes
     registers: tuple[int, ...] = ()  # the op's wgmma config, where it has a producer, with each producer_registers
     dkv_stores: bool = False       # the op's wgmma config, where it has a producer, with dkv_tma_store toggled
+    convert_rows: tuple[int, ...] = ()  # the op's wgmma config, where it takes them, with each dq_convert_rows
 
 
 def row_configs(row: Row, candidates: Candidates = Candidates()) -> list[KernelConfig]:
@@ -194,7 +197,8 @@ def row_configs(row: Row, candidates: Candidates = Candidates()) -> list[KernelC
     body on the generic chip) and the sweep's candidates, then the wgmma body's row of the head dim's bucket
     and, with either sweep, its candidates (WGMMA_SWEEP, and the op's config in TURN_SWEEP's turns or in
     dQ's logical order where those apply; where they take the spec on sm_90a), then the op's config in
-    each L2 section size and producer register budget and with dK and dV stored the other way, then the scalar
+    each L2 section size and producer register budget, with dK and dV stored the other way and with dQ
+    converted in its grid by each number of rows (those the body takes), then the scalar
     warp body (where it takes the spec: not in deterministic mode)."""
     sweep, wgmma = candidates.sweep, candidates.wgmma
     default = choose_config(row.spec, get_target(HOPPER_ARCH), "tiled")
@@ -214,6 +218,7 @@ def row_configs(row: Row, candidates: Candidates = Candidates()) -> list[KernelC
         hopper += [dataclasses.replace(default, producer_registers=n) for n in candidates.registers if default.producer]
         if candidates.dkv_stores and default.producer:
             hopper.append(dataclasses.replace(default, dkv_tma_store=not default.dkv_tma_store))
+        hopper += [dataclasses.replace(default, dq_convert_rows=n) for n in candidates.convert_rows]
     hopper = [c for c in hopper if not BODIES["tiled"].reasons(row.spec, get_target(HOPPER_ARCH), c)]
     scalar = [WARP] if candidates.warp and not BODIES["warp"].spec_reasons(row.spec, WARP) else []
     return list(dict.fromkeys([default, generic, *extra, *hopper, *scalar]))
@@ -486,14 +491,15 @@ def _ours_entry(config: KernelConfig, measured: dict, steps: dict) -> dict:
 
 def _time_steps(torch, run, options: TimingOptions) -> dict[str, dict]:
     """Each step of the plan alone, queued as the whole plan is (GPU and host time per call). A kernel
-    whose work-groups take turns on semaphores is timed behind their zero fill (`steps_alone`): launched
-    again on counters its last launch left behind, it would wait for turns that never come."""
+    whose work-groups wait on counters (deterministic dQ's turns, dQ converted in the grid) is timed
+    behind their zero fill (`steps_alone`): launched again on counts its last launch left behind, it would
+    wait for counts that never come."""
     out = {}
     for index, (step, calls) in enumerate(steps_alone(run.bundle.steps, run.step_calls())):
         label = step["buffer"] if step["op"] == "zero" else step["kernel"].rsplit("_", 2)[-2] + "_" + \
             step["kernel"].rsplit("_", 1)[-1]
         if len(calls) > 1:
-            label = f"{label} behind zero:{DQ_SEMAPHORES}"
+            label = f"{label} behind its counters' zero fill"
         out[f"{index}:{step['op']}:{label}"] = options.time(
             torch, lambda calls=calls: [call() for call in calls], rounds=3).to_json()
     return out
@@ -501,11 +507,12 @@ def _time_steps(torch, run, options: TimingOptions) -> dict[str, dict]:
 
 def steps_alone(steps: list[dict], calls: list) -> list[tuple[dict, list]]:
     """(step, what to call to run it alone) for each step of a plan: the step's own call, after the zero
-    fill of the semaphores it takes, if any (a plan zero-fills them before their kernel, every call)."""
+    fill of the counters it takes, if any (a plan zero-fills them before their kernel, every call; launched
+    again on counts its last launch left, its waits for a turn or a head's count would never pass)."""
     zero = {step["buffer"]: call for step, call in zip(steps, calls) if step["op"] == "zero"}
     out = []
     for step, call in zip(steps, calls):
-        takes = [arg["buffer"] for arg in step.get("args", ()) if arg.get("buffer") == DQ_SEMAPHORES]
+        takes = [arg["buffer"] for arg in step.get("args", ()) if arg.get("buffer") in COUNTERS]
         out.append((step, [zero[name] for name in takes] + [call]))
     return out
 
@@ -620,6 +627,8 @@ def config_about(config: KernelConfig) -> str:
         words.append(f"producer ({config.producer_registers} registers)" if config.producer else "no producer")
         words.append("dQ bulk" if config.dq_bulk else "dQ by consumers")
         words += ["dK, dV by TMA"] if config.dkv_tma_store else []
+        if config.dq_convert_rows:
+            words.append(f"dQ converted in the grid, {config.dq_convert_rows} rows a work-group")
         words += [] if config.dq_fragment else ["dQ in logical order"]
         if (config.turn_order, config.turn_overlap) != (TURN_ORDERS[0], False):   # deterministic mode's dQ turns
             words.append(f"turns {config.turn_order.replace('_', ' ')}")
@@ -759,6 +768,9 @@ def main(argv=None) -> int:
     p.add_argument("--dkv-stores", action="store_true",
                    help="with --wgmma: also the op's wgmma config, where it has a producer, with dK and dV stored "
                         "the other way (config.dkv_tma_store toggled)")
+    p.add_argument("--dq-convert-rows", nargs="+", type=int, default=[], metavar="N",
+                   help="with --wgmma: also the op's wgmma config with dQ converted in its grid, N query rows a "
+                        "work-group (config.dq_convert_rows; 0: by the convert kernel)")
     p.add_argument("--rows", nargs="+", default=[""], help="only rows whose label contains one of these texts")
     p.add_argument("--flex", choices=("bf16", "f16", "all", "none"), default="bf16",
                    help="rows on which compiled FlexAttention is timed (its torch.compile takes tens of seconds a row)")
@@ -783,7 +795,7 @@ def main(argv=None) -> int:
                                                if r.dtype == "bf16" and not r.deterministic else []))]
     candidates = Candidates(args.sweep, args.warp, args.wgmma, args.wgmma_sweep,
                             tuple(mib << 20 for mib in args.l2_sections), tuple(args.producer_registers),
-                            args.dkv_stores)
+                            args.dkv_stores, tuple(args.dq_convert_rows))
     if args.action == "build":
         build(args.directory, args.ptxas, rows, candidates)
         return 0

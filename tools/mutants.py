@@ -417,6 +417,18 @@ MUTANTS: list[Mutant] = [
            '((dk, self.dk_atom, self.dkv, self.spec.scale, "k")', '((dk, self.dk_atom, self.dkv, None, "k")'),
     Mutant("dK, dV by TMA: the box of a head dim's last partial 64 columns left out", "passes/warp_roles.py",
            "for b in range(-(-head_dim // BLOCK_COLUMNS)):", "for b in range(head_dim // BLOCK_COLUMNS):"),
+    # -- dQ converted in the main kernel's grid (config.dq_convert_rows) -------------------------------------
+    Mutant("dQ converted in the grid: no wait for the head's key blocks", "passes/dq_convert_tail.py",
+           "    fmha.SemaphoreWaitOp.build(arith.index_cast(ir.IntegerType.get_signless(32), key_blocks), done,\n"
+           "                               [batch, kv_head])\n", ""),
+    Mutant("dQ converted in the grid: waits for all but one of the head's key blocks", "passes/dq_convert_tail.py",
+           "arith.index_cast(ir.IntegerType.get_signless(32), key_blocks)",
+           "arith.index_cast(ir.IntegerType.get_signless(32), arith.subi(key_blocks, index(1)))"),
+    Mutant("dQ converted in the grid: the softmax scale left out", "passes/dq_convert_tail.py",
+           "lane_slice, spec.scale)", "lane_slice)"),
+    Mutant("dQ converted in the grid: the writer counts its key block once its last adds read, not completed",
+           "passes/warp_roles.py", "            bulk_wait(0, read=False)\n            if overlap:",
+           "            bulk_wait(0, read=True)\n            if overlap:"),
 ]
 
 

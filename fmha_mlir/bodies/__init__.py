@@ -14,9 +14,9 @@ alignment, numerics. The IR builders live in passes/.
   choice    the bodies by name, the automatic choice, the check of a config against a spec and target
 """
 from .choice import AUTO_ORDER, BODIES, body_of, check_config, choose_config, get_body
-from .common import (ACCESSES, ACCUMULATE, COPY_ELEMENTS, DQ_SEMAPHORES, ELEMENT_BYTES, GRADS, LSE_BYTES,
-                     MAX_ELEMENTS_PER_LANE, READ, ROW_BYTES, ROW_KERNEL_WAVES, STAGES, TILE_ALIGN, WRITE, Body, Launch,
-                     SharedTile, TensorMap, Workspace,
+from .common import (ACCESSES, ACCUMULATE, COPY_ELEMENTS, DQ_DONE, DQ_SEMAPHORES, ELEMENT_BYTES, GRADS,
+                     LSE_BYTES, MAX_ELEMENTS_PER_LANE, READ, ROW_BYTES, ROW_KERNEL_WAVES, STAGES, TILE_ALIGN, WRITE,
+                     Body, Launch, SharedTile, TensorMap, Workspace,
                      bias_accumulation, partials_zeroed, row_alignment, row_lanes, row_launch, row_reasons,
                      row_stage_hdim, row_stage_output_access, sink_accumulation, tiled_row_reasons)
 from .mfma import AMD_TILED_TABLE
@@ -28,7 +28,7 @@ from .warp import WarpBody
 
 __all__ = [
     "AUTO_ORDER", "BODIES", "body_of", "check_config", "choose_config", "get_body",
-    "ACCESSES", "ACCUMULATE", "COPY_ELEMENTS", "DQ_SEMAPHORES", "ELEMENT_BYTES", "GRADS", "LSE_BYTES",
+    "ACCESSES", "ACCUMULATE", "COPY_ELEMENTS", "DQ_DONE", "DQ_SEMAPHORES", "ELEMENT_BYTES", "GRADS", "LSE_BYTES",
     "MAX_ELEMENTS_PER_LANE", "READ", "ROW_BYTES", "ROW_KERNEL_WAVES", "STAGES", "TILE_ALIGN", "WRITE", "Body",
     "Launch", "SharedTile", "TensorMap", "Workspace",
     "bias_accumulation", "partials_zeroed", "row_alignment", "row_lanes", "row_launch", "row_reasons", "row_stage_hdim",

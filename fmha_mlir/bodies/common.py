@@ -31,6 +31,9 @@ STAGES = ("dot_do_o", "dq_dk_dv", "convert_dq", "convert_dk", "convert_dv", "con
 
 # The i32 workspace of deterministic dQ's turns: a counter per (batch, query head, query block).
 DQ_SEMAPHORES = "dq_semaphores"
+# The i32 workspace of dQ converted in dq_dk_dv's grid (config.dq_convert_rows): per (batch, kv head), how
+# many of its key blocks' work-groups have their reduce-adds into dq_acc complete.
+DQ_DONE = "dq_done"
 
 
 @dataclass(frozen=True)
@@ -45,7 +48,9 @@ class Workspace:
     # Deterministic mode: dims[0] holds batch x partials (one per key block, written, not added); the
     # convert sums them in order.
     partials: bool = False
-    element: str = "f32"   # i32: deterministic dQ's semaphores
+    element: str = "f32"   # i32: deterministic dQ's semaphores, dq_done
+    # dq_dk_dv converts it into its gradient itself (config.dq_convert_rows): no convert stage.
+    converted_in_main: bool = False
 
 
 @dataclass(frozen=True)

@@ -14,13 +14,13 @@ from ..index_math import maximum, minimum
 from ..kernel_config import WGMMA, WGMMA_SHAPE, TiledConfig
 from ..matrix_layouts import MMA_M16N8K16
 from ..numerics import MATRIX_K16
-from ..shape_expr import Dim, Expr, ceildiv, mul
+from ..shape_expr import Dim, Expr, add, ceildiv, mul
 from ..spec import AttentionBwdSpec
 from ..target import Target
 from ..wgmma_layouts import SWIZZLE_ALIGNMENT, dq_run_period
 from . import mfma, mma_sync, wgmma
-from .common import (COPY_ELEMENTS, DQ_SEMAPHORES, ELEMENT_BYTES, LSE_BYTES, TILE_ALIGN, Body, Launch, SharedTile,
-                     Workspace, dims_of, row_alignment, row_launch, tiled_row_reasons)
+from .common import (COPY_ELEMENTS, DQ_DONE, DQ_SEMAPHORES, ELEMENT_BYTES, LSE_BYTES, TILE_ALIGN, Body, Launch,
+                     SharedTile, Workspace, dims_of, row_alignment, row_launch, tiled_row_reasons)
 from .mfma import AMD_TILED_TABLE
 from .mma_sync import TILED_TABLE
 from .wgmma import HOPPER_ARCH, WGMMA_TABLE
@@ -29,6 +29,20 @@ from .wgmma import HOPPER_ARCH, WGMMA_TABLE
 def key_blocks(config: TiledConfig) -> Expr:
     """The tiled body's key blocks: one work-group each (per kv head and batch)."""
     return ceildiv(Dim("k", 2), config.block_n)
+
+
+def convert_blocks(spec: AttentionBwdSpec, config: TiledConfig) -> Expr:
+    """With config.dq_convert_rows: the grid's z-slices of convert work-groups appended after the key
+    blocks, a slice per (query head of a group, dq_convert_rows rows) and each one a work-group per
+    (batch, kv head) as the key blocks' slices have (passes/dq_convert_tail.py numbers them head by head)."""
+    return mul(spec.gqa_ratio, ceildiv(Dim("q", 2), config.dq_convert_rows))
+
+
+def main_grid_blocks(spec: AttentionBwdSpec, config: TiledConfig) -> Expr:
+    """The grid's extent along the key blocks: theirs, plus the convert work-groups' slices."""
+    if not config.dq_convert_rows:
+        return key_blocks(config)
+    return add(key_blocks(config), convert_blocks(spec, config))
 
 
 def instruction_tile(config: TiledConfig) -> tuple[int, int, int, int]:
@@ -159,6 +173,10 @@ class TiledBody(Body):
                                                  "entry; varlen sequences are packed", "use producer = false"))
         if config.l2_section_bytes:
             out += l2_section_reasons(spec)
+        if config.dq_convert_rows and (spec.deterministic or spec.varlen):
+            out.append(Reason("config.dq_convert_rows", "the appended work-groups convert the rows of whole heads "
+                                                        "of fixed-length sequences, added in any order",
+                              "use dq_convert_rows = 0 (deterministic mode and varlen keep the convert kernel)"))
         if config.dq_bulk and spec.grad_accum != "f32":
             out.append(Reason("config.dq_bulk", "dQ's bulk writes move f32 tiles into dq_acc; bf16 dQ atomics "
                                                 "add into dq itself", "use dq_bulk = false"))
@@ -186,16 +204,18 @@ class TiledBody(Body):
         zero = not partials   # the convert reads only the partials written (key_block_range)
         semaphores = [Workspace(DQ_SEMAPHORES, None, (Dim("q", 0), Dim("q", 1), ceildiv(
             Dim("q", 2), config.block_m)), zero=True, element="i32")] if in_turns else []
+        in_main = bool(config.dq_convert_rows)
+        done = [Workspace(DQ_DONE, None, (Dim("k", 0), Dim("k", 1)), zero=True, element="i32")] if in_main else []
         return [Workspace("d", None, dims_of("lse", 3), zero=False),
                 Workspace("dq_acc", "dq", (batch, Dim("q", 1), rows, spec.hdim_q), zero=zero, factor=spec.scale,
-                          partials=partials)] + semaphores
+                          partials=partials, converted_in_main=in_main)] + semaphores + done
 
     def zeroed_outputs(self, spec):
         return ("dq",) if spec.grad_accum == "bf16" else ()
 
     def launch(self, stage, spec, config):
         if stage == "dq_dk_dv":
-            return Launch(tiled_grid(config, key_blocks(config), Dim("k", 1), Dim("k", 0)),
+            return Launch(tiled_grid(config, main_grid_blocks(spec, config), Dim("k", 1), Dim("k", 0)),
                           (config.threads, 1, 1), self.shared_layout(spec, config)[-1].end,
                           wgmma.tensor_maps(config) if config.producer else ())
         return row_launch(stage, spec, config)
@@ -301,11 +321,14 @@ def tiled_config(spec: AttentionBwdSpec, target: Target) -> TiledConfig:
         # longest-first over the whole grid is worth more than L2: measured -7% with sections at
         # B1 H32 Hkv8 S8192 causal (bench_notes.md, "L2 sections of heads, measured").
         row = replace(row, l2_section_bytes=0)
+    if row.dq_convert_rows and (spec.deterministic or spec.varlen):
+        # Deterministic mode's turns and partials, and packed sequences, keep the convert kernel.
+        row = replace(row, dq_convert_rows=0)
     lost_bulk = row.dq_bulk and bool(TiledBody().reasons(spec, target, row))
     if lost_bulk:
         # bf16 dQ atomics: the consumers write dQ. (Deterministic mode keeps the writer, its key blocks taking
         # turns at the reduce-adds: dq_in_turns.)
-        row = replace(row, dq_bulk=False)
+        row = row.without_dq_bulk()
     if row.producer and ((lost_bulk and mask_geometry.hides_nothing(spec.mask))
                          or TiledBody().reasons(spec, target, row)):
         # Measured (bench_notes.md, "Warp specialisation"): on the rows made for dQ's bulk reduce-adds, the
@@ -314,7 +337,7 @@ def tiled_config(spec: AttentionBwdSpec, target: Target) -> TiledConfig:
         # for d256"), on its 192-column tiles too since they go in L2 sections (d160 +25%, d192 +13% on the
         # H100: "Register budgets and the producer at d160 / d192, measured"; without sections it lost 10-13%
         # there). Varlen cannot take it. The same tiles, copied by every warp, serve the rest.
-        row = replace(row, producer=False, dq_bulk=False, dkv_tma_store=False)
+        row = row.without_producer()
     if row.instruction == WGMMA and (TiledBody().reasons(spec, target, row)
                                      or max(spec.hdim_q, spec.hdim_v) < wgmma.SMALLEST_HDIM.get(_bucket(spec), 0)):
         # (Head dims padded to whole 64-column blocks stay on wgmma down to the row's SMALLEST_HDIM: d80 1.42x

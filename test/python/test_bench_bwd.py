@@ -13,6 +13,7 @@ import bench_bwd  # noqa: E402
 import bench_gate  # noqa: E402
 import bench_timing  # noqa: E402
 from fmha_mlir import oracle  # noqa: E402
+from fmha_mlir.bodies.wgmma import WGMMA_TABLE  # noqa: E402
 from fmha_mlir.numerics import MATRIX_K16  # noqa: E402
 from fmha_mlir.spec import AttentionBwdSpec, Mask  # noqa: E402
 
@@ -294,7 +295,6 @@ def test_gate_refuses_a_mask_it_cannot_cut():
 def test_a_head_dim_between_the_wgmma_rows_is_timed_on_the_next_row_up_padded():
     """--wgmma: d80 and d96 are timed on the d128 wgmma row (128-column tiles), d136 on the d256 row (the op
     takes mma.sync there: wgmma.SMALLEST_HDIM; d160 is the op's choice, the row itself), d32 on the d64 row."""
-    from fmha_mlir.bodies.wgmma import WGMMA_TABLE
 
     for hdim, expected in ((32, [WGMMA_TABLE[64]]), (80, [WGMMA_TABLE[128]]), (96, [WGMMA_TABLE[128]]),
                            (136, [WGMMA_TABLE[256]]),
@@ -305,17 +305,22 @@ def test_a_head_dim_between_the_wgmma_rows_is_timed_on_the_next_row_up_padded():
         assert wgmma == expected
 
 
-def test_a_kernel_that_takes_turns_is_timed_alone_behind_its_semaphores_zero_fill():
-    """Deterministic sm_90a d64 takes dQ turns: its kernel launched again without the zero fill would wait
-    for turns that never come (the H200 run that timed steps alone hung there); the other steps run alone."""
+@pytest.mark.parametrize("spec,config,counter", [
+    (AttentionBwdSpec("bf16", 64, deterministic=True), None, "dq_semaphores"),
+    (AttentionBwdSpec("bf16", 128), dataclasses.replace(WGMMA_TABLE[128], dq_convert_rows=256), "dq_done"),
+], ids=["deterministic-turns", "dq-converted-in-the-grid"])
+def test_a_kernel_that_waits_on_counters_is_timed_alone_behind_their_zero_fill(spec, config, counter):
+    """Deterministic sm_90a d64 takes dQ turns, and dQ converted in the grid waits for each head's count:
+    either kernel launched again without its counters' zero fill would wait for counts that never come
+    (the H200 run that timed steps alone hung on the first, an H100 run on the second); the other steps
+    run alone."""
     from fmha_mlir.api import compile_bundle
 
-    spec = AttentionBwdSpec("bf16", 64, deterministic=True)
-    steps = compile_bundle(spec, "sm_90a", body="tiled").manifest["steps"]
+    steps = compile_bundle(spec, "sm_90a", body="tiled", config=config).manifest["steps"]
     calls = [f"call {i}" for i in range(len(steps))]
     alone = bench_bwd.steps_alone(steps, calls)
-    semaphores = next(i for i, s in enumerate(steps) if s["op"] == "zero" and s["buffer"] == "dq_semaphores")
-    taking = [i for i, s in enumerate(steps) if {"buffer": "dq_semaphores"} in s.get("args", ())]
-    assert len(taking) == 1 and taking[0] > semaphores
+    zero = next(i for i, s in enumerate(steps) if s["op"] == "zero" and s["buffer"] == counter)
+    taking = [i for i, s in enumerate(steps) if {"buffer": counter} in s.get("args", ())]
+    assert len(taking) == 1 and taking[0] > zero
     assert [step for step, _ in alone] == steps
-    assert [run for _, run in alone] == [[calls[semaphores], c] if i in taking else [c] for i, c in enumerate(calls)]
+    assert [run for _, run in alone] == [[calls[zero], c] if i in taking else [c] for i, c in enumerate(calls)]

@@ -89,7 +89,8 @@ CONFIG_CHANGES = {"body": "warp", "wave_size": 64, "block_m": 64, "block_n": 128
                   "instruction": INSTRUCTIONS[-1], "sdp_warps": (4, 1), "dkv_warps": (4, 1), "dq_warps": (2, 2),
                   "p_in_registers": True, "swizzle": "xor", "grid_order": "keys_inner", "split_tail_loop": True,
                   "producer": True, "dq_bulk": True, "turn_order": "last_to_first", "turn_overlap": True,
-                  "dq_fragment": False, "l2_section_bytes": 1 << 20, "producer_registers": 40, "dkv_tma_store": True}
+                  "dq_fragment": False, "l2_section_bytes": 1 << 20, "producer_registers": 40, "dkv_tma_store": True,
+                  "dq_convert_rows": 256}
 
 
 def test_every_config_field_has_a_change_below():

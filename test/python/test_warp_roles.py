@@ -10,11 +10,12 @@ import re
 
 import pytest
 
-from fmha_mlir.bodies import check_config, choose_config
+from fmha_mlir.bodies import body_plan, check_config, choose_config
 from fmha_mlir.bodies.wgmma import WGMMA_TABLE, register_budgets
 from fmha_mlir.compiler import compile_spec
 from fmha_mlir.errors import SpecError
 from fmha_mlir.problem import ProblemSize
+from fmha_mlir.shape_expr import evaluate
 from fmha_mlir.spec import AttentionBwdSpec, Mask
 from fmha_mlir.target import TARGETS
 from test_wgmma_body import ONE_WARPGROUP, run_variant
@@ -23,6 +24,7 @@ PRODUCED = dataclasses.replace(ONE_WARPGROUP, producer=True)
 ONE_STAGE = dataclasses.replace(PRODUCED, stages=1)
 BULK_DQ = dataclasses.replace(PRODUCED, dq_bulk=True)
 STORED_DKV = dataclasses.replace(PRODUCED, dkv_tma_store=True)
+CONVERTED_DQ = dataclasses.replace(BULK_DQ, dq_convert_rows=48)   # dQ converted in the grid, 48 rows a work-group
 
 
 @pytest.mark.parametrize("spec,size,config", [
@@ -59,7 +61,7 @@ def test_the_producer_body_matches_the_oracle(spec, size, config):
     # dQ by bulk reduce-adds of the shared tile, or by the consumers' atomics
     bulk = "cp.reduce.async.bulk.tensor" in isa
     assert bulk == config.dq_bulk
-    assert not (bulk and re.search(r"\b(red|atom)\.[a-z.]*global\.add", isa))
+    assert not (bulk and re.search(r"\b(red|atom)\.[a-z.]*global\.[a-z0-9.]*f32", isa))   # no f32 atomics
     # dK and dV by box stores from shared memory, or by each thread's stores of its pairs
     assert ("cp.async.bulk.tensor.4d.global.shared::cta.tile" in isa) == config.dkv_tma_store
 
@@ -119,6 +121,45 @@ def test_the_interpreter_reports_a_planted_dkv_store_bug(monkeypatch, planted, w
         run_variant(AttentionBwdSpec("bf16", 64), ProblemSize(1, 1, 100, 70), STORED_DKV)
 
 
+@pytest.mark.parametrize("spec,size,config", [
+    (AttentionBwdSpec("f16", 64, mask=Mask("causal_bottom_right"), gqa_ratio=2), ProblemSize(2, 4, 150, 100),
+     CONVERTED_DQ),
+    (AttentionBwdSpec("bf16", 128, hdim_v=96, mask=Mask("causal_top_left")), ProblemSize(1, 2, 130, 200),
+     dataclasses.replace(WGMMA_TABLE[128], dq_convert_rows=64)),
+], ids=["br-gqa-f16-seqlen-q-not-whole-chunks", "table-d128-dv96"])
+def test_dq_converted_in_the_grid_matches_the_oracle(spec, size, config):
+    """config.dq_convert_rows: no convert kernel; the appended work-groups (which the interpreter starts in a
+    random order among the key blocks') wait on their kv head's dq_done counter and write dq."""
+    compiled = run_variant(spec, size, config)
+    stages = [s.get("kernel", s.get("op")) for s in compiled.manifest["steps"]]
+    assert not any(s.endswith("convert_dq") for s in stages) and "dq_done" in str(compiled.manifest["steps"])
+    assert re.search(r"ld\.acquire\.gpu[.\w]*\.(b|u|s)32", compiled.isa)   # the appended work-groups' wait
+    assert re.search(r"atom\.release\.gpu[.\w]*\.add", compiled.isa)   # the writer's count
+
+
+def test_dq_converted_without_waiting_for_the_key_blocks_fails_the_gate(monkeypatch):
+    """The appended work-groups convert without their wait: started before some key blocks' reduce-adds,
+    they read partial sums, and the gate fails."""
+    from fmha_mlir.passes import dq_convert_tail
+
+    monkeypatch.setattr(dq_convert_tail.fmha.SemaphoreWaitOp, "build", lambda *args, **kwargs: None)
+    with pytest.raises(AssertionError, match=r"dq: .*FAIL"):
+        run_variant(AttentionBwdSpec("bf16", 64), ProblemSize(2, 2, 150, 200), CONVERTED_DQ)
+
+
+def test_a_key_block_counted_once_its_reduce_adds_read_only_is_an_error(monkeypatch):
+    """The writer counts its key block on dq_done after waiting only for its reduce-adds to read shared
+    memory (wait_group.read), not to complete: a convert work-group may then load dq_acc before the adds
+    land, and the interpreter names the load (reduce_order.BulkReads)."""
+    from fmha_mlir.passes import warp_roles
+    from fmha_mlir.runtime.interp.errors import InterpreterError
+
+    wait = warp_roles.bulk_wait
+    monkeypatch.setattr(warp_roles, "bulk_wait", lambda n, read: wait(n, read=True))
+    with pytest.raises(InterpreterError, match="had not published"):
+        run_variant(AttentionBwdSpec("bf16", 64), ProblemSize(2, 2, 150, 200), CONVERTED_DQ)
+
+
 def test_a_wrong_expect_tx_byte_count_is_a_deadlock_naming_the_bytes(monkeypatch):
     from fmha_mlir.passes.hopper_sync import MbarrierPipeline
     from fmha_mlir.runtime.interp.errors import InterpreterError
@@ -154,8 +195,7 @@ def test_the_producer_needs_wgmma_and_whole_sequences():
     # The table's row serves varlen without its producer (the same tiles, copied by every warp) and without
     # L2 sections (packed sequences have no fixed heads to count).
     chosen = choose_config(varlen, TARGETS["sm_90a"])
-    assert chosen == dataclasses.replace(WGMMA_TABLE[64], producer=False, dq_bulk=False, dkv_tma_store=False,
-                                                         l2_section_bytes=0)
+    assert chosen == dataclasses.replace(WGMMA_TABLE[64].without_producer(), l2_section_bytes=0)
     # dQ's bulk writes need the producer and an f32 dq_acc (bf16 atomics add into dq itself)
     with pytest.raises(SpecError) as caught:
         check_config(AttentionBwdSpec("bf16", 64), TARGETS["sm_90a"], dataclasses.replace(ONE_WARPGROUP, dq_bulk=True))
@@ -176,6 +216,22 @@ def test_the_producer_needs_wgmma_and_whole_sequences():
         assert not dataclasses.replace(BULK_DQ, **fields).reasons()
     assert [r.field for r in dataclasses.replace(BULK_DQ, turn_order="backwards").reasons()] == ["config.turn_order"]
     assert [r.field for r in dataclasses.replace(BULK_DQ, turn_overlap=1).reasons()] == ["config.turn_overlap"]
+
+
+def test_dq_converted_in_the_grid_needs_the_writer_and_whole_heads_added_in_any_order():
+    """config.dq_convert_rows: the appended work-groups wait on the writer's counts and number themselves by
+    keys_outer's block ids; deterministic mode and varlen keep the convert kernel (the table drops it)."""
+    assert [r.field for r in dataclasses.replace(PRODUCED, dq_convert_rows=64).reasons()] == ["config.dq_convert_rows"]
+    for bad in (-1, True, 1.5):
+        assert [r.field for r in dataclasses.replace(CONVERTED_DQ, dq_convert_rows=bad).reasons()] == [
+            "config.dq_convert_rows"]
+    for spec in (AttentionBwdSpec("bf16", 64, deterministic=True), AttentionBwdSpec("bf16", 64, varlen=True)):
+        with pytest.raises(SpecError) as caught:
+            check_config(spec, TARGETS["sm_90a"], CONVERTED_DQ)
+        assert "config.dq_convert_rows" in [r.field for r in caught.value.reasons]
+    plan = body_plan(AttentionBwdSpec("bf16", 64, gqa_ratio=2), CONVERTED_DQ)
+    assert [w.name for w in plan.workspaces if w.converted_in_main] == ["dq_acc"]
+    assert evaluate(plan.launch("dq_dk_dv").grid[2], {"k": (3, 2, 130, 64), "q": (3, 4, 100, 64)}) == 3 + 2 * 3
 
 
 def test_register_budgets_split_what_the_work_group_enters_with_and_setmaxnreg_moves_them():

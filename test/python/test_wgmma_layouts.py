@@ -272,5 +272,5 @@ def test_dq_fragment_order_is_taken_only_where_consumers_add_whole_runs():
     assert not dq_fragment_order(AttentionBwdSpec("bf16", 224), d256)   # seven: more than FRAGMENT_PLACES
     assert not dq_fragment_order(AttentionBwdSpec("bf16", 200), d256)   # 25
     # P^T in registers leaves no room for the places of rows that are not whole blocks
-    assert not dq_fragment_order(AttentionBwdSpec("bf16", 64), dataclasses.replace(WGMMA_TABLE[64], dq_bulk=False))
-    assert dq_fragment_order(AttentionBwdSpec("bf16", 128), dataclasses.replace(WGMMA_TABLE[128], dq_bulk=False))
+    assert not dq_fragment_order(AttentionBwdSpec("bf16", 64), WGMMA_TABLE[64].without_dq_bulk())
+    assert dq_fragment_order(AttentionBwdSpec("bf16", 128), WGMMA_TABLE[128].without_dq_bulk())

@@ -85,11 +85,13 @@ def add_box(tensor: np.ndarray, start, values: np.ndarray) -> tuple | None:
     return inside and inside[0]
 
 
-def store_box(tensor: np.ndarray, start, values: np.ndarray) -> None:
-    """tensor[box from `start`] = values, dropping the elements outside the tensor (a TMA store)."""
+def store_box(tensor: np.ndarray, start, values: np.ndarray) -> tuple | None:
+    """tensor[box from `start`] = values, dropping the elements outside the tensor (a TMA store); the
+    tensor's slices it stored into (None: none)."""
     inside = _inside(tensor, start, values.shape)
     if inside is not None:
         tensor[inside[0]] = values[inside[1]]
+    return inside and inside[0]
 
 
 def _inside(tensor: np.ndarray, start, shape):

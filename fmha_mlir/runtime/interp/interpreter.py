@@ -14,7 +14,7 @@ from .hopper_sync import HopperSync
 from .roles import ROLES_ATTRIBUTE, Baton, RoleScheduler, role_ranges
 from .lanes import LaneGrid
 from .memory import allocate, wrap_array
-from .reduce_order import ReduceOrder
+from .reduce_order import ORDERED_REDUCES, BulkReads, ReduceOrder
 from .parser import Operation, ParsedModule, parse_module, typed_scalar
 from .types import MemRefType, ScalarType
 from .workgroup import WorkgroupMemory
@@ -47,7 +47,8 @@ class CompiledKernel:
     known_block_size: tuple | None
     hopper: bool                 # has mbarrier / TMA / wgmma ops: its chunks keep a HopperSync
     roles: list | None           # (first, end) thread ranges run as coroutines (roles.py); None: lockstep
-    semaphores: bool             # work-groups take turns (fmha.semaphore_*): they run interleaved
+    semaphores: bool             # work-groups wait for others (fmha.semaphore_*): they run interleaved
+    ordered_reduces: bool        # their bulk reduce-adds go in turns (reduce_order.py checks the order)
 
 
 class Interpreter:
@@ -113,7 +114,8 @@ class Interpreter:
         hardware's is not fixed), so a kernel that signals without waiting shows its order in the result."""
         groups, threads = grid[0] * grid[1] * grid[2], block[0] * block[1] * block[2]
         order = self._rng.permutation(groups) if self.atomic_order == "random" else range(groups)
-        baton, hoppers = Baton(ReduceOrder()), []
+        baton, hoppers = Baton(ReduceOrder() if kernel.ordered_reduces else None,
+                               BulkReads() if kernel.hopper else None), []
         for first in order:
             lanes = LaneGrid(grid, block, self.wave_size, int(first), 1)
             run_role, hopper = self._chunk(kernel, lanes, values, shared_bytes)
@@ -181,7 +183,8 @@ def _compile_kernel(module: ParsedModule, op: Operation, name: str) -> CompiledK
                           tuple(int(v) for v in known) if known else None,
                           any(inner.name in ops_hopper.HOPPER_OPS for inner in _walk(op)),
                           role_ranges(op.attributes.get(ROLES_ATTRIBUTE)),
-                          any(inner.name in ops_semaphores.HANDLERS for inner in _walk(op)))
+                          any(inner.name in ops_semaphores.HANDLERS for inner in _walk(op)),
+                          ORDERED_REDUCES in op.attributes)
 
 
 def _walk(op: Operation):

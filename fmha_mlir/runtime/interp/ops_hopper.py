@@ -291,13 +291,13 @@ def _compile_box_write(op: Operation, cc: KernelCompiler, reduce: bool):
                           lambda _lane, position, units=units: (int(units[position]) * UNIT,))
             image = buffer.data[w * buffer.stride:(w + 1) * buffer.stride]
             values = take_box(image, source, box, tensor_map.tensor.dtype, tensor_map.swizzle)
-            if reduce:
-                region = add_box(tensor_map.tensor, start, values)
-                order = st.scheduler and st.scheduler.baton.reduce_order
-                if order is not None and region is not None:
-                    order.reduce(tensor_map.tensor, region, sync, lane, g.work_group(lane), what)
-            else:
-                store_box(tensor_map.tensor, start, values)
+            region = (add_box if reduce else store_box)(tensor_map.tensor, start, values)
+            baton = st.scheduler and st.scheduler.baton
+            if baton and region is not None:
+                if reduce and baton.reduce_order is not None:
+                    baton.reduce_order.reduce(tensor_map.tensor, region, sync, lane, g.work_group(lane), what)
+                if baton.bulk_reads is not None:
+                    baton.bulk_reads.wrote(tensor_map.tensor, region, sync, lane, g.work_group(lane))
             sync.bulk_read(buffer, units, lane)
 
     return run

@@ -19,7 +19,7 @@ from typing import Callable
 import numpy as np
 
 from .errors import InterpreterError
-from .reduce_order import ReduceOrder
+from .reduce_order import BulkReads, ReduceOrder
 
 ROLES_ATTRIBUTE = "fmha.roles"
 
@@ -35,7 +35,7 @@ class Baton:
     deadlocks, reported at the first suspended unit's wait. One chunk's roles share a baton; a kernel whose
     work-groups wait on each other (fmha.semaphore_wait) puts every work-group's roles on one."""
 
-    def __init__(self, reduce_order: ReduceOrder | None = None):
+    def __init__(self, reduce_order: ReduceOrder | None = None, bulk_reads: BulkReads | None = None):
         self._cv = threading.Condition()
         self._turn = 0
         self._bodies: list[Callable[[], None]] = []
@@ -47,6 +47,8 @@ class Baton:
         self.signallers: dict[tuple[int, int], int] = {}
         # where work-groups take turns: the order of their bulk reduce-adds (reduce_order.py)
         self.reduce_order = reduce_order
+        # where work-groups wait on each other: their loads of what others' bulk ops wrote (reduce_order.py)
+        self.bulk_reads = bulk_reads
 
     def add(self, body: Callable[[], None]) -> None:
         self._bodies.append(body)

@@ -1004,3 +1004,23 @@ func.func @dq_semaphores_operand(%t: memref<1x2x8x64xf16>, %l: memref<1x2x8xf32>
       : (memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8xf32>, memref<1x2x8xf32>, memref<1x2x8x64xf32>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8xf32>) -> ()
   return
 }
+
+// -----
+
+// dq_converted_deterministic: dQ converted in the grid sums whole heads in any order
+func.func @dq_converted_deterministic(%t: memref<1x2x8x64xf16>, %l: memref<1x2x8xf32>, %acc: memref<1x2x8x64xf32>, %done: memref<1x2xi32>) {
+  // expected-error @+1 {{'fmha.dq_dk_dv' op dq_converted = true converts dQ of whole heads added in any order: not in deterministic mode or with varlen}}
+  "fmha.dq_dk_dv"(%t, %t, %t, %t, %l, %l, %acc, %t, %t, %t, %done) {dtype = "f16", hdim_q = 64 : i64, hdim_v = 64 : i64, gqa_ratio = 1 : i64, mask = "none", window_left = -1 : i64, window_right = -1 : i64, scale = 0.125 : f32, bias = "none", dbias = false, deterministic = true, dq_converted = true, config = {body = "warp", wave_size = 64 : i64}}
+      : (memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8xf32>, memref<1x2x8xf32>, memref<1x2x8x64xf32>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2xi32>) -> ()
+  return
+}
+
+// -----
+
+// dq_converted_counters: dq_done counts key blocks in i32
+func.func @dq_converted_counters(%t: memref<1x2x8x64xf16>, %l: memref<1x2x8xf32>, %acc: memref<1x2x8x64xf32>, %done: memref<1x2xf32>) {
+  // expected-error @+1 {{'fmha.dq_dk_dv' op operand #10 ('dq_done'): expected element type i32, got f32}}
+  "fmha.dq_dk_dv"(%t, %t, %t, %t, %l, %l, %acc, %t, %t, %t, %done) {dtype = "f16", hdim_q = 64 : i64, hdim_v = 64 : i64, gqa_ratio = 1 : i64, mask = "none", window_left = -1 : i64, window_right = -1 : i64, scale = 0.125 : f32, bias = "none", dbias = false, deterministic = false, dq_converted = true, config = {body = "warp", wave_size = 64 : i64}}
+      : (memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8xf32>, memref<1x2x8xf32>, memref<1x2x8x64xf32>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2x8x64xf16>, memref<1x2xf32>) -> ()
+  return
+}
