@@ -359,7 +359,7 @@ class DqDkDvOp(_SpecOp):
     def operand_kinds(cls, op, spec):
         kinds = tensor_kinds(spec)
         kinds[cls.SEMAPHORES] = TensorKind(ROWS_RANK, ("i32",))
-        kinds["dq_done"] = TensorKind(ROWS_RANK - 1, ("i32",))
+        kinds[cls.CONVERTED_OPERANDS[1]] = TensorKind(ROWS_RANK - 1, ("i32",))
         return {name: kinds[name] for name in cls.names_of(op, spec)}
 
     @classmethod

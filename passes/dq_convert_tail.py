@@ -18,13 +18,14 @@ from __future__ import annotations
 
 from typing import Callable
 
-from fmha_mlir.bodies import row_lanes
+from fmha_mlir.bodies import dispatch_index, row_lanes
 from fmha_mlir.dialects import fmha
 from fmha_mlir.dtypes import BYTES
 from fmha_mlir.mlir import arith, gpu, ir, scf
 from fmha_mlir.spec import AttentionBwdSpec
 
 from .ir_builders import dims, index, memref_type
+from .ix import Ix, as_value
 from .lane_slice import LaneSlice, copy_slice
 
 
@@ -50,7 +51,7 @@ def _convert(operands: dict, spec: AttentionBwdSpec, config, slice_: "ir.Value",
     chunks = arith.ceildivui(seqlen_q, rows)
     # keys_outer's ids: x the kv head, y the batch, the slice slowest (bodies.tiled_grid).
     x, y = gpu.block_id(gpu.Dimension.x), gpu.block_id(gpu.Dimension.y)
-    linear = arith.addi(x, arith.muli(kv_heads, arith.addi(y, arith.muli(batches, slice_))))
+    linear = as_value(dispatch_index(*(Ix(v, nonnegative=True) for v in (x, y, slice_, kv_heads, batches))))
     per_head = arith.muli(chunks, index(spec.gqa_ratio))
     head, rest = arith.divui(linear, per_head), arith.remui(linear, per_head)
     kv_head, batch = arith.remui(head, kv_heads), arith.divui(head, kv_heads)

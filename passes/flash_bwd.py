@@ -30,8 +30,8 @@ from dataclasses import dataclass
 from typing import Callable
 
 from fmha_mlir import mask_geometry
-from fmha_mlir.bodies import (TiledBody, dq_fragment_order, dq_in_turns, section_block_ids, section_heads, tile_hdims,
-                              tiled_block_ids)
+from fmha_mlir.bodies import (TiledBody, dispatch_index, dq_fragment_order, dq_in_turns, section_block_ids,
+                              section_heads, tile_hdims, tiled_block_ids)
 from fmha_mlir.dialects import fmha
 from fmha_mlir.dialects.fmha_types import element_type
 from fmha_mlir.index_math import ceildiv
@@ -136,8 +136,7 @@ class FlashBackward:
         that the work-groups go in L2 sections of heads (config.l2_section_bytes; bodies.section_block_ids)."""
         batches, kv_heads = (Ix(v, nonnegative=True) for v in dims(self.k, [0, 1]))
         blocks = ceildiv(Ix(self.seqlen_k, nonnegative=True), self.bn)
-        linear = Ix(kv_head, nonnegative=True) + kv_heads * (Ix(batch, nonnegative=True)
-                                                             + batches * Ix(key_block, nonnegative=True))
+        linear = dispatch_index(*(Ix(v, nonnegative=True) for v in (kv_head, batch, key_block)), kv_heads, batches)
         section = section_heads(self.spec, self.config, Ix(self.seqlen_q, nonnegative=True))
         block, head = section_block_ids(linear, batches * kv_heads, blocks, section)
         return as_value(block), as_value(head % kv_heads), as_value(head // kv_heads)

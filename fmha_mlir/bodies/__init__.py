@@ -22,8 +22,9 @@ from .common import (ACCESSES, ACCUMULATE, COPY_ELEMENTS, DQ_DONE, DQ_SEMAPHORES
 from .mfma import AMD_TILED_TABLE
 from .mma_sync import TILED_TABLE
 from .plan import BodyPlan, body_plan
-from .tiled import (TiledBody, dq_fragment_order, dq_in_turns, instruction_tile, key_blocks, section_block_ids,
-                    section_heads, tile_hdims, tiled_block_ids, tiled_config, tiled_grid, tiled_table)
+from .tiled import (TiledBody, dispatch_index, dq_fragment_order, dq_in_turns, instruction_tile, key_blocks,
+                    section_block_ids, section_heads, tile_hdims, tiled_block_ids, tiled_config, tiled_grid,
+                    tiled_table)
 from .warp import WarpBody
 
 __all__ = [
@@ -34,7 +35,7 @@ __all__ = [
     "bias_accumulation", "partials_zeroed", "row_alignment", "row_lanes", "row_launch", "row_reasons", "row_stage_hdim",
     "row_stage_output_access", "sink_accumulation", "tiled_row_reasons",
     "AMD_TILED_TABLE", "TILED_TABLE", "BodyPlan", "body_plan",
-    "TiledBody", "dq_fragment_order", "dq_in_turns", "instruction_tile", "key_blocks", "section_block_ids",
-    "section_heads", "tile_hdims", "tiled_block_ids", "tiled_config", "tiled_grid", "tiled_table",
+    "TiledBody", "dispatch_index", "dq_fragment_order", "dq_in_turns", "instruction_tile", "key_blocks",
+    "section_block_ids", "section_heads", "tile_hdims", "tiled_block_ids", "tiled_config", "tiled_grid", "tiled_table",
     "WarpBody",
 ]

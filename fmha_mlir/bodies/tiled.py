@@ -104,6 +104,15 @@ def dq_in_turns(spec: AttentionBwdSpec, config: TiledConfig) -> bool:
     return spec.deterministic and getattr(config, "dq_bulk", False)
 
 
+def convert_tail_reasons(spec: AttentionBwdSpec) -> list[Reason]:
+    """Why config.dq_convert_rows cannot take this spec (the refusal, and the table's reason to drop it)."""
+    if spec.deterministic or spec.varlen:
+        return [Reason("config.dq_convert_rows", "the appended work-groups convert the rows of whole heads of "
+                                                 "fixed-length sequences, added in any order",
+                       "use dq_convert_rows = 0 (deterministic mode and varlen keep the convert kernel)")]
+    return []
+
+
 def l2_section_reasons(spec: AttentionBwdSpec) -> list[Reason]:
     """Why config.l2_section_bytes cannot take this spec (the refusal, and the table's reason to drop it)."""
     if spec.varlen:
@@ -173,10 +182,8 @@ class TiledBody(Body):
                                                  "entry; varlen sequences are packed", "use producer = false"))
         if config.l2_section_bytes:
             out += l2_section_reasons(spec)
-        if config.dq_convert_rows and (spec.deterministic or spec.varlen):
-            out.append(Reason("config.dq_convert_rows", "the appended work-groups convert the rows of whole heads "
-                                                        "of fixed-length sequences, added in any order",
-                              "use dq_convert_rows = 0 (deterministic mode and varlen keep the convert kernel)"))
+        if config.dq_convert_rows:
+            out += convert_tail_reasons(spec)
         if config.dq_bulk and spec.grad_accum != "f32":
             out.append(Reason("config.dq_bulk", "dQ's bulk writes move f32 tiles into dq_acc; bf16 dQ atomics "
                                                 "add into dq itself", "use dq_bulk = false"))
@@ -282,6 +289,12 @@ def section_heads(spec: AttentionBwdSpec, config: TiledConfig, seqlen_q):
     return maximum(1, config.l2_section_bytes // (seqlen_q * row))
 
 
+def dispatch_index(kv_head, batch, key_block, kv_heads, batches):
+    """The linear id the GPU dispatches the work-group of keys_outer's block ids (kv head, batch, key block)
+    in: x fastest (bodies.tiled_grid). Number-generic."""
+    return kv_head + kv_heads * (batch + batches * key_block)
+
+
 def section_block_ids(linear, heads, key_blocks, section) -> tuple:
     """(key block, head) of the work-group dispatched `linear`-th, the heads (batch x kv head, flattened) in
     sections of `section` (the last may hold fewer), each section key block major: the work-groups
@@ -321,7 +334,7 @@ def tiled_config(spec: AttentionBwdSpec, target: Target) -> TiledConfig:
         # longest-first over the whole grid is worth more than L2: measured -7% with sections at
         # B1 H32 Hkv8 S8192 causal (bench_notes.md, "L2 sections of heads, measured").
         row = replace(row, l2_section_bytes=0)
-    if row.dq_convert_rows and (spec.deterministic or spec.varlen):
+    if row.dq_convert_rows and convert_tail_reasons(spec):
         # Deterministic mode's turns and partials, and packed sequences, keep the convert kernel.
         row = replace(row, dq_convert_rows=0)
     lost_bulk = row.dq_bulk and bool(TiledBody().reasons(spec, target, row))

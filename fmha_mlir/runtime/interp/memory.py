@@ -178,11 +178,20 @@ def _watch(mem: MemRef, kind: str, flat, indices, mask, grid: LaneGrid, what: st
                       lambda lane, position: element_index(indices, lane, position, grid.lanes))
 
 
-def load(mem: MemRef, indices, mask, grid: LaneGrid, what: str, extent: int = 0):
-    """Per-lane element values; `extent` > 0 loads a vector of that many elements along the last dim."""
+def element_indices(mem: MemRef, indices, mask, grid: LaneGrid, what: str, extent: int = 0) -> np.ndarray:
+    """The storage index of each lane's element ([L]), or of its `extent` > 0 elements along the last dim
+    ([L, extent]); bounds-checked."""
     flat = flat_index(mem, indices, mask, grid, what, max(extent, 1))
     if extent:
         flat = np.expand_dims(flat, -1) + np.arange(extent, dtype=np.int64) * mem.strides[-1]
+    return flat
+
+
+def load(mem: MemRef, indices, mask, grid: LaneGrid, what: str, extent: int = 0, flat: np.ndarray | None = None):
+    """Per-lane element values; `extent` > 0 loads a vector of that many elements along the last dim
+    (`flat`: their element_indices, where the caller has them)."""
+    if flat is None:
+        flat = element_indices(mem, indices, mask, grid, what, extent)
     if mem.shared is not None:
         _watch(mem, "read", flat, indices, mask, grid, what, extent)
     if not mem.storage.size:  # no lane executes (it would be out of bounds): nothing is observed

@@ -6,7 +6,7 @@ import numpy as np
 
 from .compiler import KernelCompiler
 from .errors import InterpreterError
-from .memory import allocate, atomic, flat_index, load, row_major, store
+from .memory import allocate, atomic, element_indices, load, row_major, store
 from .parser import Operation
 from .types import MemRefType, VectorType
 from .values import to_lanes
@@ -33,13 +33,12 @@ def compile_load(op: Operation, cc: KernelCompiler):
         env = st.env
         memref, at = env[mem], [env[i] for i in indices]
         reads = st.scheduler and st.scheduler.baton.bulk_reads
+        flat = None
         if reads is not None and memref.shared is None:   # global memory another work-group's bulk ops wrote?
-            flat = flat_index(memref, at, mask, st.grid, what, max(extent, 1))
-            if extent:
-                flat = np.expand_dims(flat, -1) + np.arange(extent, dtype=np.int64) * memref.strides[-1]
+            flat = element_indices(memref, at, mask, st.grid, what, extent)
             lanes = st.grid.executing(mask)
             reads.read(memref.storage, flat, lanes, st.grid.first_group + st.grid.group_local[lanes], what)
-        env[out] = load(memref, at, mask, st.grid, what, extent)
+        env[out] = load(memref, at, mask, st.grid, what, extent, flat)
 
     return run
 

@@ -22,12 +22,29 @@ from .errors import InterpreterError
 ORDERED_REDUCES = "fmha.ordered_reduces"
 
 
+class _Writers:
+    """The threads that issued bulk writes, numbered in the order they first did: (HopperSync, lane,
+    work-group) by number."""
+
+    def __init__(self):
+        self._list: list[tuple] = []
+        self._ids: dict[tuple[int, int], int] = {}
+
+    def number(self, sync, lane: int, work_group: int) -> int:
+        me = self._ids.setdefault((id(sync), lane), len(self._list))
+        if me == len(self._list):
+            self._list.append((sync, lane, work_group))
+        return me
+
+    def __getitem__(self, number: int) -> tuple:
+        return self._list[number]
+
+
 class ReduceOrder:
     """Per element of each tensor that bulk reduce-adds wrote: the thread and bulk group that wrote it last."""
 
     def __init__(self):
-        self._writers: list[tuple] = []                  # (HopperSync, lane, work-group)
-        self._writer_ids: dict[tuple[int, int], int] = {}
+        self._writers = _Writers()
         self._last: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}   # tensor -> (writer id, group) per element
 
     def reduce(self, tensor: np.ndarray, region: tuple, sync, lane: int, work_group: int, what: str) -> None:
@@ -36,9 +53,7 @@ class ReduceOrder:
         key = (tensor.__array_interface__["data"][0], tensor.shape, tensor.strides)
         writer, group = self._last.setdefault(key, (np.full(tensor.shape, -1, np.int64),
                                                     np.zeros(tensor.shape, np.int64)))
-        me = self._writer_ids.setdefault((id(sync), lane), len(self._writers))
-        if me == len(self._writers):
-            self._writers.append((sync, lane, work_group))
+        me = self._writers.number(sync, lane, work_group)
         writers, groups = writer[region], group[region]
         for other in np.unique(writers[(writers >= 0) & (writers != me)]).tolist():
             other_sync, other_lane, other_group = self._writers[other]
@@ -66,8 +81,7 @@ class BulkReads:
     address: a tensor map's tensor and a kernel argument over the same buffer are different views."""
 
     def __init__(self):
-        self._writers: list[tuple] = []                   # (HopperSync, lane, work-group)
-        self._writer_ids: dict[tuple[int, int], int] = {}
+        self._writers = _Writers()
         self._spans: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}   # (low, high) -> writer, group
 
     def wrote(self, tensor: np.ndarray, region: tuple, sync, lane: int, work_group: int) -> None:
@@ -75,9 +89,7 @@ class BulkReads:
         low, high = _byte_bounds(tensor)
         writer, group = self._spans.setdefault((low, high), (np.full(-(-(high - low) // 4), -1, np.int64),
                                                              np.zeros(-(-(high - low) // 4), np.int64)))
-        me = self._writer_ids.setdefault((id(sync), lane), len(self._writers))
-        if me == len(self._writers):
-            self._writers.append((sync, lane, work_group))
+        me = self._writers.number(sync, lane, work_group)
         words = (_addresses(tensor, region) - low) // 4
         writer[words] = me
         group[words] = sync.bulk_group(lane)
