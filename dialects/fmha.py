@@ -751,14 +751,40 @@ class _SemaphoreOp:
 
 class SemaphoreWaitOp(_SemaphoreOp):
     """Each executing thread waits until buffer[indices] == value, then acquires at device scope: what the
-    threads whose signals it observed wrote before signalling is visible to it."""
+    threads whose signals it observed wrote before signalling is visible to it. With `backoff_ns` (i32) a
+    thread sleeps about that long between polls: for waits that may last long, whose tight polls would
+    crowd the counter's cache line while the work they wait for still runs."""
 
     NAME = "fmha.semaphore_wait"
     VALUE = True
+    BACKOFF = "backoff_ns"
+    MAX_BACKOFF_NS = 1_000_000   # nanosleep's bound (PTX ISA: at most 1 ms)
 
     @classmethod
-    def build(cls, value: "ir.Value", buffer: "ir.Value", indices: Sequence["ir.Value"], loc=None) -> "ir.Operation":
-        return _create_checked(cls.NAME, cls.problems, [], [value, buffer, *indices], {}, loc)
+    def build(cls, value: "ir.Value", buffer: "ir.Value", indices: Sequence["ir.Value"], backoff_ns: int = 0,
+              loc=None) -> "ir.Operation":
+        attributes = {cls.BACKOFF: i32(backoff_ns)} if backoff_ns else {}
+        return _create_checked(cls.NAME, cls.problems, [], [value, buffer, *indices], attributes, loc)
+
+    @classmethod
+    def problems(cls, op) -> list[str]:
+        problems = super().problems(op)
+        if cls.BACKOFF in op.attributes:
+            cls._read_backoff(op, problems)
+        return problems
+
+    @classmethod
+    def backoff_of(cls, op) -> int:
+        """The op's backoff in nanoseconds; 0 (poll without pause) when absent."""
+        return _read_checked(cls._read_backoff, op) if cls.BACKOFF in op.attributes else 0
+
+    @classmethod
+    def _read_backoff(cls, op, problems: list[str]) -> int | None:
+        backoff = read_attribute(op, cls.BACKOFF, "i32", problems)
+        if backoff is not None and not 1 <= backoff <= cls.MAX_BACKOFF_NS:
+            problems.append(f"attribute '{cls.BACKOFF}' must be 1..{cls.MAX_BACKOFF_NS} ns, got {backoff}")
+            return None
+        return backoff
 
 
 class SemaphoreSignalOp(_SemaphoreOp):

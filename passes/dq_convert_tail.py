@@ -11,8 +11,12 @@ the L2 sections finish heads (section_block_ids numbers (batch, kv head) as kv_h
 Each waits until its kv head's counter in dq_done holds the key blocks of a head (every key block's
 writer signals once its reduce-adds into dq_acc completed: warp_roles.write_dq), then converts its
 rows as the convert kernel would (lane_slice.copy_slice: dq = scale x dq_acc, rounded to the dtype),
-a row per group of row_lanes lanes. The waits cannot deadlock: the work-groups they wait for were
-dispatched first. A work-group whose chunk lies past seqlen_q converts nothing.
+a row per group of row_lanes lanes. One thread polls, pausing POLL_BACKOFF_NS between polls, and a
+barrier hands its acquire on to the rest: a work-group may wait through the last wave of key blocks,
+and tight polls by every thread of a hundred SMs on one cache line slowed the reduce-adds they wait
+for (bench_notes.md, "dQ converted in the grid, first timing"). The waits cannot deadlock: the
+work-groups they wait for were dispatched first. A work-group whose chunk lies past seqlen_q converts
+nothing.
 """
 from __future__ import annotations
 
@@ -27,6 +31,10 @@ from fmha_mlir.spec import AttentionBwdSpec
 from .ir_builders import dims, index, memref_type
 from .ix import Ix, as_value
 from .lane_slice import LaneSlice, copy_slice
+
+# Long beside a poll's L2 round trip (~1 us at most, with 132 SMs polling, is one poll of the line every
+# few ns), short beside the last key block's work (tens of us), which the pause may delay the convert by.
+POLL_BACKOFF_NS = 256
 
 
 def with_convert_tail(op: "ir.Operation", spec: AttentionBwdSpec, config, main: Callable[[], None]) -> None:
@@ -57,10 +65,14 @@ def _convert(operands: dict, spec: AttentionBwdSpec, config, slice_: "ir.Value",
     kv_head, batch = arith.remui(head, kv_heads), arith.divui(head, kv_heads)
     q_head = arith.addi(arith.muli(kv_head, index(spec.gqa_ratio)), arith.divui(rest, chunks))
     first = arith.muli(arith.remui(rest, chunks), rows)
-    fmha.SemaphoreWaitOp.build(arith.index_cast(ir.IntegerType.get_signless(32), key_blocks), done,
-                               [batch, kv_head])
-    lanes = row_lanes(spec.hdim_q, config.wave_size, BYTES[spec.dtype])
     tid = gpu.thread_id(gpu.Dimension.x)
+    poller = scf.IfOp(arith.cmpi(arith.CmpIPredicate.eq, tid, index(0)))
+    with ir.InsertionPoint(poller.then_block):
+        fmha.SemaphoreWaitOp.build(arith.index_cast(ir.IntegerType.get_signless(32), key_blocks), done,
+                                   [batch, kv_head], backoff_ns=POLL_BACKOFF_NS)
+        scf.yield_([])
+    gpu.barrier()
+    lanes = row_lanes(spec.hdim_q, config.wave_size, BYTES[spec.dtype])
     lane_slice = LaneSlice.of_lane(arith.remui(tid, index(lanes)), memref_type(acc).shape[-1] // lanes)
     end = arith.minui(arith.addi(first, rows), seqlen_q)
     loop = scf.ForOp(arith.addi(first, arith.divui(tid, index(lanes))), end, index(config.threads // lanes))

@@ -2,10 +2,11 @@
 address, in the target's device-wide sync scope (hardware_atomics.SYNC_SCOPES).
 
 A wait is a spin on an acquire load until the element holds the value (NVIDIA: ld.acquire.gpu in a
-loop; gfx942: a load with sc1 and a cache invalidate), a signal one release add of 1 (atom.release.gpu;
-gfx942: a write-back, then the add). No fence beside them: the acquire and the release order what
-follows and what came before. Runs after the kernel stage (the interpreter runs the ops themselves),
-before the gpu.module becomes LLVM, on either target.
+loop; gfx942: a load with sc1 and a cache invalidate), with the op's backoff_ns a sleep between polls
+(nanosleep; s_sleep), a signal one release add of 1 (atom.release.gpu; gfx942: a write-back, then the
+add). No fence beside them: the acquire and the release order what follows and what came before.
+Runs after the kernel stage (the interpreter runs the ops themselves), before the gpu.module becomes
+LLVM, on either target.
 """
 from __future__ import annotations
 
@@ -22,6 +23,9 @@ from .verify import check_verified
 
 # LLVM's AtomicOrdering and AtomicRMW BinOp values, as the generic forms of llvm.load / llvm.atomicrmw hold them.
 ACQUIRE, RELEASE, RMW_ADD = 4, 5, 1
+# s_sleep N sleeps about 64 x N clocks (AMD CDNA3 ISA, S_SLEEP), N at most 127: about 30 ns a unit at
+# gfx942's 2.1 GHz.
+S_SLEEP_NS, S_SLEEP_MAX = 30, 127
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,7 +45,7 @@ class SemaphoresToLlvm(FmhaPass):
             check_verified(op)
             with rewriting(op):
                 if op.name == fmha.SemaphoreWaitOp.NAME:
-                    _wait(op, scope)
+                    _wait(op, scope, self.target)
                 else:
                     _signal(op, scope)
             op.erase()
@@ -51,8 +55,9 @@ def _i64(value: int) -> "ir.IntegerAttr":
     return ir.IntegerAttr.get(ir.IntegerType.get_signless(64), value)
 
 
-def _wait(op: "ir.Operation", scope: str) -> None:
+def _wait(op: "ir.Operation", scope: str, target: str) -> None:
     value, buffer, *indices = op.operands
+    backoff_ns = fmha.SemaphoreWaitOp.backoff_of(op)
     pointer = element_pointer(buffer, list(indices))
     loop = scf.WhileOp([], [])
     with ir.InsertionPoint(loop.before.blocks.append()):
@@ -60,7 +65,19 @@ def _wait(op: "ir.Operation", scope: str) -> None:
             "alignment": _i64(4), "ordering": _i64(ACQUIRE), "syncscope": ir.StringAttr.get(scope)}).result
         scf.condition(arith.cmpi(arith.CmpIPredicate.ne, current, value), [])
     with ir.InsertionPoint(loop.after.blocks.append()):
+        if backoff_ns:
+            _sleep(backoff_ns, target)
         scf.yield_([])
+
+
+def _sleep(nanoseconds: int, target: str) -> None:
+    """About `nanoseconds` of sleep for the executing wave / warp."""
+    i32 = ir.IntegerType.get_signless(32)
+    if target == "nvidia":
+        ir.Operation.create("nvvm.nanosleep", results=[], operands=[arith.constant(i32, nanoseconds)])
+    else:
+        count = min(S_SLEEP_MAX, -(-nanoseconds // S_SLEEP_NS))
+        ir.Operation.create("rocdl.s.sleep", results=[], attributes={"count": ir.IntegerAttr.get(i32, count)})
 
 
 def _signal(op: "ir.Operation", scope: str) -> None:

@@ -219,6 +219,10 @@ def row_configs(row: Row, candidates: Candidates = Candidates()) -> list[KernelC
         if candidates.dkv_stores and default.producer:
             hopper.append(dataclasses.replace(default, dkv_tma_store=not default.dkv_tma_store))
         hopper += [dataclasses.replace(default, dq_convert_rows=n) for n in candidates.convert_rows]
+        # both: each pair too (the convert branch moves ptxas's register allocation, so a producer budget
+        # that spills without it may not with it: d64 with 48)
+        hopper += [dataclasses.replace(default, dq_convert_rows=n, producer_registers=r)
+                   for n in candidates.convert_rows for r in candidates.registers if default.producer]
     hopper = [c for c in hopper if not BODIES["tiled"].reasons(row.spec, get_target(HOPPER_ARCH), c)]
     scalar = [WARP] if candidates.warp and not BODIES["warp"].spec_reasons(row.spec, WARP) else []
     return list(dict.fromkeys([default, generic, *extra, *hopper, *scalar]))
@@ -770,7 +774,8 @@ def main(argv=None) -> int:
                         "the other way (config.dkv_tma_store toggled)")
     p.add_argument("--dq-convert-rows", nargs="+", type=int, default=[], metavar="N",
                    help="with --wgmma: also the op's wgmma config with dQ converted in its grid, N query rows a "
-                        "work-group (config.dq_convert_rows; 0: by the convert kernel)")
+                        "work-group (config.dq_convert_rows; 0: by the convert kernel); with --producer-registers "
+                        "also each pair")
     p.add_argument("--rows", nargs="+", default=[""], help="only rows whose label contains one of these texts")
     p.add_argument("--flex", choices=("bf16", "f16", "all", "none"), default="bf16",
                    help="rows on which compiled FlexAttention is timed (its torch.compile takes tens of seconds a row)")

@@ -2,7 +2,7 @@
 
     python tools/gpu_matrix.py build DIR [--arch sm_90] [--body auto] [--ptxas PTXAS] [score features] [--hdim N]
                                          [--table-row D]
-    python tools/gpu_matrix.py run DIR --report FILE [--jobs N] [--resume] [the same options]
+    python tools/gpu_matrix.py run DIR --report FILE [--jobs N] [--resume] [--only REGEX] [the same options]
 
 Score features (the same on build and run): --softcap C, --bias elementwise|alibi, --alibi-slopes,
 --dbias. A bias tensor's shape cycles over the problems: [1, H, Sq, Sk], [B, 1, ...],
@@ -19,6 +19,7 @@ B2 H8 S1024 for hdim 128 (realistic), and the odd lengths Sq=77/Sk=1000 and Sq=1
 every variant; layouts alternate BHSD / BSHD. --hdim N puts every variant at head dim N; --table-row D
 runs every variant the tiled table's row D takes on --arch instead of the table's choice (a row the
 table does not yet take for a head dim, gated on the GPU before it does: --hdim 192 --table-row 256).
+run --only REGEX runs the variants whose kernel name matches (a change to one row: --only _d128x128_).
 Every problem's seed is derived from its description by a fixed hash (CRC-32), printed in the report: a
 row can be regenerated exactly. The gate is fmha_mlir.tolerance (FACTOR x the same-dtype reference of the
 bundle's body); CK's table is the second column. The oracle (float64 NumPy) runs in worker processes while
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import platform
+import re
 import sys
 import time
 import zlib
@@ -96,6 +98,15 @@ def jobs(arch: str, body: str, smoke: bool = False, score_mods: dict | None = No
     return out
 
 
+def select(planned: list[tuple], only: str | None) -> list[tuple]:
+    """The jobs whose kernel name matches the regular expression `only` (every job without it)."""
+    chosen = [job for job in planned if not only or re.search(only, f"{job[0].kernel_prefix}_{job[1].tag}")]
+    if not chosen:
+        raise SystemExit(f"no variant's kernel name matches --only {only!r}; they read like "
+                         f"{planned[0][0].kernel_prefix}_{planned[0][1].tag}")
+    return chosen
+
+
 def build(directory: Path, arch: str, body: str, score_mods: dict | None = None, ptxas: str | None = None,
           table_row: int | None = None) -> None:
     from fmha_mlir.backends.nvidia import cuda_toolkit
@@ -133,9 +144,9 @@ def _shape_tag(spec, broadcast: str) -> str:
 
 
 def run(directory: Path, arch: str, body: str, report: Path, workers: int, smoke: bool, resume: bool = False,
-        score_mods: dict | None = None, table_row: int | None = None) -> int:
+        score_mods: dict | None = None, table_row: int | None = None, only: str | None = None) -> int:
     device = get_executor(None, "nvidia" if arch.startswith("sm_") else "amd")
-    planned = jobs(arch, body, smoke, score_mods, table_row)
+    planned = select(jobs(arch, body, smoke, score_mods, table_row), only)
     # --resume: keep the rows an earlier, cut-short run of the same plan wrote, run the rest.
     rows = earlier_rows(report, resume)
     done = {f"{r['kernel']} {r['size']} {r['layout']}" for r in rows}   # the layout cell carries the shape tag
@@ -213,6 +224,7 @@ def main(argv=None) -> int:
     p.add_argument("--ptxas", help="build: ptxas of a CUDA toolkit (e.g. /usr/local/cuda-13.0/bin/ptxas) for cubins")
     p.add_argument("--hdim", type=int, help="every variant at this head dim (default: the matrix's)")
     p.add_argument("--table-row", type=int, help="every variant on the tiled table's row of this head-dim bucket")
+    p.add_argument("--only", help="run: only the variants whose kernel name matches this regular expression")
     args = p.parse_args(argv)
     score_mods = {"softcap": args.softcap, "bias": args.bias, "alibi_slopes": args.alibi_slopes, "dbias": args.dbias}
     if args.hdim:
@@ -221,7 +233,7 @@ def main(argv=None) -> int:
         build(args.directory, args.arch, args.body, score_mods, args.ptxas, args.table_row)
         return 0
     return run(args.directory, args.arch, args.body, args.report, args.jobs, args.smoke, args.resume, score_mods,
-               args.table_row)
+               args.table_row, args.only)
 
 
 if __name__ == "__main__":

@@ -419,8 +419,10 @@ MUTANTS: list[Mutant] = [
            "for b in range(-(-head_dim // BLOCK_COLUMNS)):", "for b in range(head_dim // BLOCK_COLUMNS):"),
     # -- dQ converted in the main kernel's grid (config.dq_convert_rows) -------------------------------------
     Mutant("dQ converted in the grid: no wait for the head's key blocks", "passes/dq_convert_tail.py",
-           "    fmha.SemaphoreWaitOp.build(arith.index_cast(ir.IntegerType.get_signless(32), key_blocks), done,\n"
-           "                               [batch, kv_head])\n", ""),
+           "        fmha.SemaphoreWaitOp.build(arith.index_cast(ir.IntegerType.get_signless(32), key_blocks), done,\n"
+           "                                   [batch, kv_head], backoff_ns=POLL_BACKOFF_NS)\n", ""),
+    Mutant("dQ converted in the grid: no barrier after the polling thread's wait", "passes/dq_convert_tail.py",
+           "    gpu.barrier()\n", ""),
     Mutant("dQ converted in the grid: waits for all but one of the head's key blocks", "passes/dq_convert_tail.py",
            "arith.index_cast(ir.IntegerType.get_signless(32), key_blocks)",
            "arith.index_cast(ir.IntegerType.get_signless(32), arith.subi(key_blocks, index(1)))"),

@@ -334,8 +334,10 @@ def tiled_config(spec: AttentionBwdSpec, target: Target) -> TiledConfig:
         # longest-first over the whole grid is worth more than L2: measured -7% with sections at
         # B1 H32 Hkv8 S8192 causal (bench_notes.md, "L2 sections of heads, measured").
         row = replace(row, l2_section_bytes=0)
-    if row.dq_convert_rows and convert_tail_reasons(spec):
-        # Deterministic mode's turns and partials, and packed sequences, keep the convert kernel.
+    if row.dq_convert_rows and (convert_tail_reasons(spec)
+                                or max(spec.hdim_q, spec.hdim_v) < wgmma.DQ_CONVERT_SMALLEST_HDIM):
+        # Deterministic mode's turns and partials, and packed sequences, keep the convert kernel; so do the
+        # head dims the row pads, where it was measured slower (wgmma.DQ_CONVERT_SMALLEST_HDIM).
         row = replace(row, dq_convert_rows=0)
     lost_bulk = row.dq_bulk and bool(TiledBody().reasons(spec, target, row))
     if lost_bulk:

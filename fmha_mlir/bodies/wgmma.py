@@ -32,9 +32,14 @@ _SM90A = dict(wave_size=32, warps=8, instruction=WGMMA, swizzle="sw128", stages=
 # measured in one H100 call (bench_notes.md, "dK and dV stored by TMA", measured) +1.0% geomean over every
 # row, d128 causal S2048 +5.5%, d192 +3-4%, but d32 -3.2% and d64 -0.8%, where the tiles are narrow and the
 # work-group waiting for the box stores' reads costs more than the stores saved.
+# The d128 row converts dQ in its own grid, 128 query rows a work-group (dq_convert_rows): on the H200
+# +0.1% to +4.8% on every d128 row against the convert kernel, 256 and 512 rows losing up to 6% at S16384
+# (bench_notes.md, "dQ converted in the grid, one polling thread, measured"); the d64 row keeps the
+# convert kernel (its consumers spill with the extra branch), and so do head dims the d128 row pads below
+# DQ_CONVERT_SMALLEST_HDIM (d80 -0.6%, d96 -2.3% with it in the same H200 call).
 WGMMA_TABLE: dict[int, TiledConfig] = {
     64: TiledConfig(**_SM90A, block_m=128, block_n=128, dq_warps=(2, 1)),
-    128: TiledConfig(**_SM90A, block_m=64, block_n=128, dq_warps=(1, 2), dkv_tma_store=True),
+    128: TiledConfig(**_SM90A, block_m=64, block_n=128, dq_warps=(1, 2), dkv_tma_store=True, dq_convert_rows=128),
     # d256 (FlashAttention's DSL shape): dK and dV of 128 keys would be 256 f32 a thread, so 64 keys whose
     # head dim the warpgroups split; S^T's query columns split too (m64n32), so P^T and dS^T reach dV and
     # dK through shared memory (all-SS). Two Q / dO stages leave no room for dQ's f32 tile: atomics. Its
@@ -50,6 +55,7 @@ WGMMA_TABLE: dict[int, TiledConfig] = {
 # from an estimate made before sections (0.85-0.90x at d160's rate then); at today's d160 rate times 136 / 160
 # they would be about 1.9x: not measured yet, so not taken.
 SMALLEST_HDIM = {256: 145}
+DQ_CONVERT_SMALLEST_HDIM = 97
 # dQ in fragment order: the most places of a lane (classes of column blocks, wgmma_layouts.dq_run_period)
 # the consumers keep, two registers each beside the accumulators: d160's 5 (no spills on the d256 row,
 # ptxas -v), not d200's 25.

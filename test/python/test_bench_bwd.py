@@ -90,6 +90,9 @@ def test_producer_registers_time_the_op_s_producer_config_with_each_budget():
     d192 = bench_bwd.Row(4, 16, 16, 2048, 192, False, "bf16")
     assert bench_bwd.row_configs(d192, bench_bwd.Candidates(wgmma=True, registers=(24,))) == bench_bwd.row_configs(
         d192, bench_bwd.Candidates(wgmma=True))
+    # with --dq-convert-rows too: each pair besides each alone
+    both = bench_bwd.row_configs(row, bench_bwd.Candidates(wgmma=True, registers=(48,), convert_rows=(256,)))
+    assert [(c.producer_registers, c.dq_convert_rows) for c in both[-3:]] == [(48, 0), (40, 256), (48, 256)]
 
 
 def test_once_profiles_a_tagged_config_of_the_build_s_flags_and_names_the_tags_it_has_otherwise(capsys):
@@ -293,10 +296,11 @@ def test_gate_refuses_a_mask_it_cannot_cut():
 
 
 def test_a_head_dim_between_the_wgmma_rows_is_timed_on_the_next_row_up_padded():
-    """--wgmma: d80 and d96 are timed on the d128 wgmma row (128-column tiles), d136 on the d256 row (the op
+    """--wgmma: d80 and d96 are timed on the d128 wgmma row (128-column tiles), as the op takes it (with the
+    convert kernel: wgmma.DQ_CONVERT_SMALLEST_HDIM) and as the row stands; d136 on the d256 row (the op
     takes mma.sync there: wgmma.SMALLEST_HDIM; d160 is the op's choice, the row itself), d32 on the d64 row."""
-
-    for hdim, expected in ((32, [WGMMA_TABLE[64]]), (80, [WGMMA_TABLE[128]]), (96, [WGMMA_TABLE[128]]),
+    padded = [dataclasses.replace(WGMMA_TABLE[128], dq_convert_rows=0), WGMMA_TABLE[128]]
+    for hdim, expected in ((32, [WGMMA_TABLE[64]]), (80, padded), (96, padded),
                            (136, [WGMMA_TABLE[256]]),
                            (160, [WGMMA_TABLE[256]])):
         configs = bench_bwd.row_configs(bench_bwd.Row(4, 16, 16, 2048, hdim, False, "bf16"),

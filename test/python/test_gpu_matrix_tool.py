@@ -6,6 +6,8 @@ import math
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).parents[2] / "tools"))   # the tools import each other as scripts
 
 import gpu_matrix  # noqa: E402
@@ -33,3 +35,13 @@ def test_one_head_dim_on_one_table_row():
     assert all((config.l2_section_bytes == 0) == (spec.mask.kind != "none" and spec.gqa_ratio > 1)
                for spec, config in table)
     assert len(gpu_matrix.jobs("sm_90a", "auto", False, mods, 256)) == 2 * len(plan)   # the two odd lengths
+
+
+def test_only_runs_the_variants_whose_kernel_name_matches():
+    """--only: a change to one table row is gated on that row's variants alone (d128: 24 kernels, 48 runs)."""
+    planned = gpu_matrix.jobs("sm_90a", "tiled")
+    d128 = gpu_matrix.select(planned, "_d128x128_")
+    assert len(d128) == 48 and {spec.hdim_q for spec, *_ in d128} == {128}
+    assert gpu_matrix.select(planned, None) == planned
+    with pytest.raises(SystemExit, match=r"--only '_d100x'; they read like fmha_bwd_"):
+        gpu_matrix.select(planned, "_d100x")

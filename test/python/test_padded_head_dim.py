@@ -133,9 +133,10 @@ WGMMA_CASES = [   # (spec, the wgmma table row's fields changed, problem size): 
     (AttentionBwdSpec("bf16", 80, mask=BR), {}, ProblemSize(1, 2, 150, 140)),
     (AttentionBwdSpec("f16", 40, gqa_ratio=2), {}, ProblemSize(2, 4, 70, 90)),
     (AttentionBwdSpec("bf16", 72, hdim_v=48, mask=TL), {}, ProblemSize(1, 2, 90, 100)),
-    (AttentionBwdSpec("f16", 104), {"producer": False, "dq_bulk": False, "dkv_tma_store": False},
+    (AttentionBwdSpec("f16", 104), {"producer": False, "dq_bulk": False, "dkv_tma_store": False, "dq_convert_rows": 0},
      ProblemSize(1, 1, 100, 70)),
-    (AttentionBwdSpec("bf16", 88, mask=BR, deterministic=True), {"dq_bulk": False}, ProblemSize(1, 1, 130, 150)),
+    (AttentionBwdSpec("bf16", 88, mask=BR, deterministic=True), {"dq_bulk": False, "dq_convert_rows": 0},
+     ProblemSize(1, 1, 130, 150)),
 ]
 
 

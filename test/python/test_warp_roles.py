@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import types
 
 import pytest
 
@@ -25,6 +26,8 @@ ONE_STAGE = dataclasses.replace(PRODUCED, stages=1)
 BULK_DQ = dataclasses.replace(PRODUCED, dq_bulk=True)
 STORED_DKV = dataclasses.replace(PRODUCED, dkv_tma_store=True)
 CONVERTED_DQ = dataclasses.replace(BULK_DQ, dq_convert_rows=48)   # dQ converted in the grid, 48 rows a work-group
+# The table's d128 row as deterministic mode takes it: the convert kernel (tiled_config drops dq_convert_rows).
+D128_TURNS = dataclasses.replace(WGMMA_TABLE[128], dq_convert_rows=0)
 
 
 @pytest.mark.parametrize("spec,size,config", [
@@ -133,16 +136,22 @@ def test_dq_converted_in_the_grid_matches_the_oracle(spec, size, config):
     compiled = run_variant(spec, size, config)
     stages = [s.get("kernel", s.get("op")) for s in compiled.manifest["steps"]]
     assert not any(s.endswith("convert_dq") for s in stages) and "dq_done" in str(compiled.manifest["steps"])
-    assert re.search(r"ld\.acquire\.gpu[.\w]*\.(b|u|s)32", compiled.isa)   # the appended work-groups' wait
+    assert re.search(r"nanosleep\.u32\s+\d+;\s+ld\.acquire\.gpu[.\w]*\.(b|u|s)32", compiled.isa)   # their polls
     assert re.search(r"atom\.release\.gpu[.\w]*\.add", compiled.isa)   # the writer's count
 
 
-def test_dq_converted_without_waiting_for_the_key_blocks_fails_the_gate(monkeypatch):
-    """The appended work-groups convert without their wait: started before some key blocks' reduce-adds,
-    they read partial sums, and the gate fails."""
+@pytest.mark.parametrize("planted", ["no wait", "no barrier after the polling thread's wait"])
+def test_dq_converted_without_waiting_for_the_key_blocks_fails_the_gate(monkeypatch, planted):
+    """The appended work-groups convert without their wait, or with only the polling thread waiting:
+    started before some key blocks' reduce-adds, they read partial sums, and the gate fails."""
     from fmha_mlir.passes import dq_convert_tail
 
-    monkeypatch.setattr(dq_convert_tail.fmha.SemaphoreWaitOp, "build", lambda *args, **kwargs: None)
+    if planted == "no wait":
+        monkeypatch.setattr(dq_convert_tail.fmha.SemaphoreWaitOp, "build", lambda *args, **kwargs: None)
+    else:   # the module's own gpu namespace, without its barrier (the main body's stay)
+        gpu = types.SimpleNamespace(**vars(dq_convert_tail.gpu))
+        gpu.barrier = lambda *args, **kwargs: None
+        monkeypatch.setattr(dq_convert_tail, "gpu", gpu)
     with pytest.raises(AssertionError, match=r"dq: .*FAIL"):
         run_variant(AttentionBwdSpec("bf16", 64), ProblemSize(2, 2, 150, 200), CONVERTED_DQ)
 
@@ -287,9 +296,9 @@ WINDOW_TURNS = (AttentionBwdSpec("f16", 128, mask=Mask("sliding_window", 70, 20)
 
 @pytest.mark.parametrize("spec,size,config", [
     (*CAUSAL_GQA_TURNS, WGMMA_TABLE[64]),
-    (*WINDOW_TURNS, WGMMA_TABLE[128]),
+    (*WINDOW_TURNS, D128_TURNS),
     (*CAUSAL_GQA_TURNS, dataclasses.replace(WGMMA_TABLE[64], turn_order="last_to_first", turn_overlap=True)),
-    (*WINDOW_TURNS, dataclasses.replace(WGMMA_TABLE[128], turn_overlap=True)),
+    (*WINDOW_TURNS, dataclasses.replace(D128_TURNS, turn_overlap=True)),
 ], ids=["d64-br-gqa2", "d128-window", "d64-br-gqa2-last-to-first-overlap", "d128-window-overlap"])
 def test_deterministic_dq_takes_turns_and_is_bitwise_in_every_start_order(spec, size, config):
     """Deterministic mode with dq_bulk (bodies.dq_in_turns): one f32 dq_acc, no partials; each query block's
@@ -338,9 +347,9 @@ def test_deterministic_dq_takes_turns_and_is_bitwise_in_every_start_order(spec, 
 
 
 @pytest.mark.parametrize("problem,config", [
-    (WINDOW_TURNS, WGMMA_TABLE[128]),
+    (WINDOW_TURNS, D128_TURNS),
     (CAUSAL_GQA_TURNS, dataclasses.replace(WGMMA_TABLE[64], turn_overlap=True)),
-    (WINDOW_TURNS, dataclasses.replace(WGMMA_TABLE[128], turn_overlap=True, turn_order="last_to_first")),
+    (WINDOW_TURNS, dataclasses.replace(D128_TURNS, turn_overlap=True, turn_order="last_to_first")),
 ], ids=["at-once", "overlap", "overlap-last-to-first"])
 def test_a_turn_passed_before_the_adds_completed_is_an_error(monkeypatch, problem, config):
     """The writer passes a query block's turn on only once the reduce-adds into it completed: signalled one

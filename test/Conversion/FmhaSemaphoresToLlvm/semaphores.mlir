@@ -26,3 +26,20 @@ gpu.module @kernels {
     gpu.return
   }
 }
+
+// A wait with backoff_ns sleeps between polls (the convert work-groups' long waits): nanosleep on NVIDIA,
+// s_sleep in units of about 30 ns on AMD (256 ns: 9 units).
+gpu.module @backoff {
+  // CHECK-LABEL: gpu.func @poll
+  gpu.func @poll(%want: i32, %sem: memref<?xi32>, %i: index) kernel {
+    // CHECK: scf.while : () -> () {
+    // CHECK: scf.condition
+    // CHECK: } do {
+    // NVIDIA-NEXT: %[[NS:.*]] = arith.constant 256 : i32
+    // NVIDIA-NEXT: nvvm.nanosleep %[[NS]]
+    // AMD-NEXT: rocdl.s.sleep 9
+    // CHECK-NEXT: scf.yield
+    "fmha.semaphore_wait"(%want, %sem, %i) {backoff_ns = 256 : i32} : (i32, memref<?xi32>, index) -> ()
+    gpu.return
+  }
+}

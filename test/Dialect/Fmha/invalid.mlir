@@ -960,6 +960,15 @@ func.func @semaphore_wait_value(%v: index, %s: memref<?xi32>, %i: index) {
 
 // -----
 
+// semaphore_wait_backoff: a pause between polls is 1 ns to nanosleep's 1 ms
+func.func @semaphore_wait_backoff(%v: i32, %s: memref<?xi32>, %i: index) {
+  // expected-error @+1 {{'fmha.semaphore_wait' op attribute 'backoff_ns' must be 1..1000000 ns, got 0}}
+  "fmha.semaphore_wait"(%v, %s, %i) {backoff_ns = 0 : i32} : (i32, memref<?xi32>, index) -> ()
+  return
+}
+
+// -----
+
 // semaphore_signal_buffer: the counters are i32
 func.func @semaphore_signal_buffer(%s: memref<?xf32>, %i: index) {
   // expected-error @+1 {{'fmha.semaphore_signal' op operand #0 ('buffer') must be a ranked memref of i32, got memref<?xf32>}}

@@ -104,6 +104,7 @@ func.func @convert_grad_static_output(%acc: !acc64, %dk: memref<2x4x16x64xf16>) 
 // CHECK: "fmha.dq_dk_dv"(%{{.*}}, %[[DQ:[^,]*]], %{{[^,]*}}, %{{[^,]*}}, %[[SEM:[^)]*]]) {{{.*}}deterministic = true, dq_semaphores = true{{.*}}} : ({{.*}}, memref<?x?x?xi32, strided<[?, ?, 1]>>) -> ()
 // CHECK: "fmha.semaphore_wait"(%{{.*}}, %[[SEM]], %{{.*}}, %{{.*}}, %{{.*}}) : (i32, memref<?x?x?xi32, strided<[?, ?, 1]>>, index, index, index) -> ()
 // CHECK: "fmha.semaphore_signal"(%[[SEM]], %{{.*}}, %{{.*}}, %{{.*}}) : (memref<?x?x?xi32, strided<[?, ?, 1]>>, index, index, index) -> ()
+// CHECK: "fmha.semaphore_wait"(%{{.*}}, %[[SEM]], %{{.*}}, %{{.*}}, %{{.*}}) {backoff_ns = 256 : i32}
 func.func @dq_in_turns(%q: !t64, %k: !t64, %v: !t64, %do: !t64, %lse: !rows, %d: !rows, %dq_acc: !acc64, %dk: !t64,
                        %dv: !t64, %sem: memref<?x?x?xi32, strided<[?, ?, 1]>>, %turn: i32, %i: index) {
   "fmha.dq_dk_dv"(%q, %k, %v, %do, %lse, %d, %dq_acc, %dk, %dv, %sem) {
@@ -114,6 +115,7 @@ func.func @dq_in_turns(%q: !t64, %k: !t64, %v: !t64, %do: !t64, %lse: !rows, %d:
       : (!t64, !t64, !t64, !t64, !rows, !rows, !acc64, !t64, !t64, memref<?x?x?xi32, strided<[?, ?, 1]>>) -> ()
   "fmha.semaphore_wait"(%turn, %sem, %i, %i, %i) : (i32, memref<?x?x?xi32, strided<[?, ?, 1]>>, index, index, index) -> ()
   "fmha.semaphore_signal"(%sem, %i, %i, %i) : (memref<?x?x?xi32, strided<[?, ?, 1]>>, index, index, index) -> ()
+  "fmha.semaphore_wait"(%turn, %sem, %i, %i, %i) {backoff_ns = 256 : i32} : (i32, memref<?x?x?xi32, strided<[?, ?, 1]>>, index, index, index) -> ()
   return
 }
 
