@@ -325,8 +325,8 @@ def tiled_config(spec: AttentionBwdSpec, target: Target) -> TiledConfig:
     take the spec (a head dim that is not whole 64-column blocks) gives way to mma.sync's; a producer
     row runs without its producer where that is measured faster or the producer cannot take the spec, and
     without L2 sections of heads where they cannot count heads or lost (a mask that cuts tiles, with GQA)."""
-    table = tiled_table(target.arch)
-    row = replace(table.get(_bucket(spec)) or table[max(table)], wave_size=target.wave_size)
+    table, bucket, hdim = tiled_table(target.arch), _bucket(spec), max(spec.hdim_q, spec.hdim_v)
+    row = replace(table.get(bucket) or table[max(table)], wave_size=target.wave_size)
     if row.l2_section_bytes and (l2_section_reasons(spec)
                                  or (spec.gqa_ratio > 1 and not mask_geometry.hides_nothing(spec.mask))):
         # Packed sequences have no fixed heads to count. Under a mask that cuts tiles with GQA, a work-group
@@ -335,7 +335,7 @@ def tiled_config(spec: AttentionBwdSpec, target: Target) -> TiledConfig:
         # B1 H32 Hkv8 S8192 causal (bench_notes.md, "L2 sections of heads, measured").
         row = replace(row, l2_section_bytes=0)
     if row.dq_convert_rows and (convert_tail_reasons(spec)
-                                or max(spec.hdim_q, spec.hdim_v) < wgmma.DQ_CONVERT_SMALLEST_HDIM):
+                                or hdim < wgmma.DQ_CONVERT_SMALLEST_HDIM.get(bucket, 0)):
         # Deterministic mode's turns and partials, and packed sequences, keep the convert kernel; so do the
         # head dims the row pads, where it was measured slower (wgmma.DQ_CONVERT_SMALLEST_HDIM).
         row = replace(row, dq_convert_rows=0)
@@ -354,11 +354,11 @@ def tiled_config(spec: AttentionBwdSpec, target: Target) -> TiledConfig:
         # there). Varlen cannot take it. The same tiles, copied by every warp, serve the rest.
         row = row.without_producer()
     if row.instruction == WGMMA and (TiledBody().reasons(spec, target, row)
-                                     or max(spec.hdim_q, spec.hdim_v) < wgmma.SMALLEST_HDIM.get(_bucket(spec), 0)):
+                                     or hdim < wgmma.SMALLEST_HDIM.get(bucket, 0)):
         # (Head dims padded to whole 64-column blocks stay on wgmma down to the row's SMALLEST_HDIM: d80 1.42x
         # and d96 1.39x the mma.sync row, bench_notes.md "wgmma on padded head dims"; d160 on 192-column
         # tiles 1.12x, "d192 and d160 on the d256 row, measured".)
-        row = TILED_TABLE[_bucket(spec)]
+        row = TILED_TABLE[bucket]
     if row.split_tail_loop and (spec.softcap or spec.bias != "none"):
         # Measured on plain scores only; a score modification's unmasked loop spills more once split
         # (ptxas, d128: ALiBi 48 -> 124 bytes, bias + dbias 0 -> 312), so it keeps the per-step test.

@@ -55,7 +55,9 @@ WGMMA_TABLE: dict[int, TiledConfig] = {
 # from an estimate made before sections (0.85-0.90x at d160's rate then); at today's d160 rate times 136 / 160
 # they would be about 1.9x: not measured yet, so not taken.
 SMALLEST_HDIM = {256: 145}
-DQ_CONVERT_SMALLEST_HDIM = 97
+# The smallest head dim a row converts dQ in its grid for (config.dq_convert_rows; default: every one of its
+# bucket), as SMALLEST_HDIM is for the row itself.
+DQ_CONVERT_SMALLEST_HDIM = {128: 97}
 # dQ in fragment order: the most places of a lane (classes of column blocks, wgmma_layouts.dq_run_period)
 # the consumers keep, two registers each beside the accumulators: d160's 5 (no spills on the d256 row,
 # ptxas -v), not d200's 25.
